@@ -1,0 +1,174 @@
+//! What an acquire asks for: one or several dimensions, each with an optional cost.
+
+use std::time::Duration;
+
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::tokens::Tokens;
+
+/// The most dimensions one acquire may name: each takes two rows of one atomic write,
+/// and DynamoDB transactions hold at most 100.
+pub const MAX_DIMENSIONS: usize = 50;
+
+/// A request for capacity on one or several dimensions, all or nothing.
+///
+/// A dimension without a cost takes its bucket's `cost_per_call`.
+///
+/// ```
+/// use std::time::Duration;
+/// use sluice::Acquire;
+///
+/// // One request and an estimated 1,500 tokens, held for at most 30 seconds.
+/// let request = Acquire::new("openai#rpm")
+///     .and_cost("openai#tpm", 1_500)
+///     .ttl(Duration::from_secs(30));
+/// # let _ = request;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acquire {
+    parts: Vec<(String, Option<Tokens>)>,
+    ttl: Option<Duration>,
+}
+
+impl Acquire {
+    /// Asks for `dimension`'s `cost_per_call`.
+    pub fn new(dimension: impl AsRef<str>) -> Self {
+        Acquire::default().and(dimension)
+    }
+
+    /// Asks for `cost` tokens of `dimension`.
+    pub fn with_cost(dimension: impl AsRef<str>, cost: impl Into<Tokens>) -> Self {
+        Acquire::default().and_cost(dimension, cost)
+    }
+
+    /// Also asks for `dimension`'s `cost_per_call`.
+    pub fn and(mut self, dimension: impl AsRef<str>) -> Self {
+        self.parts.push((dimension.as_ref().to_owned(), None));
+        self
+    }
+
+    /// Also asks for `cost` tokens of `dimension`.
+    pub fn and_cost(mut self, dimension: impl AsRef<str>, cost: impl Into<Tokens>) -> Self {
+        self.parts.push((dimension.as_ref().to_owned(), Some(cost.into())));
+        self
+    }
+
+    /// Sets the lease's time to live (default: the client's lease TTL).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The lease's time to live, if set.
+    pub fn ttl_value(&self) -> Option<Duration> {
+        self.ttl
+    }
+
+    /// Validates the request: dimensions parsed, costs non-negative, a dimension named twice
+    /// merged into one with the costs summed (a missing cost counts as the bucket's
+    /// `cost_per_call` when the bucket is read).
+    pub(crate) fn resolve(&self) -> Result<Vec<Wanted>, Error> {
+        let mut wanted: Vec<Wanted> = Vec::with_capacity(self.parts.len());
+        for (name, cost) in &self.parts {
+            let dimension = Dimension::new(name)?;
+            if let Some(c) = cost.filter(|c| c.is_negative()) {
+                return Err(Error::InvalidCost { dimension, cost: c });
+            }
+            match wanted.iter_mut().find(|w| w.dimension == dimension) {
+                Some(w) => match cost {
+                    Some(c) => w.explicit += *c,
+                    None => w.default_calls += 1,
+                },
+                None => wanted.push(Wanted {
+                    dimension,
+                    explicit: cost.unwrap_or(Tokens::ZERO),
+                    default_calls: u32::from(cost.is_none()),
+                }),
+            }
+        }
+        if wanted.is_empty() || wanted.len() > MAX_DIMENSIONS {
+            return Err(Error::DimensionCount {
+                got: wanted.len(),
+                max: MAX_DIMENSIONS,
+            });
+        }
+        Ok(wanted)
+    }
+}
+
+/// One dimension of a resolved request.
+#[derive(Debug, Clone)]
+pub(crate) struct Wanted {
+    pub(crate) dimension: Dimension,
+    /// The sum of the explicit costs.
+    pub(crate) explicit: Tokens,
+    /// How many times the bucket's `cost_per_call` is added.
+    pub(crate) default_calls: u32,
+}
+
+impl Wanted {
+    pub(crate) fn cost(&self, cost_per_call: Tokens) -> Tokens {
+        let defaults = Tokens::from_nanos(cost_per_call.as_nanos() * i128::from(self.default_calls));
+        self.explicit + defaults
+    }
+}
+
+impl From<&str> for Acquire {
+    fn from(dimension: &str) -> Self {
+        Acquire::new(dimension)
+    }
+}
+
+impl From<String> for Acquire {
+    fn from(dimension: String) -> Self {
+        Acquire::new(dimension)
+    }
+}
+
+impl From<&String> for Acquire {
+    fn from(dimension: &String) -> Self {
+        Acquire::new(dimension)
+    }
+}
+
+impl From<Dimension> for Acquire {
+    fn from(dimension: Dimension) -> Self {
+        Acquire::new(dimension)
+    }
+}
+
+impl From<&Dimension> for Acquire {
+    fn from(dimension: &Dimension) -> Self {
+        Acquire::new(dimension)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dimension_named_twice_is_merged() {
+        let w = Acquire::new("openai#rpm")
+            .and_cost("openai#tpm", 10)
+            .and_cost("openai#tpm", 5)
+            .and("openai#rpm")
+            .resolve()
+            .unwrap();
+        assert_eq!(w.len(), 2);
+        assert_eq!(w[0].cost(Tokens::new(2)), Tokens::new(4));
+        assert_eq!(w[1].cost(Tokens::new(2)), Tokens::new(15));
+    }
+
+    #[test]
+    fn bad_requests_are_refused_before_any_io() {
+        assert!(matches!(Acquire::default().resolve(), Err(Error::DimensionCount { got: 0, .. })));
+        assert!(matches!(Acquire::new("nohash").resolve(), Err(Error::InvalidDimension(_))));
+        assert!(matches!(
+            Acquire::with_cost("a#b", -1).resolve(),
+            Err(Error::InvalidCost { .. })
+        ));
+        let many = (0..51).fold(Acquire::default(), |a, i| a.and(format!("v#m{i}")));
+        assert!(matches!(many.resolve(), Err(Error::DimensionCount { got: 51, .. })));
+    }
+}

@@ -1,0 +1,577 @@
+//! Buckets: their definitions, their stored state, and the pure arithmetic on them.
+//!
+//! Nothing in this module does I/O. All arithmetic is on integers: tokens in billionths,
+//! time in milliseconds, rates in billionths of a token per second.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::tokens::{NANOS_PER_TOKEN, RefillRate, Tokens};
+
+/// What a bucket counts, which decides how its tokens come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LimitType {
+    /// Requests per period: tokens refill over time and stay consumed on release.
+    Requests,
+    /// Tokens (e.g. LLM tokens) per period: like `Requests`, usually with a larger cost.
+    Tokens,
+    /// Calls in flight: tokens never refill over time; release gives them back.
+    Concurrent,
+}
+
+impl LimitType {
+    /// The name stored in rows: `requests`, `tokens` or `concurrent`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LimitType::Requests => "requests",
+            LimitType::Tokens => "tokens",
+            LimitType::Concurrent => "concurrent",
+        }
+    }
+
+    /// Whether release gives the lease's tokens back.
+    pub const fn restores_on_release(self) -> bool {
+        matches!(self, LimitType::Concurrent)
+    }
+}
+
+impl fmt::Display for LimitType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `limit_type` that is not one of `requests`, `tokens`, `concurrent`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown limit type `{0}`; expected `requests`, `tokens` or `concurrent`")]
+pub struct UnknownLimitType(pub String);
+
+impl FromStr for LimitType {
+    type Err = UnknownLimitType;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "requests" => Ok(LimitType::Requests),
+            "tokens" => Ok(LimitType::Tokens),
+            "concurrent" => Ok(LimitType::Concurrent),
+            other => Err(UnknownLimitType(other.to_owned())),
+        }
+    }
+}
+
+/// The definition of a bucket: what an operator configures for a dimension.
+///
+/// ```
+/// use sluice::{Bucket, LimitType, RefillRate, Tokens};
+///
+/// // OpenAI: 500 requests per minute, 2,000,000 tokens per minute.
+/// let rpm = Bucket::requests(RefillRate::per_minute(500));
+/// assert_eq!(rpm.capacity(), Tokens::new(500));
+/// let tpm = Bucket::tokens(RefillRate::per_minute(2_000_000));
+/// assert_eq!(tpm.limit_type(), LimitType::Tokens);
+///
+/// // ElevenLabs: 10 calls in flight.
+/// let concurrent = Bucket::concurrent(10);
+/// assert!(concurrent.refill_rate().is_zero());
+///
+/// // A burst of 50 on top of a sustained 10 per second, and a call that costs 2.
+/// let burst = Bucket::requests(RefillRate::per_second(10))
+///     .with_capacity(50)
+///     .with_cost_per_call(2);
+/// assert!(burst.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    limit_type: LimitType,
+    capacity: Tokens,
+    refill_rate: RefillRate,
+    cost_per_call: Tokens,
+}
+
+/// Why a bucket definition is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BucketError {
+    /// Capacity is zero or negative.
+    #[error("capacity must be positive, got {0}")]
+    Capacity(Tokens),
+    /// Refill rate is negative.
+    #[error("refill rate must not be negative, got {0}")]
+    RefillRate(RefillRate),
+    /// A requests or tokens bucket that never refills.
+    #[error("a `{0}` bucket needs a positive refill rate")]
+    NoRefill(LimitType),
+    /// A concurrent bucket with a refill rate.
+    #[error("a `concurrent` bucket does not refill over time; its refill rate must be 0")]
+    ConcurrentRefill,
+    /// Cost per call is negative or above capacity.
+    #[error("cost per call must be between 0 and the capacity {capacity}, got {cost}")]
+    CostPerCall {
+        /// The cost per call given.
+        cost: Tokens,
+        /// The bucket's capacity.
+        capacity: Tokens,
+    },
+}
+
+impl Bucket {
+    /// A bucket of any type. Prefer the typed constructors.
+    pub fn new(limit_type: LimitType, capacity: impl Into<Tokens>, refill_rate: RefillRate) -> Self {
+        Bucket {
+            limit_type,
+            capacity: capacity.into(),
+            refill_rate,
+            cost_per_call: Tokens::new(1),
+        }
+    }
+
+    /// A `requests` bucket refilling at `rate`, with a capacity of one minute's refill
+    /// (at least one second's), rounded to whole tokens. Change it with
+    /// [`with_capacity`](Self::with_capacity).
+    pub fn requests(rate: RefillRate) -> Self {
+        Bucket::new(LimitType::Requests, default_capacity(rate), rate)
+    }
+
+    /// A `tokens` bucket refilling at `rate`, with a capacity of one minute's refill,
+    /// rounded to whole tokens. Change it with [`with_capacity`](Self::with_capacity).
+    pub fn tokens(rate: RefillRate) -> Self {
+        Bucket::new(LimitType::Tokens, default_capacity(rate), rate)
+    }
+
+    /// A `concurrent` bucket: at most `slots` calls in flight.
+    pub fn concurrent(slots: u64) -> Self {
+        Bucket::new(LimitType::Concurrent, slots, RefillRate::ZERO)
+    }
+
+    /// Sets the capacity (the burst size).
+    pub fn with_capacity(mut self, capacity: impl Into<Tokens>) -> Self {
+        self.capacity = capacity.into();
+        self
+    }
+
+    /// Sets the tokens an acquire takes when it names no cost.
+    pub fn with_cost_per_call(mut self, cost: impl Into<Tokens>) -> Self {
+        self.cost_per_call = cost.into();
+        self
+    }
+
+    /// What the bucket counts.
+    pub fn limit_type(&self) -> LimitType {
+        self.limit_type
+    }
+
+    /// The most tokens the bucket holds.
+    pub fn capacity(&self) -> Tokens {
+        self.capacity
+    }
+
+    /// Tokens added per second (zero for `concurrent` buckets).
+    pub fn refill_rate(&self) -> RefillRate {
+        self.refill_rate
+    }
+
+    /// Tokens an acquire takes when it names no cost.
+    pub fn cost_per_call(&self) -> Tokens {
+        self.cost_per_call
+    }
+
+    /// Checks the definition for values that cannot work.
+    pub fn validate(&self) -> Result<(), BucketError> {
+        if self.capacity <= Tokens::ZERO {
+            return Err(BucketError::Capacity(self.capacity));
+        }
+        if self.refill_rate < RefillRate::ZERO {
+            return Err(BucketError::RefillRate(self.refill_rate));
+        }
+        match self.limit_type {
+            LimitType::Concurrent if !self.refill_rate.is_zero() => {
+                return Err(BucketError::ConcurrentRefill);
+            }
+            LimitType::Requests | LimitType::Tokens if self.refill_rate.is_zero() => {
+                return Err(BucketError::NoRefill(self.limit_type));
+            }
+            _ => {}
+        }
+        if self.cost_per_call < Tokens::ZERO || self.cost_per_call > self.capacity {
+            return Err(BucketError::CostPerCall {
+                cost: self.cost_per_call,
+                capacity: self.capacity,
+            });
+        }
+        Ok(())
+    }
+
+    /// The refill rate that actually applies: `concurrent` buckets never refill over time,
+    /// whatever a row says.
+    pub(crate) fn effective_rate(&self) -> RefillRate {
+        match self.limit_type {
+            LimitType::Concurrent => RefillRate::ZERO,
+            _ => self.refill_rate.max(RefillRate::ZERO),
+        }
+    }
+}
+
+fn default_capacity(rate: RefillRate) -> Tokens {
+    // One minute of refill, rounded to whole tokens, and never less than one token.
+    let per_minute = rate.as_nanos_per_second() * 60;
+    let rounded = (per_minute + NANOS_PER_TOKEN / 2) / NANOS_PER_TOKEN * NANOS_PER_TOKEN;
+    Tokens::from_nanos(rounded.max(NANOS_PER_TOKEN))
+}
+
+/// A bucket as stored: its definition plus the changing state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketState {
+    /// The dimension the bucket limits.
+    pub dimension: Dimension,
+    /// The bucket's definition.
+    pub bucket: Bucket,
+    /// Tokens at `last_refill_at` (may be negative: debt).
+    pub tokens: Tokens,
+    /// When refill was last accounted for.
+    pub last_refill_at: UnixMillis,
+    /// Bumped by every write; writes are conditioned on it.
+    pub version: u64,
+}
+
+/// The outcome of trying to take tokens from a bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Take {
+    /// Granted: the bucket's tokens and refill timestamp after the take.
+    Granted {
+        /// Tokens after the take.
+        tokens: Tokens,
+        /// Refill timestamp after the take.
+        last_refill_at: UnixMillis,
+    },
+    /// Not enough tokens now; with a refill rate, the exact wait until there are.
+    Short {
+        /// The wait, rounded up to the millisecond; `None` when the bucket does not
+        /// refill over time (`concurrent`), so only a release can help.
+        wait: Option<Duration>,
+    },
+    /// The cost is above the bucket's capacity: it can never be granted.
+    ExceedsCapacity,
+}
+
+impl BucketState {
+    /// A new bucket, full, at `now`.
+    pub fn full(dimension: Dimension, bucket: Bucket, now: UnixMillis) -> Self {
+        BucketState {
+            tokens: bucket.capacity(),
+            dimension,
+            bucket,
+            last_refill_at: now,
+            version: 0,
+        }
+    }
+
+    /// Tokens and refill timestamp at `now`, after lazy refill.
+    pub fn refilled(&self, now: UnixMillis) -> (Tokens, UnixMillis) {
+        refill(
+            self.tokens,
+            self.last_refill_at,
+            self.bucket.capacity(),
+            self.bucket.effective_rate(),
+            now,
+        )
+    }
+
+    /// Tokens available at `now`.
+    pub fn available(&self, now: UnixMillis) -> Tokens {
+        self.refilled(now).0
+    }
+
+    /// Tries to take `cost` tokens at `now`.
+    pub fn take(&self, cost: Tokens, now: UnixMillis) -> Take {
+        if cost > self.bucket.capacity() {
+            return Take::ExceedsCapacity;
+        }
+        let (tokens, last) = self.refilled(now);
+        if tokens >= cost {
+            return Take::Granted {
+                tokens: tokens - cost,
+                last_refill_at: last,
+            };
+        }
+        Take::Short {
+            wait: wait_until_available(tokens, last, self.bucket.effective_rate(), cost, now),
+        }
+    }
+
+    /// Tokens and refill timestamp after giving back `amount` at `now` (release of a
+    /// concurrent slot, or reconciliation), capped at capacity.
+    pub fn restored(&self, amount: Tokens, now: UnixMillis) -> (Tokens, UnixMillis) {
+        let (tokens, last) = self.refilled(now);
+        ((tokens + amount).min(self.bucket.capacity()).max(tokens), last)
+    }
+
+    /// Tokens and refill timestamp after charging `delta` more at `now` (a lease's
+    /// adjustment). The result may be negative (debt); a negative `delta` refunds, capped at
+    /// capacity.
+    pub fn charged(&self, delta: Tokens, now: UnixMillis) -> (Tokens, UnixMillis) {
+        let (tokens, last) = self.refilled(now);
+        if delta >= Tokens::ZERO {
+            (tokens - delta, last)
+        } else {
+            ((tokens - delta).min(self.bucket.capacity()).max(tokens), last)
+        }
+    }
+
+    /// The time until the bucket is full, if it refills over time; zero when full.
+    pub fn time_to_full(&self, now: UnixMillis) -> Option<Duration> {
+        let (tokens, last) = self.refilled(now);
+        if tokens >= self.bucket.capacity() {
+            return Some(Duration::ZERO);
+        }
+        wait_until_available(
+            tokens,
+            last,
+            self.bucket.effective_rate(),
+            self.bucket.capacity(),
+            now,
+        )
+    }
+}
+
+fn gcd(mut a: i128, mut b: i128) -> i128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.abs()
+}
+
+/// The refill grid in milliseconds: the shortest span whose refill is a whole number of
+/// billionths of a token. It is 1 ms for any rate with at most six decimal places.
+fn grid_ms(rate: RefillRate) -> i64 {
+    // A span of g ms adds g * rate / 1000 nanotokens; that is whole when 1000 / gcd(rate, 1000)
+    // divides g.
+    (1_000 / gcd(rate.as_nanos_per_second(), 1_000)) as i64
+}
+
+/// Lazy refill with drift compensation.
+///
+/// Adds the refill earned since `last`, capped at `capacity`, and moves the timestamp only
+/// by the time that produced whole units (so many small steps add exactly what one large
+/// step adds). The timestamp never moves backwards: a clock behind `last` adds nothing.
+pub fn refill(
+    tokens: Tokens,
+    last: UnixMillis,
+    capacity: Tokens,
+    rate: RefillRate,
+    now: UnixMillis,
+) -> (Tokens, UnixMillis) {
+    if tokens >= capacity {
+        // Full (or above a lowered capacity): nothing accrues while full.
+        return (capacity, last.max(now));
+    }
+    let elapsed = now.as_millis().saturating_sub(last.as_millis());
+    if rate <= RefillRate::ZERO || elapsed <= 0 {
+        return (tokens, last);
+    }
+    let grid = grid_ms(rate);
+    let span = elapsed - elapsed % grid;
+    let added = i128::from(span) * rate.as_nanos_per_second() / 1_000;
+    let new = tokens + Tokens::from_nanos(added);
+    if new >= capacity {
+        (capacity, now)
+    } else {
+        (new, UnixMillis::new(last.as_millis() + span))
+    }
+}
+
+/// The exact wait from `now` until a bucket holding `tokens` at `last` (already refilled to
+/// `now`) holds `needed`, rounded up to the millisecond; `None` if it never refills.
+fn wait_until_available(
+    tokens: Tokens,
+    last: UnixMillis,
+    rate: RefillRate,
+    needed: Tokens,
+    now: UnixMillis,
+) -> Option<Duration> {
+    if rate <= RefillRate::ZERO {
+        return None;
+    }
+    let deficit = (needed - tokens).as_nanos();
+    if deficit <= 0 {
+        return Some(Duration::ZERO);
+    }
+    let grid = grid_ms(rate);
+    let per_grid = i128::from(grid) * rate.as_nanos_per_second() / 1_000;
+    let steps = (deficit + per_grid - 1) / per_grid;
+    let ready_at = i128::from(last.as_millis()) + steps * i128::from(grid);
+    let wait = (ready_at - i128::from(now.as_millis())).max(1);
+    Some(Duration::from_millis(u64::try_from(wait).unwrap_or(u64::MAX)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn dim() -> Dimension {
+        Dimension::new("openai#rpm").unwrap()
+    }
+
+    fn state(capacity: i64, rate: RefillRate, tokens: Tokens) -> BucketState {
+        BucketState {
+            dimension: dim(),
+            bucket: Bucket::new(LimitType::Requests, capacity, rate),
+            tokens,
+            last_refill_at: UnixMillis::new(1_000_000),
+            version: 0,
+        }
+    }
+
+    #[test]
+    fn refill_is_lazy_and_capped() {
+        let s = state(100, RefillRate::per_second(10), Tokens::ZERO);
+        let t0 = s.last_refill_at;
+        assert_eq!(s.available(t0), Tokens::ZERO);
+        assert_eq!(s.available(t0.saturating_add(Duration::from_millis(150))), Tokens::new(1) + "0.5".parse().unwrap());
+        assert_eq!(s.available(t0.saturating_add(Duration::from_secs(10))), Tokens::new(100));
+        assert_eq!(s.available(t0.saturating_add(Duration::from_secs(1000))), Tokens::new(100));
+    }
+
+    #[test]
+    fn seed_rate_with_three_decimals_refills_per_millisecond() {
+        let s = state(100, "1.667".parse().unwrap(), Tokens::ZERO);
+        let t = s.last_refill_at.saturating_add(Duration::from_millis(3));
+        assert_eq!(s.available(t), "0.005001".parse().unwrap());
+    }
+
+    #[test]
+    fn clock_behind_the_stored_timestamp_adds_nothing_and_never_moves_it_back() {
+        let s = state(100, RefillRate::per_second(10), Tokens::new(5));
+        let earlier = UnixMillis::new(s.last_refill_at.as_millis() - 5_000);
+        assert_eq!(s.refilled(earlier), (Tokens::new(5), s.last_refill_at));
+        let full = state(100, RefillRate::per_second(10), Tokens::new(100));
+        assert_eq!(full.refilled(earlier).1, full.last_refill_at);
+    }
+
+    #[test]
+    fn retry_in_is_exact_and_rounded_up_to_the_millisecond() {
+        // 3 tokens per second: one token takes 333.33 ms, reported as 334 ms.
+        let s = state(10, RefillRate::per_second(3), Tokens::ZERO);
+        let now = s.last_refill_at;
+        assert_eq!(s.take(Tokens::new(1), now), Take::Short { wait: Some(Duration::from_millis(334)) });
+        assert!(matches!(s.take(Tokens::new(1), now.saturating_add(Duration::from_millis(333))), Take::Short { .. }));
+        assert!(matches!(s.take(Tokens::new(1), now.saturating_add(Duration::from_millis(334))), Take::Granted { .. }));
+    }
+
+    #[test]
+    fn debt_is_repaid_by_refill() {
+        let s = state(100, RefillRate::per_second(10), Tokens::new(-15));
+        let now = s.last_refill_at;
+        assert_eq!(s.take(Tokens::new(5), now), Take::Short { wait: Some(Duration::from_secs(2)) });
+        assert_eq!(s.available(now.saturating_add(Duration::from_millis(1_500))), Tokens::ZERO);
+    }
+
+    #[test]
+    fn concurrent_buckets_do_not_refill_even_if_a_row_says_so() {
+        let mut s = state(3, RefillRate::per_second(100), Tokens::ZERO);
+        s.bucket.limit_type = LimitType::Concurrent;
+        let later = s.last_refill_at.saturating_add(Duration::from_secs(3600));
+        assert_eq!(s.available(later), Tokens::ZERO);
+        assert_eq!(s.take(Tokens::new(1), later), Take::Short { wait: None });
+        assert_eq!(s.restored(Tokens::new(5), later).0, Tokens::new(3));
+    }
+
+    #[test]
+    fn cost_above_capacity_is_never_short_but_impossible() {
+        let s = state(10, RefillRate::per_second(1), Tokens::new(10));
+        assert_eq!(s.take(Tokens::new(11), s.last_refill_at), Take::ExceedsCapacity);
+    }
+
+    #[test]
+    fn bucket_definitions_validate() {
+        assert!(Bucket::requests(RefillRate::per_minute(500)).validate().is_ok());
+        assert_eq!(Bucket::requests(RefillRate::per_minute(500)).capacity(), Tokens::new(500));
+        assert_eq!(Bucket::tokens(RefillRate::per_minute(2_000_000)).capacity(), Tokens::new(2_000_000));
+        assert_eq!(Bucket::concurrent(10).capacity(), Tokens::new(10));
+        assert!(Bucket::concurrent(0).validate().is_err());
+        assert_eq!(Bucket::requests(RefillRate::ZERO).validate(), Err(BucketError::NoRefill(LimitType::Requests)));
+        assert_eq!(
+            Bucket::new(LimitType::Concurrent, 5, RefillRate::per_second(1)).validate(),
+            Err(BucketError::ConcurrentRefill)
+        );
+        assert!(Bucket::concurrent(2).with_cost_per_call(3).validate().is_err());
+    }
+
+    fn arb_rate() -> impl Strategy<Value = RefillRate> {
+        prop_oneof![
+            (1u64..10_000).prop_map(RefillRate::per_second),
+            (1u64..3_000_000).prop_map(RefillRate::per_minute),
+            (1u64..100_000).prop_map(RefillRate::per_hour),
+            // Arbitrary nine-decimal rates, as a foreign row might carry.
+            (1i128..50_000_000_000).prop_map(RefillRate::from_nanos_per_second),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn many_small_refill_steps_equal_one_large_step(
+            rate in arb_rate(),
+            capacity in 1i64..1_000_000,
+            start_fraction in 0u32..=100,
+            steps in proptest::collection::vec(0i64..2_500, 1..200),
+        ) {
+            let cap = Tokens::new(capacity);
+            let start_tokens = Tokens::from_nanos(cap.as_nanos() * i128::from(start_fraction) / 100);
+            let t0 = UnixMillis::new(1_700_000_000_000);
+            let mut tokens = start_tokens;
+            let mut last = t0;
+            let mut now = t0;
+            for step in &steps {
+                now = UnixMillis::new(now.as_millis() + step);
+                let (t, l) = refill(tokens, last, cap, rate, now);
+                prop_assert!(l >= last, "timestamp moved backwards");
+                prop_assert!(l <= now.max(last));
+                prop_assert!(t <= cap);
+                tokens = t;
+                last = l;
+            }
+            let (one_tokens, _) = refill(start_tokens, t0, cap, rate, now);
+            prop_assert_eq!(tokens, one_tokens);
+            // And the state reached by small steps keeps agreeing afterwards.
+            let later = UnixMillis::new(now.as_millis() + 12_345);
+            prop_assert_eq!(refill(tokens, last, cap, rate, later).0, refill(start_tokens, t0, cap, rate, later).0);
+        }
+
+        #[test]
+        fn retry_in_is_the_first_millisecond_with_enough_tokens(
+            rate in arb_rate(),
+            capacity in 1i64..100_000,
+            tokens_pct in -100i64..100,
+            cost_pct in 1i64..=100,
+            offset in 0i64..3_000,
+        ) {
+            let cap = Tokens::new(capacity);
+            let s = BucketState {
+                dimension: dim(),
+                bucket: Bucket::new(LimitType::Tokens, cap, rate),
+                tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
+                last_refill_at: UnixMillis::new(1_700_000_000_000),
+                version: 3,
+            };
+            let cost = Tokens::from_nanos((cap.as_nanos() * i128::from(cost_pct) / 100).max(1));
+            let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
+            match s.take(cost, now) {
+                Take::Granted { tokens, last_refill_at } => {
+                    prop_assert!(tokens >= Tokens::ZERO);
+                    prop_assert!(last_refill_at >= s.last_refill_at);
+                }
+                Take::Short { wait: Some(wait) } => {
+                    prop_assert!(wait >= Duration::from_millis(1));
+                    let ms = wait.as_millis() as i64;
+                    let before = UnixMillis::new(now.as_millis() + ms - 1);
+                    let at = UnixMillis::new(now.as_millis() + ms);
+                    prop_assert!(matches!(s.take(cost, before), Take::Short { .. }), "granted 1 ms early");
+                    prop_assert!(matches!(s.take(cost, at), Take::Granted { .. }), "not granted at the promised time");
+                }
+                other => prop_assert!(false, "unexpected {:?}", other),
+            }
+        }
+    }
+}

@@ -1,0 +1,801 @@
+//! The `Sluice` client: the acquisition protocol over any [`Store`].
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use rand::Rng as _;
+use tracing::Instrument as _;
+
+use crate::acquire::{Acquire, Wanted};
+use crate::bucket::{Bucket, BucketState, LimitType, Take};
+use crate::clock::{Clock, SystemClock, UnixMillis};
+use crate::config::{Config, ConfigError};
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::lease::{Lease, LeaseId, LeasePart};
+use crate::snapshot::Snapshot;
+use crate::store::{
+    BucketWrite, Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord,
+    LeaseWrite, MemoryStore, Store,
+};
+use crate::tokens::Tokens;
+
+/// Backoff after a lost race: exponential from 25 ms, capped at 200 ms, with jitter.
+const BACKOFF_BASE: Duration = Duration::from_millis(25);
+const BACKOFF_MAX: Duration = Duration::from_millis(200);
+
+/// A client of the shared buckets: hands out leases or an exact [`Error::RetryIn`].
+///
+/// Cloning is cheap and clones share everything (store, clock, configuration), so one
+/// quota is never split between clones.
+///
+/// ```
+/// use std::time::Duration;
+/// use sluice::{Bucket, RefillRate, Sluice};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let sluice = Sluice::in_memory();
+/// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(500))).await?;
+///
+/// // Acquire and release by hand...
+/// let lease = sluice.acquire("openai#rpm").await?;
+/// lease.release().await?;
+///
+/// // ...or let a slot do it, whatever happens in the body.
+/// let answer = sluice
+///     .slot("openai#rpm", Duration::from_secs(30), async { "vendor response" })
+///     .await?;
+/// assert_eq!(answer, "vendor response");
+/// # Ok::<(), sluice::Error>(()) }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Sluice {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    config: Config,
+}
+
+impl fmt::Debug for Sluice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sluice")
+            .field("store", &self.inner.store)
+            .field("clock", &self.inner.clock)
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+/// Builds a [`Sluice`] client.
+///
+/// ```
+/// use std::time::Duration;
+/// use sluice::{ManualClock, MemoryStore, Sluice, UnixMillis};
+///
+/// let sluice = Sluice::builder()
+///     .store(MemoryStore::new())
+///     .clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000)))
+///     .lease_ttl(Duration::from_secs(30))
+///     .max_retries(3)
+///     .caller("audit-service")
+///     .build()?;
+/// # let _ = sluice;
+/// # Ok::<(), sluice::Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct SluiceBuilder {
+    config: Config,
+    store: Option<Arc<dyn Store>>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl SluiceBuilder {
+    /// A builder starting from the environment's configuration (see [`Config::from_env`]).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(SluiceBuilder {
+            config: Config::from_env()?,
+            ..SluiceBuilder::default()
+        })
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The store to use (default: a new [`MemoryStore`]).
+    pub fn store(self, store: impl Store) -> Self {
+        self.store_arc(Arc::new(store))
+    }
+
+    /// The store to use, already shared.
+    pub fn store_arc(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The clock to use (default: [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// The default lease TTL (`SLUICE_LEASE_TTL`).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.config.lease_ttl = ttl;
+        self
+    }
+
+    /// Retries of a write lost to another writer (`SLUICE_MAX_RETRIES`).
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.config.max_retries = retries;
+        self
+    }
+
+    /// The `caller` written on lease rows (`SLUICE_CALLER`).
+    pub fn caller(mut self, caller: impl Into<String>) -> Self {
+        self.config.caller = caller.into();
+        self
+    }
+
+    /// The configuration as set so far.
+    pub fn config_ref(&self) -> &Config {
+        &self.config
+    }
+
+    /// Builds the client.
+    ///
+    /// Without an explicit store, a table name in the configuration is an error in this
+    /// build (no DynamoDB support); otherwise a new [`MemoryStore`] is used.
+    pub fn build(self) -> Result<Sluice, Error> {
+        if self.config.lease_ttl < Duration::from_millis(1) {
+            return Err(ConfigError::Invalid {
+                variable: "SLUICE_LEASE_TTL",
+                value: format!("{:?}", self.config.lease_ttl),
+                reason: "the lease TTL must be at least one millisecond",
+            }
+            .into());
+        }
+        let store = match (self.store, &self.config.table_name) {
+            (Some(store), _) => store,
+            (None, Some(table)) => return Err(ConfigError::NoDynamoDb(table.clone()).into()),
+            (None, None) => Arc::new(MemoryStore::new()),
+        };
+        Ok(Sluice {
+            inner: Arc::new(Inner {
+                store,
+                clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+                config: self.config,
+            }),
+        })
+    }
+}
+
+/// The result of one attempt at an acquire.
+enum Attempt {
+    Granted,
+    Retry { backoff: bool },
+}
+
+impl Sluice {
+    /// A builder with default settings (not read from the environment).
+    pub fn builder() -> SluiceBuilder {
+        SluiceBuilder::default()
+    }
+
+    /// A client on a new, empty in-memory store with default settings.
+    pub fn in_memory() -> Sluice {
+        Sluice::builder()
+            .store(MemoryStore::new())
+            .build()
+            .unwrap_or_else(|_| unreachable!("a memory store with the default TTL always builds"))
+    }
+
+    /// A client configured from the environment (`SLUICE_*`, see [`Config`]).
+    pub async fn from_env() -> Result<Sluice, Error> {
+        SluiceBuilder::from_env()?.build()
+    }
+
+    /// The client's configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The client's store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The current time by the client's clock.
+    pub fn now(&self) -> UnixMillis {
+        self.inner.clock.now()
+    }
+
+    /// Takes tokens from one or several dimensions, all or nothing, and returns the lease
+    /// that holds them; or [`Error::RetryIn`] with the exact wait when a bucket is short
+    /// (for several short buckets, the longest wait).
+    ///
+    /// Accepts a dimension (`"openai#rpm"`, taking its `cost_per_call`) or an [`Acquire`].
+    pub async fn acquire(&self, request: impl Into<Acquire>) -> Result<Lease, Error> {
+        let request = request.into();
+        let wanted = request.resolve()?;
+        let ttl = request.ttl_value().unwrap_or(self.inner.config.lease_ttl);
+        let span = tracing::debug_span!(
+            "sluice.acquire",
+            dimensions = %DisplayDims(&wanted),
+            outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+            retry_in_ms = tracing::field::Empty,
+        );
+        let result = self.acquire_resolved(&wanted, ttl).instrument(span.clone()).await;
+        match &result {
+            Ok(lease) => {
+                span.record("outcome", "granted");
+                span.record("attempts", lease.attempts);
+            }
+            Err(Error::RetryIn(d)) => {
+                span.record("outcome", "retry_in");
+                span.record("retry_in_ms", d.as_millis() as u64);
+            }
+            Err(e) => {
+                span.record("outcome", "error");
+                tracing::debug!(parent: &span, error = %e, "acquire failed");
+            }
+        }
+        result
+    }
+
+    async fn acquire_resolved(&self, wanted: &[Wanted], ttl: Duration) -> Result<Lease, Error> {
+        let dimensions: Vec<Dimension> = wanted.iter().map(|w| w.dimension.clone()).collect();
+        let mut unique = new_unique();
+        let max_retries = self.inner.config.max_retries;
+        let mut attempt: u32 = 0;
+        let mut contended = None;
+        loop {
+            attempt += 1;
+            let rows = self.read_existing(&dimensions).await?;
+            let now = self.now();
+            let expires_at = now.saturating_add(ttl);
+            let mut writes = Vec::with_capacity(rows.len());
+            let mut leases = Vec::with_capacity(rows.len());
+            let mut parts = Vec::with_capacity(rows.len());
+            let mut retry_in: Option<Duration> = None;
+            for (w, row) in wanted.iter().zip(&rows) {
+                let cost = w.cost(row.bucket.cost_per_call());
+                match row.take(cost, now) {
+                    Take::ExceedsCapacity => {
+                        return Err(Error::CostExceedsCapacity {
+                            dimension: row.dimension.clone(),
+                            cost,
+                            capacity: row.bucket.capacity(),
+                        });
+                    }
+                    Take::Short { wait } => {
+                        let wait = match wait {
+                            Some(wait) => wait,
+                            None => match self.concurrent_wait(row, now).await? {
+                                Some(wait) => wait,
+                                // Expired leases were given back: look again at once.
+                                None => Duration::ZERO,
+                            },
+                        };
+                        retry_in = Some(retry_in.map_or(wait, |r| r.max(wait)));
+                    }
+                    Take::Granted {
+                        tokens,
+                        last_refill_at,
+                    } => {
+                        let key = LeaseKey::new(&row.dimension, &unique);
+                        writes.push(BucketWrite {
+                            dimension: row.dimension.clone(),
+                            expected_version: row.version,
+                            tokens,
+                            last_refill_at,
+                        });
+                        leases.push(LeaseWrite::Create(LeaseRecord {
+                            key: key.clone(),
+                            dimension: row.dimension.clone(),
+                            cost,
+                            created_at: now,
+                            expires_at,
+                            caller: self.inner.config.caller.clone(),
+                        }));
+                        parts.push(LeasePart {
+                            key,
+                            dimension: row.dimension.clone(),
+                            cost,
+                            restores: row.bucket.limit_type().restores_on_release(),
+                        });
+                    }
+                }
+            }
+            match retry_in {
+                Some(Duration::ZERO) if attempt <= max_retries + 1 => continue,
+                Some(wait) => return Err(Error::RetryIn(wait.max(Duration::from_millis(1)))),
+                None => {}
+            }
+            if attempt > max_retries + 1 {
+                let dimension = contended.unwrap_or_else(|| dimensions[0].clone());
+                tracing::warn!(%dimension, attempts = attempt - 1, "giving up after repeated contention");
+                return Err(Error::Contention {
+                    dimension,
+                    attempts: attempt - 1,
+                });
+            }
+            let commit = Commit {
+                buckets: writes,
+                leases,
+            };
+            let outcome = match self.inner.store.commit(commit).await {
+                Ok(()) => Attempt::Granted,
+                Err(CommitError::Condition(ConditionFailure::BucketChanged { dimension, .. })) => {
+                    tracing::debug!(%dimension, attempt, "lost the race: bucket changed since it was read");
+                    contended = Some(dimension);
+                    Attempt::Retry { backoff: true }
+                }
+                Err(CommitError::Condition(ConditionFailure::LeaseExists(key))) => {
+                    tracing::debug!(%key, "lease key already taken; drawing a new one");
+                    unique = new_unique();
+                    Attempt::Retry { backoff: false }
+                }
+                Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
+                    // Creating leases never requires one to exist: a store reporting this is
+                    // broken.
+                    return Err(crate::store::StoreError::Service {
+                        message: format!("store reported missing lease `{key}` while creating it"),
+                        source: None,
+                    }
+                    .into());
+                }
+                Err(CommitError::TransactionConflict) => {
+                    tracing::debug!(attempt, "transaction conflict");
+                    contended = Some(dimensions[0].clone());
+                    Attempt::Retry { backoff: true }
+                }
+                Err(CommitError::Store(e)) => return Err(e.into()),
+            };
+            match outcome {
+                Attempt::Granted => {
+                    let keys = parts.iter().map(|p| p.key.clone()).collect();
+                    return Ok(Lease {
+                        client: self.clone(),
+                        id: LeaseId::new(keys),
+                        parts,
+                        created_at: now,
+                        expires_at,
+                        attempts: attempt,
+                    });
+                }
+                Attempt::Retry { backoff } => {
+                    if backoff && attempt <= max_retries {
+                        tokio::time::sleep(backoff_delay(attempt)).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads the buckets of `dimensions`, all of which must exist.
+    async fn read_existing(&self, dimensions: &[Dimension]) -> Result<Vec<BucketState>, Error> {
+        let rows = self.inner.store.read_buckets(dimensions).await?;
+        rows.into_iter()
+            .zip(dimensions)
+            .map(|(row, d)| row.ok_or_else(|| Error::UnknownDimension(d.clone())))
+            .collect()
+    }
+
+    /// How long until a slot of a short `concurrent` bucket frees up: the earliest expiry
+    /// of its live leases. Expired leases found on the way are given back at once (the
+    /// reconciler's work, done exactly once); then `None` asks the caller to look again.
+    /// With no lease at all, the configured lease TTL bounds the wait.
+    async fn concurrent_wait(
+        &self,
+        row: &BucketState,
+        now: UnixMillis,
+    ) -> Result<Option<Duration>, Error> {
+        let leases = self
+            .inner
+            .store
+            .list_leases(&LeaseFilter {
+                dimension: Some(row.dimension.clone()),
+                expired_before: None,
+            })
+            .await?;
+        let (live, expired): (Vec<_>, Vec<_>) = leases.into_iter().partition(|l| l.expires_at > now);
+        if !expired.is_empty() {
+            let reclaimed = self.reclaim(expired).await?;
+            if reclaimed > 0 {
+                return Ok(None);
+            }
+        }
+        let wait = live
+            .iter()
+            .map(|l| l.expires_at.saturating_since(now))
+            .min()
+            .unwrap_or(self.inner.config.lease_ttl);
+        Ok(Some(wait.max(Duration::from_millis(1))))
+    }
+
+    /// Ends expired lease rows found by a scan, giving their cost back to their buckets
+    /// whatever the limit type. Exactly once: each row's deletion is conditioned on it still
+    /// existing, so a concurrent release or reconciler wins or loses as a whole.
+    pub(crate) async fn reclaim(&self, records: Vec<LeaseRecord>) -> Result<usize, Error> {
+        let parts = records
+            .into_iter()
+            .map(|r| LeasePart {
+                key: r.key,
+                dimension: r.dimension,
+                cost: r.cost,
+                restores: true,
+            })
+            .collect();
+        self.end_parts(parts).await
+    }
+
+    /// Deletes lease rows and gives back the cost of those that restore. Returns how many
+    /// rows this call deleted (rows already gone are skipped).
+    pub(crate) async fn end_parts(&self, mut parts: Vec<LeasePart>) -> Result<usize, Error> {
+        let max_retries = self.inner.config.max_retries;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            if parts.is_empty() {
+                return Ok(0);
+            }
+            // Aggregate what goes back to each restoring bucket.
+            let mut restore: Vec<(Dimension, Tokens)> = Vec::new();
+            for p in parts.iter().filter(|p| p.restores) {
+                match restore.iter_mut().find(|(d, _)| *d == p.dimension) {
+                    Some((_, amount)) => *amount += p.cost,
+                    None => restore.push((p.dimension.clone(), p.cost)),
+                }
+            }
+            let dims: Vec<Dimension> = restore.iter().map(|(d, _)| d.clone()).collect();
+            let rows = if dims.is_empty() {
+                Vec::new()
+            } else {
+                self.inner.store.read_buckets(&dims).await?
+            };
+            let now = self.now();
+            let buckets = restore
+                .iter()
+                .zip(rows)
+                .filter_map(|((_, amount), row)| {
+                    // A deleted bucket has nothing to give back to.
+                    let row = row?;
+                    let (tokens, last_refill_at) = row.restored(*amount, now);
+                    Some(BucketWrite {
+                        dimension: row.dimension.clone(),
+                        expected_version: row.version,
+                        tokens,
+                        last_refill_at,
+                    })
+                })
+                .collect();
+            let commit = Commit {
+                buckets,
+                leases: parts.iter().map(|p| LeaseWrite::Delete(p.key.clone())).collect(),
+            };
+            match self.inner.store.commit(commit).await {
+                Ok(()) => return Ok(parts.len()),
+                Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
+                    tracing::debug!(%key, "lease row already gone (released or reconciled)");
+                    parts.retain(|p| p.key != key);
+                    continue;
+                }
+                Err(CommitError::Condition(ConditionFailure::LeaseExists(key))) => {
+                    return Err(crate::store::StoreError::Service {
+                        message: format!("store reported existing lease `{key}` while deleting it"),
+                        source: None,
+                    }
+                    .into());
+                }
+                Err(CommitError::Condition(ConditionFailure::BucketChanged { dimension, .. })) => {
+                    if attempt > max_retries {
+                        return Err(Error::Contention {
+                            dimension,
+                            attempts: attempt,
+                        });
+                    }
+                }
+                Err(CommitError::TransactionConflict) => {
+                    if attempt > max_retries {
+                        return Err(Error::Contention {
+                            dimension: parts[0].dimension.clone(),
+                            attempts: attempt,
+                        });
+                    }
+                }
+                Err(CommitError::Store(e)) => return Err(e.into()),
+            }
+            tokio::time::sleep(backoff_delay(attempt)).await;
+        }
+    }
+
+    /// Changes one part's cost to `actual`, charging or refunding the difference.
+    pub(crate) async fn adjust_part(&self, part: &LeasePart, actual: Tokens) -> Result<(), Error> {
+        let delta = actual - part.cost;
+        let max_retries = self.inner.config.max_retries;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let row = self
+                .read_existing(std::slice::from_ref(&part.dimension))
+                .await?
+                .remove(0);
+            let now = self.now();
+            let (tokens, last_refill_at) = row.charged(delta, now);
+            let commit = Commit {
+                buckets: vec![BucketWrite {
+                    dimension: row.dimension.clone(),
+                    expected_version: row.version,
+                    tokens,
+                    last_refill_at,
+                }],
+                leases: vec![LeaseWrite::SetCost {
+                    key: part.key.clone(),
+                    cost: actual,
+                }],
+            };
+            match self.inner.store.commit(commit).await {
+                Ok(()) => return Ok(()),
+                Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
+                    return Err(Error::LeaseNotFound(key.to_string()));
+                }
+                Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {
+                    if attempt > max_retries {
+                        return Err(Error::Contention {
+                            dimension: part.dimension.clone(),
+                            attempts: attempt,
+                        });
+                    }
+                }
+                Err(CommitError::Store(e)) => return Err(e.into()),
+            }
+            tokio::time::sleep(backoff_delay(attempt)).await;
+        }
+    }
+
+    /// Releases a lease by id, e.g. one taken by another process. Returns whether any of its
+    /// rows still existed (`false`: already released or reconciled).
+    pub async fn release_id(&self, id: &LeaseId) -> Result<bool, Error> {
+        let records = self.inner.store.read_leases(id.keys()).await?;
+        let records: Vec<LeaseRecord> = records.into_iter().flatten().collect();
+        if records.is_empty() {
+            return Ok(false);
+        }
+        let dims: Vec<Dimension> = records.iter().map(|r| r.dimension.clone()).collect();
+        let rows = self.inner.store.read_buckets(&dims).await?;
+        let parts = records
+            .into_iter()
+            .zip(rows)
+            .map(|(r, row)| LeasePart {
+                restores: row.is_some_and(|b| b.bucket.limit_type() == LimitType::Concurrent),
+                key: r.key,
+                dimension: r.dimension,
+                cost: r.cost,
+            })
+            .collect();
+        Ok(self.end_parts(parts).await? > 0)
+    }
+
+    /// Runs `body` while holding capacity on `request`: acquires, runs, releases.
+    ///
+    /// `timeout` is both the lease's TTL and the body's deadline: a body still running then
+    /// is dropped and the slot returns [`Error::Timeout`]. The lease is released on every
+    /// path: when the body finishes, when it times out, when it panics (the panic then
+    /// continues), and when the slot's future is dropped (released in the background).
+    pub async fn slot<F>(
+        &self,
+        request: impl Into<Acquire>,
+        timeout: Duration,
+        body: F,
+    ) -> Result<F::Output, Error>
+    where
+        F: Future,
+    {
+        let lease = self.acquire(request.into().ttl(timeout)).await?;
+        let outcome = tokio::time::timeout(timeout, AssertUnwindSafe(body).catch_unwind()).await;
+        let release = lease.release().await;
+        let value = match outcome {
+            Err(_elapsed) => {
+                if let Err(error) = release {
+                    tracing::warn!(%error, "release after timeout failed; the lease will expire and be reconciled");
+                }
+                return Err(Error::Timeout(timeout));
+            }
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Ok(Ok(value)) => value,
+        };
+        if let Err(error) = release {
+            // The body's work is done and must not be lost; the lease will expire.
+            tracing::warn!(%error, "release after the slot's body failed; the lease will expire and be reconciled");
+        }
+        Ok(value)
+    }
+
+    /// Like [`slot`](Self::slot) for a body that returns `Result<T, E>`: sluice's own
+    /// errors (RetryIn, timeout, …) are converted into `E`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, Sluice};
+    ///
+    /// #[derive(Debug)]
+    /// enum AppError { Sluice(sluice::Error), Vendor(String) }
+    /// impl From<sluice::Error> for AppError {
+    ///     fn from(e: sluice::Error) -> Self { AppError::Sluice(e) }
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sluice = Sluice::in_memory();
+    /// sluice.put_bucket("elevenlabs#concurrent", Bucket::concurrent(2)).await.unwrap();
+    /// let out: Result<u32, AppError> = sluice
+    ///     .try_slot("elevenlabs#concurrent", Duration::from_secs(30), async { Ok(42) })
+    ///     .await;
+    /// assert_eq!(out.unwrap(), 42);
+    /// # });
+    /// ```
+    pub async fn try_slot<F, T, E>(
+        &self,
+        request: impl Into<Acquire>,
+        timeout: Duration,
+        body: F,
+    ) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        self.slot(request, timeout, body).await?
+    }
+
+    /// What an operator wants to know about a dimension right now.
+    pub async fn snapshot(&self, dimension: &str) -> Result<Snapshot, Error> {
+        let dimension = Dimension::new(dimension)?;
+        let row = self
+            .read_existing(std::slice::from_ref(&dimension))
+            .await?
+            .remove(0);
+        let leases = self
+            .inner
+            .store
+            .list_leases(&LeaseFilter {
+                dimension: Some(dimension),
+                expired_before: None,
+            })
+            .await?;
+        Ok(Snapshot::of(&row, &leases, self.now()))
+    }
+
+    /// Defines or redefines the bucket of `dimension`.
+    ///
+    /// A new bucket starts full. Redefining keeps the tokens the bucket holds now (capped at
+    /// the new capacity), so changing a limit never hands out a fresh burst.
+    pub async fn put_bucket(&self, dimension: &str, bucket: Bucket) -> Result<BucketState, Error> {
+        let dimension = Dimension::new(dimension)?;
+        bucket.validate().map_err(|source| Error::InvalidBucket {
+            dimension: dimension.clone(),
+            source,
+        })?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let now = self.now();
+            let current = self
+                .inner
+                .store
+                .read_buckets(std::slice::from_ref(&dimension))
+                .await?
+                .remove(0);
+            let (state, expected) = match current {
+                None => (BucketState::full(dimension.clone(), bucket.clone(), now), None),
+                Some(cur) => {
+                    let (tokens, last_refill_at) = cur.refilled(now);
+                    let state = BucketState {
+                        dimension: dimension.clone(),
+                        tokens: tokens.min(bucket.capacity()),
+                        bucket: bucket.clone(),
+                        last_refill_at,
+                        version: cur.version + 1,
+                    };
+                    (state, Some(cur.version))
+                }
+            };
+            if self.inner.store.put_bucket(&state, expected).await? {
+                return Ok(state);
+            }
+            if attempt > self.inner.config.max_retries {
+                return Err(Error::Contention {
+                    dimension,
+                    attempts: attempt,
+                });
+            }
+            tokio::time::sleep(backoff_delay(attempt)).await;
+        }
+    }
+
+    /// The stored bucket of `dimension`, if any.
+    pub async fn bucket(&self, dimension: &str) -> Result<Option<BucketState>, Error> {
+        let dimension = Dimension::new(dimension)?;
+        Ok(self
+            .inner
+            .store
+            .read_buckets(std::slice::from_ref(&dimension))
+            .await?
+            .remove(0))
+    }
+
+    /// Every stored bucket.
+    pub async fn buckets(&self) -> Result<Vec<BucketState>, Error> {
+        Ok(self.inner.store.list_buckets().await?)
+    }
+
+    /// Deletes the bucket of `dimension`; returns whether it existed.
+    pub async fn delete_bucket(&self, dimension: &str) -> Result<bool, Error> {
+        let dimension = Dimension::new(dimension)?;
+        Ok(self.inner.store.delete_bucket(&dimension).await?)
+    }
+
+    /// Lease rows matching `filter` (e.g. the expired ones).
+    pub async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, Error> {
+        Ok(self.inner.store.list_leases(filter).await?)
+    }
+}
+
+/// Exponential backoff with jitter: the `attempt`-th delay is drawn from
+/// `[d/2, d]` with `d = min(25 ms * 2^(attempt-1), 200 ms)`.
+pub(crate) fn backoff_delay(attempt: u32) -> Duration {
+    let exp = BACKOFF_BASE.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+    let cap = exp.min(BACKOFF_MAX);
+    let half = cap / 2;
+    let jitter_ms = rand::rng().random_range(0..=half.as_millis() as u64);
+    half + Duration::from_millis(jitter_ms)
+}
+
+/// 128 random bits in hex: the unique suffix of a lease's rows.
+fn new_unique() -> String {
+    format!("{:032x}", rand::rng().random::<u128>())
+}
+
+struct DisplayDims<'a>(&'a [Wanted]);
+
+impl fmt::Display for DisplayDims<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, w) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(w.dimension.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+const _: () = {
+    const fn is_send_sync<T: Send + Sync>() {}
+    is_send_sync::<Sluice>();
+    is_send_sync::<Lease>();
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_from_25ms_to_a_200ms_cap_with_jitter() {
+        for _ in 0..200 {
+            let first = backoff_delay(1);
+            assert!(first >= Duration::from_micros(12_500) && first <= Duration::from_millis(25));
+            let later = backoff_delay(10);
+            assert!(later >= Duration::from_millis(100) && later <= Duration::from_millis(200));
+        }
+    }
+}

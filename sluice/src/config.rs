@@ -1,0 +1,169 @@
+//! Configuration from the environment (`SLUICE_*`) and from code.
+
+use std::time::Duration;
+
+/// Default lease TTL (`SLUICE_LEASE_TTL`), seconds.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+/// Default contention retries before giving up (`SLUICE_MAX_RETRIES`).
+pub const DEFAULT_MAX_RETRIES: u32 = 5;
+
+/// An environment variable with a value sluice cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A variable's value is invalid.
+    #[error("{variable}={value:?} is invalid: {reason}")]
+    Invalid {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What was expected.
+        reason: &'static str,
+    },
+    /// A table is configured but this build has no DynamoDB support.
+    #[error(
+        "SLUICE_TABLE_NAME={0:?} is set, but sluice was built without the `dynamodb` feature; enable it or unset the variable to use the in-memory store"
+    )]
+    NoDynamoDb(String),
+}
+
+/// Settings of a [`Sluice`](crate::Sluice) client.
+///
+/// [`Config::from_env`] reads:
+///
+/// | variable | meaning | default |
+/// |---|---|---|
+/// | `SLUICE_TABLE_NAME` | DynamoDB table; unset: the in-memory store | — |
+/// | `SLUICE_ENDPOINT_URL` | DynamoDB endpoint override | AWS default |
+/// | `SLUICE_LEASE_TTL` | default lease TTL, seconds | 60 |
+/// | `SLUICE_MAX_RETRIES` | contention retries before giving up | 5 |
+/// | `SLUICE_CALLER` | `caller` written on leases | Lambda function name or host name |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The DynamoDB table, if any.
+    pub table_name: Option<String>,
+    /// The DynamoDB endpoint override, if any.
+    pub endpoint_url: Option<String>,
+    /// How long a lease lives unless released.
+    pub lease_ttl: Duration,
+    /// How many times to retry a write lost to another writer.
+    pub max_retries: u32,
+    /// Who takes leases, written on lease rows.
+    pub caller: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            table_name: None,
+            endpoint_url: None,
+            lease_ttl: DEFAULT_LEASE_TTL,
+            max_retries: DEFAULT_MAX_RETRIES,
+            caller: default_caller(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads the configuration through `lookup` (a testable stand-in for the environment).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let mut config = Config {
+            table_name: non_empty("SLUICE_TABLE_NAME"),
+            endpoint_url: non_empty("SLUICE_ENDPOINT_URL"),
+            ..Config::default()
+        };
+        if let Some(v) = non_empty("SLUICE_LEASE_TTL") {
+            let secs: u64 = v.trim().parse().map_err(|_| ConfigError::Invalid {
+                variable: "SLUICE_LEASE_TTL",
+                value: v.clone(),
+                reason: "expected a whole number of seconds, at least 1",
+            })?;
+            if secs == 0 {
+                return Err(ConfigError::Invalid {
+                    variable: "SLUICE_LEASE_TTL",
+                    value: v,
+                    reason: "expected a whole number of seconds, at least 1",
+                });
+            }
+            config.lease_ttl = Duration::from_secs(secs);
+        }
+        if let Some(v) = non_empty("SLUICE_MAX_RETRIES") {
+            config.max_retries = v.trim().parse().map_err(|_| ConfigError::Invalid {
+                variable: "SLUICE_MAX_RETRIES",
+                value: v.clone(),
+                reason: "expected a whole number, 0 or more",
+            })?;
+        }
+        if let Some(v) = non_empty("SLUICE_CALLER") {
+            config.caller = v;
+        } else if let Some(f) = non_empty("AWS_LAMBDA_FUNCTION_NAME") {
+            config.caller = f;
+        }
+        Ok(config)
+    }
+}
+
+fn default_caller() -> String {
+    std::env::var("AWS_LAMBDA_FUNCTION_NAME")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let c = Config::from_lookup(env(&[])).unwrap();
+        assert_eq!(c.table_name, None);
+        assert_eq!(c.lease_ttl, Duration::from_secs(60));
+        assert_eq!(c.max_retries, 5);
+        assert!(!c.caller.is_empty());
+    }
+
+    #[test]
+    fn every_variable_is_read() {
+        let c = Config::from_lookup(env(&[
+            ("SLUICE_TABLE_NAME", "vendor-buckets-pre"),
+            ("SLUICE_ENDPOINT_URL", "http://127.0.0.1:8000"),
+            ("SLUICE_LEASE_TTL", "30"),
+            ("SLUICE_MAX_RETRIES", "2"),
+            ("SLUICE_CALLER", "audit-service"),
+        ]))
+        .unwrap();
+        assert_eq!(c.table_name.as_deref(), Some("vendor-buckets-pre"));
+        assert_eq!(c.endpoint_url.as_deref(), Some("http://127.0.0.1:8000"));
+        assert_eq!(c.lease_ttl, Duration::from_secs(30));
+        assert_eq!(c.max_retries, 2);
+        assert_eq!(c.caller, "audit-service");
+    }
+
+    #[test]
+    fn lambda_function_name_is_the_default_caller() {
+        let c = Config::from_lookup(env(&[("AWS_LAMBDA_FUNCTION_NAME", "stats-service")])).unwrap();
+        assert_eq!(c.caller, "stats-service");
+    }
+
+    #[test]
+    fn bad_values_are_named_in_the_error() {
+        let e = Config::from_lookup(env(&[("SLUICE_LEASE_TTL", "1m")])).unwrap_err();
+        assert!(e.to_string().contains("SLUICE_LEASE_TTL=\"1m\""), "{e}");
+        assert!(Config::from_lookup(env(&[("SLUICE_LEASE_TTL", "0")])).is_err());
+        assert!(Config::from_lookup(env(&[("SLUICE_MAX_RETRIES", "-1")])).is_err());
+    }
+}

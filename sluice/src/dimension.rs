@@ -1,0 +1,181 @@
+//! Dimensions: the `{vendor}#{metric}` names of shared limits.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// The prefix that marks lease rows; no dimension may start with it.
+pub(crate) const LEASE_PREFIX: &str = "lease#";
+
+/// A validated `{vendor}#{metric}` name, such as `openai#rpm` or `elevenlabs#concurrent`.
+///
+/// A dimension has a non-empty vendor and metric separated by exactly one `#`, contains no
+/// whitespace or control characters, and does not start with `lease#` (the prefix of lease
+/// rows in the shared table). Cloning is cheap.
+///
+/// ```
+/// use sluice::Dimension;
+///
+/// let d: Dimension = "openai#rpm".parse()?;
+/// assert_eq!(d.vendor(), "openai");
+/// assert_eq!(d.metric(), "rpm");
+/// assert!("openai".parse::<Dimension>().is_err());
+/// # Ok::<(), sluice::DimensionError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Dimension(Arc<str>);
+
+/// Why a string is not a valid [`Dimension`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DimensionError {
+    /// The string is empty.
+    #[error("dimension is empty; expected `{{vendor}}#{{metric}}`, e.g. `openai#rpm`")]
+    Empty,
+    /// There is no `#` or more than one.
+    #[error(
+        "dimension `{0}` must have exactly one `#` between vendor and metric, e.g. `openai#rpm`"
+    )]
+    Separator(String),
+    /// The vendor part is empty.
+    #[error("dimension `{0}` has an empty vendor; expected `{{vendor}}#{{metric}}`")]
+    EmptyVendor(String),
+    /// The metric part is empty.
+    #[error("dimension `{0}` has an empty metric; expected `{{vendor}}#{{metric}}`")]
+    EmptyMetric(String),
+    /// The string contains whitespace or a control character.
+    #[error("dimension `{0}` contains whitespace or a control character")]
+    Whitespace(String),
+    /// The string starts with the lease prefix.
+    #[error("dimension `{0}` must not start with `lease#`, the prefix reserved for lease rows")]
+    Reserved(String),
+    /// The string is longer than a DynamoDB key allows for a lease row.
+    #[error("dimension `{0}` is longer than 1024 bytes")]
+    TooLong(String),
+}
+
+impl Dimension {
+    /// Validates `s` as a dimension.
+    pub fn new(s: &str) -> Result<Self, DimensionError> {
+        if s.is_empty() {
+            return Err(DimensionError::Empty);
+        }
+        if s.len() > 1024 {
+            return Err(DimensionError::TooLong(s.to_owned()));
+        }
+        if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(DimensionError::Whitespace(s.to_owned()));
+        }
+        if s.starts_with(LEASE_PREFIX) {
+            return Err(DimensionError::Reserved(s.to_owned()));
+        }
+        let mut parts = s.split('#');
+        let (vendor, metric) = match (parts.next(), parts.next(), parts.next()) {
+            (Some(v), Some(m), None) => (v, m),
+            _ => return Err(DimensionError::Separator(s.to_owned())),
+        };
+        if vendor.is_empty() {
+            return Err(DimensionError::EmptyVendor(s.to_owned()));
+        }
+        if metric.is_empty() {
+            return Err(DimensionError::EmptyMetric(s.to_owned()));
+        }
+        Ok(Dimension(Arc::from(s)))
+    }
+
+    /// The whole name, e.g. `openai#rpm`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The part before `#`, e.g. `openai`.
+    pub fn vendor(&self) -> &str {
+        self.0.split_once('#').map_or("", |(v, _)| v)
+    }
+
+    /// The part after `#`, e.g. `rpm`.
+    pub fn metric(&self) -> &str {
+        self.0.split_once('#').map_or("", |(_, m)| m)
+    }
+}
+
+impl FromStr for Dimension {
+    type Err = DimensionError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Dimension::new(s)
+    }
+}
+
+impl TryFrom<&str> for Dimension {
+    type Error = DimensionError;
+    fn try_from(s: &str) -> Result<Self, Self::Error> {
+        Dimension::new(s)
+    }
+}
+
+impl TryFrom<String> for Dimension {
+    type Error = DimensionError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Dimension::new(&s)
+    }
+}
+
+impl TryFrom<&String> for Dimension {
+    type Error = DimensionError;
+    fn try_from(s: &String) -> Result<Self, Self::Error> {
+        Dimension::new(s)
+    }
+}
+
+impl TryFrom<&Dimension> for Dimension {
+    type Error = DimensionError;
+    fn try_from(d: &Dimension) -> Result<Self, Self::Error> {
+        Ok(d.clone())
+    }
+}
+
+impl AsRef<str> for Dimension {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Dimension {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Dimension {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Dimension({})", &self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_vendor_hash_metric() {
+        for ok in ["openai#rpm", "openai#tpm", "elevenlabs#concurrent", "a#b", "x-1#gpt-4o.tpm"] {
+            assert_eq!(Dimension::new(ok).unwrap().as_str(), ok);
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_names_with_the_reason() {
+        assert_eq!(Dimension::new(""), Err(DimensionError::Empty));
+        assert!(matches!(Dimension::new("openai"), Err(DimensionError::Separator(_))));
+        assert!(matches!(Dimension::new("a#b#c"), Err(DimensionError::Separator(_))));
+        assert!(matches!(Dimension::new("#rpm"), Err(DimensionError::EmptyVendor(_))));
+        assert!(matches!(Dimension::new("openai#"), Err(DimensionError::EmptyMetric(_))));
+        assert!(matches!(Dimension::new("open ai#rpm"), Err(DimensionError::Whitespace(_))));
+        assert!(matches!(Dimension::new("openai#rpm\n"), Err(DimensionError::Whitespace(_))));
+        assert!(matches!(Dimension::new("lease#rpm"), Err(DimensionError::Reserved(_))));
+        assert!(matches!(
+            Dimension::new(&format!("a#{}", "b".repeat(1100))),
+            Err(DimensionError::TooLong(_))
+        ));
+    }
+}

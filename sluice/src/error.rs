@@ -1,0 +1,164 @@
+//! The one error type of the `sluice` crate.
+
+use std::time::Duration;
+
+use crate::bucket::BucketError;
+use crate::config::ConfigError;
+use crate::dimension::{Dimension, DimensionError};
+use crate::store::StoreError;
+use crate::tokens::Tokens;
+
+/// Everything that can go wrong when asking sluice for capacity.
+///
+/// Only [`Error::RetryIn`] means "the quota is used up": it carries the exact wait until
+/// the request can be granted. Every other case is a different cause and never poses as a
+/// quota denial.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// fn requeue_delay(e: &sluice::Error) -> Option<Duration> {
+///     e.retry_in()
+/// }
+/// assert_eq!(requeue_delay(&sluice::Error::RetryIn(Duration::from_millis(1500))), Some(Duration::from_millis(1500)));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Not enough tokens now: retry after this exact delay (rounded up to the millisecond;
+    /// for `concurrent` buckets, an upper bound: a release may free a slot sooner).
+    #[error("rate limited: retry in {}", crate::error::fmt_duration(*.0))]
+    RetryIn(Duration),
+    /// The cost is larger than the bucket's capacity, so the request can never be granted.
+    #[error(
+        "cost {cost} exceeds the capacity {capacity} of `{dimension}`; it can never be granted: lower the cost or raise the capacity"
+    )]
+    CostExceedsCapacity {
+        /// The dimension.
+        dimension: Dimension,
+        /// The cost asked for.
+        cost: Tokens,
+        /// The bucket's capacity.
+        capacity: Tokens,
+    },
+    /// The dimension's name is malformed.
+    #[error(transparent)]
+    InvalidDimension(#[from] DimensionError),
+    /// No bucket is defined for the dimension.
+    #[error(
+        "no bucket is defined for `{0}`; define it with `Sluice::put_bucket` or `sluice bucket put`"
+    )]
+    UnknownDimension(Dimension),
+    /// A cost is negative.
+    #[error("cost {cost} for `{dimension}` is negative")]
+    InvalidCost {
+        /// The dimension.
+        dimension: Dimension,
+        /// The cost given.
+        cost: Tokens,
+    },
+    /// A request names no dimension, or too many for one atomic write.
+    #[error("an acquire must name between 1 and {max} dimensions, got {got}")]
+    DimensionCount {
+        /// How many were named.
+        got: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// A bucket definition is unusable.
+    #[error("invalid bucket for `{dimension}`: {source}")]
+    InvalidBucket {
+        /// The dimension.
+        dimension: Dimension,
+        /// What is wrong.
+        #[source]
+        source: BucketError,
+    },
+    /// A slot's body ran past the slot's timeout; its lease was released.
+    #[error("the slot's body ran past its timeout of {}", crate::error::fmt_duration(*.0))]
+    Timeout(Duration),
+    /// Other clients kept winning the race for the same bucket, although it had tokens.
+    /// This is contention, not a quota denial; retrying soon is reasonable.
+    #[error(
+        "lost the race for `{dimension}` {attempts} times in a row to other writers (contention, not a quota denial)"
+    )]
+    Contention {
+        /// A dimension that kept changing.
+        dimension: Dimension,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The lease no longer exists: it was released, or it expired and was reconciled.
+    #[error("lease `{0}` no longer exists: it was released, or it expired and was reconciled")]
+    LeaseNotFound(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+impl Error {
+    /// The delay to wait before retrying, when this error is a quota denial.
+    pub fn retry_in(&self) -> Option<Duration> {
+        match self {
+            Error::RetryIn(d) => Some(*d),
+            _ => None,
+        }
+    }
+
+    /// Finds a sluice RetryIn anywhere in an error's `source()` chain, e.g. inside an
+    /// application error that wraps `sluice::Error`.
+    pub fn find_retry_in(error: &(dyn std::error::Error + 'static)) -> Option<Duration> {
+        let mut current = Some(error);
+        while let Some(e) = current {
+            if let Some(d) = e.downcast_ref::<Error>().and_then(Error::retry_in) {
+                return Some(d);
+            }
+            current = e.source();
+        }
+        None
+    }
+}
+
+pub(crate) fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms >= 1_000 && ms % 1_000 == 0 {
+        format!("{}s", ms / 1_000)
+    } else if ms >= 1_000 {
+        format!("{}.{:03}s", ms / 1_000, ms % 1_000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_texts_say_what_to_do() {
+        assert_eq!(
+            Error::RetryIn(Duration::from_millis(1_250)).to_string(),
+            "rate limited: retry in 1.250s"
+        );
+        assert_eq!(Error::RetryIn(Duration::from_millis(7)).to_string(), "rate limited: retry in 7ms");
+        let d = Dimension::new("openai#tpm").unwrap();
+        let e = Error::CostExceedsCapacity { dimension: d.clone(), cost: Tokens::new(5), capacity: Tokens::new(4) };
+        assert!(e.to_string().contains("can never be granted"));
+        assert_eq!(e.retry_in(), None);
+        assert!(Error::UnknownDimension(d).to_string().contains("sluice bucket put"));
+    }
+
+    #[test]
+    fn retry_in_is_found_through_wrapping_errors() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("app failed")]
+        struct App(#[source] Error);
+        let app = App(Error::RetryIn(Duration::from_secs(2)));
+        assert_eq!(Error::find_retry_in(&app), Some(Duration::from_secs(2)));
+        let other = App(Error::Timeout(Duration::from_secs(1)));
+        assert_eq!(Error::find_retry_in(&other), None);
+    }
+}

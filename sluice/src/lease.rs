@@ -1,0 +1,217 @@
+//! Leases: the tokens an acquire holds until it is released or expires.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::client::Sluice;
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::store::LeaseKey;
+use crate::tokens::Tokens;
+
+/// Identifies a lease across processes: the keys of its lease rows.
+///
+/// Its text form (`Display`/`FromStr`) is the comma-separated row keys, e.g.
+/// `lease#openai#rpm#4f1c…,lease#openai#tpm#4f1c…`, so a lease taken in one process can be
+/// released in another with [`Sluice::release_id`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeaseId {
+    keys: Vec<LeaseKey>,
+}
+
+impl LeaseId {
+    pub(crate) fn new(keys: Vec<LeaseKey>) -> Self {
+        LeaseId { keys }
+    }
+
+    /// The lease's row keys, one per dimension.
+    pub fn keys(&self) -> &[LeaseKey] {
+        &self.keys
+    }
+
+    /// The unique suffix shared by the lease's rows.
+    pub fn unique(&self) -> &str {
+        self.keys.first().map_or("", LeaseKey::unique)
+    }
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, k) in self.keys.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(k.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+/// A string that is not a lease id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a lease id; expected comma-separated `lease#{{vendor}}#{{metric}}#{{unique}}` keys")]
+pub struct LeaseIdError(pub String);
+
+impl FromStr for LeaseId {
+    type Err = LeaseIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let keys = s
+            .split(',')
+            .map(|k| LeaseKey::parse(k.trim()))
+            .collect::<Option<Vec<_>>>()
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| LeaseIdError(s.to_owned()))?;
+        Ok(LeaseId { keys })
+    }
+}
+
+/// One dimension's share of a lease.
+#[derive(Debug, Clone)]
+pub(crate) struct LeasePart {
+    pub(crate) key: LeaseKey,
+    pub(crate) dimension: Dimension,
+    pub(crate) cost: Tokens,
+    /// Whether release gives the cost back (`concurrent` buckets).
+    pub(crate) restores: bool,
+}
+
+/// Tokens held on one or several dimensions, granted by [`Sluice::acquire`].
+///
+/// Release it when the vendor call is done ([`release`](Lease::release)); for `requests`
+/// and `tokens` buckets the tokens stay consumed, for `concurrent` buckets they come
+/// back. A lease dropped without release is released in the background when a tokio
+/// runtime is available; otherwise it expires at [`expires_at`](Lease::expires_at) and the
+/// reconciler cleans it up. [`Sluice::slot`] does all of this for you.
+#[must_use = "a lease holds quota until it is released or expires"]
+pub struct Lease {
+    pub(crate) client: Sluice,
+    pub(crate) id: LeaseId,
+    pub(crate) parts: Vec<LeasePart>,
+    pub(crate) created_at: UnixMillis,
+    pub(crate) expires_at: UnixMillis,
+    pub(crate) attempts: u32,
+}
+
+impl Lease {
+    /// The lease's id.
+    pub fn id(&self) -> &LeaseId {
+        &self.id
+    }
+
+    /// When the lease was granted.
+    pub fn created_at(&self) -> UnixMillis {
+        self.created_at
+    }
+
+    /// When the lease expires unless released.
+    pub fn expires_at(&self) -> UnixMillis {
+        self.expires_at
+    }
+
+    /// Time left before the lease expires, by the client's clock.
+    pub fn remaining(&self) -> Duration {
+        self.expires_at.saturating_since(self.client.now())
+    }
+
+    /// The dimensions the lease holds tokens on.
+    pub fn dimensions(&self) -> impl Iterator<Item = &Dimension> {
+        self.parts.iter().map(|p| &p.dimension)
+    }
+
+    /// The tokens held on `dimension`, if the lease covers it.
+    pub fn cost(&self, dimension: &str) -> Option<Tokens> {
+        self.parts.iter().find(|p| p.dimension.as_str() == dimension).map(|p| p.cost)
+    }
+
+    /// How many commits the acquire attempted (1 when there was no contention).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Ends the lease: deletes its rows and, for `concurrent` buckets, gives the tokens back.
+    ///
+    /// Releasing a lease that has already expired and been reconciled changes nothing.
+    pub async fn release(mut self) -> Result<(), Error> {
+        let parts = std::mem::take(&mut self.parts);
+        self.client.end_parts(parts).await.map(|_| ())
+    }
+
+    /// Corrects the cost held on `dimension` to `actual` (e.g. 500 tokens estimated, 2,000
+    /// used). The difference is charged to the bucket now, which may go negative (debt,
+    /// repaid by refill); a lower cost refunds the difference, capped at capacity.
+    pub async fn adjust(&mut self, dimension: &str, actual: impl Into<Tokens>) -> Result<(), Error> {
+        let actual = actual.into();
+        let part = self
+            .parts
+            .iter_mut()
+            .find(|p| p.dimension.as_str() == dimension)
+            .ok_or_else(|| Error::LeaseNotFound(format!("{} (no part on `{dimension}`)", self.id)))?;
+        if actual.is_negative() {
+            return Err(Error::InvalidCost {
+                dimension: part.dimension.clone(),
+                cost: actual,
+            });
+        }
+        self.client.adjust_part(part, actual).await?;
+        part.cost = actual;
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("id", &self.id.to_string())
+            .field("expires_at", &self.expires_at)
+            .field("released", &self.parts.is_empty())
+            .finish()
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.parts.is_empty() {
+            return;
+        }
+        let parts = std::mem::take(&mut self.parts);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let client = self.client.clone();
+                let id = self.id.to_string();
+                tracing::debug!(lease = %id, "lease dropped without release; releasing in the background");
+                handle.spawn(async move {
+                    if let Err(error) = client.end_parts(parts).await {
+                        tracing::warn!(lease = %id, %error, "background release failed; the lease will expire and be reconciled");
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::warn!(
+                    lease = %self.id,
+                    expires_at = %self.expires_at,
+                    "lease dropped outside a tokio runtime; it will expire and be reconciled"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ids_round_trip_through_text() {
+        let a = Dimension::new("openai#rpm").unwrap();
+        let b = Dimension::new("openai#tpm").unwrap();
+        let id = LeaseId::new(vec![LeaseKey::new(&a, "abc"), LeaseKey::new(&b, "abc")]);
+        let text = id.to_string();
+        assert_eq!(text, "lease#openai#rpm#abc,lease#openai#tpm#abc");
+        assert_eq!(text.parse::<LeaseId>().unwrap(), id);
+        assert_eq!(id.unique(), "abc");
+        assert!("openai#rpm".parse::<LeaseId>().is_err());
+        assert!("".parse::<LeaseId>().is_err());
+    }
+}

@@ -1,0 +1,64 @@
+//! Cooperative, distributed rate limiting of outbound vendor API calls.
+//!
+//! Many processes share one vendor quota (OpenAI requests and tokens per minute,
+//! Anthropic limits, ElevenLabs concurrent calls). Sluice coordinates them through one
+//! shared table: each caller asks for capacity on a [`Dimension`] such as `openai#rpm`
+//! and gets either a [`Lease`] or an exact [`Error::RetryIn`], then calls the vendor
+//! directly. No proxy, no sidecar, no queue.
+//!
+//! ```
+//! use std::time::Duration;
+//! use sluice::{Acquire, Bucket, RefillRate, Sluice};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let sluice = Sluice::in_memory();
+//! sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(500))).await?;
+//! sluice.put_bucket("openai#tpm", Bucket::tokens(RefillRate::per_minute(2_000_000))).await?;
+//!
+//! // One request plus an estimated 1,500 tokens, all or nothing.
+//! let mut lease = sluice.acquire(Acquire::new("openai#rpm").and_cost("openai#tpm", 1_500)).await?;
+//! // ... call the vendor; it reports 2,100 tokens used ...
+//! lease.adjust("openai#tpm", 2_100).await?;
+//! lease.release().await?;
+//!
+//! // Or wrap the call in a slot: released on every path, with a hard deadline.
+//! match sluice.slot("openai#rpm", Duration::from_secs(30), async { /* vendor call */ }).await {
+//!     Ok(()) => {}
+//!     Err(sluice::Error::RetryIn(delay)) => { /* requeue after `delay` */ }
+//!     Err(other) => return Err(other),
+//! }
+//! # Ok::<(), sluice::Error>(()) }).unwrap();
+//! ```
+//!
+//! The pieces, from the bottom up: exact fixed-point [`Tokens`] and [`RefillRate`]s; the
+//! pure bucket arithmetic on [`BucketState`]; the [`Store`] trait with its embedded
+//! [`MemoryStore`]; the [`Sluice`] client that runs the acquisition protocol.
+
+#![forbid(unsafe_code)]
+
+mod acquire;
+mod bucket;
+mod client;
+mod clock;
+mod config;
+mod decimal;
+mod dimension;
+mod error;
+mod global;
+mod lease;
+mod snapshot;
+pub mod store;
+mod tokens;
+
+pub use acquire::{Acquire, MAX_DIMENSIONS};
+pub use bucket::{Bucket, BucketError, BucketState, LimitType, Take, UnknownLimitType, refill};
+pub use client::{Sluice, SluiceBuilder};
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};
+pub use config::{Config, ConfigError, DEFAULT_LEASE_TTL, DEFAULT_MAX_RETRIES};
+pub use decimal::{DecimalError, Rounding};
+pub use dimension::{Dimension, DimensionError};
+pub use error::Error;
+pub use lease::{Lease, LeaseId, LeaseIdError};
+pub use snapshot::Snapshot;
+pub use store::{MemoryStore, Store};
+pub use tokens::{RefillRate, Tokens};

@@ -1,0 +1,61 @@
+//! The operator's view of a dimension.
+
+use std::time::Duration;
+
+use crate::bucket::{BucketState, LimitType};
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::store::LeaseRecord;
+use crate::tokens::{RefillRate, Tokens};
+
+/// A dimension's state at one moment: enough to tell at a glance whether a product is
+/// hitting the limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The dimension.
+    pub dimension: Dimension,
+    /// What the bucket counts.
+    pub limit_type: LimitType,
+    /// The most tokens the bucket holds.
+    pub capacity: Tokens,
+    /// Tokens available now, after refill (negative: in debt).
+    pub available: Tokens,
+    /// Tokens added per second.
+    pub refill_rate: RefillRate,
+    /// Tokens an acquire takes by default.
+    pub cost_per_call: Tokens,
+    /// Leases not yet expired.
+    pub live_leases: usize,
+    /// Tokens held by live leases.
+    pub leased: Tokens,
+    /// Leases past their expiry, waiting for the reconciler.
+    pub expired_leases: usize,
+    /// Time until the bucket is full; `None` for a `concurrent` bucket that is not full
+    /// (only releases fill it).
+    pub time_to_full: Option<Duration>,
+    /// The bucket row's version.
+    pub version: u64,
+    /// When the snapshot was taken.
+    pub taken_at: UnixMillis,
+}
+
+impl Snapshot {
+    pub(crate) fn of(row: &BucketState, leases: &[LeaseRecord], now: UnixMillis) -> Self {
+        let live: Vec<&LeaseRecord> = leases.iter().filter(|l| l.expires_at > now).collect();
+        Snapshot {
+            dimension: row.dimension.clone(),
+            limit_type: row.bucket.limit_type(),
+            capacity: row.bucket.capacity(),
+            available: row.available(now),
+            refill_rate: row.bucket.effective_rate(),
+            cost_per_call: row.bucket.cost_per_call(),
+            live_leases: live.len(),
+            leased: live.iter().map(|l| l.cost).sum(),
+            expired_leases: leases.len() - live.len(),
+            time_to_full: row.time_to_full(now),
+            version: row.version,
+            taken_at: now,
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The embedded in-memory store.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{
+    BucketWrite, Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord,
+    LeaseWrite, Store, StoreError,
+};
+use crate::bucket::BucketState;
+use crate::dimension::Dimension;
+
+/// The embedded store: buckets and leases in this process's memory.
+///
+/// It has the same semantics as the DynamoDB store (versioned buckets, conditional
+/// all-or-nothing commits, leases with expiry) and is the default when no table is
+/// configured. Quotas it holds are shared by every clone of the store and every
+/// [`Sluice`](crate::Sluice) built on it, but not with other processes.
+///
+/// ```
+/// use sluice::{Bucket, MemoryStore, RefillRate, Sluice};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let sluice = Sluice::builder().store(MemoryStore::new()).build()?;
+/// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(500))).await?;
+/// let lease = sluice.acquire("openai#rpm").await?;
+/// lease.release().await?;
+/// # Ok::<(), sluice::Error>(()) }).unwrap();
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    rows: Arc<Mutex<Rows>>,
+}
+
+#[derive(Debug, Default)]
+struct Rows {
+    buckets: HashMap<Dimension, BucketState>,
+    leases: BTreeMap<LeaseKey, LeaseRecord>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn rows(&self) -> MutexGuard<'_, Rows> {
+        // A panic while holding the lock cannot leave rows half-written: every mutation
+        // below checks all conditions before changing anything.
+        self.rows.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Rows {
+    fn check_bucket(&self, w: &BucketWrite) -> Result<(), ConditionFailure> {
+        match self.buckets.get(&w.dimension) {
+            Some(b) if b.version == w.expected_version => Ok(()),
+            current => Err(ConditionFailure::BucketChanged {
+                dimension: w.dimension.clone(),
+                current: current.cloned().map(Box::new),
+            }),
+        }
+    }
+
+    fn check_lease(&self, w: &LeaseWrite) -> Result<(), ConditionFailure> {
+        let exists = self.leases.contains_key(w.key());
+        match w {
+            LeaseWrite::Create(r) if exists => Err(ConditionFailure::LeaseExists(r.key.clone())),
+            LeaseWrite::Delete(k) | LeaseWrite::SetCost { key: k, .. } if !exists => {
+                Err(ConditionFailure::LeaseMissing(k.clone()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for MemoryStore {
+    async fn read_buckets(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<Vec<Option<BucketState>>, StoreError> {
+        let rows = self.rows();
+        Ok(dimensions.iter().map(|d| rows.buckets.get(d).cloned()).collect())
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+        let mut rows = self.rows();
+        for w in &commit.buckets {
+            rows.check_bucket(w).map_err(CommitError::Condition)?;
+        }
+        for w in &commit.leases {
+            rows.check_lease(w).map_err(CommitError::Condition)?;
+        }
+        for w in commit.buckets {
+            if let Some(b) = rows.buckets.get_mut(&w.dimension) {
+                b.tokens = w.tokens;
+                b.last_refill_at = w.last_refill_at;
+                b.version = w.expected_version + 1;
+            }
+        }
+        for w in commit.leases {
+            match w {
+                LeaseWrite::Create(r) => {
+                    rows.leases.insert(r.key.clone(), r);
+                }
+                LeaseWrite::Delete(k) => {
+                    rows.leases.remove(&k);
+                }
+                LeaseWrite::SetCost { key, cost } => {
+                    if let Some(r) = rows.leases.get_mut(&key) {
+                        r.cost = cost;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+        let rows = self.rows();
+        Ok(keys.iter().map(|k| rows.leases.get(k).cloned()).collect())
+    }
+
+    async fn list_leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, StoreError> {
+        let rows = self.rows();
+        Ok(rows
+            .leases
+            .values()
+            .filter(|r| filter.dimension.as_ref().is_none_or(|d| &r.dimension == d))
+            .filter(|r| filter.expired_before.is_none_or(|t| r.expires_at < t))
+            .cloned()
+            .collect())
+    }
+
+    async fn put_bucket(
+        &self,
+        state: &BucketState,
+        expected_version: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let mut rows = self.rows();
+        let current = rows.buckets.get(&state.dimension).map(|b| b.version);
+        if current != expected_version {
+            return Ok(false);
+        }
+        rows.buckets.insert(state.dimension.clone(), state.clone());
+        Ok(true)
+    }
+
+    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
+        let rows = self.rows();
+        let mut all: Vec<_> = rows.buckets.values().cloned().collect();
+        all.sort_by(|a, b| a.dimension.cmp(&b.dimension));
+        Ok(all)
+    }
+
+    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
+        Ok(self.rows().buckets.remove(dimension).is_some())
+    }
+}

@@ -1,0 +1,297 @@
+//! The storage abstraction: the few conditional operations the acquisition protocol needs.
+//!
+//! A [`Store`] keeps bucket rows and lease rows. Its operations map one-to-one onto
+//! DynamoDB's: a consistent read of bucket rows (`BatchGetItem`/`GetItem`), one atomic
+//! conditional [`Commit`] (`TransactWriteItems`, or a single conditional write when it
+//! touches one row), a read or scan of lease rows, and bucket administration. The
+//! protocol itself (refill, costs, retries, RetryIn) lives in the [`Sluice`](crate::Sluice)
+//! client, so every store gives the same answers.
+
+mod memory;
+
+pub use memory::MemoryStore;
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use crate::bucket::BucketState;
+use crate::clock::UnixMillis;
+use crate::dimension::{Dimension, LEASE_PREFIX};
+use crate::tokens::Tokens;
+
+/// A boxed error from a store's underlying client.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// The key of a lease row: `lease#{dimension}#{unique}`.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseKey(String);
+
+impl LeaseKey {
+    /// The key of the lease row for `dimension` with the unique suffix `unique`.
+    pub fn new(dimension: &Dimension, unique: &str) -> Self {
+        LeaseKey(format!("{LEASE_PREFIX}{dimension}#{unique}"))
+    }
+
+    /// Reads a stored key, checking that it has the lease row shape.
+    pub fn parse(key: &str) -> Option<Self> {
+        let rest = key.strip_prefix(LEASE_PREFIX)?;
+        let (dimension, unique) = rest.rsplit_once('#')?;
+        (Dimension::new(dimension).is_ok() && !unique.is_empty()).then(|| LeaseKey(key.to_owned()))
+    }
+
+    /// The key as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The unique suffix after the dimension.
+    pub fn unique(&self) -> &str {
+        self.0.rsplit_once('#').map_or("", |(_, u)| u)
+    }
+}
+
+impl fmt::Display for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LeaseKey({})", self.0)
+    }
+}
+
+/// A lease row: tokens held on one dimension until released or expired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// The row's key.
+    pub key: LeaseKey,
+    /// The dimension whose tokens the lease holds.
+    pub dimension: Dimension,
+    /// The tokens taken.
+    pub cost: Tokens,
+    /// When the lease was taken.
+    pub created_at: UnixMillis,
+    /// When the lease expires and becomes the reconciler's to clean up.
+    pub expires_at: UnixMillis,
+    /// Who took it (`SLUICE_CALLER`).
+    pub caller: String,
+}
+
+/// One bucket row's part of a [`Commit`]: set the new state, on condition that the row's
+/// version is still `expected_version`. The stored version becomes `expected_version + 1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketWrite {
+    /// The bucket's dimension.
+    pub dimension: Dimension,
+    /// The version read before computing this write.
+    pub expected_version: u64,
+    /// The new token count.
+    pub tokens: Tokens,
+    /// The new refill timestamp.
+    pub last_refill_at: UnixMillis,
+}
+
+/// One lease row's part of a [`Commit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseWrite {
+    /// Create the row, on condition that it does not exist.
+    Create(LeaseRecord),
+    /// Delete the row, on condition that it exists.
+    Delete(LeaseKey),
+    /// Change the row's cost, on condition that it exists.
+    SetCost {
+        /// The row's key.
+        key: LeaseKey,
+        /// The new cost.
+        cost: Tokens,
+    },
+}
+
+impl LeaseWrite {
+    /// The key of the row this write touches.
+    pub fn key(&self) -> &LeaseKey {
+        match self {
+            LeaseWrite::Create(r) => &r.key,
+            LeaseWrite::Delete(k) | LeaseWrite::SetCost { key: k, .. } => k,
+        }
+    }
+}
+
+/// An all-or-nothing set of conditional writes: every condition holds and every write is
+/// applied, or nothing changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Commit {
+    /// Bucket rows to update.
+    pub buckets: Vec<BucketWrite>,
+    /// Lease rows to create, delete or change.
+    pub leases: Vec<LeaseWrite>,
+}
+
+impl Commit {
+    /// The number of rows the commit touches.
+    pub fn len(&self) -> usize {
+        self.buckets.len() + self.leases.len()
+    }
+
+    /// Whether the commit touches nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The condition of a [`Commit`] that did not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConditionFailure {
+    /// The bucket's version changed (another writer won) or the bucket is gone.
+    BucketChanged {
+        /// The bucket's dimension.
+        dimension: Dimension,
+        /// The row as it stands now, when the store returns it (`None`: gone, or unknown).
+        current: Option<Box<BucketState>>,
+    },
+    /// A lease row to create already exists.
+    LeaseExists(LeaseKey),
+    /// A lease row to delete or change no longer exists.
+    LeaseMissing(LeaseKey),
+}
+
+/// Why a [`Commit`] was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// A condition did not hold; nothing was written.
+    #[error("commit condition failed: {0:?}")]
+    Condition(ConditionFailure),
+    /// The store refused the write because another transaction on the same rows was in
+    /// progress (DynamoDB's `TransactionConflict`); nothing was written, retrying may work.
+    #[error("another transaction on the same rows was in progress")]
+    TransactionConflict,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Which lease rows to list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseFilter {
+    /// Only leases on this dimension.
+    pub dimension: Option<Dimension>,
+    /// Only leases that expired strictly before this time.
+    pub expired_before: Option<UnixMillis>,
+}
+
+/// A failure of the store itself (as opposed to a condition that did not hold).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The table does not exist.
+    #[error("table `{table}` does not exist; create it with `sluice table create` or `DynamoStore::create_table`")]
+    TableNotFound {
+        /// The table's name.
+        table: String,
+    },
+    /// The store is throttling requests.
+    #[error("the store is throttling requests (provisioned throughput or request rate exceeded); retry later")]
+    Throttled {
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The store did not answer in time.
+    #[error("the store did not answer in time")]
+    Timeout {
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// A row exists but cannot be read as a bucket or lease.
+    #[error("row `{key}` is not a valid sluice row: {reason}")]
+    CorruptRow {
+        /// The row's key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store could not be reached.
+    #[error("the store could not be reached: {message}")]
+    Unavailable {
+        /// What happened.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The store answered with an error.
+    #[error("the store failed: {message}")]
+    Service {
+        /// What happened.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl StoreError {
+    /// Whether retrying the same request later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Throttled { .. } | StoreError::Timeout { .. } | StoreError::Unavailable { .. }
+        )
+    }
+}
+
+/// Where sluice keeps bucket and lease rows.
+///
+/// Implementations must make [`commit`](Store::commit) atomic and check every condition
+/// in it, and must make [`read_buckets`](Store::read_buckets) strongly consistent. The
+/// conformance suite in the repository runs against every implementation.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// Reads bucket rows, strongly consistent; `None` for a dimension without a bucket.
+    async fn read_buckets(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<Vec<Option<BucketState>>, StoreError>;
+
+    /// Applies all of `commit` atomically, or nothing.
+    async fn commit(&self, commit: Commit) -> Result<(), CommitError>;
+
+    /// Reads lease rows by key; `None` for a key without a row.
+    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError>;
+
+    /// Lists lease rows matching `filter`.
+    async fn list_leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, StoreError>;
+
+    /// Writes a whole bucket row, on condition that its version is `expected_version`
+    /// (`None`: that the row does not exist). Returns `false` when the condition failed.
+    async fn put_bucket(
+        &self,
+        state: &BucketState,
+        expected_version: Option<u64>,
+    ) -> Result<bool, StoreError>;
+
+    /// Lists every bucket row.
+    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError>;
+
+    /// Deletes a bucket row; returns whether it existed.
+    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_keys_carry_dimension_and_unique_suffix() {
+        let d = Dimension::new("openai#rpm").unwrap();
+        let k = LeaseKey::new(&d, "a3f8c910");
+        assert_eq!(k.as_str(), "lease#openai#rpm#a3f8c910");
+        assert_eq!(k.unique(), "a3f8c910");
+        assert_eq!(LeaseKey::parse("lease#openai#rpm#a3f8c910"), Some(k));
+        assert_eq!(LeaseKey::parse("openai#rpm"), None);
+        assert_eq!(LeaseKey::parse("lease#openai#a3f8"), None);
+    }
+}

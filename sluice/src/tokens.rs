@@ -1,0 +1,285 @@
+//! Fixed-point token amounts and refill rates.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::decimal::{self, DecimalError, Rounding};
+
+/// Decimal places kept for token amounts: a billionth of a token.
+pub(crate) const TOKEN_DECIMALS: u32 = 9;
+pub(crate) const NANOS_PER_TOKEN: i128 = 1_000_000_000;
+
+/// An exact amount of tokens, kept as an integer count of billionths of a token.
+///
+/// Amounts may be negative: a bucket in debt after [`Lease::adjust`](crate::Lease::adjust)
+/// holds a negative amount that refill pays back.
+///
+/// ```
+/// use sluice::Tokens;
+///
+/// let t: Tokens = "1.5".parse()?;
+/// assert_eq!(t + Tokens::from(2), "3.5".parse()?);
+/// assert_eq!(t.to_string(), "1.5");
+/// # Ok::<(), sluice::DecimalError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Tokens(i128);
+
+impl Tokens {
+    /// No tokens.
+    pub const ZERO: Tokens = Tokens(0);
+
+    /// A whole number of tokens.
+    pub const fn new(whole: i64) -> Self {
+        Tokens(whole as i128 * NANOS_PER_TOKEN)
+    }
+
+    /// An amount given in billionths of a token.
+    pub const fn from_nanos(nanos: i128) -> Self {
+        Tokens(nanos)
+    }
+
+    /// The amount in billionths of a token.
+    pub const fn as_nanos(self) -> i128 {
+        self.0
+    }
+
+    /// Reads a decimal string, rounding digits beyond nine decimal places as asked.
+    pub fn parse_rounded(text: &str, rounding: Rounding) -> Result<Self, DecimalError> {
+        decimal::parse(text, TOKEN_DECIMALS, rounding).map(Tokens)
+    }
+
+    /// Whether the amount is below zero (a bucket in debt).
+    pub const fn is_negative(self) -> bool {
+        self.0 < 0
+    }
+
+    /// The smaller of two amounts.
+    pub fn min(self, other: Self) -> Self {
+        Tokens(self.0.min(other.0))
+    }
+
+    /// The larger of two amounts.
+    pub fn max(self, other: Self) -> Self {
+        Tokens(self.0.max(other.0))
+    }
+}
+
+impl FromStr for Tokens {
+    type Err = DecimalError;
+
+    /// Reads a decimal string exactly; more than nine decimal places is an error.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse_rounded(s, Rounding::Exact)
+    }
+}
+
+impl fmt::Display for Tokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        decimal::Display {
+            value: self.0,
+            decimals: TOKEN_DECIMALS,
+        }
+        .fmt(f)
+    }
+}
+
+impl fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tokens({self})")
+    }
+}
+
+macro_rules! tokens_from_int {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Tokens {
+            fn from(whole: $t) -> Self {
+                Tokens(i128::from(whole) * NANOS_PER_TOKEN)
+            }
+        }
+    )*};
+}
+tokens_from_int!(u8, u16, u32, i8, i16, i32, i64);
+
+impl From<u64> for Tokens {
+    fn from(whole: u64) -> Self {
+        Tokens(i128::from(whole) * NANOS_PER_TOKEN)
+    }
+}
+
+impl std::ops::Add for Tokens {
+    type Output = Tokens;
+    fn add(self, rhs: Self) -> Self {
+        Tokens(self.0 + rhs.0)
+    }
+}
+
+impl std::ops::Sub for Tokens {
+    type Output = Tokens;
+    fn sub(self, rhs: Self) -> Self {
+        Tokens(self.0 - rhs.0)
+    }
+}
+
+impl std::ops::AddAssign for Tokens {
+    fn add_assign(&mut self, rhs: Self) {
+        self.0 += rhs.0;
+    }
+}
+
+impl std::ops::SubAssign for Tokens {
+    fn sub_assign(&mut self, rhs: Self) {
+        self.0 -= rhs.0;
+    }
+}
+
+impl std::ops::Neg for Tokens {
+    type Output = Tokens;
+    fn neg(self) -> Self {
+        Tokens(-self.0)
+    }
+}
+
+impl std::iter::Sum for Tokens {
+    fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
+        iter.fold(Tokens::ZERO, |a, b| a + b)
+    }
+}
+
+/// How fast a bucket refills, in tokens per second, kept exactly in billionths of a token
+/// per second.
+///
+/// The constructors take an amount per period and are unambiguous:
+/// `RefillRate::per_minute(500)` refills 500 tokens per minute. Rates that do not divide
+/// evenly are rounded *down* to a millionth of a token per second, so a bucket never
+/// refills faster than asked (500 per minute becomes 8.333333 per second, which is
+/// 499.99998 per minute) and refill stays exact at millisecond granularity.
+///
+/// ```
+/// use sluice::RefillRate;
+///
+/// assert_eq!(RefillRate::per_second(10).to_string(), "10");
+/// assert_eq!(RefillRate::per_minute(500).to_string(), "8.333333");
+/// assert_eq!("1.667".parse::<RefillRate>()?.to_string(), "1.667");
+/// # Ok::<(), sluice::DecimalError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct RefillRate(i128);
+
+/// Constructor rates are kept to a millionth of a token per second.
+const CONSTRUCTOR_GRANULARITY: i128 = 1_000;
+
+impl RefillRate {
+    /// No refill at all.
+    pub const ZERO: RefillRate = RefillRate(0);
+
+    /// `amount` tokens every `period`, rounded down to a millionth of a token per second.
+    ///
+    /// A zero `period` gives [`RefillRate::ZERO`].
+    pub fn new(amount: impl Into<Tokens>, period: Duration) -> Self {
+        let period_nanos = period.as_nanos() as i128;
+        if period_nanos == 0 {
+            return RefillRate::ZERO;
+        }
+        let amount = amount.into().as_nanos().max(0);
+        // nanotokens per second = amount * 1e9 / period_ns; computed in u128 range safely.
+        let per_second = amount
+            .checked_mul(1_000_000_000)
+            .map(|v| v / period_nanos)
+            .unwrap_or(i128::MAX / 2);
+        RefillRate(per_second - per_second % CONSTRUCTOR_GRANULARITY)
+    }
+
+    /// `amount` tokens per second.
+    pub fn per_second(amount: u64) -> Self {
+        Self::new(amount, Duration::from_secs(1))
+    }
+
+    /// `amount` tokens per minute.
+    pub fn per_minute(amount: u64) -> Self {
+        Self::new(amount, Duration::from_secs(60))
+    }
+
+    /// `amount` tokens per hour.
+    pub fn per_hour(amount: u64) -> Self {
+        Self::new(amount, Duration::from_secs(3_600))
+    }
+
+    /// `amount` tokens per day.
+    pub fn per_day(amount: u64) -> Self {
+        Self::new(amount, Duration::from_secs(86_400))
+    }
+
+    /// A rate given in billionths of a token per second.
+    pub const fn from_nanos_per_second(nanos: i128) -> Self {
+        RefillRate(nanos)
+    }
+
+    /// The rate in billionths of a token per second.
+    pub const fn as_nanos_per_second(self) -> i128 {
+        self.0
+    }
+
+    /// Whether the rate refills nothing.
+    pub const fn is_zero(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Reads a decimal string of tokens per second, rounding as asked.
+    pub fn parse_rounded(text: &str, rounding: Rounding) -> Result<Self, DecimalError> {
+        decimal::parse(text, TOKEN_DECIMALS, rounding).map(RefillRate)
+    }
+}
+
+impl FromStr for RefillRate {
+    type Err = DecimalError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse_rounded(s, Rounding::Exact)
+    }
+}
+
+impl fmt::Display for RefillRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        decimal::Display {
+            value: self.0,
+            decimals: TOKEN_DECIMALS,
+        }
+        .fmt(f)
+    }
+}
+
+impl fmt::Debug for RefillRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RefillRate({self}/s)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_constructors_mean_amount_per_period() {
+        assert_eq!(RefillRate::per_second(5).as_nanos_per_second(), 5_000_000_000);
+        assert_eq!(RefillRate::per_minute(60).as_nanos_per_second(), 1_000_000_000);
+        assert_eq!(RefillRate::per_minute(500).to_string(), "8.333333");
+        assert_eq!(RefillRate::per_minute(2_000_000).to_string(), "33333.333333");
+        assert_eq!(RefillRate::per_hour(3_600).to_string(), "1");
+        assert_eq!(RefillRate::per_day(86_400).to_string(), "1");
+        assert_eq!(RefillRate::new(1, Duration::ZERO), RefillRate::ZERO);
+    }
+
+    #[test]
+    fn token_amounts_parse_and_print_exactly() {
+        assert_eq!("47.0".parse::<Tokens>().unwrap(), Tokens::new(47));
+        assert_eq!(Tokens::from_nanos(1).to_string(), "0.000000001");
+        assert_eq!((Tokens::new(1) - Tokens::new(3)).to_string(), "-2");
+        assert!("0.0000000001".parse::<Tokens>().is_err());
+        assert_eq!(
+            Tokens::parse_rounded("0.0000000001", Rounding::Ceil).unwrap(),
+            Tokens::from_nanos(1)
+        );
+    }
+}
