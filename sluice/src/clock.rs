@@ -124,6 +124,11 @@ impl ManualClock {
         self.0.fetch_add(ms, Ordering::SeqCst);
     }
 
+    /// The time the clock shows.
+    pub fn now(&self) -> UnixMillis {
+        UnixMillis(self.0.load(Ordering::SeqCst))
+    }
+
     /// Sets the clock to `t`, which may be earlier than now (to test clock skew).
     pub fn set(&self, t: UnixMillis) {
         self.0.store(t.0, Ordering::SeqCst);
@@ -132,7 +137,7 @@ impl ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> UnixMillis {
-        UnixMillis(self.0.load(Ordering::SeqCst))
+        ManualClock::now(self)
     }
 }
 

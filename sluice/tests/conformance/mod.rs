@@ -1,0 +1,547 @@
+//! The store conformance suite: the same behaviour, checked against every [`Store`].
+//!
+//! A test file instantiates it with a function that returns a fresh or shared store:
+//! `conformance::suite!(make_store);`. Every test works on dimensions under its own random
+//! vendor name, so a suite can share one table.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice::store::{LeaseFilter, Store};
+use sluice::Clock as _;
+use sluice::{
+    Acquire, Bucket, Error, LimitType, ManualClock, RefillRate, Sluice, Tokens, UnixMillis,
+};
+
+/// One test's world: a store, a manual clock, and a client on both.
+pub struct Env {
+    pub store: Arc<dyn Store>,
+    pub clock: ManualClock,
+    pub sluice: Sluice,
+    vendor: String,
+}
+
+impl Env {
+    pub fn new(store: Arc<dyn Store>) -> Env {
+        let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+        let vendor = format!("v{:016x}", rand_u64());
+        let sluice = Env::client_on(&store, &clock, "conformance");
+        Env {
+            store,
+            clock,
+            sluice,
+            vendor,
+        }
+    }
+
+    /// Another client (another "process") on the same store and clock.
+    pub fn client(&self, caller: &str) -> Sluice {
+        Env::client_on(&self.store, &self.clock, caller)
+    }
+
+    fn client_on(store: &Arc<dyn Store>, clock: &ManualClock, caller: &str) -> Sluice {
+        Sluice::builder()
+            .store_arc(store.clone())
+            .clock(clock.clone())
+            .caller(caller)
+            .lease_ttl(Duration::from_secs(60))
+            .max_retries(50)
+            .build()
+            .expect("client builds")
+    }
+
+    /// This test's dimension with `metric`.
+    pub fn dim(&self, metric: &str) -> String {
+        format!("{}#{metric}", self.vendor)
+    }
+
+    pub fn advance_ms(&self, ms: u64) {
+        self.clock.advance(Duration::from_millis(ms));
+    }
+
+    pub async fn tokens(&self, metric: &str) -> Tokens {
+        self.sluice.bucket(&self.dim(metric)).await.unwrap().unwrap().tokens
+    }
+
+    pub async fn available(&self, metric: &str) -> Tokens {
+        let row = self.sluice.bucket(&self.dim(metric)).await.unwrap().unwrap();
+        row.available(self.clock.now())
+    }
+
+    pub async fn lease_count(&self, metric: &str) -> usize {
+        let d = self.dim(metric).parse().unwrap();
+        self.store
+            .list_leases(&LeaseFilter { dimension: Some(d), expired_before: None })
+            .await
+            .unwrap()
+            .len()
+    }
+}
+
+fn rand_u64() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    h.finish()
+}
+
+fn retry_in(result: Result<sluice::Lease, Error>) -> Duration {
+    match result {
+        Err(Error::RetryIn(d)) => d,
+        Err(e) => panic!("expected RetryIn, got error {e}"),
+        Ok(lease) => panic!("expected RetryIn, got a lease {lease:?}"),
+    }
+}
+
+/// Generates one `#[tokio::test]` per conformance check, each on a store from `$make`.
+macro_rules! suite {
+    ($make:path) => {
+        $crate::conformance::suite!(@tests $make;
+            a_grant_takes_cost_per_call_and_bumps_the_version,
+            an_exhausted_bucket_answers_an_exact_retry_in_and_grants_at_that_instant,
+            retry_in_rounds_up_to_the_millisecond,
+            multi_dimension_acquire_is_all_or_nothing,
+            multi_dimension_retry_in_is_the_longest_wait,
+            concurrent_slots_are_given_back_on_release_exactly_once,
+            concurrent_retry_in_is_the_earliest_live_lease_expiry,
+            expired_concurrent_leases_are_reclaimed_when_the_bucket_is_short,
+            cost_above_capacity_is_a_distinct_error,
+            unknown_and_invalid_dimensions_are_typed_errors,
+            adjust_into_debt_is_repaid_by_refill,
+            adjust_down_refunds_and_release_restores_the_adjusted_cost,
+            lease_rows_carry_dimension_cost_caller_and_expiry,
+            release_by_id_from_another_client,
+            snapshot_reports_what_an_operator_needs,
+            redefining_a_bucket_keeps_its_tokens,
+            buckets_are_listed_and_deleted,
+            racing_clients_never_over_grant,
+            slot_releases_on_ok_err_timeout_and_panic,
+            slot_dropped_midway_releases_in_the_background,
+        );
+    };
+    (@tests $make:path; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let store: ::std::sync::Arc<dyn ::sluice::Store> = $make().await;
+                $crate::conformance::$name($crate::conformance::Env::new(store)).await;
+            }
+        )*
+    };
+}
+pub(crate) use suite;
+
+async fn requests(env: &Env, metric: &str, capacity: u64, per_second: u64) {
+    env.sluice
+        .put_bucket(
+            &env.dim(metric),
+            Bucket::requests(RefillRate::per_second(per_second)).with_capacity(capacity),
+        )
+        .await
+        .unwrap();
+}
+
+pub async fn a_grant_takes_cost_per_call_and_bumps_the_version(env: Env) {
+    env.sluice
+        .put_bucket(
+            &env.dim("rpm"),
+            Bucket::requests(RefillRate::per_minute(600)).with_cost_per_call(2),
+        )
+        .await
+        .unwrap();
+    let before = env.sluice.bucket(&env.dim("rpm")).await.unwrap().unwrap();
+    let lease = env.sluice.acquire(env.dim("rpm")).await.unwrap();
+    assert_eq!(lease.cost(&env.dim("rpm")), Some(Tokens::new(2)));
+    let after = env.sluice.bucket(&env.dim("rpm")).await.unwrap().unwrap();
+    assert_eq!(after.tokens, before.tokens - Tokens::new(2));
+    assert_eq!(after.version, before.version + 1);
+    assert_eq!(env.lease_count("rpm").await, 1);
+    lease.release().await.unwrap();
+    assert_eq!(env.lease_count("rpm").await, 0);
+    // Requests stay consumed on release.
+    assert_eq!(env.tokens("rpm").await, before.tokens - Tokens::new(2));
+}
+
+pub async fn an_exhausted_bucket_answers_an_exact_retry_in_and_grants_at_that_instant(env: Env) {
+    // 4 per second, capacity 3: after 3 grants the next token is 250 ms away.
+    requests(&env, "rpm", 3, 4).await;
+    for _ in 0..3 {
+        env.sluice.acquire(env.dim("rpm")).await.unwrap().release().await.unwrap();
+    }
+    env.advance_ms(100);
+    let d = retry_in(env.sluice.acquire(env.dim("rpm")).await);
+    assert_eq!(d, Duration::from_millis(150));
+    env.advance_ms(149);
+    assert_eq!(retry_in(env.sluice.acquire(env.dim("rpm")).await), Duration::from_millis(1));
+    env.advance_ms(1);
+    let lease = env.sluice.acquire(env.dim("rpm")).await.expect("granted at exactly the promised instant");
+    lease.release().await.unwrap();
+}
+
+pub async fn retry_in_rounds_up_to_the_millisecond(env: Env) {
+    // 3 per second: a token every 333.33 ms.
+    requests(&env, "rpm", 1, 3).await;
+    env.sluice.acquire(env.dim("rpm")).await.unwrap().release().await.unwrap();
+    let d = retry_in(env.sluice.acquire(env.dim("rpm")).await);
+    assert_eq!(d, Duration::from_millis(334));
+    env.advance_ms(333);
+    assert!(env.sluice.acquire(env.dim("rpm")).await.is_err());
+    env.advance_ms(1);
+    assert!(env.sluice.acquire(env.dim("rpm")).await.is_ok());
+}
+
+pub async fn multi_dimension_acquire_is_all_or_nothing(env: Env) {
+    requests(&env, "rpm", 10, 1).await;
+    env.sluice
+        .put_bucket(&env.dim("tpm"), Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000))
+        .await
+        .unwrap();
+    let rpm_before = env.sluice.bucket(&env.dim("rpm")).await.unwrap().unwrap();
+    let tpm_before = env.sluice.bucket(&env.dim("tpm")).await.unwrap().unwrap();
+    // tpm is short (1,500 > 1,000 is impossible; 999 + 999 is short on the second call).
+    let first = env
+        .sluice
+        .acquire(Acquire::new(env.dim("rpm")).and_cost(env.dim("tpm"), 999))
+        .await
+        .unwrap();
+    let rpm_mid = env.sluice.bucket(&env.dim("rpm")).await.unwrap().unwrap();
+    let tpm_mid = env.sluice.bucket(&env.dim("tpm")).await.unwrap().unwrap();
+    assert_eq!(rpm_mid.tokens, rpm_before.tokens - Tokens::new(1));
+    assert_eq!(tpm_mid.tokens, tpm_before.tokens - Tokens::new(999));
+    let d = retry_in(
+        env.sluice
+            .acquire(Acquire::new(env.dim("rpm")).and_cost(env.dim("tpm"), 999))
+            .await,
+    );
+    assert_eq!(d, Duration::from_millis(9_980));
+    let rpm_after = env.sluice.bucket(&env.dim("rpm")).await.unwrap().unwrap();
+    let tpm_after = env.sluice.bucket(&env.dim("tpm")).await.unwrap().unwrap();
+    assert_eq!(rpm_after, rpm_mid, "no bucket changes when one is short");
+    assert_eq!(tpm_after, tpm_mid);
+    assert_eq!(env.lease_count("rpm").await, 1, "no lease written for the refused acquire");
+    assert_eq!(env.lease_count("tpm").await, 1);
+    // The granted lease covers both dimensions and releases both rows.
+    assert_eq!(first.id().keys().len(), 2);
+    first.release().await.unwrap();
+    assert_eq!(env.lease_count("rpm").await + env.lease_count("tpm").await, 0);
+}
+
+pub async fn multi_dimension_retry_in_is_the_longest_wait(env: Env) {
+    requests(&env, "a", 1, 10).await; // 100 ms per token
+    requests(&env, "b", 1, 2).await; // 500 ms per token
+    env.sluice
+        .acquire(Acquire::new(env.dim("a")).and(env.dim("b")))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let d = retry_in(env.sluice.acquire(Acquire::new(env.dim("a")).and(env.dim("b"))).await);
+    assert_eq!(d, Duration::from_millis(500));
+}
+
+pub async fn concurrent_slots_are_given_back_on_release_exactly_once(env: Env) {
+    let n = 3;
+    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(n)).await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..n {
+        held.push(env.sluice.acquire(env.dim("concurrent")).await.unwrap());
+    }
+    // Time alone never frees a slot (the leases live 60 s).
+    env.advance_ms(30_000);
+    assert!(env.sluice.acquire(env.dim("concurrent")).await.unwrap_err().retry_in().is_some());
+    assert_eq!(env.available("concurrent").await, Tokens::ZERO);
+    // Release one: exactly one slot comes back.
+    let one = held.pop().unwrap();
+    let id = one.id().clone();
+    one.release().await.unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+    // Releasing the same lease again (from another client, by id) restores nothing.
+    assert!(!env.client("other").release_id(&id).await.unwrap());
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+    let again = env.sluice.acquire(env.dim("concurrent")).await.unwrap();
+    assert!(env.sluice.acquire(env.dim("concurrent")).await.is_err());
+    again.release().await.unwrap();
+    for lease in held {
+        lease.release().await.unwrap();
+    }
+    assert_eq!(env.available("concurrent").await, Tokens::new(n as i64));
+    assert_eq!(env.lease_count("concurrent").await, 0);
+}
+
+pub async fn concurrent_retry_in_is_the_earliest_live_lease_expiry(env: Env) {
+    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(2)).await.unwrap();
+    let a = env
+        .sluice
+        .acquire(Acquire::new(env.dim("concurrent")).ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    env.advance_ms(1_000);
+    let b = env
+        .sluice
+        .acquire(Acquire::new(env.dim("concurrent")).ttl(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    env.advance_ms(2_500);
+    // a expires in 26.5 s, b in 7.5 s.
+    let d = retry_in(env.sluice.acquire(env.dim("concurrent")).await);
+    assert_eq!(d, Duration::from_millis(7_500));
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+}
+
+pub async fn expired_concurrent_leases_are_reclaimed_when_the_bucket_is_short(env: Env) {
+    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(1)).await.unwrap();
+    let crashed = env
+        .sluice
+        .acquire(Acquire::new(env.dim("concurrent")).ttl(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    // The holder "crashes": its lease is forgotten without release.
+    std::mem::forget(crashed);
+    assert!(env.sluice.acquire(env.dim("concurrent")).await.is_err());
+    env.advance_ms(5_001);
+    let lease = env.sluice.acquire(env.dim("concurrent")).await.expect("the expired slot came back");
+    assert_eq!(env.lease_count("concurrent").await, 1);
+    lease.release().await.unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+}
+
+pub async fn cost_above_capacity_is_a_distinct_error(env: Env) {
+    env.sluice
+        .put_bucket(&env.dim("tpm"), Bucket::tokens(RefillRate::per_second(10)).with_capacity(100))
+        .await
+        .unwrap();
+    let e = env.sluice.acquire(Acquire::with_cost(env.dim("tpm"), 101)).await.unwrap_err();
+    assert!(matches!(e, Error::CostExceedsCapacity { .. }), "{e}");
+    assert_eq!(e.retry_in(), None);
+    // Even an empty bucket answers the same, never RetryIn.
+    env.sluice.acquire(Acquire::with_cost(env.dim("tpm"), 100)).await.unwrap().release().await.unwrap();
+    let e = env.sluice.acquire(Acquire::with_cost(env.dim("tpm"), 101)).await.unwrap_err();
+    assert!(matches!(e, Error::CostExceedsCapacity { .. }));
+}
+
+pub async fn unknown_and_invalid_dimensions_are_typed_errors(env: Env) {
+    let e = env.sluice.acquire(env.dim("missing")).await.unwrap_err();
+    assert!(matches!(e, Error::UnknownDimension(_)), "{e}");
+    let e = env.sluice.acquire("not a dimension").await.unwrap_err();
+    assert!(matches!(e, Error::InvalidDimension(_)), "{e}");
+    let e = env.sluice.snapshot(&env.dim("missing")).await.unwrap_err();
+    assert!(matches!(e, Error::UnknownDimension(_)), "{e}");
+}
+
+pub async fn adjust_into_debt_is_repaid_by_refill(env: Env) {
+    env.sluice
+        .put_bucket(&env.dim("tpm"), Bucket::tokens(RefillRate::per_second(1_000)).with_capacity(1_000))
+        .await
+        .unwrap();
+    let mut lease = env.sluice.acquire(Acquire::with_cost(env.dim("tpm"), 500)).await.unwrap();
+    lease.adjust(&env.dim("tpm"), 2_000).await.unwrap();
+    assert_eq!(env.available("tpm").await, Tokens::new(-1_000));
+    assert_eq!(lease.cost(&env.dim("tpm")), Some(Tokens::new(2_000)));
+    // 1,000 debt + 1 token needed at 1,000/s: 1.001 s.
+    assert_eq!(
+        retry_in(env.sluice.acquire(Acquire::with_cost(env.dim("tpm"), 1)).await),
+        Duration::from_millis(1_001)
+    );
+    env.advance_ms(1_500);
+    assert_eq!(env.available("tpm").await, Tokens::new(500));
+    lease.release().await.unwrap();
+    assert_eq!(env.available("tpm").await, Tokens::new(500), "tokens stay consumed on release");
+}
+
+pub async fn adjust_down_refunds_and_release_restores_the_adjusted_cost(env: Env) {
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(10))
+        .await
+        .unwrap();
+    let mut lease = env.sluice.acquire(Acquire::with_cost(env.dim("concurrent"), 6)).await.unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::new(4));
+    lease.adjust(&env.dim("concurrent"), 2).await.unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::new(8));
+    lease.release().await.unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::new(10));
+}
+
+pub async fn lease_rows_carry_dimension_cost_caller_and_expiry(env: Env) {
+    requests(&env, "rpm", 10, 1).await;
+    let caller = env.client("audit-service");
+    let lease = caller
+        .acquire(Acquire::with_cost(env.dim("rpm"), 3).ttl(Duration::from_secs(45)))
+        .await
+        .unwrap();
+    let rows = env.store.read_leases(lease.id().keys()).await.unwrap();
+    let row = rows[0].clone().expect("lease row written");
+    assert_eq!(row.dimension.as_str(), env.dim("rpm"));
+    assert_eq!(row.cost, Tokens::new(3));
+    assert_eq!(row.caller, "audit-service");
+    assert_eq!(row.created_at, env.clock.now());
+    assert_eq!(row.expires_at, env.clock.now().saturating_add(Duration::from_secs(45)));
+    assert_eq!(lease.expires_at(), row.expires_at);
+    assert!(row.key.as_str().starts_with(&format!("lease#{}#", env.dim("rpm"))));
+    lease.release().await.unwrap();
+    assert_eq!(env.store.read_leases(std::slice::from_ref(&row.key)).await.unwrap()[0], None);
+}
+
+pub async fn release_by_id_from_another_client(env: Env) {
+    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(1)).await.unwrap();
+    let lease = env.sluice.acquire(env.dim("concurrent")).await.unwrap();
+    let id: sluice::LeaseId = lease.id().to_string().parse().unwrap();
+    std::mem::forget(lease);
+    assert!(env.client("worker-2").release_id(&id).await.unwrap());
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+    assert!(!env.client("worker-2").release_id(&id).await.unwrap());
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+}
+
+pub async fn snapshot_reports_what_an_operator_needs(env: Env) {
+    requests(&env, "rpm", 10, 2).await;
+    let a = env.sluice.acquire(Acquire::with_cost(env.dim("rpm"), 4)).await.unwrap();
+    let _b = env.sluice.acquire(Acquire::with_cost(env.dim("rpm"), 2).ttl(Duration::from_secs(1))).await.unwrap();
+    env.advance_ms(1_500);
+    let s = env.sluice.snapshot(&env.dim("rpm")).await.unwrap();
+    assert_eq!(s.limit_type, LimitType::Requests);
+    assert_eq!(s.capacity, Tokens::new(10));
+    assert_eq!(s.available, Tokens::new(7));
+    assert_eq!(s.refill_rate, RefillRate::per_second(2));
+    assert_eq!(s.live_leases, 1);
+    assert_eq!(s.leased, Tokens::new(4));
+    assert_eq!(s.expired_leases, 1);
+    assert_eq!(s.time_to_full, Some(Duration::from_millis(1_500)));
+    a.release().await.unwrap();
+    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(2)).await.unwrap();
+    let c = env.sluice.acquire(env.dim("concurrent")).await.unwrap();
+    let s = env.sluice.snapshot(&env.dim("concurrent")).await.unwrap();
+    assert_eq!((s.available, s.time_to_full), (Tokens::new(1), None));
+    c.release().await.unwrap();
+    let s = env.sluice.snapshot(&env.dim("concurrent")).await.unwrap();
+    assert_eq!((s.available, s.time_to_full), (Tokens::new(2), Some(Duration::ZERO)));
+}
+
+pub async fn redefining_a_bucket_keeps_its_tokens(env: Env) {
+    requests(&env, "rpm", 100, 1).await;
+    env.sluice.acquire(Acquire::with_cost(env.dim("rpm"), 70)).await.unwrap().release().await.unwrap();
+    // A larger limit does not hand out a fresh burst...
+    requests(&env, "rpm", 1_000, 10).await;
+    assert_eq!(env.available("rpm").await, Tokens::new(30));
+    // ...and a smaller one caps what is there.
+    requests(&env, "rpm", 20, 10).await;
+    assert_eq!(env.available("rpm").await, Tokens::new(20));
+    let e = env.sluice.put_bucket(&env.dim("rpm"), Bucket::concurrent(0)).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidBucket { .. }), "{e}");
+}
+
+pub async fn buckets_are_listed_and_deleted(env: Env) {
+    requests(&env, "rpm", 10, 1).await;
+    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(3)).await.unwrap();
+    let mine: Vec<String> = env
+        .sluice
+        .buckets()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.dimension.to_string())
+        .filter(|d| d.starts_with(&env.dim("")))
+        .collect();
+    assert_eq!(mine.len(), 2);
+    assert!(mine.contains(&env.dim("rpm")) && mine.contains(&env.dim("concurrent")));
+    assert!(env.sluice.delete_bucket(&env.dim("rpm")).await.unwrap());
+    assert!(!env.sluice.delete_bucket(&env.dim("rpm")).await.unwrap());
+    assert!(env.sluice.bucket(&env.dim("rpm")).await.unwrap().is_none());
+}
+
+pub async fn racing_clients_never_over_grant(env: Env) {
+    // The clock stands still: exactly `capacity` grants exist, however the race goes.
+    let capacity = 40;
+    requests(&env, "rpm", capacity, 1).await;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let client = env.client(&format!("racer-{i}"));
+        let dim = env.dim("rpm");
+        tasks.push(tokio::spawn(async move {
+            let mut granted = Vec::new();
+            loop {
+                match client.acquire(dim.as_str()).await {
+                    Ok(lease) => granted.push(lease),
+                    Err(Error::RetryIn(_)) => break,
+                    Err(Error::Contention { .. }) => continue,
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+            granted
+        }));
+    }
+    let mut leases = Vec::new();
+    for t in tasks {
+        leases.extend(t.await.unwrap());
+    }
+    assert_eq!(leases.len() as u64, capacity, "every token granted once, none twice");
+    assert_eq!(env.tokens("rpm").await, Tokens::ZERO);
+    assert_eq!(env.lease_count("rpm").await as u64, capacity);
+    for l in leases {
+        l.release().await.unwrap();
+    }
+    assert_eq!(env.lease_count("rpm").await, 0);
+}
+
+pub async fn slot_releases_on_ok_err_timeout_and_panic(env: Env) {
+    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(1)).await.unwrap();
+    let dim = env.dim("concurrent");
+    let timeout = Duration::from_secs(5);
+
+    let ok = env.sluice.slot(dim.as_str(), timeout, async { 7 }).await.unwrap();
+    assert_eq!(ok, 7);
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+
+    let err: Result<(), String> =
+        env.sluice.slot(dim.as_str(), timeout, async { Err("vendor said no".to_owned()) }).await.unwrap();
+    assert!(err.is_err());
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+
+    let e = env
+        .sluice
+        .slot(dim.as_str(), Duration::from_millis(50), tokio::time::sleep(Duration::from_secs(30)))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Timeout(_)), "{e}");
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+
+    let sluice = env.sluice.clone();
+    let d = dim.clone();
+    let panicked = tokio::spawn(async move {
+        sluice.slot(d.as_str(), timeout, async { panic!("body panicked") }).await
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+    assert_eq!(env.lease_count("concurrent").await, 0);
+}
+
+pub async fn slot_dropped_midway_releases_in_the_background(env: Env) {
+    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(1)).await.unwrap();
+    let sluice = env.sluice.clone();
+    let dim = env.dim("concurrent");
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        sluice
+            .slot(dim.as_str(), Duration::from_secs(60), async move {
+                let _ = entered_tx.send(());
+                std::future::pending::<()>().await
+            })
+            .await
+    });
+    entered_rx.await.unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::ZERO);
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    for _ in 0..500 {
+        if env.available("concurrent").await == Tokens::new(1) && env.lease_count("concurrent").await == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the dropped slot's lease was not released");
+}

@@ -1,0 +1,14 @@
+//! The conformance suite on the embedded in-memory store, plus checks that need many
+//! tasks or many random cases and run fastest in memory.
+
+mod conformance;
+
+use std::sync::Arc;
+
+use sluice::{MemoryStore, Store};
+
+async fn memory_store() -> Arc<dyn Store> {
+    Arc::new(MemoryStore::new())
+}
+
+conformance::suite!(memory_store);
