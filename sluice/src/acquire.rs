@@ -49,7 +49,8 @@ impl Acquire {
 
     /// Also asks for `cost` tokens of `dimension`.
     pub fn and_cost(mut self, dimension: impl AsRef<str>, cost: impl Into<Tokens>) -> Self {
-        self.parts.push((dimension.as_ref().to_owned(), Some(cost.into())));
+        self.parts
+            .push((dimension.as_ref().to_owned(), Some(cost.into())));
         self
     }
 
@@ -108,7 +109,8 @@ pub(crate) struct Wanted {
 
 impl Wanted {
     pub(crate) fn cost(&self, cost_per_call: Tokens) -> Tokens {
-        let defaults = Tokens::from_nanos(cost_per_call.as_nanos() * i128::from(self.default_calls));
+        let defaults =
+            Tokens::from_nanos(cost_per_call.as_nanos() * i128::from(self.default_calls));
         self.explicit + defaults
     }
 }
@@ -162,13 +164,22 @@ mod tests {
 
     #[test]
     fn bad_requests_are_refused_before_any_io() {
-        assert!(matches!(Acquire::default().resolve(), Err(Error::DimensionCount { got: 0, .. })));
-        assert!(matches!(Acquire::new("nohash").resolve(), Err(Error::InvalidDimension(_))));
+        assert!(matches!(
+            Acquire::default().resolve(),
+            Err(Error::DimensionCount { got: 0, .. })
+        ));
+        assert!(matches!(
+            Acquire::new("nohash").resolve(),
+            Err(Error::InvalidDimension(_))
+        ));
         assert!(matches!(
             Acquire::with_cost("a#b", -1).resolve(),
             Err(Error::InvalidCost { .. })
         ));
         let many = (0..51).fold(Acquire::default(), |a, i| a.and(format!("v#m{i}")));
-        assert!(matches!(many.resolve(), Err(Error::DimensionCount { got: 51, .. })));
+        assert!(matches!(
+            many.resolve(),
+            Err(Error::DimensionCount { got: 51, .. })
+        ));
     }
 }

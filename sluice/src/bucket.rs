@@ -118,7 +118,11 @@ pub enum BucketError {
 
 impl Bucket {
     /// A bucket of any type. Prefer the typed constructors.
-    pub fn new(limit_type: LimitType, capacity: impl Into<Tokens>, refill_rate: RefillRate) -> Self {
+    pub fn new(
+        limit_type: LimitType,
+        capacity: impl Into<Tokens>,
+        refill_rate: RefillRate,
+    ) -> Self {
         Bucket {
             limit_type,
             capacity: capacity.into(),
@@ -304,7 +308,10 @@ impl BucketState {
     /// concurrent slot, or reconciliation), capped at capacity.
     pub fn restored(&self, amount: Tokens, now: UnixMillis) -> (Tokens, UnixMillis) {
         let (tokens, last) = self.refilled(now);
-        ((tokens + amount).min(self.bucket.capacity()).max(tokens), last)
+        (
+            (tokens + amount).min(self.bucket.capacity()).max(tokens),
+            last,
+        )
     }
 
     /// Tokens and refill timestamp after charging `delta` more at `now` (a lease's
@@ -315,7 +322,10 @@ impl BucketState {
         if delta >= Tokens::ZERO {
             (tokens - delta, last)
         } else {
-            ((tokens - delta).min(self.bucket.capacity()).max(tokens), last)
+            (
+                (tokens - delta).min(self.bucket.capacity()).max(tokens),
+                last,
+            )
         }
     }
 
@@ -402,7 +412,9 @@ fn wait_until_available(
     let steps = (deficit + per_grid - 1) / per_grid;
     let ready_at = i128::from(last.as_millis()) + steps * i128::from(grid);
     let wait = (ready_at - i128::from(now.as_millis())).max(1);
-    Some(Duration::from_millis(u64::try_from(wait).unwrap_or(u64::MAX)))
+    Some(Duration::from_millis(
+        u64::try_from(wait).unwrap_or(u64::MAX),
+    ))
 }
 
 #[cfg(test)]
@@ -429,9 +441,18 @@ mod tests {
         let s = state(100, RefillRate::per_second(10), Tokens::ZERO);
         let t0 = s.last_refill_at;
         assert_eq!(s.available(t0), Tokens::ZERO);
-        assert_eq!(s.available(t0.saturating_add(Duration::from_millis(150))), Tokens::new(1) + "0.5".parse().unwrap());
-        assert_eq!(s.available(t0.saturating_add(Duration::from_secs(10))), Tokens::new(100));
-        assert_eq!(s.available(t0.saturating_add(Duration::from_secs(1000))), Tokens::new(100));
+        assert_eq!(
+            s.available(t0.saturating_add(Duration::from_millis(150))),
+            Tokens::new(1) + "0.5".parse().unwrap()
+        );
+        assert_eq!(
+            s.available(t0.saturating_add(Duration::from_secs(10))),
+            Tokens::new(100)
+        );
+        assert_eq!(
+            s.available(t0.saturating_add(Duration::from_secs(1000))),
+            Tokens::new(100)
+        );
     }
 
     #[test]
@@ -455,17 +476,42 @@ mod tests {
         // 3 tokens per second: one token takes 333.33 ms, reported as 334 ms.
         let s = state(10, RefillRate::per_second(3), Tokens::ZERO);
         let now = s.last_refill_at;
-        assert_eq!(s.take(Tokens::new(1), now), Take::Short { wait: Some(Duration::from_millis(334)) });
-        assert!(matches!(s.take(Tokens::new(1), now.saturating_add(Duration::from_millis(333))), Take::Short { .. }));
-        assert!(matches!(s.take(Tokens::new(1), now.saturating_add(Duration::from_millis(334))), Take::Granted { .. }));
+        assert_eq!(
+            s.take(Tokens::new(1), now),
+            Take::Short {
+                wait: Some(Duration::from_millis(334))
+            }
+        );
+        assert!(matches!(
+            s.take(
+                Tokens::new(1),
+                now.saturating_add(Duration::from_millis(333))
+            ),
+            Take::Short { .. }
+        ));
+        assert!(matches!(
+            s.take(
+                Tokens::new(1),
+                now.saturating_add(Duration::from_millis(334))
+            ),
+            Take::Granted { .. }
+        ));
     }
 
     #[test]
     fn debt_is_repaid_by_refill() {
         let s = state(100, RefillRate::per_second(10), Tokens::new(-15));
         let now = s.last_refill_at;
-        assert_eq!(s.take(Tokens::new(5), now), Take::Short { wait: Some(Duration::from_secs(2)) });
-        assert_eq!(s.available(now.saturating_add(Duration::from_millis(1_500))), Tokens::ZERO);
+        assert_eq!(
+            s.take(Tokens::new(5), now),
+            Take::Short {
+                wait: Some(Duration::from_secs(2))
+            }
+        );
+        assert_eq!(
+            s.available(now.saturating_add(Duration::from_millis(1_500))),
+            Tokens::ZERO
+        );
     }
 
     #[test]
@@ -481,22 +527,43 @@ mod tests {
     #[test]
     fn cost_above_capacity_is_never_short_but_impossible() {
         let s = state(10, RefillRate::per_second(1), Tokens::new(10));
-        assert_eq!(s.take(Tokens::new(11), s.last_refill_at), Take::ExceedsCapacity);
+        assert_eq!(
+            s.take(Tokens::new(11), s.last_refill_at),
+            Take::ExceedsCapacity
+        );
     }
 
     #[test]
     fn bucket_definitions_validate() {
-        assert!(Bucket::requests(RefillRate::per_minute(500)).validate().is_ok());
-        assert_eq!(Bucket::requests(RefillRate::per_minute(500)).capacity(), Tokens::new(500));
-        assert_eq!(Bucket::tokens(RefillRate::per_minute(2_000_000)).capacity(), Tokens::new(2_000_000));
+        assert!(
+            Bucket::requests(RefillRate::per_minute(500))
+                .validate()
+                .is_ok()
+        );
+        assert_eq!(
+            Bucket::requests(RefillRate::per_minute(500)).capacity(),
+            Tokens::new(500)
+        );
+        assert_eq!(
+            Bucket::tokens(RefillRate::per_minute(2_000_000)).capacity(),
+            Tokens::new(2_000_000)
+        );
         assert_eq!(Bucket::concurrent(10).capacity(), Tokens::new(10));
         assert!(Bucket::concurrent(0).validate().is_err());
-        assert_eq!(Bucket::requests(RefillRate::ZERO).validate(), Err(BucketError::NoRefill(LimitType::Requests)));
+        assert_eq!(
+            Bucket::requests(RefillRate::ZERO).validate(),
+            Err(BucketError::NoRefill(LimitType::Requests))
+        );
         assert_eq!(
             Bucket::new(LimitType::Concurrent, 5, RefillRate::per_second(1)).validate(),
             Err(BucketError::ConcurrentRefill)
         );
-        assert!(Bucket::concurrent(2).with_cost_per_call(3).validate().is_err());
+        assert!(
+            Bucket::concurrent(2)
+                .with_cost_per_call(3)
+                .validate()
+                .is_err()
+        );
     }
 
     fn arb_rate() -> impl Strategy<Value = RefillRate> {

@@ -235,7 +235,10 @@ impl Sluice {
             attempts = tracing::field::Empty,
             retry_in_ms = tracing::field::Empty,
         );
-        let result = self.acquire_resolved(&wanted, ttl).instrument(span.clone()).await;
+        let result = self
+            .acquire_resolved(&wanted, ttl)
+            .instrument(span.clone())
+            .await;
         match &result {
             Ok(lease) => {
                 span.record("outcome", "granted");
@@ -336,7 +339,9 @@ impl Sluice {
             };
             let outcome = match self.inner.store.commit(commit).await {
                 Ok(()) => Attempt::Granted,
-                Err(CommitError::Condition(ConditionFailure::BucketChanged { dimension, .. })) => {
+                Err(CommitError::Condition(ConditionFailure::BucketChanged {
+                    dimension, ..
+                })) => {
                     tracing::debug!(%dimension, attempt, "lost the race: bucket changed since it was read");
                     contended = Some(dimension);
                     Attempt::Retry { backoff: true }
@@ -409,7 +414,8 @@ impl Sluice {
                 expired_before: None,
             })
             .await?;
-        let (live, expired): (Vec<_>, Vec<_>) = leases.into_iter().partition(|l| l.expires_at > now);
+        let (live, expired): (Vec<_>, Vec<_>) =
+            leases.into_iter().partition(|l| l.expires_at > now);
         if !expired.is_empty() {
             let reclaimed = self.reclaim(expired).await?;
             if reclaimed > 0 {
@@ -482,7 +488,10 @@ impl Sluice {
                 .collect();
             let commit = Commit {
                 buckets,
-                leases: parts.iter().map(|p| LeaseWrite::Delete(p.key.clone())).collect(),
+                leases: parts
+                    .iter()
+                    .map(|p| LeaseWrite::Delete(p.key.clone()))
+                    .collect(),
             };
             match self.inner.store.commit(commit).await {
                 Ok(()) => return Ok(parts.len()),
@@ -498,7 +507,9 @@ impl Sluice {
                     }
                     .into());
                 }
-                Err(CommitError::Condition(ConditionFailure::BucketChanged { dimension, .. })) => {
+                Err(CommitError::Condition(ConditionFailure::BucketChanged {
+                    dimension, ..
+                })) => {
                     if attempt > max_retries {
                         return Err(Error::Contention {
                             dimension,
@@ -696,7 +707,10 @@ impl Sluice {
                 .await?
                 .remove(0);
             let (state, expected) = match current {
-                None => (BucketState::full(dimension.clone(), bucket.clone(), now), None),
+                None => (
+                    BucketState::full(dimension.clone(), bucket.clone(), now),
+                    None,
+                ),
                 Some(cur) => {
                     let (tokens, last_refill_at) = cur.refilled(now);
                     let state = BucketState {

@@ -174,7 +174,10 @@ mod tests {
         let t = UnixMillis::parse_secs("1709550002.125", Rounding::Exact).unwrap();
         assert_eq!(t, UnixMillis::new(1_709_550_002_125));
         assert_eq!(t.to_secs_string(), "1709550002.125");
-        assert_eq!(UnixMillis::from_secs(1_709_550_002).to_secs_string(), "1709550002");
+        assert_eq!(
+            UnixMillis::from_secs(1_709_550_002).to_secs_string(),
+            "1709550002"
+        );
         assert_eq!(
             UnixMillis::parse_secs("1709550002.1234", Rounding::Ceil).unwrap(),
             UnixMillis::new(1_709_550_002_124)

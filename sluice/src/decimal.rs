@@ -62,7 +62,11 @@ pub(crate) fn parse(text: &str, decimals: u32, rounding: Rounding) -> Result<i12
     if int_part.is_empty() && frac_part.is_empty() {
         return Err(malformed());
     }
-    if !int_part.bytes().chain(frac_part.bytes()).all(|b| b.is_ascii_digit()) {
+    if !int_part
+        .bytes()
+        .chain(frac_part.bytes())
+        .all(|b| b.is_ascii_digit())
+    {
         return Err(malformed());
     }
     // All digits as one integer, with the position of the decimal point expressed as a
@@ -155,7 +159,10 @@ mod tests {
         assert_eq!(parse("47", 3, Rounding::Exact), Ok(47_000));
         assert_eq!(parse("47.0", 3, Rounding::Exact), Ok(47_000));
         assert_eq!(parse("1.667", 3, Rounding::Exact), Ok(1_667));
-        assert_eq!(parse("1709550002.125", 3, Rounding::Exact), Ok(1_709_550_002_125));
+        assert_eq!(
+            parse("1709550002.125", 3, Rounding::Exact),
+            Ok(1_709_550_002_125)
+        );
         assert_eq!(parse("-1.5", 3, Rounding::Exact), Ok(-1_500));
         assert_eq!(parse(".5", 3, Rounding::Exact), Ok(500));
         assert_eq!(parse("5.", 3, Rounding::Exact), Ok(5_000));
@@ -176,14 +183,22 @@ mod tests {
             parse("1.0004", 3, Rounding::Exact),
             Err(DecimalError::TooPrecise { .. })
         ));
-        assert_eq!(parse("46.666666666666664", 9, Rounding::Floor), Ok(46_666_666_666));
+        assert_eq!(
+            parse("46.666666666666664", 9, Rounding::Floor),
+            Ok(46_666_666_666)
+        );
     }
 
     #[test]
     fn rejects_what_is_not_a_number() {
-        for bad in ["", "-", ".", "abc", "1.2.3", "1,5", "1e", "e5", "--1", "1 2", "NaN", "inf"] {
+        for bad in [
+            "", "-", ".", "abc", "1.2.3", "1,5", "1e", "e5", "--1", "1 2", "NaN", "inf",
+        ] {
             assert!(
-                matches!(parse(bad, 3, Rounding::Exact), Err(DecimalError::Malformed(_))),
+                matches!(
+                    parse(bad, 3, Rounding::Exact),
+                    Err(DecimalError::Malformed(_))
+                ),
                 "{bad:?} should be malformed"
             );
         }

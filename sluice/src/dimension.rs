@@ -158,7 +158,13 @@ mod tests {
 
     #[test]
     fn accepts_vendor_hash_metric() {
-        for ok in ["openai#rpm", "openai#tpm", "elevenlabs#concurrent", "a#b", "x-1#gpt-4o.tpm"] {
+        for ok in [
+            "openai#rpm",
+            "openai#tpm",
+            "elevenlabs#concurrent",
+            "a#b",
+            "x-1#gpt-4o.tpm",
+        ] {
             assert_eq!(Dimension::new(ok).unwrap().as_str(), ok);
         }
     }
@@ -166,13 +172,34 @@ mod tests {
     #[test]
     fn rejects_malformed_names_with_the_reason() {
         assert_eq!(Dimension::new(""), Err(DimensionError::Empty));
-        assert!(matches!(Dimension::new("openai"), Err(DimensionError::Separator(_))));
-        assert!(matches!(Dimension::new("a#b#c"), Err(DimensionError::Separator(_))));
-        assert!(matches!(Dimension::new("#rpm"), Err(DimensionError::EmptyVendor(_))));
-        assert!(matches!(Dimension::new("openai#"), Err(DimensionError::EmptyMetric(_))));
-        assert!(matches!(Dimension::new("open ai#rpm"), Err(DimensionError::Whitespace(_))));
-        assert!(matches!(Dimension::new("openai#rpm\n"), Err(DimensionError::Whitespace(_))));
-        assert!(matches!(Dimension::new("lease#rpm"), Err(DimensionError::Reserved(_))));
+        assert!(matches!(
+            Dimension::new("openai"),
+            Err(DimensionError::Separator(_))
+        ));
+        assert!(matches!(
+            Dimension::new("a#b#c"),
+            Err(DimensionError::Separator(_))
+        ));
+        assert!(matches!(
+            Dimension::new("#rpm"),
+            Err(DimensionError::EmptyVendor(_))
+        ));
+        assert!(matches!(
+            Dimension::new("openai#"),
+            Err(DimensionError::EmptyMetric(_))
+        ));
+        assert!(matches!(
+            Dimension::new("open ai#rpm"),
+            Err(DimensionError::Whitespace(_))
+        ));
+        assert!(matches!(
+            Dimension::new("openai#rpm\n"),
+            Err(DimensionError::Whitespace(_))
+        ));
+        assert!(matches!(
+            Dimension::new("lease#rpm"),
+            Err(DimensionError::Reserved(_))
+        ));
         assert!(matches!(
             Dimension::new(&format!("a#{}", "b".repeat(1100))),
             Err(DimensionError::TooLong(_))

@@ -143,12 +143,23 @@ mod tests {
             Error::RetryIn(Duration::from_millis(1_250)).to_string(),
             "rate limited: retry in 1.250s"
         );
-        assert_eq!(Error::RetryIn(Duration::from_millis(7)).to_string(), "rate limited: retry in 7ms");
+        assert_eq!(
+            Error::RetryIn(Duration::from_millis(7)).to_string(),
+            "rate limited: retry in 7ms"
+        );
         let d = Dimension::new("openai#tpm").unwrap();
-        let e = Error::CostExceedsCapacity { dimension: d.clone(), cost: Tokens::new(5), capacity: Tokens::new(4) };
+        let e = Error::CostExceedsCapacity {
+            dimension: d.clone(),
+            cost: Tokens::new(5),
+            capacity: Tokens::new(4),
+        };
         assert!(e.to_string().contains("can never be granted"));
         assert_eq!(e.retry_in(), None);
-        assert!(Error::UnknownDimension(d).to_string().contains("sluice bucket put"));
+        assert!(
+            Error::UnknownDimension(d)
+                .to_string()
+                .contains("sluice bucket put")
+        );
     }
 
     #[test]

@@ -27,7 +27,10 @@ impl Sluice {
 
     /// Replaces the process-wide default client; returns the previous one.
     pub fn set_global(sluice: Sluice) -> Option<Sluice> {
-        GLOBAL.write().unwrap_or_else(|p| p.into_inner()).replace(sluice)
+        GLOBAL
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(sluice)
     }
 }
 

@@ -51,7 +51,9 @@ impl fmt::Display for LeaseId {
 
 /// A string that is not a lease id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{0}` is not a lease id; expected comma-separated `lease#{{vendor}}#{{metric}}#{{unique}}` keys")]
+#[error(
+    "`{0}` is not a lease id; expected comma-separated `lease#{{vendor}}#{{metric}}#{{unique}}` keys"
+)]
 pub struct LeaseIdError(pub String);
 
 impl FromStr for LeaseId {
@@ -122,7 +124,10 @@ impl Lease {
 
     /// The tokens held on `dimension`, if the lease covers it.
     pub fn cost(&self, dimension: &str) -> Option<Tokens> {
-        self.parts.iter().find(|p| p.dimension.as_str() == dimension).map(|p| p.cost)
+        self.parts
+            .iter()
+            .find(|p| p.dimension.as_str() == dimension)
+            .map(|p| p.cost)
     }
 
     /// How many commits the acquire attempted (1 when there was no contention).
@@ -141,13 +146,19 @@ impl Lease {
     /// Corrects the cost held on `dimension` to `actual` (e.g. 500 tokens estimated, 2,000
     /// used). The difference is charged to the bucket now, which may go negative (debt,
     /// repaid by refill); a lower cost refunds the difference, capped at capacity.
-    pub async fn adjust(&mut self, dimension: &str, actual: impl Into<Tokens>) -> Result<(), Error> {
+    pub async fn adjust(
+        &mut self,
+        dimension: &str,
+        actual: impl Into<Tokens>,
+    ) -> Result<(), Error> {
         let actual = actual.into();
         let part = self
             .parts
             .iter_mut()
             .find(|p| p.dimension.as_str() == dimension)
-            .ok_or_else(|| Error::LeaseNotFound(format!("{} (no part on `{dimension}`)", self.id)))?;
+            .ok_or_else(|| {
+                Error::LeaseNotFound(format!("{} (no part on `{dimension}`)", self.id))
+            })?;
         if actual.is_negative() {
             return Err(Error::InvalidCost {
                 dimension: part.dimension.clone(),

@@ -62,3 +62,8 @@ pub use lease::{Lease, LeaseId, LeaseIdError};
 pub use snapshot::Snapshot;
 pub use store::{MemoryStore, Store};
 pub use tokens::{RefillRate, Tokens};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

@@ -262,10 +262,19 @@ mod tests {
 
     #[test]
     fn rate_constructors_mean_amount_per_period() {
-        assert_eq!(RefillRate::per_second(5).as_nanos_per_second(), 5_000_000_000);
-        assert_eq!(RefillRate::per_minute(60).as_nanos_per_second(), 1_000_000_000);
+        assert_eq!(
+            RefillRate::per_second(5).as_nanos_per_second(),
+            5_000_000_000
+        );
+        assert_eq!(
+            RefillRate::per_minute(60).as_nanos_per_second(),
+            1_000_000_000
+        );
         assert_eq!(RefillRate::per_minute(500).to_string(), "8.333333");
-        assert_eq!(RefillRate::per_minute(2_000_000).to_string(), "33333.333333");
+        assert_eq!(
+            RefillRate::per_minute(2_000_000).to_string(),
+            "33333.333333"
+        );
         assert_eq!(RefillRate::per_hour(3_600).to_string(), "1");
         assert_eq!(RefillRate::per_day(86_400).to_string(), "1");
         assert_eq!(RefillRate::new(1, Duration::ZERO), RefillRate::ZERO);

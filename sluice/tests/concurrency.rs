@@ -22,10 +22,16 @@ async fn sixty_four_tasks_never_over_grant_and_account_for_every_token() {
     let capacity = 1_000_u64;
     let per_second = 2_000_u64;
     let initial = sluice
-        .put_bucket("load#rpm", Bucket::requests(RefillRate::per_second(per_second)).with_capacity(capacity))
+        .put_bucket(
+            "load#rpm",
+            Bucket::requests(RefillRate::per_second(per_second)).with_capacity(capacity),
+        )
         .await
         .unwrap();
-    sluice.put_bucket("load#concurrent", Bucket::concurrent(8)).await.unwrap();
+    sluice
+        .put_bucket("load#concurrent", Bucket::concurrent(8))
+        .await
+        .unwrap();
     // Start half empty, so the bookkeeping below is not cut short by the cap.
     sluice
         .acquire(sluice::Acquire::with_cost("load#rpm", capacity / 2))
@@ -83,16 +89,24 @@ async fn sixty_four_tasks_never_over_grant_and_account_for_every_token() {
 
     // Never more than the bucket held (after the first half) plus what refilled since it was created.
     let elapsed_ms = i128::from(end.as_millis() - initial.last_refill_at.as_millis());
-    let bound = initial.tokens - Tokens::new(capacity as i64 / 2) + Tokens::from_nanos(elapsed_ms * i128::from(per_second) * 1_000_000);
-    assert!(Tokens::new(grants) <= bound, "{grants} grants exceed the bound {bound}");
+    let bound = initial.tokens - Tokens::new(capacity as i64 / 2)
+        + Tokens::from_nanos(elapsed_ms * i128::from(per_second) * 1_000_000);
+    assert!(
+        Tokens::new(grants) <= bound,
+        "{grants} grants exceed the bound {bound}"
+    );
     // Demand far exceeds supply, so nearly all of it was handed out.
-    assert!(Tokens::new(grants) >= Tokens::from_nanos(bound.as_nanos() * 9 / 10), "{grants} of {bound}");
+    assert!(
+        Tokens::new(grants) >= Tokens::from_nanos(bound.as_nanos() * 9 / 10),
+        "{grants} of {bound}"
+    );
 
     // Exact bookkeeping: what is left is what was there, plus refill up to the last
     // write's timestamp, minus every grant. (The bucket never filled up: 64 hungry tasks
     // drain it far faster than it refills.)
     let row = sluice.bucket("load#rpm").await.unwrap().unwrap();
-    let refilled_ms = i128::from(row.last_refill_at.as_millis() - baseline.last_refill_at.as_millis());
+    let refilled_ms =
+        i128::from(row.last_refill_at.as_millis() - baseline.last_refill_at.as_millis());
     let refilled = Tokens::from_nanos(refilled_ms * i128::from(per_second) * 1_000_000);
     assert_eq!(row.tokens, baseline.tokens + refilled - Tokens::new(grants));
 
@@ -101,5 +115,11 @@ async fn sixty_four_tasks_never_over_grant_and_account_for_every_token() {
     let concurrent = sluice.bucket("load#concurrent").await.unwrap().unwrap();
     assert_eq!(concurrent.tokens, Tokens::new(8));
     // Every lease released.
-    assert!(sluice.leases(&LeaseFilter::default()).await.unwrap().is_empty());
+    assert!(
+        sluice
+            .leases(&LeaseFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

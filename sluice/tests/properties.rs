@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use sluice::{Acquire, Bucket, Error, Lease, ManualClock, MemoryStore, RefillRate, Sluice, Tokens, UnixMillis};
+use sluice::{
+    Acquire, Bucket, Error, Lease, ManualClock, MemoryStore, RefillRate, Sluice, Tokens, UnixMillis,
+};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -33,7 +35,10 @@ struct Event {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
 }
 
 proptest! {

@@ -47,7 +47,9 @@ impl MemoryStore {
     fn rows(&self) -> MutexGuard<'_, Rows> {
         // A panic while holding the lock cannot leave rows half-written: every mutation
         // below checks all conditions before changing anything.
-        self.rows.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.rows
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -81,7 +83,10 @@ impl Store for MemoryStore {
         dimensions: &[Dimension],
     ) -> Result<Vec<Option<BucketState>>, StoreError> {
         let rows = self.rows();
-        Ok(dimensions.iter().map(|d| rows.buckets.get(d).cloned()).collect())
+        Ok(dimensions
+            .iter()
+            .map(|d| rows.buckets.get(d).cloned())
+            .collect())
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), CommitError> {

@@ -186,13 +186,17 @@ pub struct LeaseFilter {
 #[non_exhaustive]
 pub enum StoreError {
     /// The table does not exist.
-    #[error("table `{table}` does not exist; create it with `sluice table create` or `DynamoStore::create_table`")]
+    #[error(
+        "table `{table}` does not exist; create it with `sluice table create` or `DynamoStore::create_table`"
+    )]
     TableNotFound {
         /// The table's name.
         table: String,
     },
     /// The store is throttling requests.
-    #[error("the store is throttling requests (provisioned throughput or request rate exceeded); retry later")]
+    #[error(
+        "the store is throttling requests (provisioned throughput or request rate exceeded); retry later"
+    )]
     Throttled {
         /// The underlying error.
         #[source]
@@ -238,7 +242,9 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::Throttled { .. } | StoreError::Timeout { .. } | StoreError::Unavailable { .. }
+            StoreError::Throttled { .. }
+                | StoreError::Timeout { .. }
+                | StoreError::Unavailable { .. }
         )
     }
 }

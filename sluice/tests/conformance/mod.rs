@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice::store::{LeaseFilter, Store};
-use sluice::Clock as _;
 use sluice::{
     Acquire, Bucket, Error, LimitType, ManualClock, RefillRate, Sluice, Tokens, UnixMillis,
 };
@@ -62,18 +61,31 @@ impl Env {
     }
 
     pub async fn tokens(&self, metric: &str) -> Tokens {
-        self.sluice.bucket(&self.dim(metric)).await.unwrap().unwrap().tokens
+        self.sluice
+            .bucket(&self.dim(metric))
+            .await
+            .unwrap()
+            .unwrap()
+            .tokens
     }
 
     pub async fn available(&self, metric: &str) -> Tokens {
-        let row = self.sluice.bucket(&self.dim(metric)).await.unwrap().unwrap();
+        let row = self
+            .sluice
+            .bucket(&self.dim(metric))
+            .await
+            .unwrap()
+            .unwrap();
         row.available(self.clock.now())
     }
 
     pub async fn lease_count(&self, metric: &str) -> usize {
         let d = self.dim(metric).parse().unwrap();
         self.store
-            .list_leases(&LeaseFilter { dimension: Some(d), expired_before: None })
+            .list_leases(&LeaseFilter {
+                dimension: Some(d),
+                expired_before: None,
+            })
             .await
             .unwrap()
             .len()
@@ -84,7 +96,12 @@ fn rand_u64() -> u64 {
     use std::collections::hash_map::RandomState;
     use std::hash::{BuildHasher, Hasher};
     let mut h = RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
     h.finish()
 }
 
@@ -169,22 +186,41 @@ pub async fn an_exhausted_bucket_answers_an_exact_retry_in_and_grants_at_that_in
     // 4 per second, capacity 3: after 3 grants the next token is 250 ms away.
     requests(&env, "rpm", 3, 4).await;
     for _ in 0..3 {
-        env.sluice.acquire(env.dim("rpm")).await.unwrap().release().await.unwrap();
+        env.sluice
+            .acquire(env.dim("rpm"))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
     }
     env.advance_ms(100);
     let d = retry_in(env.sluice.acquire(env.dim("rpm")).await);
     assert_eq!(d, Duration::from_millis(150));
     env.advance_ms(149);
-    assert_eq!(retry_in(env.sluice.acquire(env.dim("rpm")).await), Duration::from_millis(1));
+    assert_eq!(
+        retry_in(env.sluice.acquire(env.dim("rpm")).await),
+        Duration::from_millis(1)
+    );
     env.advance_ms(1);
-    let lease = env.sluice.acquire(env.dim("rpm")).await.expect("granted at exactly the promised instant");
+    let lease = env
+        .sluice
+        .acquire(env.dim("rpm"))
+        .await
+        .expect("granted at exactly the promised instant");
     lease.release().await.unwrap();
 }
 
 pub async fn retry_in_rounds_up_to_the_millisecond(env: Env) {
     // 3 per second: a token every 333.33 ms.
     requests(&env, "rpm", 1, 3).await;
-    env.sluice.acquire(env.dim("rpm")).await.unwrap().release().await.unwrap();
+    env.sluice
+        .acquire(env.dim("rpm"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let d = retry_in(env.sluice.acquire(env.dim("rpm")).await);
     assert_eq!(d, Duration::from_millis(334));
     env.advance_ms(333);
@@ -196,7 +232,10 @@ pub async fn retry_in_rounds_up_to_the_millisecond(env: Env) {
 pub async fn multi_dimension_acquire_is_all_or_nothing(env: Env) {
     requests(&env, "rpm", 10, 1).await;
     env.sluice
-        .put_bucket(&env.dim("tpm"), Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000))
+        .put_bucket(
+            &env.dim("tpm"),
+            Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000),
+        )
         .await
         .unwrap();
     let rpm_before = env.sluice.bucket(&env.dim("rpm")).await.unwrap().unwrap();
@@ -221,12 +260,19 @@ pub async fn multi_dimension_acquire_is_all_or_nothing(env: Env) {
     let tpm_after = env.sluice.bucket(&env.dim("tpm")).await.unwrap().unwrap();
     assert_eq!(rpm_after, rpm_mid, "no bucket changes when one is short");
     assert_eq!(tpm_after, tpm_mid);
-    assert_eq!(env.lease_count("rpm").await, 1, "no lease written for the refused acquire");
+    assert_eq!(
+        env.lease_count("rpm").await,
+        1,
+        "no lease written for the refused acquire"
+    );
     assert_eq!(env.lease_count("tpm").await, 1);
     // The granted lease covers both dimensions and releases both rows.
     assert_eq!(first.id().keys().len(), 2);
     first.release().await.unwrap();
-    assert_eq!(env.lease_count("rpm").await + env.lease_count("tpm").await, 0);
+    assert_eq!(
+        env.lease_count("rpm").await + env.lease_count("tpm").await,
+        0
+    );
 }
 
 pub async fn multi_dimension_retry_in_is_the_longest_wait(env: Env) {
@@ -239,20 +285,34 @@ pub async fn multi_dimension_retry_in_is_the_longest_wait(env: Env) {
         .release()
         .await
         .unwrap();
-    let d = retry_in(env.sluice.acquire(Acquire::new(env.dim("a")).and(env.dim("b"))).await);
+    let d = retry_in(
+        env.sluice
+            .acquire(Acquire::new(env.dim("a")).and(env.dim("b")))
+            .await,
+    );
     assert_eq!(d, Duration::from_millis(500));
 }
 
 pub async fn concurrent_slots_are_given_back_on_release_exactly_once(env: Env) {
     let n = 3;
-    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(n)).await.unwrap();
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(n))
+        .await
+        .unwrap();
     let mut held = Vec::new();
     for _ in 0..n {
         held.push(env.sluice.acquire(env.dim("concurrent")).await.unwrap());
     }
     // Time alone never frees a slot (the leases live 60 s).
     env.advance_ms(30_000);
-    assert!(env.sluice.acquire(env.dim("concurrent")).await.unwrap_err().retry_in().is_some());
+    assert!(
+        env.sluice
+            .acquire(env.dim("concurrent"))
+            .await
+            .unwrap_err()
+            .retry_in()
+            .is_some()
+    );
     assert_eq!(env.available("concurrent").await, Tokens::ZERO);
     // Release one: exactly one slot comes back.
     let one = held.pop().unwrap();
@@ -273,7 +333,10 @@ pub async fn concurrent_slots_are_given_back_on_release_exactly_once(env: Env) {
 }
 
 pub async fn concurrent_retry_in_is_the_earliest_live_lease_expiry(env: Env) {
-    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(2)).await.unwrap();
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(2))
+        .await
+        .unwrap();
     let a = env
         .sluice
         .acquire(Acquire::new(env.dim("concurrent")).ttl(Duration::from_secs(30)))
@@ -294,7 +357,10 @@ pub async fn concurrent_retry_in_is_the_earliest_live_lease_expiry(env: Env) {
 }
 
 pub async fn expired_concurrent_leases_are_reclaimed_when_the_bucket_is_short(env: Env) {
-    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(1)).await.unwrap();
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(1))
+        .await
+        .unwrap();
     let crashed = env
         .sluice
         .acquire(Acquire::new(env.dim("concurrent")).ttl(Duration::from_secs(5)))
@@ -304,7 +370,11 @@ pub async fn expired_concurrent_leases_are_reclaimed_when_the_bucket_is_short(en
     std::mem::forget(crashed);
     assert!(env.sluice.acquire(env.dim("concurrent")).await.is_err());
     env.advance_ms(5_001);
-    let lease = env.sluice.acquire(env.dim("concurrent")).await.expect("the expired slot came back");
+    let lease = env
+        .sluice
+        .acquire(env.dim("concurrent"))
+        .await
+        .expect("the expired slot came back");
     assert_eq!(env.lease_count("concurrent").await, 1);
     lease.release().await.unwrap();
     assert_eq!(env.available("concurrent").await, Tokens::new(1));
@@ -312,15 +382,32 @@ pub async fn expired_concurrent_leases_are_reclaimed_when_the_bucket_is_short(en
 
 pub async fn cost_above_capacity_is_a_distinct_error(env: Env) {
     env.sluice
-        .put_bucket(&env.dim("tpm"), Bucket::tokens(RefillRate::per_second(10)).with_capacity(100))
+        .put_bucket(
+            &env.dim("tpm"),
+            Bucket::tokens(RefillRate::per_second(10)).with_capacity(100),
+        )
         .await
         .unwrap();
-    let e = env.sluice.acquire(Acquire::with_cost(env.dim("tpm"), 101)).await.unwrap_err();
+    let e = env
+        .sluice
+        .acquire(Acquire::with_cost(env.dim("tpm"), 101))
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::CostExceedsCapacity { .. }), "{e}");
     assert_eq!(e.retry_in(), None);
     // Even an empty bucket answers the same, never RetryIn.
-    env.sluice.acquire(Acquire::with_cost(env.dim("tpm"), 100)).await.unwrap().release().await.unwrap();
-    let e = env.sluice.acquire(Acquire::with_cost(env.dim("tpm"), 101)).await.unwrap_err();
+    env.sluice
+        .acquire(Acquire::with_cost(env.dim("tpm"), 100))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let e = env
+        .sluice
+        .acquire(Acquire::with_cost(env.dim("tpm"), 101))
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::CostExceedsCapacity { .. }));
 }
 
@@ -335,22 +422,37 @@ pub async fn unknown_and_invalid_dimensions_are_typed_errors(env: Env) {
 
 pub async fn adjust_into_debt_is_repaid_by_refill(env: Env) {
     env.sluice
-        .put_bucket(&env.dim("tpm"), Bucket::tokens(RefillRate::per_second(1_000)).with_capacity(1_000))
+        .put_bucket(
+            &env.dim("tpm"),
+            Bucket::tokens(RefillRate::per_second(1_000)).with_capacity(1_000),
+        )
         .await
         .unwrap();
-    let mut lease = env.sluice.acquire(Acquire::with_cost(env.dim("tpm"), 500)).await.unwrap();
+    let mut lease = env
+        .sluice
+        .acquire(Acquire::with_cost(env.dim("tpm"), 500))
+        .await
+        .unwrap();
     lease.adjust(&env.dim("tpm"), 2_000).await.unwrap();
     assert_eq!(env.available("tpm").await, Tokens::new(-1_000));
     assert_eq!(lease.cost(&env.dim("tpm")), Some(Tokens::new(2_000)));
     // 1,000 debt + 1 token needed at 1,000/s: 1.001 s.
     assert_eq!(
-        retry_in(env.sluice.acquire(Acquire::with_cost(env.dim("tpm"), 1)).await),
+        retry_in(
+            env.sluice
+                .acquire(Acquire::with_cost(env.dim("tpm"), 1))
+                .await
+        ),
         Duration::from_millis(1_001)
     );
     env.advance_ms(1_500);
     assert_eq!(env.available("tpm").await, Tokens::new(500));
     lease.release().await.unwrap();
-    assert_eq!(env.available("tpm").await, Tokens::new(500), "tokens stay consumed on release");
+    assert_eq!(
+        env.available("tpm").await,
+        Tokens::new(500),
+        "tokens stay consumed on release"
+    );
 }
 
 pub async fn adjust_down_refunds_and_release_restores_the_adjusted_cost(env: Env) {
@@ -358,7 +460,11 @@ pub async fn adjust_down_refunds_and_release_restores_the_adjusted_cost(env: Env
         .put_bucket(&env.dim("concurrent"), Bucket::concurrent(10))
         .await
         .unwrap();
-    let mut lease = env.sluice.acquire(Acquire::with_cost(env.dim("concurrent"), 6)).await.unwrap();
+    let mut lease = env
+        .sluice
+        .acquire(Acquire::with_cost(env.dim("concurrent"), 6))
+        .await
+        .unwrap();
     assert_eq!(env.available("concurrent").await, Tokens::new(4));
     lease.adjust(&env.dim("concurrent"), 2).await.unwrap();
     assert_eq!(env.available("concurrent").await, Tokens::new(8));
@@ -379,15 +485,31 @@ pub async fn lease_rows_carry_dimension_cost_caller_and_expiry(env: Env) {
     assert_eq!(row.cost, Tokens::new(3));
     assert_eq!(row.caller, "audit-service");
     assert_eq!(row.created_at, env.clock.now());
-    assert_eq!(row.expires_at, env.clock.now().saturating_add(Duration::from_secs(45)));
+    assert_eq!(
+        row.expires_at,
+        env.clock.now().saturating_add(Duration::from_secs(45))
+    );
     assert_eq!(lease.expires_at(), row.expires_at);
-    assert!(row.key.as_str().starts_with(&format!("lease#{}#", env.dim("rpm"))));
+    assert!(
+        row.key
+            .as_str()
+            .starts_with(&format!("lease#{}#", env.dim("rpm")))
+    );
     lease.release().await.unwrap();
-    assert_eq!(env.store.read_leases(std::slice::from_ref(&row.key)).await.unwrap()[0], None);
+    assert_eq!(
+        env.store
+            .read_leases(std::slice::from_ref(&row.key))
+            .await
+            .unwrap()[0],
+        None
+    );
 }
 
 pub async fn release_by_id_from_another_client(env: Env) {
-    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(1)).await.unwrap();
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(1))
+        .await
+        .unwrap();
     let lease = env.sluice.acquire(env.dim("concurrent")).await.unwrap();
     let id: sluice::LeaseId = lease.id().to_string().parse().unwrap();
     std::mem::forget(lease);
@@ -399,8 +521,16 @@ pub async fn release_by_id_from_another_client(env: Env) {
 
 pub async fn snapshot_reports_what_an_operator_needs(env: Env) {
     requests(&env, "rpm", 10, 2).await;
-    let a = env.sluice.acquire(Acquire::with_cost(env.dim("rpm"), 4)).await.unwrap();
-    let _b = env.sluice.acquire(Acquire::with_cost(env.dim("rpm"), 2).ttl(Duration::from_secs(1))).await.unwrap();
+    let a = env
+        .sluice
+        .acquire(Acquire::with_cost(env.dim("rpm"), 4))
+        .await
+        .unwrap();
+    let _b = env
+        .sluice
+        .acquire(Acquire::with_cost(env.dim("rpm"), 2).ttl(Duration::from_secs(1)))
+        .await
+        .unwrap();
     env.advance_ms(1_500);
     let s = env.sluice.snapshot(&env.dim("rpm")).await.unwrap();
     assert_eq!(s.limit_type, LimitType::Requests);
@@ -412,31 +542,50 @@ pub async fn snapshot_reports_what_an_operator_needs(env: Env) {
     assert_eq!(s.expired_leases, 1);
     assert_eq!(s.time_to_full, Some(Duration::from_millis(1_500)));
     a.release().await.unwrap();
-    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(2)).await.unwrap();
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(2))
+        .await
+        .unwrap();
     let c = env.sluice.acquire(env.dim("concurrent")).await.unwrap();
     let s = env.sluice.snapshot(&env.dim("concurrent")).await.unwrap();
     assert_eq!((s.available, s.time_to_full), (Tokens::new(1), None));
     c.release().await.unwrap();
     let s = env.sluice.snapshot(&env.dim("concurrent")).await.unwrap();
-    assert_eq!((s.available, s.time_to_full), (Tokens::new(2), Some(Duration::ZERO)));
+    assert_eq!(
+        (s.available, s.time_to_full),
+        (Tokens::new(2), Some(Duration::ZERO))
+    );
 }
 
 pub async fn redefining_a_bucket_keeps_its_tokens(env: Env) {
     requests(&env, "rpm", 100, 1).await;
-    env.sluice.acquire(Acquire::with_cost(env.dim("rpm"), 70)).await.unwrap().release().await.unwrap();
+    env.sluice
+        .acquire(Acquire::with_cost(env.dim("rpm"), 70))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     // A larger limit does not hand out a fresh burst...
     requests(&env, "rpm", 1_000, 10).await;
     assert_eq!(env.available("rpm").await, Tokens::new(30));
     // ...and a smaller one caps what is there.
     requests(&env, "rpm", 20, 10).await;
     assert_eq!(env.available("rpm").await, Tokens::new(20));
-    let e = env.sluice.put_bucket(&env.dim("rpm"), Bucket::concurrent(0)).await.unwrap_err();
+    let e = env
+        .sluice
+        .put_bucket(&env.dim("rpm"), Bucket::concurrent(0))
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::InvalidBucket { .. }), "{e}");
 }
 
 pub async fn buckets_are_listed_and_deleted(env: Env) {
     requests(&env, "rpm", 10, 1).await;
-    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(3)).await.unwrap();
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(3))
+        .await
+        .unwrap();
     let mine: Vec<String> = env
         .sluice
         .buckets()
@@ -478,7 +627,11 @@ pub async fn racing_clients_never_over_grant(env: Env) {
     for t in tasks {
         leases.extend(t.await.unwrap());
     }
-    assert_eq!(leases.len() as u64, capacity, "every token granted once, none twice");
+    assert_eq!(
+        leases.len() as u64,
+        capacity,
+        "every token granted once, none twice"
+    );
     assert_eq!(env.tokens("rpm").await, Tokens::ZERO);
     assert_eq!(env.lease_count("rpm").await as u64, capacity);
     for l in leases {
@@ -488,22 +641,38 @@ pub async fn racing_clients_never_over_grant(env: Env) {
 }
 
 pub async fn slot_releases_on_ok_err_timeout_and_panic(env: Env) {
-    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(1)).await.unwrap();
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(1))
+        .await
+        .unwrap();
     let dim = env.dim("concurrent");
     let timeout = Duration::from_secs(5);
 
-    let ok = env.sluice.slot(dim.as_str(), timeout, async { 7 }).await.unwrap();
+    let ok = env
+        .sluice
+        .slot(dim.as_str(), timeout, async { 7 })
+        .await
+        .unwrap();
     assert_eq!(ok, 7);
     assert_eq!(env.available("concurrent").await, Tokens::new(1));
 
-    let err: Result<(), String> =
-        env.sluice.slot(dim.as_str(), timeout, async { Err("vendor said no".to_owned()) }).await.unwrap();
+    let err: Result<(), String> = env
+        .sluice
+        .slot(dim.as_str(), timeout, async {
+            Err("vendor said no".to_owned())
+        })
+        .await
+        .unwrap();
     assert!(err.is_err());
     assert_eq!(env.available("concurrent").await, Tokens::new(1));
 
     let e = env
         .sluice
-        .slot(dim.as_str(), Duration::from_millis(50), tokio::time::sleep(Duration::from_secs(30)))
+        .slot(
+            dim.as_str(),
+            Duration::from_millis(50),
+            tokio::time::sleep(Duration::from_secs(30)),
+        )
         .await
         .unwrap_err();
     assert!(matches!(e, Error::Timeout(_)), "{e}");
@@ -512,7 +681,9 @@ pub async fn slot_releases_on_ok_err_timeout_and_panic(env: Env) {
     let sluice = env.sluice.clone();
     let d = dim.clone();
     let panicked = tokio::spawn(async move {
-        sluice.slot(d.as_str(), timeout, async { panic!("body panicked") }).await
+        sluice
+            .slot(d.as_str(), timeout, async { panic!("body panicked") })
+            .await
     })
     .await;
     assert!(panicked.unwrap_err().is_panic());
@@ -521,7 +692,10 @@ pub async fn slot_releases_on_ok_err_timeout_and_panic(env: Env) {
 }
 
 pub async fn slot_dropped_midway_releases_in_the_background(env: Env) {
-    env.sluice.put_bucket(&env.dim("concurrent"), Bucket::concurrent(1)).await.unwrap();
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(1))
+        .await
+        .unwrap();
     let sluice = env.sluice.clone();
     let dim = env.dim("concurrent");
     let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
@@ -538,7 +712,9 @@ pub async fn slot_dropped_midway_releases_in_the_background(env: Env) {
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
     for _ in 0..500 {
-        if env.available("concurrent").await == Tokens::new(1) && env.lease_count("concurrent").await == 0 {
+        if env.available("concurrent").await == Tokens::new(1)
+            && env.lease_count("concurrent").await == 0
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
