@@ -151,10 +151,21 @@ impl SluiceBuilder {
         &self.config
     }
 
-    /// Builds the client.
+    /// Builds the client, connecting to DynamoDB when the configuration names a table and
+    /// no store was given (credentials and region from the standard AWS chain).
+    pub async fn connect(self) -> Result<Sluice, Error> {
+        #[cfg(feature = "dynamodb")]
+        if self.store.is_none() && self.config.table_name.is_some() {
+            let store = crate::store::DynamoStore::from_config(&self.config).await?;
+            return self.store(store).build();
+        }
+        self.build()
+    }
+
+    /// Builds the client without I/O.
     ///
-    /// Without an explicit store, a table name in the configuration is an error in this
-    /// build (no DynamoDB support); otherwise a new [`MemoryStore`] is used.
+    /// Without an explicit store, a new [`MemoryStore`] is used; a table name in the
+    /// configuration then asks for [`connect`](Self::connect) instead.
     pub fn build(self) -> Result<Sluice, Error> {
         if self.config.lease_ttl < Duration::from_millis(1) {
             return Err(ConfigError::Invalid {
@@ -166,6 +177,9 @@ impl SluiceBuilder {
         }
         let store = match (self.store, &self.config.table_name) {
             (Some(store), _) => store,
+            (None, Some(table)) if cfg!(feature = "dynamodb") => {
+                return Err(ConfigError::NeedsConnect(table.clone()).into());
+            }
             (None, Some(table)) => return Err(ConfigError::NoDynamoDb(table.clone()).into()),
             (None, None) => Arc::new(MemoryStore::new()),
         };
@@ -199,9 +213,10 @@ impl Sluice {
             .unwrap_or_else(|_| unreachable!("a memory store with the default TTL always builds"))
     }
 
-    /// A client configured from the environment (`SLUICE_*`, see [`Config`]).
+    /// A client configured from the environment (`SLUICE_*`, see [`Config`]): the DynamoDB
+    /// store when `SLUICE_TABLE_NAME` is set, else a new in-memory store.
     pub async fn from_env() -> Result<Sluice, Error> {
-        SluiceBuilder::from_env()?.build()
+        SluiceBuilder::from_env()?.connect().await
     }
 
     /// The client's configuration.

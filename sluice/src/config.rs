@@ -26,6 +26,11 @@ pub enum ConfigError {
         "SLUICE_TABLE_NAME={0:?} is set, but sluice was built without the `dynamodb` feature; enable it or unset the variable to use the in-memory store"
     )]
     NoDynamoDb(String),
+    /// A table is configured, but the client was built synchronously.
+    #[error(
+        "SLUICE_TABLE_NAME={0:?} is set: build the client with `SluiceBuilder::connect().await` (or `Sluice::from_env().await`), which sets up the DynamoDB client"
+    )]
+    NeedsConnect(String),
 }
 
 /// Settings of a [`Sluice`](crate::Sluice) client.

@@ -60,6 +60,8 @@ pub use dimension::{Dimension, DimensionError};
 pub use error::Error;
 pub use lease::{Lease, LeaseId, LeaseIdError};
 pub use snapshot::Snapshot;
+#[cfg(feature = "dynamodb")]
+pub use store::{DynamoStats, DynamoStore};
 pub use store::{MemoryStore, Store};
 pub use tokens::{RefillRate, Tokens};
 

@@ -36,7 +36,7 @@ async fn the_global_client_is_the_one_set_in_code() {
 }
 
 #[tokio::test]
-async fn a_table_name_without_a_store_is_a_clear_error_in_this_build() {
+async fn a_table_name_asks_for_connect_when_built_without_io() {
     let config = sluice::Config::from_lookup(|name| {
         (name == "SLUICE_TABLE_NAME").then(|| "vendor-buckets-pre".to_owned())
     })

@@ -7,8 +7,12 @@
 //! protocol itself (refill, costs, retries, RetryIn) lives in the [`Sluice`](crate::Sluice)
 //! client, so every store gives the same answers.
 
+#[cfg(feature = "dynamodb")]
+mod dynamo;
 mod memory;
 
+#[cfg(feature = "dynamodb")]
+pub use dynamo::{DynamoStats, DynamoStore};
 pub use memory::MemoryStore;
 
 use std::error::Error as StdError;

@@ -1,0 +1,151 @@
+//! Telling DynamoDB's failures apart.
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::CancellationReason;
+
+use crate::store::StoreError;
+
+/// Error codes that mean "slow down".
+const THROTTLING: [&str; 5] = [
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "ThrottlingError",
+    "ProvisionedThroughputExceeded",
+];
+
+pub(crate) fn is_throttling(code: &str) -> bool {
+    THROTTLING.contains(&code)
+}
+
+/// Maps any SDK failure that is not a condition of ours to a [`StoreError`].
+pub(crate) fn store_error<E, R>(err: SdkError<E, R>, table: &str) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match &err {
+        SdkError::TimeoutError(_) => StoreError::Timeout {
+            source: Some(Box::new(err)),
+        },
+        SdkError::DispatchFailure(d) => {
+            let message = if d.is_timeout() {
+                return StoreError::Timeout {
+                    source: Some(Box::new(err)),
+                };
+            } else if d.is_io() {
+                "connection failed".to_owned()
+            } else {
+                "request could not be sent".to_owned()
+            };
+            StoreError::Unavailable {
+                message,
+                source: Some(Box::new(err)),
+            }
+        }
+        _ => {
+            let code = err.code().unwrap_or_default().to_owned();
+            let message = err.message().unwrap_or_default().to_owned();
+            match code.as_str() {
+                "ResourceNotFoundException" => StoreError::TableNotFound {
+                    table: table.to_owned(),
+                },
+                c if is_throttling(c) => StoreError::Throttled {
+                    source: Some(Box::new(err)),
+                },
+                "" => StoreError::Service {
+                    message: "DynamoDB request failed".to_owned(),
+                    source: Some(Box::new(err)),
+                },
+                _ => StoreError::Service {
+                    message: if message.is_empty() {
+                        code
+                    } else {
+                        format!("{code}: {message}")
+                    },
+                    source: Some(Box::new(err)),
+                },
+            }
+        }
+    }
+}
+
+/// What a cancelled transaction's per-item reasons (in request order) say, by priority:
+/// a failed condition, then a conflict, then throttling, then anything else.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Cancelled {
+    /// The condition of the item at this index failed.
+    Condition(usize),
+    /// Another transaction was touching one of the items.
+    Conflict,
+    /// DynamoDB throttled the transaction.
+    Throttled,
+    /// Some other reason.
+    Other(String),
+}
+
+pub(crate) fn cancelled(reasons: &[CancellationReason]) -> Cancelled {
+    let code = |r: &CancellationReason| r.code().unwrap_or("None").to_owned();
+    if let Some(i) = reasons
+        .iter()
+        .position(|r| code(r) == "ConditionalCheckFailed")
+    {
+        return Cancelled::Condition(i);
+    }
+    if reasons.iter().any(|r| code(r) == "TransactionConflict") {
+        return Cancelled::Conflict;
+    }
+    if reasons.iter().any(|r| is_throttling(&code(r))) {
+        return Cancelled::Throttled;
+    }
+    let others: Vec<String> = reasons
+        .iter()
+        .filter(|r| code(r) != "None")
+        .map(|r| match r.message() {
+            Some(m) => format!("{}: {m}", code(r)),
+            None => code(r),
+        })
+        .collect();
+    Cancelled::Other(others.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(code: &str) -> CancellationReason {
+        CancellationReason::builder().code(code).build()
+    }
+
+    #[test]
+    fn cancellation_reasons_are_read_per_item_in_request_order() {
+        assert_eq!(
+            cancelled(&[
+                reason("None"),
+                reason("ConditionalCheckFailed"),
+                reason("None")
+            ]),
+            Cancelled::Condition(1)
+        );
+        assert_eq!(
+            cancelled(&[reason("TransactionConflict"), reason("None")]),
+            Cancelled::Conflict
+        );
+        assert_eq!(
+            cancelled(&[
+                reason("TransactionConflict"),
+                reason("ConditionalCheckFailed")
+            ]),
+            Cancelled::Condition(1),
+            "a failed condition is decisive: retrying the same write cannot succeed"
+        );
+        assert_eq!(
+            cancelled(&[reason("ThrottlingError")]),
+            Cancelled::Throttled
+        );
+        assert_eq!(
+            cancelled(&[reason("None"), reason("ValidationError")]),
+            Cancelled::Other("ValidationError".to_owned())
+        );
+    }
+}

@@ -1,0 +1,694 @@
+//! The DynamoDB store: the seed's schema and protocol over `aws-sdk-dynamodb`.
+
+mod error;
+mod row;
+mod table;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConsumedCapacity, Delete, KeysAndAttributes, Put, ReturnConsumedCapacity,
+    ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
+
+use self::error::{Cancelled, cancelled, store_error};
+use self::row::Item;
+use super::{
+    BucketWrite, Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord,
+    LeaseWrite, Store, StoreError,
+};
+use crate::bucket::BucketState;
+use crate::config::Config;
+use crate::dimension::{Dimension, LEASE_PREFIX};
+
+/// BatchGetItem reads at most 100 keys per request.
+const BATCH_GET_MAX: usize = 100;
+
+const BUCKET_UPDATE: &str = "SET #tokens = :tokens, #last = :last, #version = :next";
+const BUCKET_CONDITION: &str = "#version = :expected";
+const EXISTS: &str = "attribute_exists(vendor_dimension)";
+const NOT_EXISTS: &str = "attribute_not_exists(vendor_dimension)";
+
+/// Buckets and leases in one DynamoDB table, in the schema the seed defines, so that
+/// sluice shares the table with other SDKs that follow it.
+///
+/// Every operation maps to one DynamoDB call: bucket reads are strongly consistent
+/// `GetItem`/`BatchGetItem`; a [`Commit`] touching one row is a single conditional write,
+/// and one touching several is a `TransactWriteItems` with a condition per item.
+///
+/// ```no_run
+/// use sluice::{DynamoStore, Sluice};
+///
+/// # async fn run() -> Result<(), sluice::Error> {
+/// let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+/// let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), "vendor-buckets-prod");
+/// store.create_table().await?;
+/// let sluice = Sluice::builder().store(store).build()?;
+/// # let _ = sluice; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: Arc<str>,
+    stats: Arc<Counters>,
+}
+
+impl fmt::Debug for DynamoStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DynamoStore")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    calls: AtomicU64,
+    read_milliunits: AtomicU64,
+    write_milliunits: AtomicU64,
+}
+
+/// DynamoDB calls made by a [`DynamoStore`] and the capacity units DynamoDB reported for
+/// them (`ReturnConsumedCapacity`), since it was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DynamoStats {
+    /// Requests sent.
+    pub calls: u64,
+    /// Read capacity units consumed, in thousandths.
+    pub read_milliunits: u64,
+    /// Write capacity units consumed, in thousandths.
+    pub write_milliunits: u64,
+}
+
+impl DynamoStore {
+    /// A store on `table` through `client`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoStore {
+            client,
+            table: Arc::from(table.into()),
+            stats: Arc::default(),
+        }
+    }
+
+    /// A store on `config.table_name`, with credentials and region from the standard AWS
+    /// chain and `config.endpoint_url` as the endpoint override (a local DynamoDB gets the
+    /// region `us-east-1` when none is configured).
+    pub async fn from_config(config: &Config) -> Result<Self, crate::ConfigError> {
+        let table = config
+            .table_name
+            .clone()
+            .ok_or(crate::ConfigError::Invalid {
+                variable: "SLUICE_TABLE_NAME",
+                value: String::new(),
+                reason: "a DynamoDB table name is required",
+            })?;
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(url) = &config.endpoint_url {
+            let region = aws_config::meta::region::RegionProviderChain::default_provider()
+                .or_else(aws_config::Region::new("us-east-1"));
+            loader = loader.endpoint_url(url).region(region);
+        }
+        let aws = loader.load().await;
+        Ok(DynamoStore::new(Client::new(&aws), table))
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The underlying DynamoDB client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Calls made and capacity consumed so far.
+    pub fn stats(&self) -> DynamoStats {
+        DynamoStats {
+            calls: self.stats.calls.load(Ordering::Relaxed),
+            read_milliunits: self.stats.read_milliunits.load(Ordering::Relaxed),
+            write_milliunits: self.stats.write_milliunits.load(Ordering::Relaxed),
+        }
+    }
+
+    fn count_call(&self) {
+        self.stats.calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count_capacity<'a>(
+        &self,
+        units: Units,
+        consumed: impl IntoIterator<Item = &'a ConsumedCapacity>,
+    ) {
+        let total: u64 = consumed.into_iter().map(capacity_milliunits).sum();
+        let counter = match units {
+            Units::Read => &self.stats.read_milliunits,
+            Units::Write => &self.stats.write_milliunits,
+        };
+        counter.fetch_add(total, Ordering::Relaxed);
+    }
+
+    fn err<E, R>(&self, e: aws_sdk_dynamodb::error::SdkError<E, R>) -> StoreError
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata
+            + std::error::Error
+            + Send
+            + Sync
+            + 'static,
+        R: fmt::Debug + Send + Sync + 'static,
+    {
+        store_error(e, &self.table)
+    }
+
+    async fn batch_get(&self, keys: Vec<String>) -> Result<HashMap<String, Item>, StoreError> {
+        let mut found = HashMap::with_capacity(keys.len());
+        for chunk in keys.chunks(BATCH_GET_MAX) {
+            let mut pending = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(chunk.iter().map(|k| row::key(k)).collect()))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(build_error)?,
+            );
+            while let Some(request) = pending.take() {
+                self.count_call();
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(self.table.as_ref(), request)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| self.err(e))?;
+                self.count_capacity(Units::Read, out.consumed_capacity());
+                for item in out
+                    .responses()
+                    .and_then(|r| r.get(self.table.as_ref()))
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(AttributeValue::S(k)) = item.get(row::KEY) {
+                        found.insert(k.clone(), item.clone());
+                    }
+                }
+                pending = out
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(self.table.as_ref()))
+                    .filter(|k| !k.keys().is_empty())
+                    .cloned();
+            }
+        }
+        Ok(found)
+    }
+
+    async fn scan(
+        &self,
+        filter: &str,
+        values: HashMap<String, AttributeValue>,
+        names: HashMap<String, String>,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            self.count_call();
+            let out = self
+                .client
+                .scan()
+                .table_name(self.table.as_ref())
+                .consistent_read(true)
+                .filter_expression(filter)
+                .set_expression_attribute_values(Some(values.clone()))
+                .set_expression_attribute_names((!names.is_empty()).then(|| names.clone()))
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| self.err(e))?;
+            self.count_capacity(Units::Read, out.consumed_capacity());
+            items.extend(out.items().iter().cloned());
+            match out.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    fn bucket_update(
+        w: &BucketWrite,
+    ) -> (
+        Item,
+        String,
+        String,
+        HashMap<String, String>,
+        HashMap<String, AttributeValue>,
+    ) {
+        let names = HashMap::from([
+            ("#tokens".to_owned(), row::TOKENS.to_owned()),
+            ("#last".to_owned(), row::LAST_REFILL_AT.to_owned()),
+            ("#version".to_owned(), row::VERSION.to_owned()),
+        ]);
+        let values = HashMap::from([
+            (":tokens".to_owned(), row::n(w.tokens)),
+            (":last".to_owned(), row::n(w.last_refill_at)),
+            (":next".to_owned(), row::n(w.expected_version + 1)),
+            (":expected".to_owned(), row::n(w.expected_version)),
+        ]);
+        (
+            row::key(w.dimension.as_str()),
+            BUCKET_UPDATE.to_owned(),
+            BUCKET_CONDITION.to_owned(),
+            names,
+            values,
+        )
+    }
+
+    fn changed(&self, dimension: &Dimension, old: Option<&Item>) -> ConditionFailure {
+        ConditionFailure::BucketChanged {
+            dimension: dimension.clone(),
+            current: old
+                .and_then(|item| row::bucket_state(item).ok())
+                .map(Box::new),
+        }
+    }
+
+    async fn commit_one_bucket(&self, w: BucketWrite) -> Result<(), CommitError> {
+        let (key, update, condition, names, values) = Self::bucket_update(&w);
+        self.count_call();
+        let result = self
+            .client
+            .update_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(key))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                self.count_capacity(Units::Write, out.consumed_capacity());
+                Ok(())
+            }
+            Err(e) => match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    Err(CommitError::Condition(self.changed(&w.dimension, c.item())))
+                }
+                Some(UpdateItemError::TransactionConflictException(_)) => {
+                    Err(CommitError::TransactionConflict)
+                }
+                _ => Err(self.err(e).into()),
+            },
+        }
+    }
+
+    async fn commit_one_lease(&self, w: LeaseWrite) -> Result<(), CommitError> {
+        self.count_call();
+        match w {
+            LeaseWrite::Create(record) => {
+                let result = self
+                    .client
+                    .put_item()
+                    .table_name(self.table.as_ref())
+                    .set_item(Some(row::lease_item(&record)))
+                    .condition_expression(NOT_EXISTS)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await;
+                match result {
+                    Ok(out) => {
+                        self.count_capacity(Units::Write, out.consumed_capacity());
+                        Ok(())
+                    }
+                    Err(e) => match e.as_service_error() {
+                        Some(PutItemError::ConditionalCheckFailedException(_)) => Err(
+                            CommitError::Condition(ConditionFailure::LeaseExists(record.key)),
+                        ),
+                        Some(PutItemError::TransactionConflictException(_)) => {
+                            Err(CommitError::TransactionConflict)
+                        }
+                        _ => Err(self.err(e).into()),
+                    },
+                }
+            }
+            LeaseWrite::Delete(key) => {
+                let result = self
+                    .client
+                    .delete_item()
+                    .table_name(self.table.as_ref())
+                    .set_key(Some(row::key(key.as_str())))
+                    .condition_expression(EXISTS)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await;
+                match result {
+                    Ok(out) => {
+                        self.count_capacity(Units::Write, out.consumed_capacity());
+                        Ok(())
+                    }
+                    Err(e) => match e.as_service_error() {
+                        Some(DeleteItemError::ConditionalCheckFailedException(_)) => {
+                            Err(CommitError::Condition(ConditionFailure::LeaseMissing(key)))
+                        }
+                        Some(DeleteItemError::TransactionConflictException(_)) => {
+                            Err(CommitError::TransactionConflict)
+                        }
+                        _ => Err(self.err(e).into()),
+                    },
+                }
+            }
+            LeaseWrite::SetCost { key, cost } => {
+                let result = self
+                    .client
+                    .update_item()
+                    .table_name(self.table.as_ref())
+                    .set_key(Some(row::key(key.as_str())))
+                    .update_expression("SET #cost = :cost")
+                    .condition_expression(EXISTS)
+                    .expression_attribute_names("#cost", row::COST)
+                    .expression_attribute_values(":cost", row::n(cost))
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await;
+                match result {
+                    Ok(out) => {
+                        self.count_capacity(Units::Write, out.consumed_capacity());
+                        Ok(())
+                    }
+                    Err(e) => match e.as_service_error() {
+                        Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
+                            Err(CommitError::Condition(ConditionFailure::LeaseMissing(key)))
+                        }
+                        Some(UpdateItemError::TransactionConflictException(_)) => {
+                            Err(CommitError::TransactionConflict)
+                        }
+                        _ => Err(self.err(e).into()),
+                    },
+                }
+            }
+        }
+    }
+
+    async fn commit_transaction(&self, commit: Commit) -> Result<(), CommitError> {
+        let mut items = Vec::with_capacity(commit.len());
+        for w in &commit.buckets {
+            let (key, update, condition, names, values) = Self::bucket_update(w);
+            let update = Update::builder()
+                .table_name(self.table.as_ref())
+                .set_key(Some(key))
+                .update_expression(update)
+                .condition_expression(condition)
+                .set_expression_attribute_names(Some(names))
+                .set_expression_attribute_values(Some(values))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .build()
+                .map_err(build_error)?;
+            items.push(TransactWriteItem::builder().update(update).build());
+        }
+        for w in &commit.leases {
+            let item = match w {
+                LeaseWrite::Create(record) => TransactWriteItem::builder()
+                    .put(
+                        Put::builder()
+                            .table_name(self.table.as_ref())
+                            .set_item(Some(row::lease_item(record)))
+                            .condition_expression(NOT_EXISTS)
+                            .build()
+                            .map_err(build_error)?,
+                    )
+                    .build(),
+                LeaseWrite::Delete(key) => TransactWriteItem::builder()
+                    .delete(
+                        Delete::builder()
+                            .table_name(self.table.as_ref())
+                            .set_key(Some(row::key(key.as_str())))
+                            .condition_expression(EXISTS)
+                            .build()
+                            .map_err(build_error)?,
+                    )
+                    .build(),
+                LeaseWrite::SetCost { key, cost } => TransactWriteItem::builder()
+                    .update(
+                        Update::builder()
+                            .table_name(self.table.as_ref())
+                            .set_key(Some(row::key(key.as_str())))
+                            .update_expression("SET #cost = :cost")
+                            .condition_expression(EXISTS)
+                            .expression_attribute_names("#cost", row::COST)
+                            .expression_attribute_values(":cost", row::n(cost))
+                            .build()
+                            .map_err(build_error)?,
+                    )
+                    .build(),
+            };
+            items.push(item);
+        }
+        self.count_call();
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        let e = match result {
+            Ok(out) => {
+                self.count_capacity(Units::Write, out.consumed_capacity());
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        let reasons = match e.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                c.cancellation_reasons().to_vec()
+            }
+            Some(TransactWriteItemsError::TransactionInProgressException(_)) => {
+                return Err(CommitError::TransactionConflict);
+            }
+            _ => return Err(self.err(e).into()),
+        };
+        match cancelled(&reasons) {
+            Cancelled::Condition(i) if i < commit.buckets.len() => {
+                let w = &commit.buckets[i];
+                Err(CommitError::Condition(
+                    self.changed(&w.dimension, reasons[i].item()),
+                ))
+            }
+            Cancelled::Condition(i) => {
+                let lease = commit.leases.get(i - commit.buckets.len()).ok_or_else(|| {
+                    StoreError::Service {
+                        message: format!(
+                            "transaction cancelled on item {i}, beyond the {} sent",
+                            commit.len()
+                        ),
+                        source: None,
+                    }
+                })?;
+                Err(CommitError::Condition(match lease {
+                    LeaseWrite::Create(r) => ConditionFailure::LeaseExists(r.key.clone()),
+                    LeaseWrite::Delete(k) | LeaseWrite::SetCost { key: k, .. } => {
+                        ConditionFailure::LeaseMissing(k.clone())
+                    }
+                }))
+            }
+            Cancelled::Conflict => Err(CommitError::TransactionConflict),
+            Cancelled::Throttled => Err(StoreError::Throttled {
+                source: Some(Box::new(e)),
+            }
+            .into()),
+            Cancelled::Other(why) => Err(StoreError::Service {
+                message: format!("transaction cancelled: {why}"),
+                source: Some(Box::new(e)),
+            }
+            .into()),
+        }
+    }
+}
+
+/// Consumed capacity in thousandths of a unit (statistics only, never accounting).
+#[allow(
+    clippy::float_arithmetic,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
+fn capacity_milliunits(c: &ConsumedCapacity) -> u64 {
+    c.capacity_units()
+        .map_or(0, |v| (v * 1_000.0).round().max(0.0) as u64)
+}
+
+#[derive(Clone, Copy)]
+enum Units {
+    Read,
+    Write,
+}
+
+fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
+    StoreError::Service {
+        message: format!("could not build the DynamoDB request: {e}"),
+        source: Some(Box::new(e)),
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for DynamoStore {
+    async fn read_buckets(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<Vec<Option<BucketState>>, StoreError> {
+        if let [only] = dimensions {
+            self.count_call();
+            let out = self
+                .client
+                .get_item()
+                .table_name(self.table.as_ref())
+                .set_key(Some(row::key(only.as_str())))
+                .consistent_read(true)
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| self.err(e))?;
+            self.count_capacity(Units::Read, out.consumed_capacity());
+            return Ok(vec![out.item().map(row::bucket_state).transpose()?]);
+        }
+        let mut unique: Vec<String> = dimensions.iter().map(|d| d.as_str().to_owned()).collect();
+        unique.sort();
+        unique.dedup();
+        let found = self.batch_get(unique).await?;
+        dimensions
+            .iter()
+            .map(|d| found.get(d.as_str()).map(row::bucket_state).transpose())
+            .collect()
+    }
+
+    async fn commit(&self, mut commit: Commit) -> Result<(), CommitError> {
+        match (commit.buckets.len(), commit.leases.len()) {
+            (0, 0) => Ok(()),
+            (1, 0) => self.commit_one_bucket(commit.buckets.remove(0)).await,
+            (0, 1) => self.commit_one_lease(commit.leases.remove(0)).await,
+            _ => self.commit_transaction(commit).await,
+        }
+    }
+
+    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+        let found = self
+            .batch_get(keys.iter().map(|k| k.as_str().to_owned()).collect())
+            .await?;
+        keys.iter()
+            .map(|k| found.get(k.as_str()).map(row::lease_record).transpose())
+            .collect()
+    }
+
+    async fn list_leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, StoreError> {
+        let mut expression = "begins_with(vendor_dimension, :lease)".to_owned();
+        let mut values = HashMap::from([(":lease".to_owned(), row::s(LEASE_PREFIX))]);
+        let mut names = HashMap::new();
+        if let Some(d) = &filter.dimension {
+            expression.push_str(" AND #dimension = :dimension");
+            names.insert("#dimension".to_owned(), row::DIMENSION.to_owned());
+            values.insert(":dimension".to_owned(), row::s(d.as_str()));
+        }
+        if let Some(t) = filter.expired_before {
+            // `ttl` is a reserved word. A lease that expired before `t` has a ttl of at most
+            // ceil(t); the exact expiry is checked below.
+            expression.push_str(" AND #ttl <= :ttl");
+            names.insert("#ttl".to_owned(), row::TTL.to_owned());
+            values.insert(":ttl".to_owned(), row::n(t.as_secs_ceil()));
+        }
+        let items = self.scan(&expression, values, names).await?;
+        let mut leases = Vec::with_capacity(items.len());
+        for item in &items {
+            match row::lease_record(item) {
+                Ok(lease) => {
+                    if filter.expired_before.is_none_or(|t| lease.expires_at < t)
+                        && filter
+                            .dimension
+                            .as_ref()
+                            .is_none_or(|d| &lease.dimension == d)
+                    {
+                        leases.push(lease);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "skipping a lease row sluice cannot read"),
+            }
+        }
+        Ok(leases)
+    }
+
+    async fn put_bucket(
+        &self,
+        state: &BucketState,
+        expected_version: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let mut request = self
+            .client
+            .put_item()
+            .table_name(self.table.as_ref())
+            .set_item(Some(row::bucket_item(state)))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        request = match expected_version {
+            None => request.condition_expression(NOT_EXISTS),
+            Some(v) => request
+                .condition_expression(BUCKET_CONDITION)
+                .expression_attribute_names("#version", row::VERSION)
+                .expression_attribute_values(":expected", row::n(v)),
+        };
+        self.count_call();
+        match request.send().await {
+            Ok(out) => {
+                self.count_capacity(Units::Write, out.consumed_capacity());
+                Ok(true)
+            }
+            Err(e) => match e.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                _ => Err(self.err(e)),
+            },
+        }
+    }
+
+    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
+        let items = self
+            .scan(
+                "NOT begins_with(vendor_dimension, :lease)",
+                HashMap::from([(":lease".to_owned(), row::s(LEASE_PREFIX))]),
+                HashMap::new(),
+            )
+            .await?;
+        let mut buckets = Vec::with_capacity(items.len());
+        for item in &items {
+            match row::bucket_state(item) {
+                Ok(b) => buckets.push(b),
+                Err(e) => tracing::warn!(error = %e, "skipping a bucket row sluice cannot read"),
+            }
+        }
+        buckets.sort_by(|a, b| a.dimension.cmp(&b.dimension));
+        Ok(buckets)
+    }
+
+    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
+        self.count_call();
+        let out = self
+            .client
+            .delete_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(row::key(dimension.as_str())))
+            .return_values(ReturnValue::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| self.err(e))?;
+        self.count_capacity(Units::Write, out.consumed_capacity());
+        Ok(out.attributes().is_some_and(|a| !a.is_empty()))
+    }
+}

@@ -1,0 +1,363 @@
+//! Bucket and lease rows in the seed's DynamoDB schema, read and written exactly.
+//!
+//! Bucket row: `vendor_dimension` S, `capacity` N, `tokens` N, `refill_rate` N,
+//! `last_refill_at` N (unix seconds, millisecond fraction), `cost_per_call` N,
+//! `limit_type` S, `version` N.
+//! Lease row: `vendor_dimension` S (`lease#{dimension}#{unique}`), `dimension` S, `cost` N,
+//! `created_at` N, `ttl` N (whole unix seconds, for DynamoDB's TTL), `caller` S, and the
+//! extra `expires_at` N (unix seconds, millisecond fraction) that keeps the exact expiry.
+//!
+//! Rows from other SDKs may carry more decimal places than sluice keeps; they are rounded
+//! in the direction that can never over-grant (fewer tokens, slower refill, a later refill
+//! timestamp).
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::bucket::{Bucket, BucketState, LimitType};
+use crate::clock::UnixMillis;
+use crate::decimal::{self, Rounding};
+use crate::dimension::Dimension;
+use crate::store::{LeaseKey, LeaseRecord, StoreError};
+use crate::tokens::{RefillRate, Tokens};
+
+pub(crate) type Item = HashMap<String, AttributeValue>;
+
+pub(crate) const KEY: &str = "vendor_dimension";
+pub(crate) const CAPACITY: &str = "capacity";
+pub(crate) const TOKENS: &str = "tokens";
+pub(crate) const REFILL_RATE: &str = "refill_rate";
+pub(crate) const LAST_REFILL_AT: &str = "last_refill_at";
+pub(crate) const COST_PER_CALL: &str = "cost_per_call";
+pub(crate) const LIMIT_TYPE: &str = "limit_type";
+pub(crate) const VERSION: &str = "version";
+pub(crate) const DIMENSION: &str = "dimension";
+pub(crate) const COST: &str = "cost";
+pub(crate) const CREATED_AT: &str = "created_at";
+pub(crate) const TTL: &str = "ttl";
+pub(crate) const CALLER: &str = "caller";
+pub(crate) const EXPIRES_AT: &str = "expires_at";
+
+pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub(crate) fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+pub(crate) fn key(k: &str) -> Item {
+    HashMap::from([(KEY.to_owned(), s(k))])
+}
+
+/// The whole bucket row.
+pub(crate) fn bucket_item(state: &BucketState) -> Item {
+    HashMap::from([
+        (KEY.to_owned(), s(state.dimension.as_str())),
+        (CAPACITY.to_owned(), n(state.bucket.capacity())),
+        (TOKENS.to_owned(), n(state.tokens)),
+        (REFILL_RATE.to_owned(), n(state.bucket.refill_rate())),
+        (LAST_REFILL_AT.to_owned(), n(state.last_refill_at)),
+        (COST_PER_CALL.to_owned(), n(state.bucket.cost_per_call())),
+        (LIMIT_TYPE.to_owned(), s(state.bucket.limit_type().as_str())),
+        (VERSION.to_owned(), n(state.version)),
+    ])
+}
+
+/// The whole lease row.
+pub(crate) fn lease_item(lease: &LeaseRecord) -> Item {
+    HashMap::from([
+        (KEY.to_owned(), s(lease.key.as_str())),
+        (DIMENSION.to_owned(), s(lease.dimension.as_str())),
+        (COST.to_owned(), n(lease.cost)),
+        (CREATED_AT.to_owned(), n(lease.created_at)),
+        (TTL.to_owned(), n(lease.expires_at.as_secs_ceil())),
+        (EXPIRES_AT.to_owned(), n(lease.expires_at)),
+        (CALLER.to_owned(), s(lease.caller.as_str())),
+    ])
+}
+
+struct Reader<'a> {
+    item: &'a Item,
+    key: String,
+}
+
+impl<'a> Reader<'a> {
+    fn new(item: &'a Item) -> Result<Self, StoreError> {
+        match item.get(KEY) {
+            Some(AttributeValue::S(k)) => Ok(Reader {
+                item,
+                key: k.clone(),
+            }),
+            _ => Err(StoreError::CorruptRow {
+                key: "?".to_owned(),
+                reason: format!("`{KEY}` is missing or not a string (S)"),
+            }),
+        }
+    }
+
+    fn corrupt(&self, reason: impl Into<String>) -> StoreError {
+        StoreError::CorruptRow {
+            key: self.key.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    fn string(&self, name: &str) -> Result<&'a str, StoreError> {
+        match self.item.get(name) {
+            Some(AttributeValue::S(v)) => Ok(v),
+            Some(other) => Err(self.corrupt(format!(
+                "`{name}` must be a string (S), found {}",
+                kind(other)
+            ))),
+            None => Err(self.corrupt(format!("missing attribute `{name}`"))),
+        }
+    }
+
+    fn number(&self, name: &str) -> Result<Option<&'a str>, StoreError> {
+        match self.item.get(name) {
+            Some(AttributeValue::N(v)) => Ok(Some(v)),
+            Some(other) => Err(self.corrupt(format!(
+                "`{name}` must be a number (N), found {}",
+                kind(other)
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    fn required_number(&self, name: &str) -> Result<&'a str, StoreError> {
+        self.number(name)?
+            .ok_or_else(|| self.corrupt(format!("missing attribute `{name}`")))
+    }
+
+    fn tokens(&self, name: &str, rounding: Rounding) -> Result<Tokens, StoreError> {
+        let text = self.required_number(name)?;
+        Tokens::parse_rounded(text, rounding).map_err(|e| self.corrupt(format!("`{name}`: {e}")))
+    }
+
+    fn time(&self, text: &str, name: &str, rounding: Rounding) -> Result<UnixMillis, StoreError> {
+        UnixMillis::parse_secs(text, rounding).map_err(|e| self.corrupt(format!("`{name}`: {e}")))
+    }
+}
+
+fn kind(v: &AttributeValue) -> &'static str {
+    match v {
+        AttributeValue::S(_) => "a string (S)",
+        AttributeValue::N(_) => "a number (N)",
+        AttributeValue::B(_) => "binary (B)",
+        AttributeValue::Bool(_) => "a boolean (BOOL)",
+        AttributeValue::Null(_) => "NULL",
+        AttributeValue::M(_) => "a map (M)",
+        AttributeValue::L(_) => "a list (L)",
+        AttributeValue::Ss(_) => "a string set (SS)",
+        AttributeValue::Ns(_) => "a number set (NS)",
+        AttributeValue::Bs(_) => "a binary set (BS)",
+        _ => "an unknown type",
+    }
+}
+
+/// Reads a bucket row, written by sluice or by another SDK following the seed schema.
+pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
+    let r = Reader::new(item)?;
+    let dimension = Dimension::new(&r.key).map_err(|e| r.corrupt(e.to_string()))?;
+    let limit_type: LimitType = r
+        .string(LIMIT_TYPE)?
+        .parse()
+        .map_err(|e: crate::bucket::UnknownLimitType| r.corrupt(e.to_string()))?;
+    let capacity = r.tokens(CAPACITY, Rounding::Floor)?;
+    if capacity <= Tokens::ZERO {
+        return Err(r.corrupt(format!("`{CAPACITY}` must be positive, found {capacity}")));
+    }
+    let rate_text = r.required_number(REFILL_RATE)?;
+    let refill_rate = RefillRate::parse_rounded(rate_text, Rounding::Floor)
+        .map_err(|e| r.corrupt(format!("`{REFILL_RATE}`: {e}")))?;
+    if refill_rate < RefillRate::ZERO {
+        return Err(r.corrupt(format!(
+            "`{REFILL_RATE}` must not be negative, found {refill_rate}"
+        )));
+    }
+    let cost_per_call = r.tokens(COST_PER_CALL, Rounding::Ceil)?;
+    if cost_per_call.is_negative() {
+        return Err(r.corrupt(format!(
+            "`{COST_PER_CALL}` must not be negative, found {cost_per_call}"
+        )));
+    }
+    let tokens = r.tokens(TOKENS, Rounding::Floor)?;
+    let last_refill_at = r.time(
+        r.required_number(LAST_REFILL_AT)?,
+        LAST_REFILL_AT,
+        Rounding::Ceil,
+    )?;
+    let version_text = r.required_number(VERSION)?;
+    let version = decimal::parse(version_text, 0, Rounding::Exact)
+        .ok()
+        .and_then(|v| u64::try_from(v).ok())
+        .ok_or_else(|| {
+            r.corrupt(format!(
+                "`{VERSION}` must be a whole number ≥ 0, found {version_text}"
+            ))
+        })?;
+    Ok(BucketState {
+        dimension,
+        bucket: Bucket::new(limit_type, capacity, refill_rate).with_cost_per_call(cost_per_call),
+        tokens,
+        last_refill_at,
+        version,
+    })
+}
+
+/// Reads a lease row.
+pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
+    let r = Reader::new(item)?;
+    let key = LeaseKey::parse(&r.key)
+        .ok_or_else(|| r.corrupt("not a lease key (`lease#{vendor}#{metric}#{unique}`)"))?;
+    let dimension = Dimension::new(r.string(DIMENSION)?).map_err(|e| r.corrupt(e.to_string()))?;
+    let cost = r.tokens(COST, Rounding::Floor)?;
+    let created_at = match r.number(CREATED_AT)? {
+        Some(t) => r.time(t, CREATED_AT, Rounding::Floor)?,
+        None => UnixMillis::EPOCH,
+    };
+    let expires_at = match r.number(EXPIRES_AT)? {
+        Some(t) => r.time(t, EXPIRES_AT, Rounding::Ceil)?,
+        None => r.time(r.required_number(TTL)?, TTL, Rounding::Ceil)?,
+    };
+    let caller = match item.get(CALLER) {
+        Some(AttributeValue::S(c)) => c.clone(),
+        _ => String::new(),
+    };
+    Ok(LeaseRecord {
+        key,
+        dimension,
+        cost,
+        created_at,
+        expires_at,
+        caller,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed_row() -> Item {
+        HashMap::from([
+            (KEY.to_owned(), s("openai#rpm")),
+            (CAPACITY.to_owned(), n("100")),
+            (TOKENS.to_owned(), n("47.0")),
+            (REFILL_RATE.to_owned(), n("1.667")),
+            (LAST_REFILL_AT.to_owned(), n("1709550002")),
+            (COST_PER_CALL.to_owned(), n("1")),
+            (LIMIT_TYPE.to_owned(), s("requests")),
+            (VERSION.to_owned(), n("42")),
+        ])
+    }
+
+    #[test]
+    fn reads_the_seed_example_row_exactly() {
+        let b = bucket_state(&seed_row()).unwrap();
+        assert_eq!(b.dimension.as_str(), "openai#rpm");
+        assert_eq!(b.bucket.capacity(), Tokens::new(100));
+        assert_eq!(b.tokens, Tokens::new(47));
+        assert_eq!(b.bucket.refill_rate().to_string(), "1.667");
+        assert_eq!(b.last_refill_at, UnixMillis::from_secs(1_709_550_002));
+        assert_eq!(b.version, 42);
+        assert_eq!(bucket_state(&bucket_item(&b)).unwrap(), b);
+    }
+
+    #[test]
+    fn float_noise_from_other_sdks_rounds_toward_fewer_tokens() {
+        let mut row = seed_row();
+        row.insert(TOKENS.to_owned(), n("46.666666666666664"));
+        row.insert(REFILL_RATE.to_owned(), n("1.6666666666666667"));
+        row.insert(LAST_REFILL_AT.to_owned(), n("1709550002.1234567"));
+        let b = bucket_state(&row).unwrap();
+        assert_eq!(b.tokens.to_string(), "46.666666666");
+        assert_eq!(b.bucket.refill_rate().to_string(), "1.666666666");
+        assert_eq!(b.last_refill_at, UnixMillis::new(1_709_550_002_124));
+    }
+
+    #[test]
+    fn malformed_rows_are_named_with_the_reason() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut Item)>)> = vec![
+            (
+                "missing attribute `tokens`",
+                Box::new(|r| {
+                    r.remove(TOKENS);
+                }),
+            ),
+            (
+                "`capacity` must be a number (N), found a string (S)",
+                Box::new(|r| {
+                    r.insert(CAPACITY.to_owned(), s("100"));
+                }),
+            ),
+            (
+                "`capacity` must be positive",
+                Box::new(|r| {
+                    r.insert(CAPACITY.to_owned(), n("-5"));
+                }),
+            ),
+            (
+                "unknown limit type `bursty`",
+                Box::new(|r| {
+                    r.insert(LIMIT_TYPE.to_owned(), s("bursty"));
+                }),
+            ),
+            (
+                "`version` must be a whole number",
+                Box::new(|r| {
+                    r.insert(VERSION.to_owned(), n("4.5"));
+                }),
+            ),
+            (
+                "`tokens`: `abc` is not a decimal number",
+                Box::new(|r| {
+                    r.insert(TOKENS.to_owned(), n("abc"));
+                }),
+            ),
+            (
+                "`refill_rate` must not be negative",
+                Box::new(|r| {
+                    r.insert(REFILL_RATE.to_owned(), n("-1"));
+                }),
+            ),
+        ];
+        for (expected, mutate) in cases {
+            let mut row = seed_row();
+            mutate(&mut row);
+            let e = bucket_state(&row).unwrap_err();
+            assert!(
+                matches!(e, StoreError::CorruptRow { ref key, .. } if key == "openai#rpm"),
+                "{e}"
+            );
+            assert!(
+                e.to_string().contains(expected),
+                "`{e}` should mention `{expected}`"
+            );
+        }
+    }
+
+    #[test]
+    fn lease_rows_round_trip_and_seed_leases_without_expires_at_use_ttl() {
+        let d = Dimension::new("openai#rpm").unwrap();
+        let lease = LeaseRecord {
+            key: LeaseKey::new(&d, "a3f8c910"),
+            dimension: d,
+            cost: Tokens::new(1),
+            created_at: UnixMillis::new(1_709_550_100_250),
+            expires_at: UnixMillis::new(1_709_550_160_250),
+            caller: "audit-service".to_owned(),
+        };
+        let item = lease_item(&lease);
+        assert_eq!(item[TTL], n("1709550161"));
+        assert_eq!(lease_record(&item).unwrap(), lease);
+        let mut seed = item.clone();
+        seed.remove(EXPIRES_AT);
+        seed.insert(TTL.to_owned(), n("1709550160"));
+        assert_eq!(
+            lease_record(&seed).unwrap().expires_at,
+            UnixMillis::from_secs(1_709_550_160)
+        );
+    }
+}

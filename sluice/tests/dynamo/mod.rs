@@ -1,0 +1,62 @@
+//! Shared set-up for tests against DynamoDB Local.
+//!
+//! `scripts/test.sh` starts DynamoDB Local and sets `SLUICE_TEST_DYNAMODB_ENDPOINT` and
+//! `SLUICE_REQUIRE_DYNAMODB=1`. Without an endpoint, these tests skip (saying so) unless
+//! `SLUICE_REQUIRE_DYNAMODB` is set, in which case they fail.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::OnceLock;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use sluice::DynamoStore;
+
+/// The endpoint of the DynamoDB Local under test, or `None` to skip.
+pub fn endpoint() -> Option<String> {
+    match std::env::var("SLUICE_TEST_DYNAMODB_ENDPOINT") {
+        Ok(e) if !e.is_empty() => Some(e),
+        _ if std::env::var_os("SLUICE_REQUIRE_DYNAMODB").is_some() => {
+            panic!(
+                "SLUICE_REQUIRE_DYNAMODB is set but SLUICE_TEST_DYNAMODB_ENDPOINT is not: DynamoDB Local is not running"
+            )
+        }
+        _ => {
+            eprintln!(
+                "skipping: no DynamoDB Local (run ./scripts/test.sh to include the DynamoDB tests)"
+            );
+            None
+        }
+    }
+}
+
+/// A client of DynamoDB Local with the dummy credentials every test uses.
+pub fn client(endpoint: &str) -> Client {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new(
+            "sluicelocal",
+            "sluicelocal",
+            None,
+            None,
+            "sluice-tests",
+        ))
+        .build();
+    Client::from_conf(config)
+}
+
+/// A random table name, one per test binary.
+pub fn table_name() -> &'static str {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| format!("sluice-test-{:016x}", rand::random::<u64>()))
+}
+
+/// A store on this binary's table (created on first use), or `None` to skip.
+pub async fn store() -> Option<DynamoStore> {
+    let endpoint = endpoint()?;
+    let store = DynamoStore::new(client(&endpoint), table_name());
+    store.create_table().await.expect("create the test table");
+    Some(store)
+}

@@ -1,0 +1,394 @@
+//! The DynamoDB store against DynamoDB Local over the real wire protocol: the conformance
+//! suite, interoperability with the seed's schema, and typed errors for bad input.
+
+mod conformance;
+mod dynamo;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use sluice::store::{LeaseFilter, StoreError};
+use sluice::{
+    Acquire, Bucket, Config, DynamoStore, Error, ManualClock, RefillRate, Sluice, Store, Tokens,
+    UnixMillis,
+};
+
+async fn dynamo_store() -> Option<Arc<dyn Store>> {
+    Some(Arc::new(dynamo::store().await?))
+}
+
+conformance::suite!(dynamo_store);
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+fn n(v: &str) -> AttributeValue {
+    AttributeValue::N(v.to_owned())
+}
+
+fn vendor() -> String {
+    format!("interop{:08x}", rand::random::<u32>())
+}
+
+async fn put_raw(store: &DynamoStore, item: HashMap<String, AttributeValue>) {
+    store
+        .client()
+        .put_item()
+        .table_name(store.table())
+        .set_item(Some(item))
+        .send()
+        .await
+        .expect("raw put");
+}
+
+async fn get_raw(store: &DynamoStore, key: &str) -> Option<HashMap<String, AttributeValue>> {
+    store
+        .client()
+        .get_item()
+        .table_name(store.table())
+        .key("vendor_dimension", s(key))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("raw get")
+        .item
+}
+
+/// A bucket row as another SDK following the seed would write it.
+fn seed_row(dimension: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        ("vendor_dimension".to_owned(), s(dimension)),
+        ("capacity".to_owned(), n("100")),
+        ("tokens".to_owned(), n("47.0")),
+        ("refill_rate".to_owned(), n("1.667")),
+        ("last_refill_at".to_owned(), n("1709550002")),
+        ("cost_per_call".to_owned(), n("1")),
+        ("limit_type".to_owned(), s("requests")),
+        ("version".to_owned(), n("42")),
+    ])
+}
+
+fn client_at(store: &DynamoStore, clock: &ManualClock) -> Sluice {
+    Sluice::builder()
+        .store(store.clone())
+        .clock(clock.clone())
+        .caller("interop-test")
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn rows_written_by_other_sdks_are_acquired_exactly() {
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let dim = format!("{}#rpm", vendor());
+    put_raw(&store, seed_row(&dim)).await;
+    // 3 seconds after the row's integer timestamp, at 1.667/s: 47 + 5.001 = 52.001 tokens.
+    let clock = ManualClock::new(UnixMillis::from_secs(1_709_550_005));
+    let sluice = client_at(&store, &clock);
+    let lease = sluice.acquire(Acquire::with_cost(&dim, 52)).await.unwrap();
+    let row = sluice.bucket(&dim).await.unwrap().unwrap();
+    assert_eq!(row.tokens, "0.001".parse().unwrap());
+    assert_eq!(row.version, 43);
+    assert_eq!(row.last_refill_at, UnixMillis::from_secs(1_709_550_005));
+    // The next token is 0.999 / 1.667 s = 599.28 ms away, rounded up.
+    let e = sluice.acquire(dim.as_str()).await.unwrap_err();
+    assert_eq!(e.retry_in(), Some(Duration::from_millis(600)));
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let clock = ManualClock::new(UnixMillis::new(1_709_550_002_125));
+    let sluice = client_at(&store, &clock);
+    let dim = format!("{}#tpm", vendor());
+    sluice
+        .put_bucket(
+            &dim,
+            Bucket::tokens(RefillRate::per_minute(100)).with_cost_per_call(2),
+        )
+        .await
+        .unwrap();
+    let lease = sluice
+        .acquire(Acquire::with_cost(&dim, "1.5".parse::<Tokens>().unwrap()))
+        .await
+        .unwrap();
+
+    let bucket = get_raw(&store, &dim).await.unwrap();
+    let mut names: Vec<&str> = bucket.keys().map(String::as_str).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "capacity",
+            "cost_per_call",
+            "last_refill_at",
+            "limit_type",
+            "refill_rate",
+            "tokens",
+            "vendor_dimension",
+            "version"
+        ]
+    );
+    assert_eq!(bucket["vendor_dimension"], s(&dim));
+    assert_eq!(bucket["capacity"], n("100"));
+    assert_eq!(bucket["tokens"], n("98.5"));
+    assert_eq!(bucket["refill_rate"], n("1.666666"));
+    assert_eq!(bucket["last_refill_at"], n("1709550002.125"));
+    assert_eq!(bucket["cost_per_call"], n("2"));
+    assert_eq!(bucket["limit_type"], s("tokens"));
+    assert_eq!(bucket["version"], n("1"));
+
+    let key = lease.id().keys()[0].as_str().to_owned();
+    assert!(key.starts_with(&format!("lease#{dim}#")));
+    let row = get_raw(&store, &key).await.unwrap();
+    assert_eq!(row["dimension"], s(&dim));
+    assert_eq!(row["cost"], n("1.5"));
+    assert_eq!(row["created_at"], n("1709550002.125"));
+    // `ttl` is whole seconds (DynamoDB's TTL attribute), rounded up; `expires_at` is exact.
+    assert_eq!(row["ttl"], n("1709550063"));
+    assert_eq!(row["expires_at"], n("1709550062.125"));
+    assert_eq!(row["caller"], s("interop-test"));
+    assert_eq!(
+        row.len(),
+        7,
+        "the seed's six attributes plus expires_at: {row:?}"
+    );
+    lease.release().await.unwrap();
+    assert!(get_raw(&store, &key).await.is_none());
+}
+
+#[tokio::test]
+async fn leases_written_by_other_sdks_are_listed_and_released() {
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let dim = format!("{}#concurrent", vendor());
+    let mut row = seed_row(&dim);
+    row.insert("limit_type".to_owned(), s("concurrent"));
+    row.insert("capacity".to_owned(), n("2"));
+    row.insert("tokens".to_owned(), n("1"));
+    row.insert("refill_rate".to_owned(), n("0"));
+    put_raw(&store, row).await;
+    let key = format!("lease#{dim}#a3f8c910");
+    put_raw(
+        &store,
+        HashMap::from([
+            ("vendor_dimension".to_owned(), s(&key)),
+            ("dimension".to_owned(), s(&dim)),
+            ("cost".to_owned(), n("1")),
+            ("created_at".to_owned(), n("1709550100")),
+            ("ttl".to_owned(), n("1709550160")),
+            ("caller".to_owned(), s("audit-service")),
+        ]),
+    )
+    .await;
+    let clock = ManualClock::new(UnixMillis::from_secs(1_709_550_110));
+    let sluice = client_at(&store, &clock);
+    let snapshot = sluice.snapshot(&dim).await.unwrap();
+    assert_eq!(
+        (snapshot.live_leases, snapshot.available),
+        (1, Tokens::new(1))
+    );
+    let leases = sluice
+        .leases(&LeaseFilter {
+            dimension: Some(dim.parse().unwrap()),
+            expired_before: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(leases[0].expires_at, UnixMillis::from_secs(1_709_550_160));
+    assert_eq!(leases[0].caller, "audit-service");
+    assert!(sluice.release_id(&key.parse().unwrap()).await.unwrap());
+    assert_eq!(
+        sluice.snapshot(&dim).await.unwrap().available,
+        Tokens::new(2)
+    );
+}
+
+#[tokio::test]
+async fn a_missing_table_is_a_typed_error_naming_the_table() {
+    let Some(endpoint) = dynamo::endpoint() else {
+        return;
+    };
+    let store = DynamoStore::new(dynamo::client(&endpoint), "sluice-no-such-table");
+    let sluice = Sluice::builder().store(store).build().unwrap();
+    match sluice.acquire("openai#rpm").await {
+        Err(Error::Store(StoreError::TableNotFound { table })) => {
+            assert_eq!(table, "sluice-no-such-table")
+        }
+        other => panic!("expected TableNotFound, got {other:?}"),
+    }
+    let e = sluice.buckets().await.unwrap_err();
+    assert!(e.to_string().contains("sluice table create"), "{e}");
+}
+
+#[tokio::test]
+async fn malformed_and_foreign_rows_give_typed_errors_and_never_panic() {
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let sluice = Sluice::builder().store(store.clone()).build().unwrap();
+    let v = vendor();
+    let mut cases: Vec<(String, HashMap<String, AttributeValue>, &str)> = Vec::new();
+    let mut missing = seed_row(&format!("{v}#missing"));
+    missing.remove("tokens");
+    cases.push((
+        format!("{v}#missing"),
+        missing,
+        "missing attribute `tokens`",
+    ));
+    let mut wrong_type = seed_row(&format!("{v}#wrongtype"));
+    wrong_type.insert("capacity".to_owned(), s("100"));
+    cases.push((
+        format!("{v}#wrongtype"),
+        wrong_type,
+        "`capacity` must be a number (N)",
+    ));
+    let mut negative = seed_row(&format!("{v}#negative"));
+    negative.insert("capacity".to_owned(), n("-10"));
+    cases.push((
+        format!("{v}#negative"),
+        negative,
+        "`capacity` must be positive",
+    ));
+    let mut unknown = seed_row(&format!("{v}#unknown"));
+    unknown.insert("limit_type".to_owned(), s("bursty"));
+    cases.push((
+        format!("{v}#unknown"),
+        unknown,
+        "unknown limit type `bursty`",
+    ));
+    for (dim, row, expected) in cases {
+        put_raw(&store, row).await;
+        match sluice.acquire(dim.as_str()).await {
+            Err(Error::Store(e @ StoreError::CorruptRow { .. })) => {
+                let text = e.to_string();
+                assert!(text.contains(&dim) && text.contains(expected), "{text}");
+            }
+            other => panic!("expected CorruptRow for {dim}, got {other:?}"),
+        }
+    }
+    // A foreign row that is not a sluice bucket at all does not break listing.
+    put_raw(
+        &store,
+        HashMap::from([
+            ("vendor_dimension".to_owned(), s("config:global")),
+            ("x".to_owned(), n("1")),
+        ]),
+    )
+    .await;
+    sluice
+        .buckets()
+        .await
+        .expect("listing skips rows it cannot read");
+}
+
+#[tokio::test]
+async fn create_table_is_idempotent_and_enables_ttl_on_the_ttl_attribute() {
+    let Some(endpoint) = dynamo::endpoint() else {
+        return;
+    };
+    let table = format!("sluice-create-{:08x}", rand::random::<u32>());
+    let store = DynamoStore::new(dynamo::client(&endpoint), table.clone());
+    assert!(store.create_table().await.unwrap());
+    assert!(!store.create_table().await.unwrap());
+    let ttl = store
+        .client()
+        .describe_time_to_live()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+    let description = ttl.time_to_live_description().unwrap();
+    assert_eq!(description.attribute_name(), Some("ttl"));
+    let table_description = store
+        .client()
+        .describe_table()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+    let key = &table_description.table().unwrap().key_schema()[0];
+    assert_eq!(key.attribute_name(), "vendor_dimension");
+    store
+        .client()
+        .delete_table()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn connect_uses_the_configured_table_and_endpoint() {
+    let Some(endpoint) = dynamo::endpoint() else {
+        return;
+    };
+    // Make sure the table exists.
+    dynamo::store().await.unwrap();
+    let config = Config {
+        table_name: Some(dynamo::table_name().to_owned()),
+        endpoint_url: Some(endpoint),
+        ..Config::default()
+    };
+    let sluice = Sluice::builder()
+        .config(config.clone())
+        .connect()
+        .await
+        .unwrap();
+    let dim = format!("{}#rpm", vendor());
+    sluice
+        .put_bucket(&dim, Bucket::requests(RefillRate::per_second(1)))
+        .await
+        .unwrap();
+    sluice
+        .acquire(dim.as_str())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // The same table, seen through a raw client.
+    let raw = DynamoStore::new(
+        dynamo::client(config.endpoint_url.as_deref().unwrap()),
+        dynamo::table_name(),
+    );
+    assert!(get_raw(&raw, &dim).await.is_some());
+    assert!(matches!(
+        Sluice::builder().config(config).build(),
+        Err(Error::Config(_))
+    ));
+}
+
+#[tokio::test]
+async fn calls_and_write_units_are_counted() {
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let sluice = Sluice::builder().store(store.clone()).build().unwrap();
+    let dim = format!("{}#rpm", vendor());
+    sluice
+        .put_bucket(&dim, Bucket::requests(RefillRate::per_second(10)))
+        .await
+        .unwrap();
+    let before = store.stats();
+    sluice
+        .acquire(dim.as_str())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let after = store.stats();
+    // Seed protocol: read, two-item transaction, lease delete.
+    assert_eq!(after.calls - before.calls, 3);
+    assert!(after.write_milliunits > before.write_milliunits);
+}
