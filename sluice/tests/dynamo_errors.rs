@@ -1,0 +1,275 @@
+//! DynamoDB failures mapped to typed errors, none of them posing as a quota denial.
+//!
+//! Service errors are replayed as DynamoDB's own HTTP error bodies through
+//! `aws-smithy-mocks` (so the SDK's real deserializer reads them); timeouts and refused
+//! connections use real sockets on loopback.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_smithy_mocks::{RuleMode, mock, mock_client};
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
+use sluice::store::{
+    BucketWrite, Commit, CommitError, ConditionFailure, LeaseKey, LeaseRecord, LeaseWrite,
+    StoreError,
+};
+use sluice::{DynamoStore, Error, ManualClock, Sluice, Store, Tokens, UnixMillis};
+
+fn error_response(kind: &str, extra: &str) -> HttpResponse {
+    let body = format!(
+        r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{kind}","message":"mocked {kind}"{extra}}}"#
+    );
+    HttpResponse::new(StatusCode::try_from(400).unwrap(), SdkBody::from(body))
+}
+
+fn bucket_item(version: &str) -> std::collections::HashMap<String, AttributeValue> {
+    [
+        ("vendor_dimension", AttributeValue::S("openai#rpm".into())),
+        ("capacity", AttributeValue::N("10".into())),
+        ("tokens", AttributeValue::N("10".into())),
+        ("refill_rate", AttributeValue::N("1".into())),
+        ("last_refill_at", AttributeValue::N("1700000000".into())),
+        ("cost_per_call", AttributeValue::N("1".into())),
+        ("limit_type", AttributeValue::S("requests".into())),
+        ("version", AttributeValue::N(version.into())),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+fn sluice_on(client: Client, retries: u32) -> Sluice {
+    Sluice::builder()
+        .store(DynamoStore::new(client, "buckets"))
+        .clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000)))
+        .max_retries(retries)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn throttling_is_a_store_error_not_a_quota_denial() {
+    for kind in [
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+    ] {
+        let rule = mock!(Client::get_item).then_http_response(move || error_response(kind, ""));
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule], |c| c
+            .retry_config(RetryConfig::disabled()));
+        let e = sluice_on(client, 3)
+            .acquire("openai#rpm")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::Store(StoreError::Throttled { .. })),
+            "{kind}: {e:?}"
+        );
+        assert_eq!(e.retry_in(), None, "{kind} must not pose as RetryIn");
+        assert!(e.to_string().contains("throttling"), "{e}");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_table_is_table_not_found() {
+    let rule = mock!(Client::get_item)
+        .then_http_response(|| error_response("ResourceNotFoundException", ""));
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+    let e = sluice_on(client, 3)
+        .acquire("openai#rpm")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Store(StoreError::TableNotFound { ref table }) if table == "buckets"),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_transaction_conflict_is_retried_and_then_granted() {
+    let read = mock!(Client::get_item).then_output(|| {
+        GetItemOutput::builder()
+            .set_item(Some(bucket_item("3")))
+            .build()
+    });
+    let write = mock!(Client::transact_write_items)
+        .sequence()
+        .http_response(|| {
+            error_response(
+                "TransactionCanceledException",
+                r#","CancellationReasons":[{"Code":"TransactionConflict","Message":"Transaction is ongoing for the item"},{"Code":"None"}]"#,
+            )
+        })
+        .output(|| TransactWriteItemsOutput::builder().build())
+        .build();
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&read, &write]);
+    let lease = sluice_on(client, 3)
+        .acquire("openai#rpm")
+        .await
+        .expect("granted after the conflict");
+    assert_eq!(lease.attempts(), 2);
+    assert_eq!(write.num_calls(), 2);
+    std::mem::forget(lease);
+}
+
+#[tokio::test]
+async fn persistent_conflicts_end_in_contention_never_in_a_made_up_retry_in() {
+    let read = mock!(Client::get_item).then_output(|| {
+        GetItemOutput::builder()
+            .set_item(Some(bucket_item("3")))
+            .build()
+    });
+    let write = mock!(Client::transact_write_items).then_http_response(|| {
+        error_response(
+            "TransactionCanceledException",
+            r#","CancellationReasons":[{"Code":"TransactionConflict"},{"Code":"None"}]"#,
+        )
+    });
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&read, &write]);
+    let e = sluice_on(client, 2)
+        .acquire("openai#rpm")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Contention { attempts: 3, .. }), "{e:?}");
+    assert_eq!(e.retry_in(), None);
+    assert_eq!(write.num_calls(), 3);
+}
+
+fn two_item_commit() -> Commit {
+    let d = "openai#rpm".parse().unwrap();
+    Commit {
+        buckets: vec![BucketWrite {
+            dimension: "openai#rpm".parse().unwrap(),
+            expected_version: 3,
+            tokens: Tokens::new(9),
+            last_refill_at: UnixMillis::from_secs(1_700_000_000),
+        }],
+        leases: vec![LeaseWrite::Create(LeaseRecord {
+            key: LeaseKey::new(&d, "abc"),
+            dimension: d,
+            cost: Tokens::new(1),
+            created_at: UnixMillis::from_secs(1_700_000_000),
+            expires_at: UnixMillis::from_secs(1_700_000_060),
+            caller: "test".into(),
+        })],
+    }
+}
+
+#[tokio::test]
+async fn condition_failures_say_which_item_failed_and_carry_the_current_row() {
+    let bucket_changed = mock!(Client::transact_write_items).then_http_response(|| {
+        error_response(
+            "TransactionCanceledException",
+            r#","CancellationReasons":[{"Code":"ConditionalCheckFailed","Item":{"vendor_dimension":{"S":"openai#rpm"},"capacity":{"N":"10"},"tokens":{"N":"4"},"refill_rate":{"N":"1"},"last_refill_at":{"N":"1700000000.5"},"cost_per_call":{"N":"1"},"limit_type":{"S":"requests"},"version":{"N":"7"}}},{"Code":"None"}]"#,
+        )
+    });
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&bucket_changed]);
+    let store = DynamoStore::new(client, "buckets");
+    match store.commit(two_item_commit()).await {
+        Err(CommitError::Condition(ConditionFailure::BucketChanged { dimension, current })) => {
+            assert_eq!(dimension.as_str(), "openai#rpm");
+            let current = current.expect("ALL_OLD item returned");
+            assert_eq!((current.version, current.tokens), (7, Tokens::new(4)));
+        }
+        other => panic!("expected BucketChanged, got {other:?}"),
+    }
+
+    let lease_exists = mock!(Client::transact_write_items).then_http_response(|| {
+        error_response(
+            "TransactionCanceledException",
+            r#","CancellationReasons":[{"Code":"None"},{"Code":"ConditionalCheckFailed"}]"#,
+        )
+    });
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&lease_exists]);
+    let store = DynamoStore::new(client, "buckets");
+    match store.commit(two_item_commit()).await {
+        Err(CommitError::Condition(ConditionFailure::LeaseExists(key))) => {
+            assert_eq!(key.as_str(), "lease#openai#rpm#abc");
+        }
+        other => panic!("expected LeaseExists, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_row_of_the_wrong_shape_is_a_corrupt_row_error() {
+    let read = mock!(Client::get_item).then_output(|| {
+        let mut item = bucket_item("3");
+        item.insert("tokens".into(), AttributeValue::Bool(true));
+        GetItemOutput::builder().set_item(Some(item)).build()
+    });
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&read]);
+    let e = sluice_on(client, 3)
+        .acquire("openai#rpm")
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("`tokens` must be a number (N), found a boolean (BOOL)"),
+        "{e}"
+    );
+}
+
+fn real_client(endpoint: &str) -> Client {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new(
+            "sluicelocal",
+            "sluicelocal",
+            None,
+            None,
+            "test",
+        ))
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .operation_timeout(Duration::from_millis(300))
+                .build(),
+        )
+        .build();
+    Client::from_conf(config)
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_a_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let sluice = sluice_on(real_client(&format!("http://{addr}")), 3);
+    let e = sluice.acquire("openai#rpm").await.unwrap_err();
+    assert!(
+        matches!(e, Error::Store(StoreError::Timeout { .. })),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("did not answer in time"));
+    hold.abort();
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_unavailable() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let sluice = sluice_on(real_client(&format!("http://127.0.0.1:{port}")), 3);
+    let e = sluice.acquire("openai#rpm").await.unwrap_err();
+    assert!(
+        matches!(e, Error::Store(StoreError::Unavailable { .. })),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("could not be reached"), "{e}");
+}
