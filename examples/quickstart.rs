@@ -81,10 +81,8 @@ async fn main() -> Result<(), Error> {
                 }
                 let second = ((now - start).as_secs() as usize).min(SECONDS - 1);
                 let after_wait = not_before.take();
-                if let Some(t) = after_wait {
-                    if now < t {
-                        honoured.lock().unwrap().early_retries += 1;
-                    }
+                if after_wait.is_some_and(|t| now < t) {
+                    honoured.lock().unwrap().early_retries += 1;
                 }
                 match client.acquire(DIMENSION).await {
                     Ok(lease) => {

@@ -355,9 +355,20 @@ impl Sluice {
             let outcome = match self.inner.store.commit(commit).await {
                 Ok(()) => Attempt::Granted,
                 Err(CommitError::Condition(ConditionFailure::BucketChanged {
-                    dimension, ..
+                    dimension,
+                    current,
                 })) => {
                     tracing::debug!(%dimension, attempt, "lost the race: bucket changed since it was read");
+                    // The store may hand back the row as it stands now: when it is already
+                    // short for a single-dimension request, that is the exact answer, with
+                    // no backoff and no second read.
+                    if let (Some(row), [w]) = (current.as_deref(), wanted) {
+                        let now = self.now();
+                        let cost = w.cost(row.bucket.cost_per_call());
+                        if let Take::Short { wait: Some(wait) } = row.take(cost, now) {
+                            return Err(Error::RetryIn(wait.max(Duration::from_millis(1))));
+                        }
+                    }
                     contended = Some(dimension);
                     Attempt::Retry { backoff: true }
                 }
@@ -458,13 +469,24 @@ impl Sluice {
                 restores: true,
             })
             .collect();
-        self.end_parts(parts).await
+        self.end_parts(parts, None).await
     }
 
     /// Deletes lease rows and gives back the cost of those that restore. Returns how many
     /// rows this call deleted (rows already gone are skipped).
-    pub(crate) async fn end_parts(&self, mut parts: Vec<LeasePart>) -> Result<usize, Error> {
+    ///
+    /// A release lost to other writers is retried at least `max_retries` times and, while
+    /// the lease is alive, until it expires: a slot given up early would stay lost until
+    /// the reconciler found it.
+    pub(crate) async fn end_parts(
+        &self,
+        mut parts: Vec<LeasePart>,
+        keep_trying_until: Option<UnixMillis>,
+    ) -> Result<usize, Error> {
         let max_retries = self.inner.config.max_retries;
+        let give_up = |attempt: u32| {
+            attempt > max_retries && keep_trying_until.is_none_or(|t| self.now() >= t)
+        };
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
@@ -525,7 +547,7 @@ impl Sluice {
                 Err(CommitError::Condition(ConditionFailure::BucketChanged {
                     dimension, ..
                 })) => {
-                    if attempt > max_retries {
+                    if give_up(attempt) {
                         return Err(Error::Contention {
                             dimension,
                             attempts: attempt,
@@ -533,7 +555,7 @@ impl Sluice {
                     }
                 }
                 Err(CommitError::TransactionConflict) => {
-                    if attempt > max_retries {
+                    if give_up(attempt) {
                         return Err(Error::Contention {
                             dimension: parts[0].dimension.clone(),
                             attempts: attempt,
@@ -610,7 +632,7 @@ impl Sluice {
                 cost: r.cost,
             })
             .collect();
-        Ok(self.end_parts(parts).await? > 0)
+        Ok(self.end_parts(parts, None).await? > 0)
     }
 
     /// Runs `body` while holding capacity on `request`: acquires, runs, releases.

@@ -142,7 +142,7 @@ impl fmt::Display for Display {
             return write!(f, "{sign}{int}");
         }
         let mut width = self.decimals as usize;
-        while frac % 10 == 0 {
+        while frac.is_multiple_of(10) {
             frac /= 10;
             width -= 1;
         }

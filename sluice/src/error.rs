@@ -124,7 +124,7 @@ impl Error {
 
 pub(crate) fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms >= 1_000 && ms % 1_000 == 0 {
+    if ms >= 1_000 && ms.is_multiple_of(1_000) {
         format!("{}s", ms / 1_000)
     } else if ms >= 1_000 {
         format!("{}.{:03}s", ms / 1_000, ms % 1_000)

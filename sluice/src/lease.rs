@@ -140,7 +140,10 @@ impl Lease {
     /// Releasing a lease that has already expired and been reconciled changes nothing.
     pub async fn release(mut self) -> Result<(), Error> {
         let parts = std::mem::take(&mut self.parts);
-        self.client.end_parts(parts).await.map(|_| ())
+        self.client
+            .end_parts(parts, Some(self.expires_at))
+            .await
+            .map(|_| ())
     }
 
     /// Corrects the cost held on `dimension` to `actual` (e.g. 500 tokens estimated, 2,000
@@ -191,9 +194,10 @@ impl Drop for Lease {
             Ok(handle) => {
                 let client = self.client.clone();
                 let id = self.id.to_string();
+                let expires_at = self.expires_at;
                 tracing::debug!(lease = %id, "lease dropped without release; releasing in the background");
                 handle.spawn(async move {
-                    if let Err(error) = client.end_parts(parts).await {
+                    if let Err(error) = client.end_parts(parts, Some(expires_at)).await {
                         tracing::warn!(lease = %id, %error, "background release failed; the lease will expire and be reconciled");
                     }
                 });

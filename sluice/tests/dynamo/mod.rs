@@ -13,6 +13,7 @@ use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use sluice::DynamoStore;
 
 /// The endpoint of the DynamoDB Local under test, or `None` to skip.
+#[allow(clippy::print_stderr)]
 pub fn endpoint() -> Option<String> {
     match std::env::var("SLUICE_TEST_DYNAMODB_ENDPOINT") {
         Ok(e) if !e.is_empty() => Some(e),

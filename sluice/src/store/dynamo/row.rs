@@ -279,7 +279,8 @@ mod tests {
 
     #[test]
     fn malformed_rows_are_named_with_the_reason() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut Item)>)> = vec![
+        type Mutation = Box<dyn Fn(&mut Item)>;
+        let cases: Vec<(&str, Mutation)> = vec![
             (
                 "missing attribute `tokens`",
                 Box::new(|r| {

@@ -1,0 +1,342 @@
+//! Several OS processes, each with several tasks, share one bucket on DynamoDB Local.
+//!
+//! The test binary is its own worker: run with `--child`, it acquires until a deadline,
+//! holds every lease it is granted, reports its count, and releases them when told. The
+//! parent checks the exact ledger: the lease rows per process equal the grants each
+//! process reported, the total never exceeds `tokens + refill_rate * elapsed`, reaches at
+//! least 90% of it (demand far exceeds supply), the bucket's tokens account for every
+//! grant exactly, a `concurrent` bucket never has more live leases than slots, and no lease
+//! row is left behind.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod dynamo;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use sluice::store::LeaseFilter;
+use sluice::{
+    Acquire, Bucket, Clock as _, DynamoStore, Error, RefillRate, Sluice, SystemClock, Tokens,
+    UnixMillis,
+};
+
+const PROCESSES: usize = 4;
+const TASKS: usize = 8;
+const RUN: Duration = Duration::from_secs(5);
+const CAPACITY: u64 = 100;
+const PER_SECOND: u64 = 4;
+const SLOTS: u64 = 4;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if args.get(1).map(String::as_str) == Some("--child") {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(tracing::Level::WARN)
+            .init();
+        runtime.block_on(child(&args[2], &args[3], &args[4], &args[5]));
+        return;
+    }
+    if args.iter().any(|a| a == "--list") {
+        // `cargo test -- --list` asks for test names: this binary has one.
+        println!("processes_share_one_bucket_exactly: test");
+        return;
+    }
+    match runtime.block_on(parent()) {
+        Some(()) => println!("1 passed, 0 failed"),
+        None => println!("0 passed, 0 failed, 1 skipped"),
+    }
+}
+
+fn client(endpoint: &str, table: &str, caller: &str) -> Sluice {
+    Sluice::builder()
+        .store(DynamoStore::new(dynamo::client(endpoint), table))
+        .clock(SystemClock)
+        .caller(caller)
+        .lease_ttl(Duration::from_secs(300))
+        .build()
+        .unwrap()
+}
+
+async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str) {
+    let sluice = client(endpoint, table, caller);
+    let requests = format!("{vendor}#rpm");
+    let concurrent = format!("{vendor}#concurrent");
+    let mut stdin = BufReader::new(std::io::stdin());
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    stdin.read_line(&mut line).unwrap();
+    let deadline_ms: i64 = line
+        .trim()
+        .strip_prefix("go ")
+        .expect("go <deadline>")
+        .parse()
+        .unwrap();
+    let deadline = UnixMillis::new(deadline_ms);
+
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let sluice = sluice.clone();
+        let requests = requests.clone();
+        let concurrent = concurrent.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut held = Vec::new();
+            while SystemClock.now() < deadline {
+                if task % 4 == 3 {
+                    // A quarter of the tasks use the concurrent bucket, holding slots briefly.
+                    match sluice
+                        .slot(
+                            concurrent.as_str(),
+                            Duration::from_secs(30),
+                            tokio::time::sleep(Duration::from_millis(5)),
+                        )
+                        .await
+                    {
+                        Ok(()) => {}
+                        // RetryIn is an upper bound for slots: a release may free one sooner.
+                        Err(Error::RetryIn(d)) => {
+                            tokio::time::sleep(d.min(Duration::from_millis(50))).await
+                        }
+                        Err(Error::Contention { .. }) => {}
+                        Err(e) => panic!("slot failed: {e}"),
+                    }
+                    continue;
+                }
+                match sluice.acquire(requests.as_str()).await {
+                    Ok(lease) => held.push(lease),
+                    Err(Error::RetryIn(d)) => tokio::time::sleep(d).await,
+                    Err(Error::Contention { .. }) => {}
+                    Err(e) => panic!("acquire failed: {e}"),
+                }
+            }
+            held
+        }));
+    }
+    let mut held = Vec::new();
+    for t in tasks {
+        held.extend(t.await.unwrap());
+    }
+    println!("granted {}", held.len());
+    std::io::stdout().flush().unwrap();
+    line.clear();
+    stdin.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "release");
+    let n = held.len();
+    for lease in held {
+        lease.release().await.unwrap();
+    }
+    println!("released {n}");
+    std::io::stdout().flush().unwrap();
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+    caller: String,
+}
+
+impl Worker {
+    fn expect_line(&mut self, prefix: &str) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with(prefix),
+            "{}: expected `{prefix}…`, got {line:?}",
+            self.caller
+        );
+        line.trim()[prefix.len()..].trim().to_owned()
+    }
+
+    fn say(&mut self, text: &str) {
+        writeln!(self.stdin, "{text}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+}
+
+async fn parent() -> Option<()> {
+    let store = dynamo::store().await?;
+    let endpoint = dynamo::endpoint()?;
+    let table = dynamo::table_name();
+    let vendor = format!("procs{:08x}", rand::random::<u32>());
+    let requests = format!("{vendor}#rpm");
+    let concurrent = format!("{vendor}#concurrent");
+    let sluice = client(&endpoint, table, "parent");
+    sluice
+        .put_bucket(
+            &requests,
+            Bucket::requests(RefillRate::per_second(PER_SECOND)).with_capacity(CAPACITY),
+        )
+        .await
+        .unwrap();
+    sluice
+        .put_bucket(&concurrent, Bucket::concurrent(SLOTS))
+        .await
+        .unwrap();
+
+    let exe = std::env::current_exe().unwrap();
+    let mut workers: Vec<Worker> = (0..PROCESSES)
+        .map(|i| {
+            let caller = format!("worker-{i}");
+            let mut child = Command::new(&exe)
+                .args(["--child", &endpoint, table, &vendor, &caller])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            Worker {
+                stdin: child.stdin.take().unwrap(),
+                stdout: BufReader::new(child.stdout.take().unwrap()),
+                child,
+                caller,
+            }
+        })
+        .collect();
+    for w in &mut workers {
+        w.expect_line("ready");
+    }
+    // Start nearly empty, far below a capacity that refill cannot reach during the run,
+    // so that the bookkeeping below is never cut short by the cap.
+    sluice
+        .acquire(Acquire::with_cost(&requests, CAPACITY - 5))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let baseline = sluice.bucket(&requests).await.unwrap().unwrap();
+    let deadline = SystemClock.now().saturating_add(RUN);
+    for w in &mut workers {
+        w.say(&format!("go {}", deadline.as_millis()));
+    }
+
+    // While they run, never more live concurrent leases than slots.
+    let max_live = Arc::new(AtomicUsize::new(0));
+    let watcher = {
+        let sluice = sluice.clone();
+        let concurrent = concurrent.clone();
+        let max_live = max_live.clone();
+        tokio::spawn(async move {
+            let filter = LeaseFilter {
+                dimension: Some(concurrent.parse().unwrap()),
+                expired_before: None,
+            };
+            while SystemClock.now() < deadline {
+                let live = sluice.leases(&filter).await.unwrap().len();
+                max_live.fetch_max(live, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+
+    let (reports, mut workers) = tokio::task::spawn_blocking(move || {
+        let reports: Vec<(String, u64)> = workers
+            .iter_mut()
+            .map(|w| (w.caller.clone(), w.expect_line("granted").parse().unwrap()))
+            .collect();
+        (reports, workers)
+    })
+    .await
+    .unwrap();
+    watcher.await.unwrap();
+    let now = SystemClock.now();
+
+    // The ledger: lease rows per process equal what each process says it was granted.
+    let rows = sluice
+        .leases(&LeaseFilter {
+            dimension: Some(requests.parse().unwrap()),
+            expired_before: None,
+        })
+        .await
+        .unwrap();
+    for (caller, granted) in &reports {
+        let counted = rows.iter().filter(|r| &r.caller == caller).count() as u64;
+        assert_eq!(counted, *granted, "{caller}: lease rows vs reported grants");
+    }
+    let total: u64 = reports.iter().map(|(_, g)| g).sum();
+    assert_eq!(rows.len() as u64, total);
+
+    // Never more than what was there plus what refilled; nearly all of it when demand
+    // exceeds supply.
+    let rate = RefillRate::per_second(PER_SECOND);
+    let supply = |until: UnixMillis| {
+        let ms = i128::from(until.as_millis() - baseline.last_refill_at.as_millis());
+        baseline.tokens + Tokens::from_nanos(ms * rate.as_nanos_per_second() / 1_000)
+    };
+    assert!(
+        Tokens::from(total) <= supply(now),
+        "over-grant: {total} > {}",
+        supply(now)
+    );
+    let at_deadline = supply(deadline);
+    assert!(
+        Tokens::from(total * 10) >= Tokens::from_nanos(at_deadline.as_nanos() * 9),
+        "only {total} of {at_deadline} granted"
+    );
+    // Exact bookkeeping on the row itself.
+    let row = sluice.bucket(&requests).await.unwrap().unwrap();
+    assert_eq!(
+        row.tokens + Tokens::from(total),
+        supply(row.last_refill_at),
+        "tokens lost or invented"
+    );
+    assert!(
+        max_live.load(Ordering::SeqCst) <= SLOTS as usize,
+        "more live slots than capacity"
+    );
+
+    // Everyone releases; nothing is left behind.
+    for w in &mut workers {
+        w.say("release");
+    }
+    for w in &mut workers {
+        let released: u64 = w.expect_line("released").parse().unwrap();
+        let granted = reports.iter().find(|(c, _)| c == &w.caller).unwrap().1;
+        assert_eq!(released, granted);
+        assert!(w.child.wait().unwrap().success(), "{} failed", w.caller);
+    }
+    assert!(
+        sluice
+            .leases(&LeaseFilter {
+                dimension: Some(requests.parse().unwrap()),
+                expired_before: None
+            })
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let left = sluice
+        .leases(&LeaseFilter {
+            dimension: Some(concurrent.parse().unwrap()),
+            expired_before: None,
+        })
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "concurrent leases left behind: {left:#?}");
+    assert_eq!(
+        sluice.bucket(&concurrent).await.unwrap().unwrap().tokens,
+        Tokens::from(SLOTS)
+    );
+    let row_after = sluice.bucket(&requests).await.unwrap().unwrap();
+    assert_eq!(
+        row_after.tokens, row.tokens,
+        "releasing requests leases restores nothing"
+    );
+    eprintln!(
+        "{PROCESSES} processes x {TASKS} tasks: {total} grants of {at_deadline} supplied in {:?}; max {} live concurrent leases of {SLOTS}",
+        RUN,
+        max_live.load(Ordering::SeqCst)
+    );
+    drop(store);
+    Some(())
+}
