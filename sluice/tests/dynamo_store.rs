@@ -57,7 +57,15 @@ async fn get_raw(store: &DynamoStore, key: &str) -> Option<HashMap<String, Attri
         .item
 }
 
-/// A bucket row as another SDK following the seed would write it.
+/// A bucket row as another SDK following the seed would write it, last refilled at the
+/// whole second `t`.
+fn seed_row_at(dimension: &str, t: i64) -> HashMap<String, AttributeValue> {
+    let mut row = seed_row(dimension);
+    row.insert("last_refill_at".to_owned(), n(&t.to_string()));
+    row
+}
+
+/// The seed's example bucket row.
 fn seed_row(dimension: &str) -> HashMap<String, AttributeValue> {
     HashMap::from([
         ("vendor_dimension".to_owned(), s(dimension)),
@@ -86,15 +94,16 @@ async fn rows_written_by_other_sdks_are_acquired_exactly() {
         return;
     };
     let dim = format!("{}#rpm", vendor());
-    put_raw(&store, seed_row(&dim)).await;
+    let t = dynamo::future_secs();
+    put_raw(&store, seed_row_at(&dim, t)).await;
     // 3 seconds after the row's integer timestamp, at 1.667/s: 47 + 5.001 = 52.001 tokens.
-    let clock = ManualClock::new(UnixMillis::from_secs(1_709_550_005));
+    let clock = ManualClock::new(UnixMillis::from_secs(t + 3));
     let sluice = client_at(&store, &clock);
     let lease = sluice.acquire(Acquire::with_cost(&dim, 52)).await.unwrap();
     let row = sluice.bucket(&dim).await.unwrap().unwrap();
     assert_eq!(row.tokens, "0.001".parse().unwrap());
     assert_eq!(row.version, 43);
-    assert_eq!(row.last_refill_at, UnixMillis::from_secs(1_709_550_005));
+    assert_eq!(row.last_refill_at, UnixMillis::from_secs(t + 3));
     // The next token is 0.999 / 1.667 s = 599.28 ms away, rounded up.
     let e = sluice.acquire(dim.as_str()).await.unwrap_err();
     assert_eq!(e.retry_in(), Some(Duration::from_millis(600)));
@@ -106,7 +115,8 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
     let Some(store) = dynamo::store().await else {
         return;
     };
-    let clock = ManualClock::new(UnixMillis::new(1_709_550_002_125));
+    let t = dynamo::future_secs();
+    let clock = ManualClock::new(UnixMillis::new(t * 1_000 + 125));
     let sluice = client_at(&store, &clock);
     let dim = format!("{}#tpm", vendor());
     sluice
@@ -141,7 +151,7 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
     assert_eq!(bucket["capacity"], n("100"));
     assert_eq!(bucket["tokens"], n("98.5"));
     assert_eq!(bucket["refill_rate"], n("1.666666"));
-    assert_eq!(bucket["last_refill_at"], n("1709550002.125"));
+    assert_eq!(bucket["last_refill_at"], n(&format!("{t}.125")));
     assert_eq!(bucket["cost_per_call"], n("2"));
     assert_eq!(bucket["limit_type"], s("tokens"));
     assert_eq!(bucket["version"], n("1"));
@@ -151,10 +161,10 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
     let row = get_raw(&store, &key).await.unwrap();
     assert_eq!(row["dimension"], s(&dim));
     assert_eq!(row["cost"], n("1.5"));
-    assert_eq!(row["created_at"], n("1709550002.125"));
+    assert_eq!(row["created_at"], n(&format!("{t}.125")));
     // `ttl` is whole seconds (DynamoDB's TTL attribute), rounded up; `expires_at` is exact.
-    assert_eq!(row["ttl"], n("1709550063"));
-    assert_eq!(row["expires_at"], n("1709550062.125"));
+    assert_eq!(row["ttl"], n(&(t + 61).to_string()));
+    assert_eq!(row["expires_at"], n(&format!("{}.125", t + 60)));
     assert_eq!(row["caller"], s("interop-test"));
     assert_eq!(
         row.len(),
@@ -171,7 +181,8 @@ async fn leases_written_by_other_sdks_are_listed_and_released() {
         return;
     };
     let dim = format!("{}#concurrent", vendor());
-    let mut row = seed_row(&dim);
+    let t = dynamo::future_secs();
+    let mut row = seed_row_at(&dim, t);
     row.insert("limit_type".to_owned(), s("concurrent"));
     row.insert("capacity".to_owned(), n("2"));
     row.insert("tokens".to_owned(), n("1"));
@@ -184,13 +195,13 @@ async fn leases_written_by_other_sdks_are_listed_and_released() {
             ("vendor_dimension".to_owned(), s(&key)),
             ("dimension".to_owned(), s(&dim)),
             ("cost".to_owned(), n("1")),
-            ("created_at".to_owned(), n("1709550100")),
-            ("ttl".to_owned(), n("1709550160")),
+            ("created_at".to_owned(), n(&(t + 100).to_string())),
+            ("ttl".to_owned(), n(&(t + 160).to_string())),
             ("caller".to_owned(), s("audit-service")),
         ]),
     )
     .await;
-    let clock = ManualClock::new(UnixMillis::from_secs(1_709_550_110));
+    let clock = ManualClock::new(UnixMillis::from_secs(t + 110));
     let sluice = client_at(&store, &clock);
     let snapshot = sluice.snapshot(&dim).await.unwrap();
     assert_eq!(
@@ -204,7 +215,7 @@ async fn leases_written_by_other_sdks_are_listed_and_released() {
         })
         .await
         .unwrap();
-    assert_eq!(leases[0].expires_at, UnixMillis::from_secs(1_709_550_160));
+    assert_eq!(leases[0].expires_at, UnixMillis::from_secs(t + 160));
     assert_eq!(leases[0].caller, "audit-service");
     assert!(sluice.release_id(&key.parse().unwrap()).await.unwrap());
     assert_eq!(

@@ -61,3 +61,14 @@ pub async fn store() -> Option<DynamoStore> {
     store.create_table().await.expect("create the test table");
     Some(store)
 }
+
+/// A whole-second time one day ahead of the real clock. Test clocks start there: DynamoDB
+/// Local's TTL sweeper really deletes rows whose `ttl` is in the real past, so lease rows of
+/// a test clock set in the past would vanish under the test.
+pub fn future_secs() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    now + 86_400
+}
