@@ -2,11 +2,9 @@
 
 use std::fmt;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt as _;
 use rand::Rng as _;
 use tracing::Instrument as _;
 
@@ -651,23 +649,62 @@ impl Sluice {
         F: Future,
     {
         let lease = self.acquire(request.into().ttl(timeout)).await?;
-        let outcome = tokio::time::timeout(timeout, AssertUnwindSafe(body).catch_unwind()).await;
-        let release = lease.release().await;
-        let value = match outcome {
-            Err(_elapsed) => {
-                if let Err(error) = release {
-                    tracing::warn!(%error, "release after timeout failed; the lease will expire and be reconciled");
+        lease.run(timeout, body).await
+    }
+
+    /// Like [`acquire`](Self::acquire), but on [`Error::RetryIn`] sleeps the exact delay
+    /// and asks again, as long as the total time slept stays within `max_wait`. The last
+    /// RetryIn is returned when the next wait would go past the bound.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, RefillRate, Sluice};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+    /// let sluice = Sluice::builder().clock(sluice::TokioClock::starting_at(sluice::UnixMillis::from_secs(1_700_000_000))).build()?;
+    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_second(10)).with_capacity(1)).await?;
+    /// sluice.acquire("openai#rpm").await?.release().await?;
+    /// // The next token is 100 ms away: waiting up to a second gets it.
+    /// let lease = sluice.acquire_within("openai#rpm", Duration::from_secs(1)).await?;
+    /// # lease.release().await?;
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn acquire_within(
+        &self,
+        request: impl Into<Acquire>,
+        max_wait: Duration,
+    ) -> Result<Lease, Error> {
+        let request = request.into();
+        let mut waited = Duration::ZERO;
+        loop {
+            match self.acquire(request.clone()).await {
+                Err(Error::RetryIn(delay)) if waited + delay <= max_wait => {
+                    tracing::debug!(delay_ms = delay.as_millis() as u64, "waiting for capacity");
+                    tokio::time::sleep(delay).await;
+                    waited += delay;
                 }
-                return Err(Error::Timeout(timeout));
+                other => return other,
             }
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            Ok(Ok(value)) => value,
-        };
-        if let Err(error) = release {
-            // The body's work is done and must not be lost; the lease will expire.
-            tracing::warn!(%error, "release after the slot's body failed; the lease will expire and be reconciled");
         }
-        Ok(value)
+    }
+
+    /// Like [`try_slot`](Self::try_slot), waiting up to `max_wait` for capacity first (see
+    /// [`acquire_within`](Self::acquire_within)).
+    pub async fn try_slot_within<F, T, E>(
+        &self,
+        request: impl Into<Acquire>,
+        timeout: Duration,
+        max_wait: Duration,
+        body: F,
+    ) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        let lease = self
+            .acquire_within(request.into().ttl(timeout), max_wait)
+            .await?;
+        lease.run(timeout, body).await?
     }
 
     /// Like [`slot`](Self::slot) for a body that returns `Result<T, E>`: sluice's own

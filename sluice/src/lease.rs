@@ -1,8 +1,12 @@
 //! Leases: the tokens an acquire holds until it is released or expires.
 
 use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::str::FromStr;
 use std::time::Duration;
+
+use futures::FutureExt as _;
 
 use crate::client::Sluice;
 use crate::clock::UnixMillis;
@@ -144,6 +148,36 @@ impl Lease {
             .end_parts(parts, Some(self.expires_at))
             .await
             .map(|_| ())
+    }
+
+    /// Runs `body` under this lease, then releases it: the lease's slot.
+    ///
+    /// `timeout` is the body's deadline (give the lease the same TTL when acquiring): a body
+    /// still running then is dropped and the result is [`Error::Timeout`]. The lease is
+    /// released on every path: when the body finishes, when it times out, when it panics
+    /// (the panic then continues), and when this future is dropped (released in the
+    /// background).
+    pub async fn run<F>(self, timeout: Duration, body: F) -> Result<F::Output, Error>
+    where
+        F: Future,
+    {
+        let outcome = tokio::time::timeout(timeout, AssertUnwindSafe(body).catch_unwind()).await;
+        let release = self.release().await;
+        let value = match outcome {
+            Err(_elapsed) => {
+                if let Err(error) = release {
+                    tracing::warn!(%error, "release after timeout failed; the lease will expire and be reconciled");
+                }
+                return Err(Error::Timeout(timeout));
+            }
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Ok(Ok(value)) => value,
+        };
+        if let Err(error) = release {
+            // The body's work is done and must not be lost; the lease will expire.
+            tracing::warn!(%error, "release after the slot's body failed; the lease will expire and be reconciled");
+        }
+        Ok(value)
     }
 
     /// Corrects the cost held on `dimension` to `actual` (e.g. 500 tokens estimated, 2,000

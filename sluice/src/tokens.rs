@@ -108,6 +108,14 @@ impl From<u64> for Tokens {
     }
 }
 
+impl From<usize> for Tokens {
+    /// A whole number of tokens, e.g. a length used as a cost estimate.
+    fn from(whole: usize) -> Self {
+        // usize is at most 64 bits on every supported target, so this is lossless.
+        Tokens(whole as i128 * NANOS_PER_TOKEN)
+    }
+}
+
 impl std::ops::Add for Tokens {
     type Output = Tokens;
     fn add(self, rhs: Self) -> Self {

@@ -133,3 +133,51 @@ async fn acquire_spans_record_dimension_outcome_attempts_and_retry_in() {
     assert_eq!(get(1, "outcome").as_deref(), Some("retry_in"));
     assert_eq!(get(1, "retry_in_ms").as_deref(), Some("250"));
 }
+
+fn paused_client() -> Sluice {
+    Sluice::builder()
+        .store(MemoryStore::new())
+        .clock(sluice::TokioClock::starting_at(UnixMillis::from_secs(
+            1_700_000_000,
+        )))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_within_waits_exactly_the_retry_in_and_stops_at_its_bound() {
+    let sluice = paused_client();
+    sluice
+        .put_bucket(
+            "wait#rpm",
+            Bucket::requests(RefillRate::per_second(2)).with_capacity(1),
+        )
+        .await
+        .unwrap();
+    sluice
+        .acquire("wait#rpm")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let lease = sluice
+        .acquire_within("wait#rpm", Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(500),
+        "slept exactly the RetryIn"
+    );
+    lease.release().await.unwrap();
+    // The next token is 500 ms away: a 499 ms bound gives up at once with that RetryIn.
+    let started = tokio::time::Instant::now();
+    let e = sluice
+        .acquire_within("wait#rpm", Duration::from_millis(499))
+        .await
+        .unwrap_err();
+    assert_eq!(e.retry_in(), Some(Duration::from_millis(500)));
+    assert_eq!(started.elapsed(), Duration::ZERO);
+}
