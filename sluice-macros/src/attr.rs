@@ -1,0 +1,196 @@
+//! Parsing `#[rate_limited(...)]`'s arguments.
+
+use proc_macro2::Span;
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{Expr, Lit, LitStr, Token};
+
+mod kw {
+    syn::custom_keyword!(timeout);
+    syn::custom_keyword!(wait);
+    syn::custom_keyword!(client);
+}
+
+const EXPECTED: &str =
+    "expected one of `timeout`, `wait`, `client`, `crate`, or a dimension such as `\"openai#rpm\"`";
+
+/// One dimension and, optionally, the expression of its cost.
+pub(crate) struct DimensionArg {
+    pub(crate) name: LitStr,
+    pub(crate) cost: Option<Expr>,
+}
+
+/// Everything the attribute was given.
+pub(crate) struct Args {
+    pub(crate) dimensions: Vec<DimensionArg>,
+    pub(crate) timeout: Option<Expr>,
+    pub(crate) wait: Option<Expr>,
+    pub(crate) client: Option<Expr>,
+    pub(crate) krate: Option<syn::Path>,
+}
+
+enum Arg {
+    Dimension(DimensionArg),
+    Timeout(Span, Expr),
+    Wait(Span, Expr),
+    Client(Span, Expr),
+    Crate(Span, syn::Path),
+}
+
+impl Parse for Arg {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let lookahead = input.lookahead1();
+        if lookahead.peek(LitStr) {
+            let name: LitStr = input.parse()?;
+            validate_dimension(&name)?;
+            let cost = if input.peek(Token![=]) {
+                input.parse::<Token![=]>()?;
+                Some(input.parse()?)
+            } else {
+                None
+            };
+            Ok(Arg::Dimension(DimensionArg { name, cost }))
+        } else if lookahead.peek(kw::timeout) {
+            let k: kw::timeout = input.parse()?;
+            Ok(Arg::Timeout(k.span, duration_value(input, "timeout")?))
+        } else if lookahead.peek(kw::wait) {
+            let k: kw::wait = input.parse()?;
+            Ok(Arg::Wait(k.span, duration_value(input, "wait")?))
+        } else if lookahead.peek(kw::client) {
+            let k: kw::client = input.parse()?;
+            input.parse::<Token![=]>()?;
+            Ok(Arg::Client(k.span, input.parse()?))
+        } else if lookahead.peek(Token![crate]) {
+            let k: Token![crate] = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let path: LitStr = input.parse().map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    "`crate` takes a string with a path, e.g. `crate = \"::sluice\"`",
+                )
+            })?;
+            let parsed = path.parse::<syn::Path>().map_err(|_| {
+                syn::Error::new(
+                    path.span(),
+                    format!("`{}` is not a path to the sluice crate", path.value()),
+                )
+            })?;
+            Ok(Arg::Crate(k.span, parsed))
+        } else if input.peek(syn::Ident) {
+            let ident: syn::Ident = input.parse()?;
+            Err(syn::Error::new(
+                ident.span(),
+                format!("unknown argument `{ident}`; {EXPECTED}"),
+            ))
+        } else {
+            Err(lookahead.error())
+        }
+    }
+}
+
+/// `timeout`/`wait`: `= N` (whole seconds) or `= <Duration expression>`.
+fn duration_value(input: ParseStream<'_>, name: &str) -> syn::Result<Expr> {
+    input.parse::<Token![=]>()?;
+    let value: Expr = input.parse()?;
+    if let Expr::Lit(lit) = &value {
+        match &lit.lit {
+            Lit::Int(i) => {
+                let secs: u64 = i.base10_parse()?;
+                if secs == 0 && name == "timeout" {
+                    return Err(syn::Error::new(
+                        i.span(),
+                        "`timeout` must be at least 1 second",
+                    ));
+                }
+            }
+            other => {
+                return Err(syn::Error::new(
+                    other.span(),
+                    format!(
+                        "`{name}` takes whole seconds (`{name} = 30`) or a `Duration` expression (`{name} = Duration::from_millis(1500)`)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(value)
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut args = Args {
+            dimensions: Vec::new(),
+            timeout: None,
+            wait: None,
+            client: None,
+            krate: None,
+        };
+        if input.is_empty() {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "`#[rate_limited]` needs a dimension, e.g. `#[rate_limited(\"openai#rpm\", timeout = 30)]`",
+            ));
+        }
+        for arg in Punctuated::<Arg, Token![,]>::parse_terminated(input)? {
+            match arg {
+                Arg::Dimension(d) => {
+                    if args
+                        .dimensions
+                        .iter()
+                        .any(|x| x.name.value() == d.name.value())
+                    {
+                        return Err(syn::Error::new(
+                            d.name.span(),
+                            format!("dimension `{}` named twice", d.name.value()),
+                        ));
+                    }
+                    args.dimensions.push(d);
+                }
+                Arg::Timeout(span, e) => set_once(&mut args.timeout, e, span, "timeout")?,
+                Arg::Wait(span, e) => set_once(&mut args.wait, e, span, "wait")?,
+                Arg::Client(span, e) => set_once(&mut args.client, e, span, "client")?,
+                Arg::Crate(span, p) => set_once(&mut args.krate, p, span, "crate")?,
+            }
+        }
+        if args.dimensions.is_empty() {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "`#[rate_limited]` needs at least one dimension, e.g. `\"openai#rpm\"`",
+            ));
+        }
+        Ok(args)
+    }
+}
+
+fn set_once<T>(slot: &mut Option<T>, value: T, span: Span, name: &str) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(syn::Error::new(span, format!("`{name}` set twice")));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// The same rules as `sluice::Dimension`, checked at compile time.
+fn validate_dimension(lit: &LitStr) -> syn::Result<()> {
+    let s = lit.value();
+    let fail = |why: &str| {
+        Err(syn::Error::new(
+            lit.span(),
+            format!("invalid dimension `{s}`: {why}"),
+        ))
+    };
+    if s.is_empty() {
+        return fail("it is empty; expected `{vendor}#{metric}`, e.g. `openai#rpm`");
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return fail("it contains whitespace");
+    }
+    if s.starts_with("lease#") {
+        return fail("`lease#` is reserved for lease rows");
+    }
+    match s.split('#').collect::<Vec<_>>().as_slice() {
+        [vendor, metric] if !vendor.is_empty() && !metric.is_empty() => Ok(()),
+        [_, _] => fail("vendor and metric must not be empty; expected `{vendor}#{metric}`"),
+        _ => fail("expected exactly one `#` between vendor and metric, e.g. `openai#rpm`"),
+    }
+}

@@ -1,0 +1,250 @@
+//! What `#[rate_limited]` does at run time, on the in-memory store with tokio's paused
+//! clock driving both sleeps and bucket refill.
+
+use std::time::Duration;
+
+use sluice::{Bucket, RefillRate, Sluice, Tokens, TokioClock, UnixMillis, rate_limited};
+
+#[derive(Debug)]
+enum AppError {
+    RateLimited(Duration),
+    Sluice(sluice::Error),
+    Vendor,
+}
+
+impl From<sluice::Error> for AppError {
+    fn from(e: sluice::Error) -> Self {
+        match e.retry_in() {
+            Some(d) => AppError::RateLimited(d),
+            None => AppError::Sluice(e),
+        }
+    }
+}
+
+async fn client() -> Sluice {
+    let sluice = Sluice::builder()
+        .clock(TokioClock::starting_at(UnixMillis::from_secs(
+            1_700_000_000,
+        )))
+        .build()
+        .unwrap();
+    sluice
+        .put_bucket(
+            "test#rpm",
+            Bucket::requests(RefillRate::per_second(2)).with_capacity(3),
+        )
+        .await
+        .unwrap();
+    sluice
+        .put_bucket(
+            "test#tpm",
+            Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000),
+        )
+        .await
+        .unwrap();
+    sluice
+        .put_bucket("test#concurrent", Bucket::concurrent(1))
+        .await
+        .unwrap();
+    sluice
+}
+
+async fn available(sluice: &Sluice, dimension: &str) -> Tokens {
+    sluice.snapshot(dimension).await.unwrap().available
+}
+
+#[rate_limited("test#rpm", client = sluice, timeout = 5)]
+async fn one_request(sluice: &Sluice, n: u32) -> Result<u32, AppError> {
+    Ok(n * 2)
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_call_takes_a_token_and_returns_the_body_s_value() {
+    let sluice = client().await;
+    assert_eq!(one_request(&sluice, 21).await.unwrap(), 42);
+    assert_eq!(available(&sluice, "test#rpm").await, Tokens::new(2));
+    one_request(&sluice, 1).await.unwrap();
+    assert_eq!(available(&sluice, "test#rpm").await, Tokens::new(1));
+    assert!(
+        sluice.leases(&Default::default()).await.unwrap().is_empty(),
+        "released"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_in_reaches_the_caller_s_error_with_the_exact_delay() {
+    let sluice = client().await;
+    for _ in 0..3 {
+        one_request(&sluice, 1).await.unwrap();
+    }
+    tokio::time::advance(Duration::from_millis(100)).await;
+    match one_request(&sluice, 1).await {
+        Err(AppError::RateLimited(d)) => assert_eq!(d, Duration::from_millis(400)),
+        other => panic!("expected RateLimited, got {other:?}"),
+    }
+}
+
+#[rate_limited("test#rpm", client = sluice, wait = Duration::from_millis(600))]
+async fn waits_up_to_600ms(sluice: &Sluice) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_retries_inline_and_gives_up_at_its_bound() {
+    let sluice = client().await;
+    for _ in 0..3 {
+        one_request(&sluice, 1).await.unwrap();
+    }
+    // Empty: the next token is 500 ms away, within the 600 ms bound.
+    let started = tokio::time::Instant::now();
+    waits_up_to_600ms(&sluice).await.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_millis(500));
+    // Empty again, the next token 500 ms away; but at 250 ms another caller corrects its
+    // lease upward by one token, so at 500 ms another 500 ms are needed: 1,000 ms in all,
+    // past the bound. The call gives up with the RetryIn it was last given.
+    let mut held = sluice.acquire("test#rpm").await;
+    assert!(held.is_err(), "the bucket is empty");
+    tokio::time::advance(Duration::from_millis(500)).await;
+    held = sluice.acquire("test#rpm").await;
+    let mut held = held.unwrap();
+    let rival = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        held.adjust("test#rpm", 2).await.unwrap();
+        held.release().await.unwrap();
+    });
+    let started = tokio::time::Instant::now();
+    match waits_up_to_600ms(&sluice).await {
+        Err(AppError::RateLimited(d)) => assert_eq!(d, Duration::from_millis(500)),
+        other => panic!("expected RateLimited after waiting, got {other:?}"),
+    }
+    assert_eq!(started.elapsed(), Duration::from_millis(500));
+    rival.await.unwrap();
+    // A bound shorter than the first wait gives up at once.
+    let started = tokio::time::Instant::now();
+    assert!(matches!(
+        waits_up_to_400ms(&sluice).await,
+        Err(AppError::RateLimited(_))
+    ));
+    assert_eq!(started.elapsed(), Duration::ZERO);
+}
+
+#[rate_limited("test#rpm", client = sluice, wait = Duration::from_millis(400))]
+async fn waits_up_to_400ms(sluice: &Sluice) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[rate_limited("test#concurrent", client = sluice, timeout = 2)]
+async fn body(sluice: &Sluice, behaviour: &str) -> Result<&'static str, AppError> {
+    match behaviour {
+        "ok" => Ok("done"),
+        "err" => Err(AppError::Vendor),
+        "panic" => panic!("vendor client panicked"),
+        _ => {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok("too late")
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_slot_is_released_on_ok_err_panic_and_timeout() {
+    let sluice = client().await;
+    assert_eq!(body(&sluice, "ok").await.unwrap(), "done");
+    assert_eq!(available(&sluice, "test#concurrent").await, Tokens::new(1));
+
+    assert!(matches!(body(&sluice, "err").await, Err(AppError::Vendor)));
+    assert_eq!(available(&sluice, "test#concurrent").await, Tokens::new(1));
+
+    let s = sluice.clone();
+    let panicked = tokio::spawn(async move { body(&s, "panic").await }).await;
+    assert!(panicked.unwrap_err().is_panic());
+    assert_eq!(available(&sluice, "test#concurrent").await, Tokens::new(1));
+
+    let started = tokio::time::Instant::now();
+    match body(&sluice, "hang").await {
+        Err(AppError::Sluice(sluice::Error::Timeout(d))) => assert_eq!(d, Duration::from_secs(2)),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    assert_eq!(available(&sluice, "test#concurrent").await, Tokens::new(1));
+    assert!(sluice.leases(&Default::default()).await.unwrap().is_empty());
+}
+
+#[rate_limited("test#rpm", "test#tpm" = prompt.len() / 4 + max_tokens, client = sluice)]
+async fn chat(sluice: &Sluice, prompt: &str, max_tokens: usize) -> Result<usize, AppError> {
+    Ok(prompt.len())
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_dimension_costs_computed_from_arguments_are_charged() {
+    let sluice = client().await;
+    chat(&sluice, &"x".repeat(400), 150).await.unwrap();
+    assert_eq!(available(&sluice, "test#rpm").await, Tokens::new(2));
+    assert_eq!(
+        available(&sluice, "test#tpm").await,
+        Tokens::new(1_000 - 100 - 150)
+    );
+    // All or nothing: too many tokens leaves the request count untouched too.
+    match chat(&sluice, &"x".repeat(4_004), 0).await {
+        Err(AppError::Sluice(sluice::Error::CostExceedsCapacity { .. })) => {}
+        other => panic!("expected CostExceedsCapacity, got {other:?}"),
+    }
+    assert_eq!(available(&sluice, "test#rpm").await, Tokens::new(2));
+}
+
+#[derive(Debug)]
+struct Client {
+    sluice: Sluice,
+}
+
+impl Client {
+    #[rate_limited("test#rpm", client = self.sluice)]
+    async fn call(&self) -> Result<(), AppError> {
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+trait Speak {
+    async fn speak(&self, text: &str) -> Result<usize, AppError>;
+}
+
+#[async_trait::async_trait]
+impl Speak for Client {
+    #[rate_limited("test#concurrent", client = self.sluice, timeout = 1)]
+    async fn speak(&self, text: &str) -> Result<usize, AppError> {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Ok(text.len())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn methods_and_async_trait_methods_run_in_slots() {
+    let c = Client {
+        sluice: client().await,
+    };
+    c.call().await.unwrap();
+    assert_eq!(available(&c.sluice, "test#rpm").await, Tokens::new(2));
+    // The async-trait body is wrapped too: its timeout applies and the slot comes back.
+    assert!(matches!(
+        c.speak("hi").await,
+        Err(AppError::Sluice(sluice::Error::Timeout(_)))
+    ));
+    assert_eq!(
+        available(&c.sluice, "test#concurrent").await,
+        Tokens::new(1)
+    );
+}
+
+#[rate_limited("test#rpm")]
+async fn on_the_global_client() -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_client_the_process_wide_default_is_used() {
+    let sluice = client().await;
+    Sluice::set_global(sluice.clone());
+    on_the_global_client().await.unwrap();
+    assert_eq!(available(&sluice, "test#rpm").await, Tokens::new(2));
+}

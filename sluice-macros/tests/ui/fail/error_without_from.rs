@@ -1,0 +1,9 @@
+#[derive(Debug)]
+pub struct NotFromSluice;
+
+#[sluice::rate_limited("openai#rpm")]
+async fn f() -> Result<(), NotFromSluice> {
+    Ok(())
+}
+
+fn main() {}
