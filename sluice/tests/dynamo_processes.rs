@@ -26,9 +26,9 @@ use sluice::{
 
 const PROCESSES: usize = 4;
 const TASKS: usize = 8;
-const RUN: Duration = Duration::from_secs(5);
+const RUN: Duration = Duration::from_secs(10);
 const CAPACITY: u64 = 100;
-const PER_SECOND: u64 = 4;
+const PER_SECOND: u64 = 2;
 const SLOTS: u64 = 4;
 
 fn main() {

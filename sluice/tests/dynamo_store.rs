@@ -403,3 +403,62 @@ async fn calls_and_write_units_are_counted() {
     assert_eq!(after.calls - before.calls, 3);
     assert!(after.write_milliunits > before.write_milliunits);
 }
+
+#[tokio::test]
+async fn a_lost_race_hands_back_the_current_row() {
+    use sluice::store::{
+        BucketWrite, Commit, CommitError, ConditionFailure, LeaseKey, LeaseRecord, LeaseWrite,
+    };
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let sluice = Sluice::builder().store(store.clone()).build().unwrap();
+    let dim = format!("{}#rpm", vendor());
+    let row = sluice
+        .put_bucket(&dim, Bucket::requests(RefillRate::per_second(1)))
+        .await
+        .unwrap();
+    sluice
+        .acquire(dim.as_str())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let d: sluice::Dimension = dim.parse().unwrap();
+    let stale = BucketWrite {
+        dimension: d.clone(),
+        expected_version: row.version,
+        tokens: Tokens::new(1),
+        last_refill_at: row.last_refill_at,
+    };
+    // Alone (a single conditional UpdateItem) and inside a transaction with a lease put.
+    let lease = LeaseRecord {
+        key: LeaseKey::new(&d, "stale"),
+        dimension: d.clone(),
+        cost: Tokens::new(1),
+        created_at: row.last_refill_at,
+        expires_at: row.last_refill_at.saturating_add(Duration::from_secs(60)),
+        caller: "test".into(),
+    };
+    for commit in [
+        Commit {
+            buckets: vec![stale.clone()],
+            leases: vec![],
+        },
+        Commit {
+            buckets: vec![stale.clone()],
+            leases: vec![LeaseWrite::Create(lease)],
+        },
+    ] {
+        match store.commit(commit).await {
+            Err(CommitError::Condition(ConditionFailure::BucketChanged {
+                current: Some(current),
+                ..
+            })) => {
+                assert_eq!(current.version, row.version + 1);
+            }
+            other => panic!("expected BucketChanged with the current row, got {other:?}"),
+        }
+    }
+}
