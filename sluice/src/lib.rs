@@ -120,8 +120,3 @@ pub mod __private {
         }
     }
 }
-
-/// The README's examples, compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;

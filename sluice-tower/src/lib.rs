@@ -1,0 +1,49 @@
+//! A [tower] `Layer` that puts a shared, cross-process [sluice] quota in front of any
+//! service: outbound HTTP clients (hyper-util, reqwest as a tower service), tonic channels,
+//! or anything else that is a `tower::Service`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use sluice::{Bucket, RefillRate, Sluice};
+//! use sluice_tower::SluiceLayer;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let sluice = Sluice::in_memory();
+//! sluice.put_bucket("vendor#rpm", Bucket::requests(RefillRate::per_minute(60)).with_capacity(1)).await.unwrap();
+//!
+//! let mut svc = ServiceBuilder::new()
+//!     .layer(SluiceLayer::new("vendor#rpm").client(sluice))
+//!     .service_fn(|name: &'static str| async move { Ok::<_, std::convert::Infallible>(format!("hello {name}")) });
+//!
+//! assert_eq!(svc.ready().await.unwrap().call("world").await.unwrap(), "hello world");
+//! // The bucket is empty now: the error says exactly when to retry.
+//! let e = svc.ready().await.unwrap().call("again").await.unwrap_err();
+//! assert_eq!(sluice_tower::retry_in(&*e), Some(Duration::from_secs(1)));
+//! # });
+//! ```
+//!
+//! [tower]: https://docs.rs/tower
+//! [sluice]: https://docs.rs/sluice
+
+#![forbid(unsafe_code)]
+
+mod error;
+mod future;
+#[cfg(feature = "http")]
+mod http;
+mod layer;
+mod service;
+
+pub use error::{BoxError, RetryIn, retry_in};
+pub use future::ResponseFuture;
+#[cfg(feature = "http")]
+pub use http::{TooManyRequests, TooManyRequestsLayer};
+pub use layer::{AcquireFor, Fixed, SluiceLayer};
+pub use service::SluiceService;
+
+/// The workspace README's examples, compiled and run as doctests (this crate's tests see
+/// both sluice and tower).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

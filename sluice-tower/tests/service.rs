@@ -1,0 +1,321 @@
+//! The layer against `tower-test` mocks and against a real HTTP client and server on
+//! loopback.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use sluice::{Bucket, ManualClock, RefillRate, Sluice, Tokens, UnixMillis};
+use sluice_tower::{RetryIn, SluiceLayer};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+use tower_test::mock;
+
+fn clock() -> ManualClock {
+    ManualClock::new(UnixMillis::from_secs(1_700_000_000))
+}
+
+async fn client() -> Sluice {
+    let sluice = Sluice::builder().clock(clock()).build().unwrap();
+    sluice
+        .put_bucket(
+            "vendor#rpm",
+            Bucket::requests(RefillRate::per_second(2)).with_capacity(3),
+        )
+        .await
+        .unwrap();
+    sluice
+        .put_bucket("vendor#concurrent", Bucket::concurrent(1))
+        .await
+        .unwrap();
+    sluice
+}
+
+async fn available(sluice: &Sluice, dimension: &str) -> Tokens {
+    sluice.snapshot(dimension).await.unwrap().available
+}
+
+async fn leases(sluice: &Sluice) -> usize {
+    sluice.leases(&Default::default()).await.unwrap().len()
+}
+
+#[tokio::test]
+async fn each_call_takes_one_token_and_reaches_the_inner_service() {
+    let sluice = client().await;
+    let (inner, mut handle) = mock::pair::<&'static str, &'static str>();
+    let mut svc = SluiceLayer::new("vendor#rpm")
+        .client(sluice.clone())
+        .layer(inner);
+    let response = tokio::spawn(svc.ready().await.unwrap().call("hello"));
+    let (request, send) = handle.next_request().await.unwrap();
+    assert_eq!(request, "hello");
+    send.send_response("world");
+    assert_eq!(response.await.unwrap().unwrap(), "world");
+    assert_eq!(available(&sluice, "vendor#rpm").await, Tokens::new(2));
+    assert_eq!(
+        leases(&sluice).await,
+        0,
+        "released when the response completed"
+    );
+}
+
+#[tokio::test]
+async fn retry_in_is_a_downcastable_error_with_the_exact_delay_and_the_inner_is_not_called() {
+    let sluice = client().await;
+    let (inner, mut handle) = mock::pair::<&'static str, &'static str>();
+    let mut svc = SluiceLayer::new("vendor#rpm")
+        .client(sluice.clone())
+        .layer(inner);
+    for _ in 0..3 {
+        let f = tokio::spawn(svc.ready().await.unwrap().call("x"));
+        handle.next_request().await.unwrap().1.send_response("ok");
+        f.await.unwrap().unwrap();
+    }
+    let e = svc.ready().await.unwrap().call("x").await.unwrap_err();
+    let retry = e.downcast_ref::<RetryIn>().expect("a RetryIn error");
+    assert_eq!(retry.retry_in(), Duration::from_millis(500));
+    assert_eq!(
+        sluice_tower::retry_in(&*e),
+        Some(Duration::from_millis(500))
+    );
+    assert_eq!(e.to_string(), "rate limited: retry in 500 ms");
+    assert!(
+        handle.next_request().now_or_never().is_none(),
+        "the inner service was not called"
+    );
+}
+
+#[tokio::test]
+async fn the_lease_is_released_when_the_inner_service_fails() {
+    let sluice = client().await;
+    let (inner, mut handle) = mock::pair::<&'static str, &'static str>();
+    let mut svc = SluiceLayer::new("vendor#concurrent")
+        .client(sluice.clone())
+        .layer(inner);
+    let response = tokio::spawn(svc.ready().await.unwrap().call("x"));
+    let (_, send) = handle.next_request().await.unwrap();
+    assert_eq!(
+        available(&sluice, "vendor#concurrent").await,
+        Tokens::ZERO,
+        "held during the call"
+    );
+    send.send_error(std::io::Error::other("vendor down"));
+    let e = response.await.unwrap().unwrap_err();
+    assert!(e.to_string().contains("vendor down"));
+    assert_eq!(
+        available(&sluice, "vendor#concurrent").await,
+        Tokens::new(1)
+    );
+    assert_eq!(leases(&sluice).await, 0);
+}
+
+#[tokio::test]
+async fn the_lease_is_released_when_the_response_future_is_dropped() {
+    let sluice = client().await;
+    let (inner, mut handle) = mock::pair::<&'static str, &'static str>();
+    let mut svc = SluiceLayer::new("vendor#concurrent")
+        .client(sluice.clone())
+        .layer(inner);
+    let response = tokio::spawn(svc.ready().await.unwrap().call("x"));
+    let (_request, _send) = handle.next_request().await.unwrap();
+    assert_eq!(available(&sluice, "vendor#concurrent").await, Tokens::ZERO);
+    response.abort();
+    assert!(response.await.unwrap_err().is_cancelled());
+    for _ in 0..200 {
+        if available(&sluice, "vendor#concurrent").await == Tokens::new(1)
+            && leases(&sluice).await == 0
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the dropped future's lease was not released");
+}
+
+#[tokio::test]
+async fn poll_ready_never_takes_a_lease() {
+    let sluice = client().await;
+    let (inner, mut handle) = mock::pair::<&'static str, &'static str>();
+    handle.allow(0);
+    let mut svc = SluiceLayer::new("vendor#concurrent")
+        .client(sluice.clone())
+        .layer(inner);
+    assert!(
+        svc.ready().now_or_never().is_none(),
+        "not ready while the inner is not"
+    );
+    handle.allow(1);
+    svc.ready().await.unwrap();
+    assert_eq!(leases(&sluice).await, 0, "ready, but nothing taken");
+    assert_eq!(
+        available(&sluice, "vendor#concurrent").await,
+        Tokens::new(1)
+    );
+}
+
+#[tokio::test]
+async fn clones_share_one_bucket() {
+    let sluice = client().await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let svc = ServiceBuilder::new()
+        .layer(SluiceLayer::new("vendor#rpm").client(sluice.clone()))
+        .service_fn(move |_: ()| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, Infallible>(()) }
+        });
+    let mut granted = 0;
+    let mut limited = 0;
+    for _ in 0..10 {
+        let mut clone = svc.clone();
+        match clone.ready().await.unwrap().call(()).await {
+            Ok(()) => granted += 1,
+            Err(e) if sluice_tower::retry_in(&*e).is_some() => limited += 1,
+            Err(e) => panic!("unexpected: {e}"),
+        }
+    }
+    assert_eq!(
+        (granted, limited),
+        (3, 7),
+        "ten clones, one bucket of three"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+mod http_on_loopback {
+    use super::*;
+    use http_body_util::{BodyExt as _, Empty, Full};
+    use hyper::body::{Bytes, Incoming};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    /// A vendor on loopback that counts the requests it serves.
+    async fn vendor() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = Arc::new(AtomicUsize::new(0));
+        let count = served.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |_req: hyper::Request<Incoming>| {
+                            count.fetch_add(1, Ordering::SeqCst);
+                            async {
+                                Ok::<_, Infallible>(hyper::Response::new(Full::new(
+                                    Bytes::from_static(b"ok"),
+                                )))
+                            }
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        (addr, served)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_requests_through_a_real_http_client_get_at_most_the_bucket() {
+        let (addr, served) = vendor().await;
+        let sluice = Sluice::builder().clock(clock()).build().unwrap();
+        sluice
+            .put_bucket(
+                "vendor#rpm",
+                Bucket::requests(RefillRate::per_minute(1)).with_capacity(4),
+            )
+            .await
+            .unwrap();
+        let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+        let svc = ServiceBuilder::new()
+            .layer(SluiceLayer::new("vendor#rpm").client(sluice.clone()))
+            .service(http);
+        let mut tasks = Vec::new();
+        for _ in 0..12 {
+            let mut svc = svc.clone();
+            let uri: hyper::Uri = format!("http://{addr}/v1/chat").parse().unwrap();
+            tasks.push(tokio::spawn(async move {
+                let request = hyper::Request::get(uri)
+                    .body(Empty::<Bytes>::new())
+                    .unwrap();
+                svc.ready().await.unwrap().call(request).await
+            }));
+        }
+        let (mut ok, mut limited) = (0, 0);
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(response) => {
+                    assert_eq!(response.status(), 200);
+                    assert_eq!(
+                        response.into_body().collect().await.unwrap().to_bytes(),
+                        "ok"
+                    );
+                    ok += 1;
+                }
+                Err(e) => {
+                    assert!(sluice_tower::retry_in(&*e).is_some(), "{e}");
+                    limited += 1;
+                }
+            }
+        }
+        assert_eq!((ok, limited), (4, 8));
+        assert_eq!(
+            served.load(Ordering::SeqCst),
+            4,
+            "the vendor saw only the granted requests"
+        );
+        assert_eq!(leases(&sluice).await, 0);
+    }
+}
+
+#[cfg(feature = "http")]
+mod too_many_requests {
+    use super::*;
+    use sluice_tower::TooManyRequestsLayer;
+
+    #[tokio::test]
+    async fn retry_in_becomes_429_with_retry_after_rounded_up() {
+        let sluice = Sluice::builder().clock(clock()).build().unwrap();
+        // 5 tokens per 6 s: the next token is 1.2 s away, advertised as 2 s.
+        sluice
+            .put_bucket(
+                "inbound#rpm",
+                Bucket::requests(RefillRate::new(5, Duration::from_secs(6))).with_capacity(1),
+            )
+            .await
+            .unwrap();
+        let mut svc = ServiceBuilder::new()
+            .layer(TooManyRequestsLayer)
+            .layer(SluiceLayer::new("inbound#rpm").client(sluice))
+            .service_fn(|_: http::Request<()>| async {
+                Ok::<_, Infallible>(http::Response::new(String::from("served")))
+            });
+        let first = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(http::Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(
+            (first.status(), first.body().as_str()),
+            (http::StatusCode::OK, "served")
+        );
+        let limited = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(http::Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(limited.status(), http::StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(limited.headers()[http::header::RETRY_AFTER], "2");
+        assert_eq!(limited.body(), "");
+    }
+}
