@@ -100,6 +100,17 @@ impl Vendor {
     }
 }
 
+pub trait Transcribe {
+    fn transcribe(&self, audio: &[u8]) -> impl Future<Output = Result<String, AppError>> + Send;
+}
+
+impl Transcribe for Vendor {
+    #[sluice::rate_limited("openai#rpm", client = self.sluice)]
+    async fn transcribe(&self, audio: &[u8]) -> Result<String, AppError> {
+        Ok(format!("{} bytes", audio.len()))
+    }
+}
+
 #[async_trait::async_trait]
 pub trait Speak {
     async fn speak(&self, text: &str) -> Result<Vec<u8>, AppError>;
@@ -130,4 +141,5 @@ fn main() {
     let _ = v.by_mut();
     let _ = Vendor::associated("x");
     let _ = v.speak("x");
+    let _ = v.transcribe(b"x");
 }
