@@ -462,3 +462,46 @@ async fn a_lost_race_hands_back_the_current_row() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_transaction_resent_after_a_lost_answer_is_not_applied_twice() {
+    use sluice::store::{BucketWrite, Commit, LeaseKey, LeaseRecord, LeaseWrite};
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let sluice = Sluice::builder().store(store.clone()).build().unwrap();
+    let dim = format!("{}#rpm", vendor());
+    let row = sluice
+        .put_bucket(&dim, Bucket::requests(RefillRate::per_second(1)))
+        .await
+        .unwrap();
+    let d: sluice::Dimension = dim.parse().unwrap();
+    let commit = Commit {
+        buckets: vec![BucketWrite {
+            dimension: d.clone(),
+            expected_version: row.version,
+            tokens: row.tokens - Tokens::new(1),
+            last_refill_at: row.last_refill_at,
+        }],
+        leases: vec![LeaseWrite::Create(LeaseRecord {
+            key: LeaseKey::new(&d, "resent"),
+            dimension: d.clone(),
+            cost: Tokens::new(1),
+            created_at: row.last_refill_at,
+            expires_at: row.last_refill_at.saturating_add(Duration::from_secs(600)),
+            caller: "test".into(),
+        })],
+    };
+    store.commit(commit.clone()).await.unwrap();
+    // The same transaction again, as the SDK resends it when the first answer is lost:
+    // DynamoDB recognises it and nothing changes a second time.
+    store
+        .commit(commit)
+        .await
+        .expect("the resent transaction is acknowledged");
+    let after = sluice.bucket(&dim).await.unwrap().unwrap();
+    assert_eq!(
+        (after.version, after.tokens),
+        (row.version + 1, row.tokens - Tokens::new(1))
+    );
+}

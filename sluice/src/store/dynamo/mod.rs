@@ -460,6 +460,7 @@ impl DynamoStore {
             .client
             .transact_write_items()
             .set_transact_items(Some(items))
+            .client_request_token(request_token(&commit))
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
@@ -532,6 +533,21 @@ fn capacity_milliunits(c: &ConsumedCapacity) -> u64 {
 enum Units {
     Read,
     Write,
+}
+
+/// The idempotency token of a transaction: a digest of its content. When the SDK resends a
+/// transaction whose first attempt committed but whose answer was lost, DynamoDB recognises
+/// the token and reports success instead of a failed condition, so the caller never takes
+/// tokens twice or leaves an orphan lease row. Different commits (a retry after a lost race
+/// reads a new version) get different tokens.
+fn request_token(commit: &Commit) -> String {
+    use std::hash::{Hash as _, Hasher as _};
+    // SipHash with fixed keys: the same content gives the same token in every process.
+    let mut first = std::hash::DefaultHasher::new();
+    format!("{commit:?}").hash(&mut first);
+    let mut second = std::hash::DefaultHasher::new();
+    (format!("{commit:?}"), "sluice").hash(&mut second);
+    format!("{:016x}{:016x}", first.finish(), second.finish())
 }
 
 fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
