@@ -543,10 +543,11 @@ enum Units {
 fn request_token(commit: &Commit) -> String {
     use std::hash::{Hash as _, Hasher as _};
     // SipHash with fixed keys: the same content gives the same token in every process.
+    let content = format!("{commit:?}");
     let mut first = std::hash::DefaultHasher::new();
-    format!("{commit:?}").hash(&mut first);
+    content.hash(&mut first);
     let mut second = std::hash::DefaultHasher::new();
-    (format!("{commit:?}"), "sluice").hash(&mut second);
+    (&content, "sluice").hash(&mut second);
     format!("{:016x}{:016x}", first.finish(), second.finish())
 }
 
