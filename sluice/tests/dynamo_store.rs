@@ -302,6 +302,46 @@ async fn malformed_and_foreign_rows_give_typed_errors_and_never_panic() {
         .expect("listing skips rows it cannot read");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn processes_creating_the_same_table_at_once_all_succeed() {
+    let Some(endpoint) = dynamo::endpoint() else {
+        return;
+    };
+    let table = format!("sluice-create-{:08x}", rand::random::<u32>());
+    let creators: Vec<_> = (0..8)
+        .map(|_| {
+            let store = DynamoStore::new(dynamo::client(&endpoint), table.clone());
+            tokio::spawn(async move { store.create_table().await })
+        })
+        .collect();
+    let mut created = 0;
+    for creator in creators {
+        if creator.await.unwrap().expect("every creator succeeds") {
+            created += 1;
+        }
+    }
+    assert_eq!(created, 1, "exactly one creator made the table");
+    let store = DynamoStore::new(dynamo::client(&endpoint), table.clone());
+    let ttl = store
+        .client()
+        .describe_time_to_live()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        ttl.time_to_live_description().unwrap().attribute_name(),
+        Some("ttl")
+    );
+    store
+        .client()
+        .delete_table()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn create_table_is_idempotent_and_enables_ttl_on_the_ttl_attribute() {
     let Some(endpoint) = dynamo::endpoint() else {

@@ -82,7 +82,42 @@ impl DynamoStore {
         }
     }
 
+    /// Turns TTL on for `ttl` unless it is already on. Another process creating the same
+    /// table at the same moment may win the race to turn it on (DynamoDB then answers
+    /// `ValidationException`): that is checked by describing again, not by the message.
     async fn enable_ttl(&self) -> Result<(), StoreError> {
+        if self.ttl_enabled().await? {
+            return Ok(());
+        }
+        self.count_call();
+        let updated = self
+            .client
+            .update_time_to_live()
+            .table_name(self.table.as_ref())
+            .time_to_live_specification(
+                TimeToLiveSpecification::builder()
+                    .enabled(true)
+                    .attribute_name(row::TTL)
+                    .build()
+                    .map_err(build_error)?,
+            )
+            .send()
+            .await;
+        match updated {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                if self.ttl_enabled().await? {
+                    Ok(())
+                } else {
+                    Err(self.err(e))
+                }
+            }
+        }
+    }
+
+    /// Whether TTL is on (or turning on) for this table, warning when it is on for an
+    /// attribute other than `ttl`.
+    async fn ttl_enabled(&self) -> Result<bool, StoreError> {
         self.count_call();
         let out = self
             .client
@@ -101,22 +136,7 @@ impl DynamoStore {
             if attribute != row::TTL {
                 tracing::warn!(table = %self.table, attribute, "table has TTL on another attribute; lease rows use `ttl`");
             }
-            return Ok(());
         }
-        self.count_call();
-        self.client
-            .update_time_to_live()
-            .table_name(self.table.as_ref())
-            .time_to_live_specification(
-                TimeToLiveSpecification::builder()
-                    .enabled(true)
-                    .attribute_name(row::TTL)
-                    .build()
-                    .map_err(build_error)?,
-            )
-            .send()
-            .await
-            .map_err(|e| self.err(e))?;
-        Ok(())
+        Ok(on)
     }
 }
