@@ -329,6 +329,58 @@ impl BucketState {
         }
     }
 
+    /// Tokens and refill timestamp after lowering the bucket to at most `limit` tokens at
+    /// `now` (a vendor said only that many remain), or `None` when it already holds no more
+    /// than that: tightening never makes a bucket looser.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, BucketState, RefillRate, Tokens, UnixMillis};
+    ///
+    /// let now = UnixMillis::from_secs(1_700_000_000);
+    /// let full = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_second(10)), now);
+    /// assert_eq!(full.lowered_to(Tokens::new(3), now), Some((Tokens::new(3), now)));
+    /// assert_eq!(full.lowered_to(Tokens::new(20), now), None);
+    /// # Ok::<(), sluice::DimensionError>(())
+    /// ```
+    pub fn lowered_to(&self, limit: Tokens, now: UnixMillis) -> Option<(Tokens, UnixMillis)> {
+        let (tokens, last) = self.refilled(now);
+        (limit < tokens).then_some((limit, last))
+    }
+
+    /// Tokens and refill timestamp after emptying a refilling bucket for `pause` from `now`
+    /// (a vendor answered 429 with that delay): nothing is granted before `now + pause`, when
+    /// exactly `cost_per_call` is available, and refill goes on at the bucket's rate after
+    /// that. `None` for a bucket that does not refill, or one already at least this strict.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, BucketState, RefillRate, Take, UnixMillis};
+    ///
+    /// let now = UnixMillis::from_secs(1_700_000_000);
+    /// let mut state = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_second(10)), now);
+    /// (state.tokens, state.last_refill_at) = state.emptied_for(Duration::from_secs(7), now).unwrap();
+    /// assert_eq!(state.take(1.into(), now), Take::Short { wait: Some(Duration::from_secs(7)) });
+    /// # Ok::<(), sluice::DimensionError>(())
+    /// ```
+    pub fn emptied_for(&self, pause: Duration, now: UnixMillis) -> Option<(Tokens, UnixMillis)> {
+        let rate = self.bucket.effective_rate();
+        if rate <= RefillRate::ZERO {
+            return None;
+        }
+        let (tokens, last) = self.refilled(now);
+        let ready_at = now.saturating_add(pause);
+        // Refill only counts whole grid steps: round the span up so that the bucket holds
+        // `cost_per_call` no earlier than `ready_at`.
+        let grid = grid_ms(rate);
+        let span = i128::from(ready_at.as_millis().saturating_sub(last.as_millis()).max(0));
+        let grid = i128::from(grid);
+        let span = (span + grid - 1) / grid * grid;
+        let refill_by_then = Tokens::from_nanos(span * rate.as_nanos_per_second() / 1_000);
+        let target = self.bucket.cost_per_call() - refill_by_then;
+        (target < tokens).then_some((target, last))
+    }
+
     /// The time until the bucket is full, if it refills over time; zero when full.
     pub fn time_to_full(&self, now: UnixMillis) -> Option<Duration> {
         let (tokens, last) = self.refilled(now);
@@ -638,6 +690,50 @@ mod tests {
                     prop_assert!(matches!(s.take(cost, at), Take::Granted { .. }), "not granted at the promised time");
                 }
                 other => prop_assert!(false, "unexpected {:?}", other),
+            }
+        }
+
+        #[test]
+        fn a_pause_grants_nothing_before_it_ends_and_never_loosens(
+            rate in arb_rate(),
+            capacity in 1i64..100_000,
+            tokens_pct in -100i64..=100,
+            offset in 0i64..3_000,
+            pause_ms in 0u64..120_000,
+        ) {
+            let cap = Tokens::new(capacity);
+            let s = BucketState {
+                dimension: dim(),
+                bucket: Bucket::new(LimitType::Requests, cap, rate),
+                tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
+                last_refill_at: UnixMillis::new(1_700_000_000_000),
+                version: 3,
+            };
+            let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
+            let pause = Duration::from_millis(pause_ms);
+            let ends = now.saturating_add(pause);
+            let cpc = s.bucket.cost_per_call();
+            match s.emptied_for(pause, now) {
+                None => {
+                    // Already at least as strict: nothing would be granted before the end.
+                    if pause_ms > 0 {
+                        let before = UnixMillis::new(ends.as_millis() - 1);
+                        prop_assert!(s.available(before) < cpc, "left a looser bucket alone");
+                    }
+                }
+                Some((tokens, last_refill_at)) => {
+                    prop_assert!(tokens < s.available(now), "tightening raised the bucket");
+                    prop_assert!(last_refill_at <= now);
+                    let paused = BucketState { tokens, last_refill_at, ..s.clone() };
+                    if pause_ms > 0 {
+                        let before = UnixMillis::new(ends.as_millis() - 1);
+                        prop_assert!(matches!(paused.take(cpc, before), Take::Short { .. }), "granted before the pause ended");
+                    }
+                    // Granted at the end, or within one refill grid step of it.
+                    let grid = grid_ms(rate);
+                    let latest = UnixMillis::new(ends.as_millis() + grid - 1);
+                    prop_assert!(matches!(paused.take(cpc, latest), Take::Granted { .. }), "pause outlasted its end");
+                }
             }
         }
     }

@@ -849,7 +849,7 @@ pub(crate) fn backoff_delay(attempt: u32) -> Duration {
 }
 
 /// 128 random bits in hex: the unique suffix of a lease's rows.
-fn new_unique() -> String {
+pub(crate) fn new_unique() -> String {
     format!("{:032x}", rand::rng().random::<u128>())
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sluice::store::{LeaseFilter, Store};
 use sluice::{
-    Acquire, Bucket, Error, LimitType, ManualClock, RefillRate, Sluice, Tokens, UnixMillis,
+    Acquire, Bucket, Error, LimitType, ManualClock, RefillRate, Sluice, Tighten, Tokens, UnixMillis,
 };
 
 /// One test's world: a store, a manual clock, and a client on both.
@@ -144,6 +144,9 @@ macro_rules! suite {
             racing_clients_never_over_grant,
             slot_releases_on_ok_err_timeout_and_panic,
             slot_dropped_midway_releases_in_the_background,
+            a_vendor_pause_empties_a_refilling_bucket_for_every_client,
+            a_vendor_remaining_count_lowers_a_bucket_but_never_raises_it,
+            a_vendor_pause_holds_every_concurrent_slot_until_it_ends,
         );
     };
     (@tests $make:path; $($name:ident),* $(,)?) => {
@@ -729,4 +732,133 @@ pub async fn slot_dropped_midway_releases_in_the_background(env: Env) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("the dropped slot's lease was not released");
+}
+
+pub async fn a_vendor_pause_empties_a_refilling_bucket_for_every_client(env: Env) {
+    requests(&env, "rpm", 10, 10).await;
+    let dim = env.dim("rpm");
+    let seven = Duration::from_secs(7);
+    assert!(
+        env.sluice
+            .tighten(&dim, Tighten::PauseFor(seven))
+            .await
+            .unwrap()
+    );
+    // Another process sees the pause without any vendor call of its own.
+    let other = env.client("other");
+    assert_eq!(retry_in(other.acquire(dim.as_str()).await), seven);
+    // A shorter pause is looser: nothing changes.
+    assert!(
+        !env.sluice
+            .tighten(&dim, Tighten::PauseFor(Duration::from_secs(2)))
+            .await
+            .unwrap()
+    );
+    env.advance_ms(6_999);
+    assert_eq!(
+        retry_in(other.acquire(dim.as_str()).await),
+        Duration::from_millis(1)
+    );
+    env.advance_ms(1);
+    other
+        .acquire(dim.as_str())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Then refill goes on at the bucket's own rate.
+    assert_eq!(
+        retry_in(other.acquire(dim.as_str()).await),
+        Duration::from_millis(100)
+    );
+    assert!(matches!(
+        env.sluice
+            .tighten(&env.dim("undefined"), Tighten::PauseFor(seven))
+            .await,
+        Err(Error::UnknownDimension(_))
+    ));
+}
+
+pub async fn a_vendor_remaining_count_lowers_a_bucket_but_never_raises_it(env: Env) {
+    requests(&env, "rpm", 10, 1).await;
+    let dim = env.dim("rpm");
+    assert!(
+        env.sluice
+            .tighten(&dim, Tighten::AtMost(Tokens::new(2)))
+            .await
+            .unwrap()
+    );
+    assert_eq!(env.available("rpm").await, Tokens::new(2));
+    assert!(
+        !env.sluice
+            .tighten(&dim, Tighten::AtMost(Tokens::new(5)))
+            .await
+            .unwrap()
+    );
+    assert_eq!(env.available("rpm").await, Tokens::new(2));
+    let taken = acquire_n(&env.sluice, &dim, 2).await;
+    assert_eq!(
+        retry_in(env.sluice.acquire(dim.as_str()).await),
+        Duration::from_secs(1)
+    );
+    for lease in taken {
+        lease.release().await.unwrap();
+    }
+    // A concurrent bucket's slots are not a remaining count: untouched.
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(3))
+        .await
+        .unwrap();
+    assert!(
+        !env.sluice
+            .tighten(&env.dim("concurrent"), Tighten::AtMost(Tokens::new(1)))
+            .await
+            .unwrap()
+    );
+    assert_eq!(env.available("concurrent").await, Tokens::new(3));
+}
+
+pub async fn a_vendor_pause_holds_every_concurrent_slot_until_it_ends(env: Env) {
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(3))
+        .await
+        .unwrap();
+    let dim = env.dim("concurrent");
+    let held = env.sluice.acquire(dim.as_str()).await.unwrap();
+    assert!(
+        env.sluice
+            .tighten(&dim, Tighten::PauseFor(Duration::from_secs(5)))
+            .await
+            .unwrap()
+    );
+    let other = env.client("other");
+    assert_eq!(
+        retry_in(other.acquire(dim.as_str()).await),
+        Duration::from_secs(5)
+    );
+    // A slot given back during the pause does not reopen the bucket.
+    held.release().await.unwrap();
+    assert_eq!(
+        retry_in(other.acquire(dim.as_str()).await),
+        Duration::from_secs(5)
+    );
+    // When the pause ends, all three slots are there again, exactly.
+    env.advance_ms(5_000);
+    let leases: Vec<_> = acquire_n(&other, &dim, 3).await;
+    assert_eq!(leases.len(), 3);
+    assert!(retry_in(other.acquire(dim.as_str()).await) > Duration::ZERO);
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    assert_eq!(env.available("concurrent").await, Tokens::new(3));
+    assert_eq!(env.lease_count("concurrent").await, 0);
+}
+
+async fn acquire_n(client: &Sluice, dim: &str, n: usize) -> Vec<sluice::Lease> {
+    let mut leases = Vec::with_capacity(n);
+    for _ in 0..n {
+        leases.push(client.acquire(dim).await.unwrap());
+    }
+    leases
 }

@@ -1,0 +1,147 @@
+//! Making a shared bucket stricter from what the vendor itself reports.
+
+use std::time::Duration;
+
+use crate::bucket::LimitType;
+use crate::client::{Sluice, backoff_delay, new_unique};
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::store::{
+    BucketWrite, Commit, CommitError, ConditionFailure, LeaseKey, LeaseRecord, LeaseWrite,
+};
+use crate::tokens::Tokens;
+
+/// What the vendor reported about a limit, as a way to make its bucket stricter.
+///
+/// Tightening never makes a bucket looser: a report that allows more than the bucket holds
+/// changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Tighten {
+    /// At most this many tokens are left now (e.g. `x-ratelimit-remaining-requests`). Only
+    /// refilling (`requests`/`tokens`) buckets take this; a `concurrent` bucket ignores it.
+    AtMost(Tokens),
+    /// Grant nothing for this long (e.g. a 429 with `retry-after`). A refilling bucket is
+    /// emptied so that `cost_per_call` is available exactly when the pause ends; a
+    /// `concurrent` bucket gets a cool-down lease holding all its slots until then, which
+    /// the usual expiry handling gives back.
+    PauseFor(Duration),
+}
+
+/// The caller recorded on cool-down leases.
+pub const COOLDOWN_CALLER: &str = "sluice-cooldown";
+
+impl Sluice {
+    /// Makes the bucket of `dimension` stricter, for every process sharing it, with one
+    /// conditional write. Returns whether the bucket changed (`false`: it was already at
+    /// least this strict, or the report does not apply to its limit type).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, RefillRate, Sluice, Tighten};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sluice = Sluice::in_memory();
+    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_second(10))).await?;
+    ///
+    /// // The vendor answered 429 with `retry-after: 7`: every client now waits 7 s.
+    /// assert!(sluice.tighten("openai#rpm", Tighten::PauseFor(Duration::from_secs(7))).await?);
+    /// assert_eq!(
+    ///     sluice.acquire("openai#rpm").await.unwrap_err().retry_in(),
+    ///     Some(Duration::from_secs(7))
+    /// );
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn tighten(&self, dimension: &str, how: Tighten) -> Result<bool, Error> {
+        let dimension = Dimension::new(dimension)?;
+        let max_retries = self.config().max_retries;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let row = self
+                .store()
+                .read_buckets(std::slice::from_ref(&dimension))
+                .await?
+                .remove(0)
+                .ok_or_else(|| Error::UnknownDimension(dimension.clone()))?;
+            let now = self.now();
+            let concurrent = row.bucket.limit_type() == LimitType::Concurrent;
+            let commit = match (how, concurrent) {
+                (Tighten::AtMost(_), true) => return Ok(false),
+                (Tighten::AtMost(limit), false) => match row.lowered_to(limit, now) {
+                    Some((tokens, last_refill_at)) => Commit {
+                        buckets: vec![BucketWrite {
+                            dimension: dimension.clone(),
+                            expected_version: row.version,
+                            tokens,
+                            last_refill_at,
+                        }],
+                        leases: Vec::new(),
+                    },
+                    None => return Ok(false),
+                },
+                (Tighten::PauseFor(pause), false) => match row.emptied_for(pause, now) {
+                    Some((tokens, last_refill_at)) => Commit {
+                        buckets: vec![BucketWrite {
+                            dimension: dimension.clone(),
+                            expected_version: row.version,
+                            tokens,
+                            last_refill_at,
+                        }],
+                        leases: Vec::new(),
+                    },
+                    None => return Ok(false),
+                },
+                (Tighten::PauseFor(pause), true) => {
+                    if pause.is_zero() {
+                        return Ok(false);
+                    }
+                    // Hold every slot until the pause ends. Slots in use now come back to
+                    // a bucket that stays short; at expiry, the cool-down lease is given
+                    // back like any expired lease, exactly once.
+                    let capacity = row.bucket.capacity();
+                    Commit {
+                        buckets: vec![BucketWrite {
+                            dimension: dimension.clone(),
+                            expected_version: row.version,
+                            tokens: row.tokens - capacity,
+                            last_refill_at: row.last_refill_at.max(now),
+                        }],
+                        leases: vec![LeaseWrite::Create(LeaseRecord {
+                            key: LeaseKey::new(&dimension, &format!("cooldown-{}", new_unique())),
+                            dimension: dimension.clone(),
+                            cost: capacity,
+                            created_at: now,
+                            expires_at: now.saturating_add(pause),
+                            caller: COOLDOWN_CALLER.to_owned(),
+                        })],
+                    }
+                }
+            };
+            match self.store().commit(commit).await {
+                Ok(()) => {
+                    tracing::info!(%dimension, ?how, "bucket tightened from the vendor's report");
+                    return Ok(true);
+                }
+                Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
+                    return Err(crate::store::StoreError::Service {
+                        message: format!("store reported missing lease `{key}` while creating it"),
+                        source: None,
+                    }
+                    .into());
+                }
+                // A lost race or a (vanishingly unlikely) key collision: look again.
+                Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {
+                    if attempt > max_retries {
+                        return Err(Error::Contention {
+                            dimension,
+                            attempts: attempt,
+                        });
+                    }
+                }
+                Err(CommitError::Store(e)) => return Err(e.into()),
+            }
+            tokio::time::sleep(backoff_delay(attempt)).await;
+        }
+    }
+}
