@@ -41,9 +41,3 @@ pub use future::ResponseFuture;
 pub use http::{TooManyRequests, TooManyRequestsLayer};
 pub use layer::{AcquireFor, Fixed, SluiceLayer};
 pub use service::SluiceService;
-
-/// The workspace README's examples, compiled and run as doctests (this crate's tests see
-/// both sluice and tower).
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;

@@ -1,0 +1,37 @@
+//! reqwest middleware for [sluice]: requests to known vendor hosts run in a slot of a
+//! shared, cross-process quota, and the vendor's own rate-limit answers (429s,
+//! `retry-after`, remaining-count headers) tighten that quota for every process at once.
+//!
+//! ```no_run
+//! use reqwest_middleware::ClientBuilder;
+//! use sluice_reqwest::SluiceMiddleware;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = ClientBuilder::new(reqwest::Client::new())
+//!     .with(SluiceMiddleware::default()) // api.openai.com -> openai#rpm, ...
+//!     .build();
+//! match client.get("https://api.openai.com/v1/models").send().await {
+//!     Ok(response) => println!("{}", response.status()),
+//!     Err(e) => match sluice_reqwest::retry_in(&e) {
+//!         Some(delay) => println!("requeue in {delay:?}"),
+//!         None => return Err(e.into()),
+//!     },
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! See [`SluiceMiddleware`] for the behaviour, [`Routes`] for the routing table and its
+//! defaults, and [`VendorLimits`] for the headers understood.
+
+#![forbid(unsafe_code)]
+
+mod error;
+pub mod estimate;
+mod headers;
+mod middleware;
+mod route;
+
+pub use error::retry_in;
+pub use headers::{Signal, VendorLimits};
+pub use middleware::{DEFAULT_PAUSE, SluiceMiddleware};
+pub use route::{Limit, Override, Route, Routes};
