@@ -338,7 +338,8 @@ impl BucketState {
     /// use sluice::{Bucket, BucketState, RefillRate, Tokens, UnixMillis};
     ///
     /// let now = UnixMillis::from_secs(1_700_000_000);
-    /// let full = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_second(10)), now);
+    /// let bucket = Bucket::requests(RefillRate::per_second(10)).with_capacity(10);
+    /// let full = BucketState::full("openai#rpm".parse()?, bucket, now);
     /// assert_eq!(full.lowered_to(Tokens::new(3), now), Some((Tokens::new(3), now)));
     /// assert_eq!(full.lowered_to(Tokens::new(20), now), None);
     /// # Ok::<(), sluice::DimensionError>(())

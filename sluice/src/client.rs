@@ -248,10 +248,16 @@ impl Sluice {
             attempts = tracing::field::Empty,
             retry_in_ms = tracing::field::Empty,
         );
+        let started = std::time::Instant::now();
         let result = self
             .acquire_resolved(&wanted, ttl)
             .instrument(span.clone())
             .await;
+        crate::metrics::acquired(
+            &DisplayDims(&wanted).to_string(),
+            &result,
+            started.elapsed(),
+        );
         match &result {
             Ok(lease) => {
                 span.record("outcome", "granted");
@@ -367,6 +373,7 @@ impl Sluice {
                             return Err(Error::RetryIn(wait.max(Duration::from_millis(1))));
                         }
                     }
+                    crate::metrics::contention_retry(dimension.as_str());
                     contended = Some(dimension);
                     Attempt::Retry { backoff: true }
                 }
@@ -386,6 +393,7 @@ impl Sluice {
                 }
                 Err(CommitError::TransactionConflict) => {
                     tracing::debug!(attempt, "transaction conflict");
+                    crate::metrics::contention_retry(dimensions[0].as_str());
                     contended = Some(dimensions[0].clone());
                     Attempt::Retry { backoff: true }
                 }
@@ -758,6 +766,34 @@ impl Sluice {
             })
             .await?;
         Ok(Snapshot::of(&row, &leases, self.now()))
+    }
+
+    /// Snapshots of every bucket, sorted by dimension, from one listing of buckets and one
+    /// of leases (the operator's `status`).
+    pub async fn snapshots(&self) -> Result<Vec<Snapshot>, Error> {
+        let mut rows = self.inner.store.list_buckets().await?;
+        rows.sort_by(|a, b| a.dimension.as_str().cmp(b.dimension.as_str()));
+        let mut leases: std::collections::HashMap<Dimension, Vec<LeaseRecord>> =
+            std::collections::HashMap::new();
+        for lease in self
+            .inner
+            .store
+            .list_leases(&LeaseFilter::default())
+            .await?
+        {
+            leases
+                .entry(lease.dimension.clone())
+                .or_default()
+                .push(lease);
+        }
+        let now = self.now();
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let held = leases.get(&row.dimension).map_or(&[][..], Vec::as_slice);
+                Snapshot::of(row, held, now)
+            })
+            .collect())
     }
 
     /// Defines or redefines the bucket of `dimension`.

@@ -46,6 +46,8 @@ mod dimension;
 mod error;
 mod global;
 mod lease;
+pub mod metrics;
+mod reconcile;
 mod snapshot;
 pub mod store;
 mod tighten;
@@ -60,6 +62,7 @@ pub use decimal::{DecimalError, Rounding};
 pub use dimension::{Dimension, DimensionError};
 pub use error::Error;
 pub use lease::{Lease, LeaseId, LeaseIdError};
+pub use reconcile::{ReconcileError, ReconcileReport};
 /// Runs an `async fn` in a slot of a shared quota.
 ///
 /// ```

@@ -15,8 +15,9 @@ use sluice::{
     UnixMillis,
 };
 
+/// Each conformance test on a table of its own: the reconciler works table-wide.
 async fn dynamo_store() -> Option<Arc<dyn Store>> {
-    Some(Arc::new(dynamo::store().await?))
+    Some(Arc::new(dynamo::fresh_store().await?))
 }
 
 conformance::suite!(dynamo_store);
@@ -162,8 +163,9 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
     assert_eq!(row["dimension"], s(&dim));
     assert_eq!(row["cost"], n("1.5"));
     assert_eq!(row["created_at"], n(&format!("{t}.125")));
-    // `ttl` is whole seconds (DynamoDB's TTL attribute), rounded up; `expires_at` is exact.
-    assert_eq!(row["ttl"], n(&(t + 61).to_string()));
+    // `ttl` is whole seconds (DynamoDB's TTL attribute), rounded up, an hour after the
+    // expiry so that the sweeper never beats the reconciler; `expires_at` is exact.
+    assert_eq!(row["ttl"], n(&(t + 61 + 3_600).to_string()));
     assert_eq!(row["expires_at"], n(&format!("{}.125", t + 60)));
     assert_eq!(row["caller"], s("interop-test"));
     assert_eq!(
@@ -503,13 +505,73 @@ async fn a_lost_race_hands_back_the_current_row() {
     }
 }
 
+/// A loopback proxy to DynamoDB that swallows the answer to the first `TransactWriteItems`
+/// it forwards (the request reaches the server; the client sees the connection drop).
+/// Returns the proxy's endpoint and a count of the transactions it forwarded.
+async fn answer_losing_proxy(upstream: String) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let upstream = upstream.trim_start_matches("http://").to_owned();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let transactions = Arc::new(AtomicUsize::new(0));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let counted = transactions.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            let swallow = Arc::new(AtomicBool::new(false));
+            let (to_server, from_server) = (swallow.clone(), swallow);
+            let (counted, dropped) = (counted.clone(), dropped.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = client_read.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let chunk = &buf[..n];
+                    if String::from_utf8_lossy(chunk)
+                        .contains("DynamoDB_20120810.TransactWriteItems")
+                    {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        if !dropped.swap(true, Ordering::SeqCst) {
+                            to_server.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    if server_write.write_all(chunk).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = server_read.read(&mut buf).await {
+                    if n == 0 || from_server.load(Ordering::SeqCst) {
+                        // Lose the answer: close the client's side without a byte.
+                        break;
+                    }
+                    if client_write.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (endpoint, transactions)
+}
+
 #[tokio::test]
 async fn a_transaction_resent_after_a_lost_answer_is_not_applied_twice() {
     use sluice::store::{BucketWrite, Commit, LeaseKey, LeaseRecord, LeaseWrite};
-    let Some(store) = dynamo::store().await else {
+    let Some(endpoint) = dynamo::endpoint() else {
         return;
     };
-    let sluice = Sluice::builder().store(store.clone()).build().unwrap();
+    let direct = dynamo::fresh_store().await.unwrap();
+    let (proxied, transactions) = answer_losing_proxy(endpoint).await;
+    let store = DynamoStore::new(dynamo::client(&proxied), direct.table());
+    let sluice = Sluice::builder().store(direct.clone()).build().unwrap();
     let dim = format!("{}#rpm", vendor());
     let row = sluice
         .put_bucket(&dim, Bucket::requests(RefillRate::per_second(1)))
@@ -532,16 +594,26 @@ async fn a_transaction_resent_after_a_lost_answer_is_not_applied_twice() {
             caller: "test".into(),
         })],
     };
-    store.commit(commit.clone()).await.unwrap();
-    // The same transaction again, as the SDK resends it when the first answer is lost:
-    // DynamoDB recognises it and nothing changes a second time.
+    // The first answer is lost; the SDK resends the same call with the same token and
+    // DynamoDB acknowledges it without applying it again.
     store
-        .commit(commit)
+        .commit(commit.clone())
         .await
         .expect("the resent transaction is acknowledged");
+    assert_eq!(
+        transactions.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the SDK resent the transaction"
+    );
     let after = sluice.bucket(&dim).await.unwrap().unwrap();
     assert_eq!(
         (after.version, after.tokens),
         (row.version + 1, row.tokens - Tokens::new(1))
     );
+    // The same content committed by another call is another transaction: its conditions
+    // fail instead of it being mistaken for a resend.
+    assert!(matches!(
+        direct.commit(commit).await,
+        Err(sluice::store::CommitError::Condition(_))
+    ));
 }

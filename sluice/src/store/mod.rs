@@ -12,7 +12,7 @@ mod dynamo;
 mod memory;
 
 #[cfg(feature = "dynamodb")]
-pub use dynamo::{DynamoStats, DynamoStore};
+pub use dynamo::{DynamoStats, DynamoStore, TTL_GRACE_SECS};
 pub use memory::MemoryStore;
 
 use std::error::Error as StdError;

@@ -147,6 +147,11 @@ macro_rules! suite {
             a_vendor_pause_empties_a_refilling_bucket_for_every_client,
             a_vendor_remaining_count_lowers_a_bucket_but_never_raises_it,
             a_vendor_pause_holds_every_concurrent_slot_until_it_ends,
+            reconcile_restores_each_expired_lease_once_and_leaves_live_ones,
+            reconcile_refunds_a_crashed_requests_lease_capped_at_capacity,
+            reconcile_heals_a_concurrent_bucket_whose_lease_vanished,
+            release_and_two_reconcilers_racing_restore_exactly_once,
+            snapshots_cover_every_bucket,
         );
     };
     (@tests $make:path; $($name:ident),* $(,)?) => {
@@ -861,4 +866,207 @@ async fn acquire_n(client: &Sluice, dim: &str, n: usize) -> Vec<sluice::Lease> {
         leases.push(client.acquire(dim).await.unwrap());
     }
     leases
+}
+
+/// Takes a slot and "crashes": the lease is never released.
+async fn crashed_slot(client: &Sluice, dim: &str, ttl: Duration) -> sluice::LeaseId {
+    let lease = client.acquire(Acquire::new(dim).ttl(ttl)).await.unwrap();
+    let id = lease.id().clone();
+    std::mem::forget(lease);
+    id
+}
+
+/// Deletes lease rows the way DynamoDB's TTL sweeper does: nothing given back.
+async fn sweep(env: &Env, metric: &str) -> usize {
+    use sluice::store::{Commit, LeaseWrite};
+    let leases = env
+        .store
+        .list_leases(&LeaseFilter {
+            dimension: Some(env.dim(metric).parse().unwrap()),
+            expired_before: None,
+        })
+        .await
+        .unwrap();
+    let n = leases.len();
+    env.store
+        .commit(Commit {
+            buckets: vec![],
+            leases: leases
+                .into_iter()
+                .map(|l| LeaseWrite::Delete(l.key))
+                .collect(),
+        })
+        .await
+        .unwrap();
+    n
+}
+
+pub async fn reconcile_restores_each_expired_lease_once_and_leaves_live_ones(env: Env) {
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(5))
+        .await
+        .unwrap();
+    let dim = env.dim("concurrent");
+    let crashed = env.client("crashed");
+    crashed_slot(&crashed, &dim, Duration::from_secs(10)).await;
+    crashed_slot(&crashed, &dim, Duration::from_secs(10)).await;
+    let live = env
+        .sluice
+        .acquire(Acquire::new(dim.as_str()).ttl(Duration::from_secs(120)))
+        .await
+        .unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::new(2));
+    // Not expired yet: nothing to do.
+    let early = env.sluice.reconcile().await.unwrap();
+    assert_eq!(early.leases_seen, 0);
+    assert_eq!(early.buckets_healed, 0);
+    env.advance_ms(10_001);
+    let report = env.sluice.reconcile().await.unwrap();
+    assert_eq!(report.leases_seen, 2);
+    assert_eq!(report.leases_restored, 2);
+    assert_eq!(report.tokens_restored, Tokens::new(2));
+    assert_eq!(report.buckets_healed, 0, "{report}");
+    assert!(report.errors.is_empty(), "{report}");
+    assert_eq!(env.available("concurrent").await, Tokens::new(4));
+    assert_eq!(env.lease_count("concurrent").await, 1);
+    let again = env.sluice.reconcile().await.unwrap();
+    assert!(again.is_noop(), "{again}");
+    assert_eq!(again.leases_seen, 0);
+    live.release().await.unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::new(5));
+}
+
+pub async fn reconcile_refunds_a_crashed_requests_lease_capped_at_capacity(env: Env) {
+    requests(&env, "rpm", 3, 1).await;
+    let dim = env.dim("rpm");
+    crashed_slot(&env.sluice, &dim, Duration::from_secs(5)).await;
+    crashed_slot(&env.sluice, &dim, Duration::from_secs(5)).await;
+    assert_eq!(env.available("rpm").await, Tokens::new(1));
+    // One second later refill has added one: restoring two is capped at capacity.
+    env.advance_ms(5_001);
+    let report = env.sluice.reconcile().await.unwrap();
+    assert_eq!(report.leases_restored, 2);
+    assert_eq!(env.available("rpm").await, Tokens::new(3));
+    assert_eq!(env.lease_count("rpm").await, 0);
+}
+
+pub async fn reconcile_heals_a_concurrent_bucket_whose_lease_vanished(env: Env) {
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(3))
+        .await
+        .unwrap();
+    let dim = env.dim("concurrent");
+    crashed_slot(&env.sluice, &dim, Duration::from_secs(10)).await;
+    let live = env.sluice.acquire(dim.as_str()).await.unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+    // The sweeper deletes both rows, the crashed one and the live one.
+    assert_eq!(sweep(&env, "concurrent").await, 2);
+    env.advance_ms(10_001);
+    let report = env.sluice.reconcile().await.unwrap();
+    assert_eq!(report.leases_seen, 0);
+    assert_eq!(report.buckets_healed, 1, "{report}");
+    assert_eq!(report.tokens_healed, Tokens::new(2));
+    assert_eq!(env.available("concurrent").await, Tokens::new(3));
+    assert!(env.sluice.reconcile().await.unwrap().is_noop());
+    // The live caller's release finds its row gone and gives nothing back twice.
+    live.release().await.unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::new(3));
+    // A consistent bucket with live leases is left alone.
+    let held = env.sluice.acquire(dim.as_str()).await.unwrap();
+    let report = env.sluice.reconcile().await.unwrap();
+    assert_eq!(report.buckets_checked, 1);
+    assert!(report.is_noop(), "{report}");
+    held.release().await.unwrap();
+}
+
+pub async fn release_and_two_reconcilers_racing_restore_exactly_once(env: Env) {
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(4))
+        .await
+        .unwrap();
+    let dim = env.dim("concurrent");
+    let releaser = env.client("releaser");
+    let reconciler_a = env.client("reconciler-a");
+    let reconciler_b = env.client("reconciler-b");
+    // A slot held throughout, so that a double restore could not hide behind the
+    // capacity cap.
+    let anchor = env
+        .sluice
+        .acquire(Acquire::new(dim.as_str()).ttl(Duration::from_secs(86_400)))
+        .await
+        .unwrap();
+    for round in 0..100 {
+        let held = releaser
+            .acquire(Acquire::new(dim.as_str()).ttl(Duration::from_secs(1)))
+            .await
+            .unwrap();
+        crashed_slot(&releaser, &dim, Duration::from_secs(1)).await;
+        assert_eq!(env.available("concurrent").await, Tokens::new(1));
+        env.advance_ms(1_001);
+        let (released, a, b) = tokio::join!(
+            tokio::spawn(async move { held.release().await }),
+            tokio::spawn({
+                let r = reconciler_a.clone();
+                async move { r.reconcile().await }
+            }),
+            tokio::spawn({
+                let r = reconciler_b.clone();
+                async move { r.reconcile().await }
+            }),
+        );
+        released.unwrap().unwrap();
+        let (a, b) = (a.unwrap().unwrap(), b.unwrap().unwrap());
+        assert!(a.errors.is_empty() && b.errors.is_empty(), "{a} / {b}");
+        // The crashed lease goes to exactly one reconciler; the released one to the
+        // release or to one reconciler.
+        let restored = a.leases_restored + b.leases_restored;
+        assert!((1..=2).contains(&restored), "round {round}: {a} / {b}");
+        assert_eq!(
+            a.buckets_healed + b.buckets_healed,
+            0,
+            "round {round}: {a} / {b}"
+        );
+        assert_eq!(
+            env.available("concurrent").await,
+            Tokens::new(3),
+            "round {round}: {a} / {b}"
+        );
+        assert_eq!(env.lease_count("concurrent").await, 1, "round {round}");
+    }
+    anchor.release().await.unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::new(4));
+}
+
+pub async fn snapshots_cover_every_bucket(env: Env) {
+    requests(&env, "rpm", 10, 1).await;
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(2))
+        .await
+        .unwrap();
+    let held = env.sluice.acquire(env.dim("concurrent")).await.unwrap();
+    let snapshots = env.sluice.snapshots().await.unwrap();
+    let mine: Vec<_> = snapshots
+        .iter()
+        .filter(|s| s.dimension.vendor() == env.dim("x").split('#').next().unwrap())
+        .collect();
+    assert_eq!(mine.len(), 2);
+    let concurrent = mine
+        .iter()
+        .find(|s| s.limit_type == LimitType::Concurrent)
+        .unwrap();
+    assert_eq!(concurrent.available, Tokens::new(1));
+    assert_eq!(concurrent.live_leases, 1);
+    let rpm = mine
+        .iter()
+        .find(|s| s.limit_type == LimitType::Requests)
+        .unwrap();
+    assert_eq!(rpm.available, Tokens::new(10));
+    assert_eq!(rpm.live_leases, 0);
+    assert!(
+        snapshots
+            .windows(2)
+            .all(|w| w[0].dimension.as_str() <= w[1].dimension.as_str()),
+        "sorted by dimension"
+    );
+    held.release().await.unwrap();
 }

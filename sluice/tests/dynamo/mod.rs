@@ -62,6 +62,16 @@ pub async fn store() -> Option<DynamoStore> {
     Some(store)
 }
 
+/// A store on a table of its own, for tests whose operations span the whole table (the
+/// reconciler, listings), or `None` to skip.
+pub async fn fresh_store() -> Option<DynamoStore> {
+    let endpoint = endpoint()?;
+    let table = format!("sluice-test-{:016x}", rand::random::<u64>());
+    let store = DynamoStore::new(client(&endpoint), table);
+    store.create_table().await.expect("create a test table");
+    Some(store)
+}
+
 /// A whole-second time one day ahead of the real clock. Test clocks start there: DynamoDB
 /// Local's TTL sweeper really deletes rows whose `ttl` is in the real past, so lease rows of
 /// a test clock set in the past would vanish under the test.

@@ -2,6 +2,8 @@
 
 mod error;
 mod row;
+
+pub use row::TTL_GRACE_SECS;
 mod table;
 
 use std::collections::HashMap;
@@ -460,7 +462,7 @@ impl DynamoStore {
             .client
             .transact_write_items()
             .set_transact_items(Some(items))
-            .client_request_token(request_token(&commit))
+            .client_request_token(request_token())
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
@@ -535,20 +537,14 @@ enum Units {
     Write,
 }
 
-/// The idempotency token of a transaction: a digest of its content. When the SDK resends a
-/// transaction whose first attempt committed but whose answer was lost, DynamoDB recognises
-/// the token and reports success instead of a failed condition, so the caller never takes
-/// tokens twice or leaves an orphan lease row. Different commits (a retry after a lost race
-/// reads a new version) get different tokens.
-fn request_token(commit: &Commit) -> String {
-    use std::hash::{Hash as _, Hasher as _};
-    // SipHash with fixed keys: the same content gives the same token in every process.
-    let content = format!("{commit:?}");
-    let mut first = std::hash::DefaultHasher::new();
-    content.hash(&mut first);
-    let mut second = std::hash::DefaultHasher::new();
-    (&content, "sluice").hash(&mut second);
-    format!("{:016x}{:016x}", first.finish(), second.finish())
+/// The idempotency token of one transaction call: random, and reused by the SDK for every
+/// resend of that call. When a transaction committed but its answer was lost, DynamoDB
+/// recognises the resent token and reports success instead of a failed condition, so the
+/// caller never takes tokens twice or leaves an orphan lease row. Another caller (or a
+/// later call) committing the same content gets a token of its own, so DynamoDB never
+/// mistakes it for a resend: two reconcilers racing on one lease are told apart.
+fn request_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }
 
 fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
@@ -618,10 +614,13 @@ impl Store for DynamoStore {
         }
         if let Some(t) = filter.expired_before {
             // `ttl` is a reserved word. A lease that expired before `t` has a ttl of at most
-            // ceil(t); the exact expiry is checked below.
+            // ceil(t) plus the grace sluice adds; the exact expiry is checked below.
             expression.push_str(" AND #ttl <= :ttl");
             names.insert("#ttl".to_owned(), row::TTL.to_owned());
-            values.insert(":ttl".to_owned(), row::n(t.as_secs_ceil()));
+            values.insert(
+                ":ttl".to_owned(),
+                row::n(t.as_secs_ceil() + row::TTL_GRACE_SECS),
+            );
         }
         let items = self.scan(&expression, values, names).await?;
         let mut leases = Vec::with_capacity(items.len());

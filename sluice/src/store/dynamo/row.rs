@@ -6,6 +6,9 @@
 //! Lease row: `vendor_dimension` S (`lease#{dimension}#{unique}`), `dimension` S, `cost` N,
 //! `created_at` N, `ttl` N (whole unix seconds, for DynamoDB's TTL), `caller` S, and the
 //! extra `expires_at` N (unix seconds, millisecond fraction) that keeps the exact expiry.
+//! sluice sets `ttl` [`TTL_GRACE_SECS`] after `expires_at`: DynamoDB's TTL sweeper must not
+//! delete an expired lease before the reconciler has given its cost back. Seed leases
+//! without `expires_at` expire at their `ttl`.
 //!
 //! Rows from other SDKs may carry more decimal places than sluice keeps; they are rounded
 //! in the direction that can never over-grant (fewer tokens, slower refill, a later refill
@@ -38,6 +41,10 @@ pub(crate) const CREATED_AT: &str = "created_at";
 pub(crate) const TTL: &str = "ttl";
 pub(crate) const CALLER: &str = "caller";
 pub(crate) const EXPIRES_AT: &str = "expires_at";
+
+/// How long after a lease expires its `ttl` lets DynamoDB delete it: well beyond the
+/// reconciler's 5-minute schedule, so an expired lease is reconciled, not swept.
+pub const TTL_GRACE_SECS: i64 = 3_600;
 
 pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
@@ -72,7 +79,10 @@ pub(crate) fn lease_item(lease: &LeaseRecord) -> Item {
         (DIMENSION.to_owned(), s(lease.dimension.as_str())),
         (COST.to_owned(), n(lease.cost)),
         (CREATED_AT.to_owned(), n(lease.created_at)),
-        (TTL.to_owned(), n(lease.expires_at.as_secs_ceil())),
+        (
+            TTL.to_owned(),
+            n(lease.expires_at.as_secs_ceil() + TTL_GRACE_SECS),
+        ),
         (EXPIRES_AT.to_owned(), n(lease.expires_at)),
         (CALLER.to_owned(), s(lease.caller.as_str())),
     ])
@@ -351,7 +361,7 @@ mod tests {
             caller: "audit-service".to_owned(),
         };
         let item = lease_item(&lease);
-        assert_eq!(item[TTL], n("1709550161"));
+        assert_eq!(item[TTL], n((1_709_550_161 + TTL_GRACE_SECS).to_string()));
         assert_eq!(lease_record(&item).unwrap(), lease);
         let mut seed = item.clone();
         seed.remove(EXPIRES_AT);

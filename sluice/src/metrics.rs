@@ -1,0 +1,106 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade: install any recorder
+//! (Prometheus, CloudWatch EMF, StatsD, …) and these appear; without one they cost nothing
+//! but a check.
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `sluice_grants_total` | counter | `dimension` | acquires granted |
+//! | `sluice_retry_in_total` | counter | `dimension` | acquires answered RetryIn |
+//! | `sluice_errors_total` | counter | `dimension`, `error` | acquires failed otherwise (`error`: the cause, e.g. `store_throttled`, `contention`) |
+//! | `sluice_contention_retries_total` | counter | `dimension` | commits lost to another writer and retried |
+//! | `sluice_acquire_duration_seconds` | histogram | `outcome` (`granted`, `retry_in`, `error`) | acquire latency |
+//! | `sluice_reconcile_passes_total` | counter | | reconcile passes |
+//! | `sluice_reconcile_leases_restored_total` | counter | | expired leases given back |
+//! | `sluice_reconcile_leases_skipped_total` | counter | | expired leases already gone |
+//! | `sluice_reconcile_buckets_healed_total` | counter | | `concurrent` buckets recomputed |
+//! | `sluice_reconcile_errors_total` | counter | | failures inside passes |
+//! | `sluice_reconcile_tokens_restored` | histogram | | tokens given back per pass |
+//! | `sluice_reconcile_duration_seconds` | histogram | | pass duration |
+//!
+//! `dimension` is the acquire's dimensions, comma-separated (one, usually).
+
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::reconcile::ReconcileReport;
+use crate::store::StoreError;
+use crate::tokens::Tokens;
+
+/// Records an acquire's outcome and latency.
+pub(crate) fn acquired(dimension: &str, result: &Result<crate::Lease, Error>, elapsed: Duration) {
+    let outcome = match result {
+        Ok(_) => {
+            metrics::counter!("sluice_grants_total", "dimension" => dimension.to_owned())
+                .increment(1);
+            "granted"
+        }
+        Err(Error::RetryIn(_)) => {
+            metrics::counter!("sluice_retry_in_total", "dimension" => dimension.to_owned())
+                .increment(1);
+            "retry_in"
+        }
+        Err(e) => {
+            metrics::counter!(
+                "sluice_errors_total",
+                "dimension" => dimension.to_owned(),
+                "error" => error_label(e)
+            )
+            .increment(1);
+            "error"
+        }
+    };
+    metrics::histogram!("sluice_acquire_duration_seconds", "outcome" => outcome)
+        .record(elapsed.as_secs_f64());
+}
+
+/// Records a commit lost to another writer, to be retried.
+pub(crate) fn contention_retry(dimension: &str) {
+    metrics::counter!("sluice_contention_retries_total", "dimension" => dimension.to_owned())
+        .increment(1);
+}
+
+/// Records a reconcile pass.
+pub(crate) fn reconciled(report: &ReconcileReport, elapsed: Duration) {
+    metrics::counter!("sluice_reconcile_passes_total").increment(1);
+    metrics::counter!("sluice_reconcile_leases_restored_total")
+        .increment(report.leases_restored as u64);
+    metrics::counter!("sluice_reconcile_leases_skipped_total")
+        .increment(report.leases_skipped as u64);
+    metrics::counter!("sluice_reconcile_buckets_healed_total")
+        .increment(report.buckets_healed as u64);
+    metrics::counter!("sluice_reconcile_errors_total").increment(report.errors.len() as u64);
+    metrics::histogram!("sluice_reconcile_tokens_restored")
+        .record(tokens_f64(report.tokens_restored));
+    metrics::histogram!("sluice_reconcile_duration_seconds").record(elapsed.as_secs_f64());
+}
+
+/// Tokens as a float, for reporting only (accounting never uses floats).
+#[allow(clippy::float_arithmetic)]
+fn tokens_f64(tokens: Tokens) -> f64 {
+    tokens.as_nanos() as f64 / 1e9
+}
+
+/// A short, stable name for an error's cause.
+pub(crate) fn error_label(error: &Error) -> &'static str {
+    match error {
+        Error::RetryIn(_) => "retry_in",
+        Error::CostExceedsCapacity { .. } => "cost_exceeds_capacity",
+        Error::InvalidDimension(_) => "invalid_dimension",
+        Error::UnknownDimension(_) => "unknown_dimension",
+        Error::InvalidCost { .. } => "invalid_cost",
+        Error::DimensionCount { .. } => "dimension_count",
+        Error::InvalidBucket { .. } => "invalid_bucket",
+        Error::Timeout(_) => "timeout",
+        Error::Contention { .. } => "contention",
+        Error::LeaseNotFound(_) => "lease_not_found",
+        Error::Config(_) => "config",
+        Error::Store(e) => match e {
+            StoreError::TableNotFound { .. } => "store_table_not_found",
+            StoreError::Throttled { .. } => "store_throttled",
+            StoreError::Timeout { .. } => "store_timeout",
+            StoreError::CorruptRow { .. } => "store_corrupt_row",
+            StoreError::Unavailable { .. } => "store_unavailable",
+            StoreError::Service { .. } => "store_service",
+        },
+    }
+}
