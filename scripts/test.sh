@@ -10,4 +10,4 @@ source scripts/dynamodb-local.sh
 trap dynamodb_local_stop EXIT
 dynamodb_local_start
 export SLUICE_REQUIRE_DYNAMODB=1
-cargo test --workspace --features sluice-examples/dynamodb,sluice-tower/http "$@"
+cargo test --workspace --features sluice/cli,sluice-examples/dynamodb,sluice-tower/http "$@"

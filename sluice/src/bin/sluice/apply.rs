@@ -1,0 +1,330 @@
+//! `sluice apply`: the declarative bucket file and the plan that makes a table match it.
+//!
+//! ```toml
+//! ["openai#rpm"]
+//! type = "requests"
+//! refill = "500/min"
+//! capacity = 500        # optional for requests/tokens: one minute of refill
+//! cost_per_call = 1     # optional
+//!
+//! ["elevenlabs#concurrent"]
+//! type = "concurrent"
+//! capacity = 10
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use sluice::{Bucket, BucketState, Dimension, LimitType, Tokens};
+
+use crate::cli;
+
+/// One bucket as written in the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    #[serde(rename = "type")]
+    limit_type: String,
+    capacity: Option<toml::Value>,
+    refill: Option<String>,
+    cost_per_call: Option<toml::Value>,
+}
+
+/// Reads a bucket file; every problem names the dimension and what was expected.
+pub(crate) fn parse(text: &str) -> Result<Vec<(Dimension, Bucket)>, String> {
+    let entries: BTreeMap<String, Entry> = toml::from_str(text).map_err(|e| e.to_string())?;
+    let mut buckets = Vec::with_capacity(entries.len());
+    for (name, entry) in entries {
+        let dimension = Dimension::new(&name).map_err(|e| format!("[\"{name}\"]: {e}"))?;
+        let bucket = entry.bucket().map_err(|e| format!("[\"{name}\"]: {e}"))?;
+        buckets.push((dimension, bucket));
+    }
+    Ok(buckets)
+}
+
+impl Entry {
+    fn bucket(&self) -> Result<Bucket, String> {
+        let limit_type: LimitType = self.limit_type.parse().map_err(|e| format!("type: {e}"))?;
+        let capacity = self
+            .capacity
+            .as_ref()
+            .map(|v| number(v, "capacity"))
+            .transpose()?;
+        let cost = self
+            .cost_per_call
+            .as_ref()
+            .map(|v| number(v, "cost_per_call"))
+            .transpose()?;
+        let refill = self
+            .refill
+            .as_deref()
+            .map(|r| cli::rate(r).map_err(|e| format!("refill: {e}")))
+            .transpose()?;
+        cli::bucket(limit_type, capacity, refill, cost)
+    }
+}
+
+/// A token amount written as a TOML integer, float or string (`500`, `0.5`, `"8.333333"`).
+fn number(value: &toml::Value, field: &str) -> Result<Tokens, String> {
+    let text = match value {
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::String(s) => s.clone(),
+        other => {
+            return Err(format!(
+                "{field}: expected a number, got {}",
+                other.type_str()
+            ));
+        }
+    };
+    text.parse()
+        .map_err(|e| format!("{field}: `{text}` is not a token amount ({e})"))
+}
+
+/// What `apply` does to one dimension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Change {
+    Create(Dimension, Bucket),
+    Update {
+        dimension: Dimension,
+        from: Bucket,
+        to: Bucket,
+    },
+    Unchanged(Dimension),
+    /// In the table, not in the file: deleted with `--prune`, else kept.
+    Extra {
+        dimension: Dimension,
+        delete: bool,
+    },
+}
+
+/// The changes that make `current` match `wanted`, in dimension order.
+pub(crate) fn plan(
+    wanted: &[(Dimension, Bucket)],
+    current: &[BucketState],
+    prune: bool,
+) -> Vec<Change> {
+    let mut changes: Vec<(String, Change)> = Vec::new();
+    for (dimension, bucket) in wanted {
+        let change = match current.iter().find(|s| &s.dimension == dimension) {
+            None => Change::Create(dimension.clone(), bucket.clone()),
+            Some(state) if &state.bucket == bucket => Change::Unchanged(dimension.clone()),
+            Some(state) => Change::Update {
+                dimension: dimension.clone(),
+                from: state.bucket.clone(),
+                to: bucket.clone(),
+            },
+        };
+        changes.push((dimension.to_string(), change));
+    }
+    for state in current {
+        if !wanted.iter().any(|(d, _)| *d == state.dimension) {
+            changes.push((
+                state.dimension.to_string(),
+                Change::Extra {
+                    dimension: state.dimension.clone(),
+                    delete: prune,
+                },
+            ));
+        }
+    }
+    changes.sort_by(|a, b| a.0.cmp(&b.0));
+    changes.into_iter().map(|(_, c)| c).collect()
+}
+
+impl Change {
+    /// Whether applying it writes anything.
+    pub(crate) fn writes(&self) -> bool {
+        match self {
+            Change::Create(..) | Change::Update { .. } => true,
+            Change::Extra { delete, .. } => *delete,
+            Change::Unchanged(_) => false,
+        }
+    }
+}
+
+/// A bucket definition in one line.
+pub(crate) struct Describe<'a>(pub(crate) &'a Bucket);
+
+impl fmt::Display for Describe<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        write!(f, "{}, capacity {}", b.limit_type(), b.capacity())?;
+        if b.limit_type() != LimitType::Concurrent {
+            write!(f, ", refill {}/s", b.refill_rate())?;
+        }
+        write!(f, ", cost per call {}", b.cost_per_call())
+    }
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::Create(d, b) => write!(f, "+ create    {d}: {}", Describe(b)),
+            Change::Update {
+                dimension,
+                from,
+                to,
+            } => {
+                let fields = [
+                    (
+                        "type",
+                        from.limit_type().to_string(),
+                        to.limit_type().to_string(),
+                    ),
+                    (
+                        "capacity",
+                        from.capacity().to_string(),
+                        to.capacity().to_string(),
+                    ),
+                    (
+                        "refill",
+                        format!("{}/s", from.refill_rate()),
+                        format!("{}/s", to.refill_rate()),
+                    ),
+                    (
+                        "cost per call",
+                        from.cost_per_call().to_string(),
+                        to.cost_per_call().to_string(),
+                    ),
+                ];
+                let diffs: Vec<String> = fields
+                    .iter()
+                    .filter(|(_, a, b)| a != b)
+                    .map(|(name, a, b)| format!("{name} {a} -> {b}"))
+                    .collect();
+                write!(f, "~ update    {dimension}: {}", diffs.join(", "))
+            }
+            Change::Unchanged(d) => write!(f, "= unchanged {d}"),
+            Change::Extra {
+                dimension,
+                delete: true,
+            } => write!(f, "- delete    {dimension}"),
+            Change::Extra {
+                dimension,
+                delete: false,
+            } => write!(f, "? not in file {dimension} (kept; --prune deletes it)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice::{RefillRate, UnixMillis};
+
+    const FILE: &str = r#"
+["openai#rpm"]
+type = "requests"
+refill = "500/min"
+capacity = 500
+
+["openai#tpm"]
+type = "tokens"
+refill = "2000000/min"
+cost_per_call = "1000"
+
+["elevenlabs#concurrent"]
+type = "concurrent"
+capacity = 10
+"#;
+
+    #[test]
+    fn a_file_reads_into_buckets() {
+        let buckets = parse(FILE).unwrap();
+        let get = |d: &str| {
+            buckets
+                .iter()
+                .find(|(x, _)| x.as_str() == d)
+                .unwrap()
+                .1
+                .clone()
+        };
+        assert_eq!(
+            get("openai#rpm"),
+            Bucket::requests(RefillRate::per_minute(500)).with_capacity(500)
+        );
+        assert_eq!(
+            get("openai#tpm"),
+            Bucket::tokens(RefillRate::per_minute(2_000_000)).with_cost_per_call(1000)
+        );
+        assert_eq!(get("elevenlabs#concurrent"), Bucket::concurrent(10));
+    }
+
+    #[test]
+    fn bad_files_say_where_and_what() {
+        let cases = [
+            (
+                "[\"openai#rpm\"]\ntype = \"requests\"\n",
+                "openai#rpm",
+                "refill rate",
+            ),
+            (
+                "[\"openai\"]\ntype = \"concurrent\"\ncapacity = 1\n",
+                "openai",
+                "vendor#metric",
+            ),
+            (
+                "[\"a#b\"]\ntype = \"bursty\"\n",
+                "a#b",
+                "unknown limit type",
+            ),
+            (
+                "[\"a#b\"]\ntype = \"concurrent\"\ncapacty = 1\n",
+                "",
+                "unknown field `capacty`",
+            ),
+            (
+                "[\"a#b\"]\ntype = \"requests\"\nrefill = \"fast\"\n",
+                "a#b",
+                "refill",
+            ),
+            (
+                "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = true\n",
+                "a#b",
+                "expected a number",
+            ),
+            ("not toml [", "", ""),
+        ];
+        for (text, place, what) in cases {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(place) && e.contains(what), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_plan_creates_updates_keeps_and_prunes() {
+        let wanted = parse(FILE).unwrap();
+        let now = UnixMillis::from_secs(1_800_000_000);
+        let state = |d: &str, b: Bucket| BucketState::full(d.parse().unwrap(), b, now);
+        let current = vec![
+            state(
+                "openai#rpm",
+                Bucket::requests(RefillRate::per_minute(500)).with_capacity(500),
+            ),
+            state("elevenlabs#concurrent", Bucket::concurrent(5)),
+            state("old#rpm", Bucket::requests(RefillRate::per_second(1))),
+        ];
+        let lines: Vec<String> = plan(&wanted, &current, false)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "~ update    elevenlabs#concurrent: capacity 5 -> 10",
+                "? not in file old#rpm (kept; --prune deletes it)",
+                "= unchanged openai#rpm",
+                "+ create    openai#tpm: tokens, capacity 2000000, refill 33333.333333/s, cost per call 1000",
+            ]
+        );
+        let pruned = plan(&wanted, &current, true);
+        assert!(
+            pruned
+                .iter()
+                .any(|c| c.to_string() == "- delete    old#rpm")
+        );
+        assert_eq!(pruned.iter().filter(|c| c.writes()).count(), 3);
+    }
+}

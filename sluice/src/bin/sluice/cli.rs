@@ -1,0 +1,306 @@
+//! The command line: arguments and their parsing.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use sluice::{Bucket, LimitType, RefillRate, Tokens};
+
+/// Operate sluice's shared DynamoDB table: create it, define buckets, watch them, reconcile
+/// crashed callers' leases, and try acquires by hand.
+///
+/// Reads the same environment as the SDK (SLUICE_TABLE_NAME, SLUICE_ENDPOINT_URL,
+/// SLUICE_LEASE_TTL, SLUICE_MAX_RETRIES, SLUICE_CALLER; AWS credentials and region from
+/// the standard chain); flags override it.
+///
+/// Exit codes: 0 success; 1 failure (store or service error); 2 bad usage, bad input file or
+/// bad definition; 3 not found (table or dimension); 75 denied for now (RetryIn; retry after
+/// the printed delay).
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version)]
+pub(crate) struct Cli {
+    /// The DynamoDB table [env: SLUICE_TABLE_NAME].
+    #[arg(long, global = true)]
+    pub(crate) table: Option<String>,
+    /// A DynamoDB endpoint, e.g. DynamoDB Local [env: SLUICE_ENDPOINT_URL].
+    #[arg(long, global = true)]
+    pub(crate) endpoint_url: Option<String>,
+    /// The `caller` written on leases [env: SLUICE_CALLER].
+    #[arg(long, global = true)]
+    pub(crate) caller: Option<String>,
+    /// More logging on stderr (-v: info, -vv: debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub(crate) verbose: u8,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// The table itself.
+    #[command(subcommand)]
+    Table(TableCommand),
+    /// One bucket at a time.
+    #[command(subcommand)]
+    Bucket(BucketCommand),
+    /// Makes the table's buckets match a declarative file (TOML), showing what changes.
+    Apply {
+        /// The file: one `["vendor#metric"]` table per bucket.
+        file: PathBuf,
+        /// Show what would change and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Also delete buckets that are not in the file.
+        #[arg(long)]
+        prune: bool,
+    },
+    /// Every bucket (or the named ones) right now: type, capacity, available, refill,
+    /// live leases, time to full.
+    Status {
+        /// Only these dimensions.
+        dimensions: Vec<String>,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Refresh every INTERVAL (default 2s) until interrupted.
+        #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "2s", value_parser = duration)]
+        watch: Option<Duration>,
+        /// With --watch: stop after this many refreshes.
+        #[arg(long, requires = "watch")]
+        count: Option<u64>,
+    },
+    /// Gives back expired leases' cost and heals `concurrent` buckets; once, or every
+    /// DURATION.
+    Reconcile {
+        /// Run a pass every DURATION (e.g. 5m) until interrupted.
+        #[arg(long, value_name = "DURATION", value_parser = duration)]
+        every: Option<Duration>,
+        /// With --every: stop after this many passes.
+        #[arg(long, requires = "every")]
+        count: Option<u64>,
+        /// Print each pass's report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Takes capacity by hand: prints the lease, holds it, releases it.
+    Acquire {
+        /// The dimension.
+        dimension: String,
+        /// The cost (default: the bucket's cost per call).
+        #[arg(long)]
+        cost: Option<Tokens>,
+        /// How long to hold the lease before releasing it (e.g. 30s).
+        #[arg(long, value_parser = duration, default_value = "0s")]
+        hold: Duration,
+        /// The lease's TTL (default: SLUICE_LEASE_TTL, and at least --hold).
+        #[arg(long, value_parser = duration)]
+        ttl: Option<Duration>,
+        /// Wait up to this long for capacity before answering RetryIn.
+        #[arg(long, value_parser = duration, default_value = "0s")]
+        wait: Duration,
+        /// Do not release: leave the lease to expire (to try the reconciler).
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TableCommand {
+    /// Creates the table (partition key `vendor_dimension`, on-demand, TTL on `ttl`) if it
+    /// does not exist.
+    Create,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BucketCommand {
+    /// Defines or redefines a bucket (redefining keeps its tokens, capped).
+    Put {
+        /// The dimension, `vendor#metric`.
+        dimension: String,
+        #[command(flatten)]
+        definition: Definition,
+    },
+    /// Shows one bucket.
+    Get {
+        /// The dimension.
+        dimension: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists every bucket.
+    List {
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deletes a bucket.
+    Delete {
+        /// The dimension.
+        dimension: String,
+    },
+}
+
+/// A bucket definition from flags.
+#[derive(Debug, Args)]
+pub(crate) struct Definition {
+    /// What the bucket counts.
+    #[arg(long = "type", value_enum)]
+    pub(crate) limit_type: Kind,
+    /// The burst size (concurrent: the slots). Default for requests/tokens: one minute of
+    /// refill.
+    #[arg(long)]
+    pub(crate) capacity: Option<Tokens>,
+    /// The refill rate, AMOUNT/UNIT: `500/min`, `10/s`, `1000/h`, `50000/day`.
+    #[arg(long, value_parser = rate)]
+    pub(crate) refill: Option<RefillRate>,
+    /// Tokens an acquire takes when it names no cost.
+    #[arg(long)]
+    pub(crate) cost_per_call: Option<Tokens>,
+}
+
+/// `--type`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum Kind {
+    Requests,
+    Tokens,
+    Concurrent,
+}
+
+impl From<Kind> for LimitType {
+    fn from(kind: Kind) -> LimitType {
+        match kind {
+            Kind::Requests => LimitType::Requests,
+            Kind::Tokens => LimitType::Tokens,
+            Kind::Concurrent => LimitType::Concurrent,
+        }
+    }
+}
+
+/// Builds a bucket from its parts, saying what is missing or contradictory.
+pub(crate) fn bucket(
+    limit_type: LimitType,
+    capacity: Option<Tokens>,
+    refill: Option<RefillRate>,
+    cost_per_call: Option<Tokens>,
+) -> Result<Bucket, String> {
+    let bucket = match (limit_type, refill, capacity) {
+        (LimitType::Concurrent, Some(_), _) => {
+            return Err("a concurrent bucket does not refill; drop the refill rate".into());
+        }
+        (LimitType::Concurrent, None, Some(slots)) => {
+            Bucket::new(LimitType::Concurrent, slots, RefillRate::ZERO)
+        }
+        (LimitType::Concurrent, None, None) => {
+            return Err("a concurrent bucket needs a capacity (its slots)".into());
+        }
+        (_, None, _) => {
+            return Err(format!(
+                "a {limit_type} bucket needs a refill rate, e.g. 500/min"
+            ));
+        }
+        (LimitType::Requests, Some(rate), capacity) => {
+            let b = Bucket::requests(rate);
+            capacity.map_or(b.clone(), |c| b.with_capacity(c))
+        }
+        (LimitType::Tokens, Some(rate), capacity) => {
+            let b = Bucket::tokens(rate);
+            capacity.map_or(b.clone(), |c| b.with_capacity(c))
+        }
+    };
+    let bucket = match cost_per_call {
+        Some(cost) => bucket.with_cost_per_call(cost),
+        None => bucket,
+    };
+    bucket.validate().map_err(|e| e.to_string())?;
+    Ok(bucket)
+}
+
+impl Definition {
+    pub(crate) fn bucket(&self) -> Result<Bucket, String> {
+        bucket(
+            self.limit_type.into(),
+            self.capacity,
+            self.refill,
+            self.cost_per_call,
+        )
+    }
+}
+
+/// A duration: `250ms`, `30s`, `5m`, `1h`, `1h30m`.
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("`{text}` is not a duration like 30s, 5m or 250ms ({e})"))
+}
+
+/// A refill rate: `AMOUNT/UNIT` with UNIT one of s, min, h, day (long names too).
+pub(crate) fn rate(text: &str) -> Result<RefillRate, String> {
+    let bad = || format!("`{text}` is not a rate like 500/min, 10/s, 1000/h or 50000/day");
+    let (amount, unit) = text.split_once('/').ok_or_else(bad)?;
+    let amount: Tokens = amount.trim().parse().map_err(|_| bad())?;
+    if amount <= Tokens::ZERO {
+        return Err(format!("`{text}`: the amount must be positive"));
+    }
+    let period = match unit.trim() {
+        "s" | "sec" | "second" => Duration::from_secs(1),
+        "m" | "min" | "minute" => Duration::from_secs(60),
+        "h" | "hour" => Duration::from_secs(3_600),
+        "d" | "day" => Duration::from_secs(86_400),
+        _ => return Err(bad()),
+    };
+    Ok(RefillRate::new(amount, period))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_amounts_per_unit() {
+        assert_eq!(rate("500/min"), Ok(RefillRate::per_minute(500)));
+        assert_eq!(rate("10/s"), Ok(RefillRate::per_second(10)));
+        assert_eq!(rate("1000 / hour"), Ok(RefillRate::per_hour(1000)));
+        assert_eq!(rate("50000/day"), Ok(RefillRate::per_day(50_000)));
+        assert_eq!(rate("1.5/s"), Ok("1.5".parse().unwrap()));
+        for bad in ["500", "500/week", "x/min", "0/s", "-3/s", "/s"] {
+            assert!(rate(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn definitions_say_what_is_missing() {
+        let rpm = RefillRate::per_minute(500);
+        assert_eq!(
+            bucket(LimitType::Requests, None, Some(rpm), None),
+            Ok(Bucket::requests(rpm))
+        );
+        assert_eq!(
+            bucket(LimitType::Concurrent, Some(Tokens::new(5)), None, None),
+            Ok(Bucket::concurrent(5))
+        );
+        assert!(
+            bucket(LimitType::Requests, None, None, None)
+                .unwrap_err()
+                .contains("refill rate")
+        );
+        assert!(
+            bucket(LimitType::Concurrent, None, None, None)
+                .unwrap_err()
+                .contains("capacity")
+        );
+        assert!(
+            bucket(LimitType::Concurrent, Some(Tokens::new(5)), Some(rpm), None)
+                .unwrap_err()
+                .contains("does not refill")
+        );
+        assert!(
+            bucket(
+                LimitType::Requests,
+                Some(Tokens::new(2)),
+                Some(rpm),
+                Some(Tokens::new(3))
+            )
+            .is_err()
+        );
+    }
+}

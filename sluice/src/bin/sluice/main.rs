@@ -1,0 +1,360 @@
+//! `sluice`: the operator CLI for sluice's shared DynamoDB table.
+
+#![forbid(unsafe_code)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod apply;
+mod cli;
+mod show;
+
+use std::io::{IsTerminal as _, Write as _};
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use sluice::store::StoreError;
+use sluice::{Acquire, Config, DynamoStore, Error, Sluice};
+
+use crate::cli::{BucketCommand, Cli, Command, TableCommand};
+
+/// Exit codes a shell script can rely on.
+mod exit {
+    pub(crate) const FAILURE: u8 = 1;
+    pub(crate) const USAGE: u8 = 2;
+    pub(crate) const NOT_FOUND: u8 = 3;
+    /// RetryIn: denied for now (sysexits' EX_TEMPFAIL).
+    pub(crate) const RETRY: u8 = 75;
+}
+
+/// A failure with its exit code and the message for stderr.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: exit::USAGE,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        let code = match &error {
+            Error::RetryIn(_) => exit::RETRY,
+            Error::UnknownDimension(_)
+            | Error::LeaseNotFound(_)
+            | Error::Store(StoreError::TableNotFound { .. }) => exit::NOT_FOUND,
+            Error::InvalidDimension(_)
+            | Error::InvalidBucket { .. }
+            | Error::InvalidCost { .. }
+            | Error::CostExceedsCapacity { .. }
+            | Error::DimensionCount { .. }
+            | Error::Config(_) => exit::USAGE,
+            _ => exit::FAILURE,
+        };
+        Failure {
+            code,
+            message: error.to_string(),
+        }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Failure {
+        Error::from(error).into()
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => tracing::Level::WARN,
+        1 => tracing::Level::INFO,
+        _ => tracing::Level::DEBUG,
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("sluice: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("sluice: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// The client and store for the configured table.
+async fn connect(cli: &Cli) -> Result<(Sluice, DynamoStore), Failure> {
+    let mut config = Config::from_env().map_err(|e| Failure::usage(e.to_string()))?;
+    if let Some(table) = &cli.table {
+        config.table_name = Some(table.clone());
+    }
+    if let Some(url) = &cli.endpoint_url {
+        config.endpoint_url = Some(url.clone());
+    }
+    if let Some(caller) = &cli.caller {
+        config.caller = caller.clone();
+    }
+    if config.table_name.is_none() {
+        return Err(Failure::usage(
+            "no table: set SLUICE_TABLE_NAME or pass --table",
+        ));
+    }
+    let store = DynamoStore::from_config(&config)
+        .await
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    let sluice = Sluice::builder()
+        .config(config)
+        .store(store.clone())
+        .build()?;
+    Ok((sluice, store))
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let (sluice, store) = connect(&cli).await?;
+    match cli.command {
+        Command::Table(TableCommand::Create) => {
+            if store.create_table().await? {
+                println!("created table {}", store.table());
+            } else {
+                println!("table {} already exists", store.table());
+            }
+        }
+        Command::Bucket(command) => bucket(&sluice, command).await?,
+        Command::Apply {
+            file,
+            dry_run,
+            prune,
+        } => {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
+            let wanted = apply::parse(&text)
+                .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
+            let current = sluice.buckets().await?;
+            let changes = apply::plan(&wanted, &current, prune);
+            for change in &changes {
+                println!("{change}");
+            }
+            let writes = changes.iter().filter(|c| c.writes()).count();
+            if dry_run {
+                println!("dry run: {writes} change(s), nothing applied");
+                return Ok(());
+            }
+            for change in &changes {
+                match change {
+                    apply::Change::Create(d, b)
+                    | apply::Change::Update {
+                        dimension: d,
+                        to: b,
+                        ..
+                    } => {
+                        sluice.put_bucket(d.as_str(), b.clone()).await?;
+                    }
+                    apply::Change::Extra {
+                        dimension,
+                        delete: true,
+                    } => {
+                        sluice.delete_bucket(dimension.as_str()).await?;
+                    }
+                    apply::Change::Extra { .. } | apply::Change::Unchanged(_) => {}
+                }
+            }
+            println!("applied {writes} change(s)");
+        }
+        Command::Status {
+            dimensions,
+            json,
+            watch,
+            count,
+        } => {
+            let mut shown: u64 = 0;
+            loop {
+                let mut snapshots = sluice.snapshots().await?;
+                if !dimensions.is_empty() {
+                    for d in &dimensions {
+                        let d = sluice::Dimension::new(d).map_err(Error::from)?;
+                        if !snapshots.iter().any(|s| s.dimension == d) {
+                            return Err(Error::UnknownDimension(d).into());
+                        }
+                    }
+                    snapshots.retain(|s| dimensions.iter().any(|d| d == s.dimension.as_str()));
+                }
+                if json {
+                    let all: Vec<_> = snapshots.iter().map(show::snapshot_json).collect();
+                    println!("{}", serde_json::Value::Array(all));
+                } else {
+                    if watch.is_some() && std::io::stdout().is_terminal() {
+                        print!("\x1b[2J\x1b[H");
+                    }
+                    if watch.is_some() {
+                        println!("{} at {}", store.table(), sluice.now());
+                    }
+                    print!("{}", show::status_table(&snapshots));
+                }
+                let _ = std::io::stdout().flush();
+                shown += 1;
+                match watch {
+                    Some(every) if count.is_none_or(|c| shown < c) => {
+                        tokio::time::sleep(every).await
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Command::Reconcile { every, count, json } => {
+            let mut passes: u64 = 0;
+            loop {
+                let report = sluice.reconcile().await?;
+                if json {
+                    println!("{}", show::report_json(&report));
+                } else {
+                    println!("{report}");
+                    for e in &report.errors {
+                        println!("  error: {e}");
+                    }
+                }
+                let _ = std::io::stdout().flush();
+                passes += 1;
+                match every {
+                    Some(every) if count.is_none_or(|c| passes < c) => {
+                        tokio::time::sleep(every).await;
+                    }
+                    _ => {
+                        if !report.errors.is_empty() {
+                            return Err(Failure {
+                                code: exit::FAILURE,
+                                message: format!(
+                                    "{} error(s) in the last pass",
+                                    report.errors.len()
+                                ),
+                            });
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        Command::Acquire {
+            dimension,
+            cost,
+            hold,
+            ttl,
+            wait,
+            keep,
+        } => {
+            let ttl = ttl.unwrap_or(sluice.config().lease_ttl.max(hold));
+            if hold > ttl {
+                return Err(Failure::usage(format!(
+                    "--hold {} is longer than the lease's --ttl {}",
+                    humantime::format_duration(hold),
+                    humantime::format_duration(ttl)
+                )));
+            }
+            let request = match cost {
+                Some(cost) => Acquire::with_cost(&dimension, cost),
+                None => Acquire::new(&dimension),
+            }
+            .ttl(ttl);
+            let lease = match sluice.acquire_within(request, wait).await {
+                Ok(lease) => lease,
+                Err(Error::RetryIn(delay)) => {
+                    println!(
+                        "retry in {} ({} ms)",
+                        humantime::format_duration(delay),
+                        delay.as_millis()
+                    );
+                    return Err(Failure {
+                        code: exit::RETRY,
+                        message: format!(
+                            "{dimension} is short; retry in {}",
+                            humantime::format_duration(delay)
+                        ),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            };
+            println!(
+                "granted {} (cost {}, expires in {})",
+                lease.id(),
+                lease.cost(&dimension).unwrap_or_default(),
+                humantime::format_duration(show::millis(lease.remaining()))
+            );
+            let _ = std::io::stdout().flush();
+            if keep {
+                std::mem::forget(lease);
+                println!("kept: the lease expires unreleased");
+                return Ok(());
+            }
+            if !hold.is_zero() {
+                tokio::select! {
+                    () = tokio::time::sleep(hold) => {}
+                    _ = tokio::signal::ctrl_c() => println!("interrupted"),
+                }
+            }
+            lease.release().await?;
+            println!("released");
+        }
+    }
+    Ok(())
+}
+
+async fn bucket(sluice: &Sluice, command: BucketCommand) -> Result<(), Failure> {
+    match command {
+        BucketCommand::Put {
+            dimension,
+            definition,
+        } => {
+            let bucket = definition
+                .bucket()
+                .map_err(|e| Failure::usage(format!("{dimension}: {e}")))?;
+            let state = sluice.put_bucket(&dimension, bucket).await?;
+            println!("{}: {}", state.dimension, apply::Describe(&state.bucket));
+        }
+        BucketCommand::Get { dimension, json } => {
+            let dim = sluice::Dimension::new(&dimension).map_err(Error::from)?;
+            let state = sluice
+                .bucket(&dimension)
+                .await?
+                .ok_or(Error::UnknownDimension(dim))?;
+            if json {
+                println!("{}", show::bucket_json(&state));
+            } else {
+                print!("{}", show::bucket_text(&state));
+            }
+        }
+        BucketCommand::List { json } => {
+            let mut buckets = sluice.buckets().await?;
+            buckets.sort_by(|a, b| a.dimension.as_str().cmp(b.dimension.as_str()));
+            if json {
+                let all: Vec<_> = buckets.iter().map(show::bucket_json).collect();
+                println!("{}", serde_json::Value::Array(all));
+            } else {
+                print!("{}", show::buckets_table(&buckets));
+            }
+        }
+        BucketCommand::Delete { dimension } => {
+            let dim = sluice::Dimension::new(&dimension).map_err(Error::from)?;
+            if !sluice.delete_bucket(&dimension).await? {
+                return Err(Error::UnknownDimension(dim).into());
+            }
+            println!("deleted {dimension}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! What the CLI prints: tables for people, JSON for scripts.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sluice::{BucketState, ReconcileReport, Snapshot, Tokens};
+
+/// A decimal as a JSON number (exact decimal text parsed once, for scripts).
+fn number(text: String) -> Value {
+    text.parse::<serde_json::Number>()
+        .map(Value::Number)
+        .unwrap_or(Value::String(text))
+}
+
+fn tokens(t: Tokens) -> Value {
+    number(t.to_string())
+}
+
+pub(crate) fn bucket_json(b: &BucketState) -> Value {
+    json!({
+        "dimension": b.dimension.as_str(),
+        "type": b.bucket.limit_type().as_str(),
+        "capacity": tokens(b.bucket.capacity()),
+        "tokens": tokens(b.tokens),
+        "refill_per_second": number(b.bucket.refill_rate().to_string()),
+        "cost_per_call": tokens(b.bucket.cost_per_call()),
+        "last_refill_at": number(b.last_refill_at.to_string()),
+        "version": b.version,
+    })
+}
+
+pub(crate) fn snapshot_json(s: &Snapshot) -> Value {
+    json!({
+        "dimension": s.dimension.as_str(),
+        "type": s.limit_type.as_str(),
+        "capacity": tokens(s.capacity),
+        "available": tokens(s.available),
+        "refill_per_second": number(s.refill_rate.to_string()),
+        "cost_per_call": tokens(s.cost_per_call),
+        "live_leases": s.live_leases,
+        "leased": tokens(s.leased),
+        "expired_leases": s.expired_leases,
+        "time_to_full_ms": s.time_to_full.map(|d| d.as_millis() as u64),
+        "version": s.version,
+    })
+}
+
+pub(crate) fn report_json(r: &ReconcileReport) -> Value {
+    json!({
+        "leases_seen": r.leases_seen,
+        "leases_restored": r.leases_restored,
+        "tokens_restored": tokens(r.tokens_restored),
+        "leases_skipped": r.leases_skipped,
+        "buckets_checked": r.buckets_checked,
+        "buckets_healed": r.buckets_healed,
+        "tokens_healed": tokens(r.tokens_healed),
+        "buckets_busy": r.buckets_busy,
+        "errors": r.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    })
+}
+
+/// Left-aligned columns, two spaces apart.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (i, cell) in cells.enumerate() {
+            let _ = write!(text, "{cell:<width$}  ", width = widths[i]);
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut out, &mut header.iter().copied());
+    for row in rows {
+        line(&mut out, &mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+pub(crate) fn buckets_table(buckets: &[BucketState]) -> String {
+    let rows: Vec<Vec<String>> = buckets
+        .iter()
+        .map(|b| {
+            vec![
+                b.dimension.to_string(),
+                b.bucket.limit_type().to_string(),
+                b.bucket.capacity().to_string(),
+                b.bucket.refill_rate().to_string(),
+                b.bucket.cost_per_call().to_string(),
+                b.version.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "DIMENSION",
+            "TYPE",
+            "CAPACITY",
+            "REFILL/S",
+            "COST/CALL",
+            "VERSION",
+        ],
+        &rows,
+    )
+}
+
+pub(crate) fn bucket_text(b: &BucketState) -> String {
+    format!(
+        "dimension       {}\ntype            {}\ncapacity        {}\ntokens          {} (at {})\nrefill/s        {}\ncost per call   {}\nversion         {}\n",
+        b.dimension,
+        b.bucket.limit_type(),
+        b.bucket.capacity(),
+        b.tokens,
+        b.last_refill_at,
+        b.bucket.refill_rate(),
+        b.bucket.cost_per_call(),
+        b.version
+    )
+}
+
+pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
+    let rows: Vec<Vec<String>> = snapshots
+        .iter()
+        .map(|s| {
+            vec![
+                s.dimension.to_string(),
+                s.limit_type.to_string(),
+                s.capacity.to_string(),
+                s.available.to_string(),
+                s.refill_rate.to_string(),
+                if s.expired_leases > 0 {
+                    format!("{} (+{} expired)", s.live_leases, s.expired_leases)
+                } else {
+                    s.live_leases.to_string()
+                },
+                match s.time_to_full {
+                    Some(Duration::ZERO) => "full".to_owned(),
+                    Some(d) => humantime::format_duration(millis(d)).to_string(),
+                    None => "on release".to_owned(),
+                },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "DIMENSION",
+            "TYPE",
+            "CAPACITY",
+            "AVAILABLE",
+            "REFILL/S",
+            "LEASES",
+            "TIME TO FULL",
+        ],
+        &rows,
+    )
+}
+
+/// A duration cut to whole milliseconds, for display.
+pub(crate) fn millis(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}

@@ -1,0 +1,520 @@
+//! The `sluice` binary against DynamoDB Local: every subcommand, its output, its exit codes,
+//! and a crashed caller's slot given back by `sluice reconcile`.
+
+mod dynamo;
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// One run of the binary.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// The binary on a table of its own.
+struct Cli {
+    endpoint: String,
+    table: String,
+}
+
+impl Cli {
+    /// `None` (skip) without DynamoDB Local, as the other DynamoDB tests do.
+    fn new() -> Option<Cli> {
+        let endpoint = dynamo::endpoint()?;
+        Some(Cli {
+            endpoint,
+            table: format!("sluice-cli-{:016x}", rand::random::<u64>()),
+        })
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .args(args)
+            .env_remove("SLUICE_TABLE_NAME")
+            .env_remove("SLUICE_LEASE_TTL")
+            .env("SLUICE_ENDPOINT_URL", &self.endpoint)
+            .env("SLUICE_TABLE_NAME", &self.table)
+            .env("AWS_ACCESS_KEY_ID", "sluicelocal")
+            .env("AWS_SECRET_ACCESS_KEY", "sluicelocal")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true");
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        let output = self.command(args).output().expect("run sluice");
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8(output.stdout).unwrap(),
+            stderr: String::from_utf8(output.stderr).unwrap(),
+        }
+    }
+
+    /// Runs and expects success.
+    fn ok(&self, args: &[&str]) -> String {
+        let run = self.run(args);
+        assert_eq!(
+            run.code, 0,
+            "sluice {args:?} failed:\n{}\n{}",
+            run.stdout, run.stderr
+        );
+        run.stdout
+    }
+
+    /// Runs and expects exit `code` with `message` on stderr.
+    fn fails(&self, args: &[&str], code: i32, message: &str) -> Run {
+        let run = self.run(args);
+        assert_eq!(
+            run.code, code,
+            "sluice {args:?}: exit {} (wanted {code}):\n{}\n{}",
+            run.code, run.stdout, run.stderr
+        );
+        assert!(
+            run.stderr.contains(message),
+            "sluice {args:?}: stderr lacks {message:?}:\n{}",
+            run.stderr
+        );
+        run
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        serde_json::from_str(&self.ok(args)).expect("JSON output")
+    }
+
+    fn file(&self, text: &str) -> std::path::PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("{}-{:08x}.toml", self.table, rand::random::<u32>()));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+#[test]
+fn table_create_is_idempotent_and_a_missing_table_is_a_clear_error() {
+    let Some(cli) = Cli::new() else { return };
+    cli.fails(
+        &["bucket", "list"],
+        3,
+        "does not exist; create it with `sluice table create`",
+    );
+    cli.fails(&["status"], 3, "sluice table create");
+    assert_eq!(
+        cli.ok(&["table", "create"]),
+        format!("created table {}\n", cli.table)
+    );
+    assert_eq!(
+        cli.ok(&["table", "create"]),
+        format!("table {} already exists\n", cli.table)
+    );
+    // No table configured at all.
+    let run = cli
+        .command(&["bucket", "list"])
+        .env_remove("SLUICE_TABLE_NAME")
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("SLUICE_TABLE_NAME"));
+}
+
+#[test]
+fn bucket_put_get_list_delete() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    assert_eq!(
+        cli.ok(&[
+            "bucket",
+            "put",
+            "openai#rpm",
+            "--type",
+            "requests",
+            "--refill",
+            "500/min"
+        ]),
+        "openai#rpm: requests, capacity 500, refill 8.333333/s, cost per call 1\n"
+    );
+    cli.ok(&[
+        "bucket",
+        "put",
+        "eleven#concurrent",
+        "--type",
+        "concurrent",
+        "--capacity",
+        "3",
+    ]);
+    let rpm = cli.json(&["bucket", "get", "openai#rpm", "--json"]);
+    assert_eq!(rpm["type"], "requests");
+    assert_eq!(rpm["capacity"], 500);
+    assert_eq!(rpm["tokens"], 500);
+    assert_eq!(rpm["refill_per_second"], 8.333333);
+    assert_eq!(rpm["cost_per_call"], 1);
+    let text = cli.ok(&["bucket", "get", "eleven#concurrent"]);
+    assert!(text.contains("type            concurrent"), "{text}");
+    let list = cli.ok(&["bucket", "list"]);
+    let lines: Vec<&str> = list.lines().collect();
+    assert!(lines[0].starts_with("DIMENSION"), "{list}");
+    assert!(
+        lines[1].starts_with("eleven#concurrent  concurrent  3"),
+        "{list}"
+    );
+    assert!(
+        lines[2].starts_with("openai#rpm         requests    500"),
+        "{list}"
+    );
+    let all = cli.json(&["bucket", "list", "--json"]);
+    assert_eq!(all.as_array().unwrap().len(), 2);
+    assert_eq!(
+        cli.ok(&["bucket", "delete", "eleven#concurrent"]),
+        "deleted eleven#concurrent\n"
+    );
+    cli.fails(
+        &["bucket", "delete", "eleven#concurrent"],
+        3,
+        "no bucket is defined for `eleven#concurrent`",
+    );
+    cli.fails(
+        &["bucket", "get", "nobody#rpm"],
+        3,
+        "no bucket is defined for `nobody#rpm`",
+    );
+    cli.fails(&["bucket", "get", "no-hash"], 2, "exactly one `#`");
+    cli.fails(
+        &["bucket", "put", "a#b", "--type", "requests"],
+        2,
+        "needs a refill rate",
+    );
+    cli.fails(
+        &[
+            "bucket", "put", "a#b", "--type", "requests", "--refill", "fast",
+        ],
+        2,
+        "is not a rate",
+    );
+}
+
+const FILE: &str = r#"
+["openai#rpm"]
+type = "requests"
+refill = "500/min"
+capacity = 500
+
+["openai#tpm"]
+type = "tokens"
+refill = "2000000/min"
+
+["eleven#concurrent"]
+type = "concurrent"
+capacity = 10
+"#;
+
+#[test]
+fn apply_shows_the_plan_applies_it_and_prunes_on_request() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    cli.ok(&[
+        "bucket",
+        "put",
+        "eleven#concurrent",
+        "--type",
+        "concurrent",
+        "--capacity",
+        "5",
+    ]);
+    cli.ok(&[
+        "bucket", "put", "old#rpm", "--type", "requests", "--refill", "1/s",
+    ]);
+    let file = cli.file(FILE);
+    let file = file.to_str().unwrap();
+    let dry = cli.ok(&["apply", file, "--dry-run"]);
+    assert_eq!(
+        dry,
+        "~ update    eleven#concurrent: capacity 5 -> 10\n\
+         ? not in file old#rpm (kept; --prune deletes it)\n\
+         + create    openai#rpm: requests, capacity 500, refill 8.333333/s, cost per call 1\n\
+         + create    openai#tpm: tokens, capacity 2000000, refill 33333.333333/s, cost per call 1\n\
+         dry run: 3 change(s), nothing applied\n"
+    );
+    // A dry run changes nothing.
+    assert_eq!(
+        cli.json(&["bucket", "list", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let applied = cli.ok(&["apply", file]);
+    assert!(applied.ends_with("applied 3 change(s)\n"), "{applied}");
+    assert_eq!(
+        cli.json(&["bucket", "get", "eleven#concurrent", "--json"])["capacity"],
+        10
+    );
+    let again = cli.ok(&["apply", file, "--prune"]);
+    assert_eq!(
+        again,
+        "= unchanged eleven#concurrent\n\
+         - delete    old#rpm\n\
+         = unchanged openai#rpm\n\
+         = unchanged openai#tpm\n\
+         applied 1 change(s)\n"
+    );
+    cli.fails(&["bucket", "get", "old#rpm"], 3, "old#rpm");
+}
+
+#[test]
+fn apply_rejects_a_bad_file_before_touching_the_table() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    let cases = [
+        (
+            "[\"openai#rpm\"]\ntype = \"requests\"\n",
+            "[\"openai#rpm\"]: a requests bucket needs a refill rate",
+        ),
+        (
+            "[\"openai\"]\ntype = \"concurrent\"\ncapacity = 1\n",
+            "exactly one `#`",
+        ),
+        (
+            "[\"a#b\"]\ntype = \"concurrent\"\ncapacty = 1\n",
+            "unknown field `capacty`",
+        ),
+        (
+            "[\"a#b\"]\ntype = \"tokens\"\nrefill = \"10/s\"\ncapacity = 5\ncost_per_call = 6\n",
+            "cost per call",
+        ),
+        ("this is not toml", "expected"),
+    ];
+    for (text, message) in cases {
+        let file = cli.file(text);
+        cli.fails(&["apply", file.to_str().unwrap()], 2, message);
+    }
+    cli.fails(
+        &["apply", "/nonexistent/buckets.toml"],
+        2,
+        "cannot read /nonexistent/buckets.toml",
+    );
+    assert_eq!(
+        cli.json(&["bucket", "list", "--json"]),
+        serde_json::json!([])
+    );
+}
+
+#[test]
+fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    cli.ok(&["apply", cli.file(FILE).to_str().unwrap()]);
+    cli.ok(&["acquire", "eleven#concurrent", "--keep", "--ttl", "10m"]);
+    let table = cli.ok(&["status"]);
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        [
+            "DIMENSION",
+            "TYPE",
+            "CAPACITY",
+            "AVAILABLE",
+            "REFILL/S",
+            "LEASES",
+            "TIME",
+            "TO",
+            "FULL"
+        ]
+    );
+    assert_eq!(
+        rows[1],
+        [
+            "eleven#concurrent",
+            "concurrent",
+            "10",
+            "9",
+            "0",
+            "1",
+            "on",
+            "release"
+        ]
+    );
+    assert_eq!(
+        rows[2],
+        [
+            "openai#rpm",
+            "requests",
+            "500",
+            "500",
+            "8.333333",
+            "0",
+            "full"
+        ]
+    );
+    assert_eq!(rows[3][0], "openai#tpm");
+    // Columns line up.
+    let at = |line: &str, word: &str| line.find(word).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(at(lines[0], "AVAILABLE"), at(lines[1], " 9 ") + 1);
+    let json = cli.json(&["status", "--json"]);
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    let concurrent = &rows[0];
+    let mut keys: Vec<&str> = concurrent
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "available",
+            "capacity",
+            "cost_per_call",
+            "dimension",
+            "expired_leases",
+            "leased",
+            "live_leases",
+            "refill_per_second",
+            "time_to_full_ms",
+            "type",
+            "version"
+        ]
+    );
+    assert_eq!(concurrent["dimension"], "eleven#concurrent");
+    assert_eq!(concurrent["available"], 9);
+    assert_eq!(concurrent["live_leases"], 1);
+    assert_eq!(concurrent["time_to_full_ms"], Value::Null);
+    assert_eq!(rows[1]["time_to_full_ms"], 0);
+    let one = cli.json(&["status", "openai#tpm", "--json"]);
+    assert_eq!(one.as_array().unwrap().len(), 1);
+    cli.fails(&["status", "nobody#rpm"], 3, "nobody#rpm");
+    let watched = cli.ok(&["status", "--watch", "100ms", "--count", "3"]);
+    assert_eq!(watched.matches("DIMENSION").count(), 3, "{watched}");
+    assert_eq!(watched.matches(&format!("{} at ", cli.table)).count(), 3);
+}
+
+#[test]
+fn acquire_grants_releases_and_answers_retry_in_with_its_own_exit_code() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    cli.ok(&[
+        "bucket",
+        "put",
+        "slow#rpm",
+        "--type",
+        "requests",
+        "--refill",
+        "1/min",
+        "--capacity",
+        "1",
+    ]);
+    let out = cli.ok(&["acquire", "slow#rpm"]);
+    assert!(out.starts_with("granted lease#slow#rpm#"), "{out}");
+    assert!(out.ends_with("released\n"), "{out}");
+    let denied = cli.fails(&["acquire", "slow#rpm"], 75, "slow#rpm is short; retry in");
+    assert!(denied.stdout.starts_with("retry in "), "{}", denied.stdout);
+    cli.fails(
+        &["acquire", "slow#rpm", "--cost", "2"],
+        2,
+        "exceeds the capacity",
+    );
+    cli.fails(&["acquire", "nobody#rpm"], 3, "nobody#rpm");
+    cli.fails(
+        &["acquire", "slow#rpm", "--hold", "2m", "--ttl", "1m"],
+        2,
+        "longer than the lease",
+    );
+    cli.fails(
+        &["acquire", "slow#rpm", "--hold", "soon"],
+        2,
+        "is not a duration",
+    );
+}
+
+#[test]
+fn reconcile_once_or_every_interval() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    let once = cli.ok(&["reconcile"]);
+    assert_eq!(
+        once,
+        "0 expired leases: 0 restored (0 tokens), 0 already gone; 0 concurrent buckets checked: 0 healed (0 tokens), 0 busy; 0 errors\n"
+    );
+    let json = cli.json(&["reconcile", "--json"]);
+    for key in [
+        "leases_seen",
+        "leases_restored",
+        "tokens_restored",
+        "leases_skipped",
+        "buckets_checked",
+        "buckets_healed",
+        "tokens_healed",
+        "buckets_busy",
+        "errors",
+    ] {
+        assert!(json.get(key).is_some(), "{key} missing from {json}");
+    }
+    let twice = cli.ok(&["reconcile", "--every", "100ms", "--count", "2", "--json"]);
+    assert_eq!(twice.lines().count(), 2, "{twice}");
+}
+
+#[test]
+fn a_killed_callers_slot_is_restored_by_one_reconcile_pass() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    cli.ok(&[
+        "bucket",
+        "put",
+        "eleven#concurrent",
+        "--type",
+        "concurrent",
+        "--capacity",
+        "2",
+    ]);
+    // A caller takes a slot and is killed with SIGKILL while holding it.
+    let mut child = cli
+        .command(&[
+            "acquire",
+            "eleven#concurrent",
+            "--ttl",
+            "2s",
+            "--hold",
+            "2s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("granted"), "{line}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let status = cli.json(&["status", "--json"]);
+    assert_eq!(status[0]["available"], 1);
+    assert_eq!(status[0]["live_leases"], 1);
+    // Before expiry there is nothing to restore.
+    assert_eq!(cli.json(&["reconcile", "--json"])["leases_restored"], 0);
+    std::thread::sleep(Duration::from_millis(2_100));
+    let pass = cli.json(&["reconcile", "--json"]);
+    assert_eq!(pass["leases_seen"], 1, "{pass}");
+    assert_eq!(pass["leases_restored"], 1, "{pass}");
+    assert_eq!(pass["tokens_restored"], 1, "{pass}");
+    assert_eq!(pass["buckets_healed"], 0, "{pass}");
+    let status = cli.json(&["status", "--json"]);
+    assert_eq!(status[0]["available"], 2);
+    assert_eq!(status[0]["live_leases"], 0);
+    assert_eq!(status[0]["expired_leases"], 0);
+    let second = cli.json(&["reconcile", "--json"]);
+    assert_eq!(second["leases_seen"], 0, "{second}");
+    assert_eq!(second["leases_restored"], 0, "{second}");
+    assert_eq!(second["buckets_healed"], 0, "{second}");
+    assert_eq!(cli.json(&["status", "--json"])[0]["available"], 2);
+}
