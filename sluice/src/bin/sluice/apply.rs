@@ -263,7 +263,7 @@ capacity = 10
             (
                 "[\"openai\"]\ntype = \"concurrent\"\ncapacity = 1\n",
                 "openai",
-                "vendor#metric",
+                "exactly one `#`",
             ),
             (
                 "[\"a#b\"]\ntype = \"bursty\"\n",
