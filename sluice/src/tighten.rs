@@ -38,10 +38,11 @@ impl Sluice {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use sluice::{Bucket, RefillRate, Sluice, Tighten};
+    /// use sluice::{Bucket, ManualClock, RefillRate, Sluice, Tighten, UnixMillis};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-    /// let sluice = Sluice::in_memory();
+    /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    /// let sluice = Sluice::builder().clock(clock).build()?;
     /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_second(10))).await?;
     ///
     /// // The vendor answered 429 with `retry-after: 7`: every client now waits 7 s.
