@@ -88,6 +88,7 @@ pub struct Bucket {
     capacity: Tokens,
     refill_rate: RefillRate,
     cost_per_call: Tokens,
+    leases: bool,
 }
 
 /// Why a bucket definition is unusable.
@@ -106,6 +107,9 @@ pub enum BucketError {
     /// A concurrent bucket with a refill rate.
     #[error("a `concurrent` bucket does not refill over time; its refill rate must be 0")]
     ConcurrentRefill,
+    /// A concurrent bucket in lean mode.
+    #[error("a `concurrent` bucket cannot be lean: its slots come back through lease rows")]
+    LeanConcurrent,
     /// Cost per call is negative or above capacity.
     #[error("cost per call must be between 0 and the capacity {capacity}, got {cost}")]
     CostPerCall {
@@ -128,6 +132,7 @@ impl Bucket {
             capacity: capacity.into(),
             refill_rate,
             cost_per_call: Tokens::new(1),
+            leases: true,
         }
     }
 
@@ -161,6 +166,31 @@ impl Bucket {
         self
     }
 
+    /// Lean mode, for `requests` and `tokens` buckets: a grant is one conditional write of
+    /// the bucket row and nothing else: no lease row, and releasing costs no call.
+    ///
+    /// The trade-off: a caller that crashes after a grant is never refunded (there is no
+    /// lease for the reconciler to find), which for `requests` and `tokens` only means the
+    /// quota it took stays used, as it would have if the call had gone out. `concurrent`
+    /// buckets cannot be lean: their slots come back through leases.
+    ///
+    /// ```
+    /// use sluice::{Bucket, RefillRate};
+    ///
+    /// let rpm = Bucket::requests(RefillRate::per_minute(500)).lean();
+    /// assert!(!rpm.keeps_leases());
+    /// assert!(Bucket::concurrent(10).lean().validate().is_err());
+    /// ```
+    pub fn lean(mut self) -> Self {
+        self.leases = false;
+        self
+    }
+
+    /// Whether grants write lease rows (`false` in [lean mode](Self::lean)).
+    pub fn keeps_leases(&self) -> bool {
+        self.leases
+    }
+
     /// What the bucket counts.
     pub fn limit_type(&self) -> LimitType {
         self.limit_type
@@ -192,6 +222,9 @@ impl Bucket {
         match self.limit_type {
             LimitType::Concurrent if !self.refill_rate.is_zero() => {
                 return Err(BucketError::ConcurrentRefill);
+            }
+            LimitType::Concurrent if !self.leases => {
+                return Err(BucketError::LeanConcurrent);
             }
             LimitType::Requests | LimitType::Tokens if self.refill_rate.is_zero() => {
                 return Err(BucketError::NoRefill(self.limit_type));

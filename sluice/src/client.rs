@@ -11,9 +11,10 @@ use tracing::Instrument as _;
 use crate::acquire::{Acquire, Wanted};
 use crate::bucket::{Bucket, BucketState, LimitType, Take};
 use crate::clock::{Clock, SystemClock, UnixMillis};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Protocol};
 use crate::dimension::Dimension;
 use crate::error::Error;
+use crate::fast::Lanes;
 use crate::lease::{Lease, LeaseId, LeasePart};
 use crate::snapshot::Snapshot;
 use crate::store::{
@@ -59,6 +60,8 @@ struct Inner {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     config: Config,
+    /// What this client knows of each dimension's row (the fast path).
+    lanes: Lanes,
 }
 
 impl fmt::Debug for Sluice {
@@ -186,6 +189,7 @@ impl SluiceBuilder {
                 store,
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
                 config: self.config,
+                lanes: Lanes::default(),
             }),
         })
     }
@@ -227,6 +231,11 @@ impl Sluice {
         &self.inner.store
     }
 
+    /// The fast path's knowledge of each dimension's row.
+    pub(crate) fn lanes(&self) -> &Lanes {
+        &self.inner.lanes
+    }
+
     /// The current time by the client's clock.
     pub fn now(&self) -> UnixMillis {
         self.inner.clock.now()
@@ -249,15 +258,23 @@ impl Sluice {
             retry_in_ms = tracing::field::Empty,
         );
         let started = std::time::Instant::now();
-        let result = self
-            .acquire_resolved(&wanted, ttl)
-            .instrument(span.clone())
-            .await;
-        crate::metrics::acquired(
-            &DisplayDims(&wanted).to_string(),
-            &result,
-            started.elapsed(),
-        );
+        let label = DisplayDims(&wanted).to_string();
+        let result = match (self.inner.config.protocol, <[Wanted; 1]>::try_from(wanted)) {
+            (Protocol::Fast, Ok([one])) => {
+                self.acquire_fast(one, ttl).instrument(span.clone()).await
+            }
+            (_, Ok(one)) => {
+                self.acquire_resolved(&one, ttl)
+                    .instrument(span.clone())
+                    .await
+            }
+            (_, Err(many)) => {
+                self.acquire_resolved(&many, ttl)
+                    .instrument(span.clone())
+                    .await
+            }
+        };
+        crate::metrics::acquired(&label, &result, started.elapsed());
         match &result {
             Ok(lease) => {
                 span.record("outcome", "granted");
@@ -322,19 +339,23 @@ impl Sluice {
                             tokens,
                             last_refill_at,
                         });
-                        leases.push(LeaseWrite::Create(LeaseRecord {
-                            key: key.clone(),
-                            dimension: row.dimension.clone(),
-                            cost,
-                            created_at: now,
-                            expires_at,
-                            caller: self.inner.config.caller.clone(),
-                        }));
+                        let has_row = row.bucket.keeps_leases();
+                        if has_row {
+                            leases.push(LeaseWrite::Create(LeaseRecord {
+                                key: key.clone(),
+                                dimension: row.dimension.clone(),
+                                cost,
+                                created_at: now,
+                                expires_at,
+                                caller: self.inner.config.caller.clone(),
+                            }));
+                        }
                         parts.push(LeasePart {
                             key,
                             dimension: row.dimension.clone(),
                             cost,
                             restores: row.bucket.limit_type().restores_on_release(),
+                            has_row,
                         });
                     }
                 }
@@ -433,7 +454,7 @@ impl Sluice {
     /// of its live leases. Expired leases found on the way are given back at once (the
     /// reconciler's work, done exactly once); then `None` asks the caller to look again.
     /// With no lease at all, the configured lease TTL bounds the wait.
-    async fn concurrent_wait(
+    pub(crate) async fn concurrent_wait(
         &self,
         row: &BucketState,
         now: UnixMillis,
@@ -473,6 +494,7 @@ impl Sluice {
                 dimension: r.dimension,
                 cost: r.cost,
                 restores: true,
+                has_row: true,
             })
             .collect();
         self.end_parts(parts, None).await
@@ -514,19 +536,28 @@ impl Sluice {
                 self.inner.store.read_buckets(&dims).await?
             };
             let now = self.now();
-            let buckets = restore
+            // A deleted bucket has nothing to give back to.
+            let after: Vec<BucketState> = restore
                 .iter()
                 .zip(rows)
                 .filter_map(|((_, amount), row)| {
-                    // A deleted bucket has nothing to give back to.
                     let row = row?;
                     let (tokens, last_refill_at) = row.restored(*amount, now);
-                    Some(BucketWrite {
-                        dimension: row.dimension.clone(),
-                        expected_version: row.version,
+                    Some(BucketState {
                         tokens,
                         last_refill_at,
+                        version: row.version + 1,
+                        ..row
                     })
+                })
+                .collect();
+            let buckets = after
+                .iter()
+                .map(|row| BucketWrite {
+                    dimension: row.dimension.clone(),
+                    expected_version: row.version - 1,
+                    tokens: row.tokens,
+                    last_refill_at: row.last_refill_at,
                 })
                 .collect();
             let commit = Commit {
@@ -537,7 +568,12 @@ impl Sluice {
                     .collect(),
             };
             match self.inner.store.commit(commit).await {
-                Ok(()) => return Ok(parts.len()),
+                Ok(()) => {
+                    for row in after {
+                        self.inner.lanes.remember(row);
+                    }
+                    return Ok(parts.len());
+                }
                 Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
                     tracing::debug!(%key, "lease row already gone (released or reconciled)");
                     parts.retain(|p| p.key != key);
@@ -594,13 +630,25 @@ impl Sluice {
                     tokens,
                     last_refill_at,
                 }],
-                leases: vec![LeaseWrite::SetCost {
-                    key: part.key.clone(),
-                    cost: actual,
-                }],
+                leases: if part.has_row {
+                    vec![LeaseWrite::SetCost {
+                        key: part.key.clone(),
+                        cost: actual,
+                    }]
+                } else {
+                    Vec::new()
+                },
             };
             match self.inner.store.commit(commit).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.inner.lanes.remember(BucketState {
+                        tokens,
+                        last_refill_at,
+                        version: row.version + 1,
+                        ..row
+                    });
+                    return Ok(());
+                }
                 Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
                     return Err(Error::LeaseNotFound(key.to_string()));
                 }
@@ -636,6 +684,7 @@ impl Sluice {
                 key: r.key,
                 dimension: r.dimension,
                 cost: r.cost,
+                has_row: true,
             })
             .collect();
         Ok(self.end_parts(parts, None).await? > 0)
@@ -834,6 +883,8 @@ impl Sluice {
                 }
             };
             if self.inner.store.put_bucket(&state, expected).await? {
+                self.inner.lanes.forget(&dimension);
+                self.inner.lanes.remember(state.clone());
                 return Ok(state);
             }
             if attempt > self.inner.config.max_retries {
@@ -865,6 +916,7 @@ impl Sluice {
     /// Deletes the bucket of `dimension`; returns whether it existed.
     pub async fn delete_bucket(&self, dimension: &str) -> Result<bool, Error> {
         let dimension = Dimension::new(dimension)?;
+        self.inner.lanes.forget(&dimension);
         Ok(self.inner.store.delete_bucket(&dimension).await?)
     }
 

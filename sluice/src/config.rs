@@ -44,6 +44,7 @@ pub enum ConfigError {
 /// | `SLUICE_LEASE_TTL` | default lease TTL, seconds | 60 |
 /// | `SLUICE_MAX_RETRIES` | contention retries before giving up | 5 |
 /// | `SLUICE_CALLER` | `caller` written on leases | Lambda function name or host name |
+/// | `SLUICE_PROTOCOL` | `fast` or `seed` (see [`Protocol`]) | `fast` |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The DynamoDB table, if any.
@@ -56,6 +57,22 @@ pub struct Config {
     pub max_retries: u32,
     /// Who takes leases, written on lease rows.
     pub caller: String,
+    /// How acquires talk to the store.
+    pub protocol: Protocol,
+}
+
+/// How acquires talk to the store (`SLUICE_PROTOCOL`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// One conditional write per grant, from the row this client last saw; a denial it
+    /// already knows costs no call; concurrent acquires on one dimension share a write
+    /// (`fast`, the default).
+    #[default]
+    Fast,
+    /// The seed design's protocol: a consistent read, then the conditional write (`seed`).
+    /// The baseline the fast path is measured against.
+    Seed,
 }
 
 impl Default for Config {
@@ -66,6 +83,7 @@ impl Default for Config {
             lease_ttl: DEFAULT_LEASE_TTL,
             max_retries: DEFAULT_MAX_RETRIES,
             caller: default_caller(),
+            protocol: Protocol::default(),
         }
     }
 }
@@ -105,6 +123,19 @@ impl Config {
                 value: v.clone(),
                 reason: "expected a whole number, 0 or more",
             })?;
+        }
+        if let Some(v) = non_empty("SLUICE_PROTOCOL") {
+            config.protocol = match v.trim() {
+                "fast" => Protocol::Fast,
+                "seed" => Protocol::Seed,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        variable: "SLUICE_PROTOCOL",
+                        value: v,
+                        reason: "expected `fast` or `seed`",
+                    });
+                }
+            };
         }
         if let Some(v) = non_empty("SLUICE_CALLER") {
             config.caller = v;
@@ -156,8 +187,11 @@ mod tests {
             ("SLUICE_LEASE_TTL", "30"),
             ("SLUICE_MAX_RETRIES", "2"),
             ("SLUICE_CALLER", "audit-service"),
+            ("SLUICE_PROTOCOL", "seed"),
         ]))
         .unwrap();
+        assert_eq!(c.protocol, Protocol::Seed);
+        assert!(Config::from_lookup(env(&[("SLUICE_PROTOCOL", "turbo")])).is_err());
         assert_eq!(c.table_name.as_deref(), Some("vendor-buckets-pre"));
         assert_eq!(c.endpoint_url.as_deref(), Some("http://127.0.0.1:8000"));
         assert_eq!(c.lease_ttl, Duration::from_secs(30));

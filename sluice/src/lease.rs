@@ -81,6 +81,8 @@ pub(crate) struct LeasePart {
     pub(crate) cost: Tokens,
     /// Whether release gives the cost back (`concurrent` buckets).
     pub(crate) restores: bool,
+    /// Whether a lease row exists (`false` for a bucket in lean mode: nothing to release).
+    pub(crate) has_row: bool,
 }
 
 /// Tokens held on one or several dimensions, granted by [`Sluice::acquire`].
@@ -143,7 +145,10 @@ impl Lease {
     ///
     /// Releasing a lease that has already expired and been reconciled changes nothing.
     pub async fn release(mut self) -> Result<(), Error> {
-        let parts = std::mem::take(&mut self.parts);
+        let parts = self.take_rows();
+        if parts.is_empty() {
+            return Ok(());
+        }
         self.client
             .end_parts(parts, Some(self.expires_at))
             .await
@@ -218,12 +223,21 @@ impl fmt::Debug for Lease {
     }
 }
 
+impl Lease {
+    /// Takes the parts that have lease rows to end; lean parts need nothing.
+    fn take_rows(&mut self) -> Vec<LeasePart> {
+        let mut parts = std::mem::take(&mut self.parts);
+        parts.retain(|p| p.has_row);
+        parts
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.parts.is_empty() {
+        let parts = self.take_rows();
+        if parts.is_empty() {
             return;
         }
-        let parts = std::mem::take(&mut self.parts);
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 let client = self.client.clone();

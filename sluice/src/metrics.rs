@@ -9,6 +9,7 @@
 //! | `sluice_errors_total` | counter | `dimension`, `error` | acquires failed otherwise (`error`: the cause, e.g. `store_throttled`, `contention`) |
 //! | `sluice_contention_retries_total` | counter | `dimension` | commits lost to another writer and retried |
 //! | `sluice_acquire_duration_seconds` | histogram | `outcome` (`granted`, `retry_in`, `error`) | acquire latency |
+//! | `sluice_grants_per_write` | histogram | | grants carried by one fast-path write |
 //! | `sluice_reconcile_passes_total` | counter | | reconcile passes |
 //! | `sluice_reconcile_leases_restored_total` | counter | | expired leases given back |
 //! | `sluice_reconcile_leases_skipped_total` | counter | | expired leases already gone |
@@ -57,6 +58,11 @@ pub(crate) fn acquired(dimension: &str, result: &Result<crate::Lease, Error>, el
 pub(crate) fn contention_retry(dimension: &str) {
     metrics::counter!("sluice_contention_retries_total", "dimension" => dimension.to_owned())
         .increment(1);
+}
+
+/// Records how many grants one fast-path write carried.
+pub(crate) fn batch(grants: usize) {
+    metrics::histogram!("sluice_grants_per_write").record(grants as f64);
 }
 
 /// Records a reconcile pass.

@@ -141,6 +141,7 @@ impl Sluice {
             dimension: lease.dimension,
             cost: lease.cost,
             restores: true,
+            has_row: true,
         };
         match self.end_parts(vec![part], None).await {
             Ok(0) => report.leases_skipped += 1,

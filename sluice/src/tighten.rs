@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::bucket::LimitType;
+use crate::bucket::{BucketState, LimitType};
 use crate::client::{Sluice, backoff_delay, new_unique};
 use crate::dimension::Dimension;
 use crate::error::Error;
@@ -119,8 +119,17 @@ impl Sluice {
                     }
                 }
             };
+            let written = commit.buckets.first().map(|w| BucketState {
+                tokens: w.tokens,
+                last_refill_at: w.last_refill_at,
+                version: row.version + 1,
+                ..row.clone()
+            });
             match self.store().commit(commit).await {
                 Ok(()) => {
+                    if let Some(row) = written {
+                        self.lanes().remember(row);
+                    }
                     tracing::info!(%dimension, ?how, "bucket tightened from the vendor's report");
                     return Ok(true);
                 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use sluice::store::{LeaseFilter, StoreError};
 use sluice::{
-    Acquire, Bucket, Config, DynamoStore, Error, ManualClock, RefillRate, Sluice, Store, Tokens,
-    UnixMillis,
+    Acquire, Bucket, Config, DynamoStore, Error, ManualClock, Protocol, RefillRate, Sluice, Store,
+    Tokens, UnixMillis,
 };
 
 /// Each conformance test on a table of its own: the reconciler works table-wide.
@@ -422,28 +422,121 @@ async fn connect_uses_the_configured_table_and_endpoint() {
 }
 
 #[tokio::test]
-async fn calls_and_write_units_are_counted() {
+async fn calls_and_write_units_per_grant_in_each_protocol_and_mode() {
     let Some(store) = dynamo::store().await else {
         return;
     };
-    let sluice = Sluice::builder().store(store.clone()).build().unwrap();
-    let dim = format!("{}#rpm", vendor());
-    sluice
-        .put_bucket(&dim, Bucket::requests(RefillRate::per_second(10)))
+    let clock = ManualClock::new(UnixMillis::from_secs(dynamo::future_secs()));
+    let client = |protocol: Protocol| {
+        Sluice::builder()
+            .store(store.clone())
+            .clock(clock.clone())
+            .config(Config {
+                protocol,
+                ..Config::default()
+            })
+            .build()
+            .unwrap()
+    };
+    let calls = || store.stats().calls;
+    let vendor = vendor();
+    let rpm = format!("{vendor}#rpm");
+    let lean = format!("{vendor}#lean");
+    let seed = client(Protocol::Seed);
+    seed.put_bucket(&rpm, Bucket::requests(RefillRate::per_second(10)))
         .await
         .unwrap();
-    let before = store.stats();
-    sluice
-        .acquire(dim.as_str())
+    seed.put_bucket(
+        &lean,
+        Bucket::requests(RefillRate::per_second(1))
+            .with_capacity(3)
+            .lean(),
+    )
+    .await
+    .unwrap();
+
+    // The seed protocol: a read and a two-item transaction, then the lease's delete.
+    let before = calls();
+    let lease = seed.acquire(rpm.as_str()).await.unwrap();
+    assert_eq!(calls() - before, 2);
+    lease.release().await.unwrap();
+    assert_eq!(calls() - before, 3);
+
+    // The fast path: a new client reads once; after that, one write per grant.
+    let fast = client(Protocol::Fast);
+    let before = calls();
+    fast.acquire(rpm.as_str())
         .await
         .unwrap()
         .release()
         .await
         .unwrap();
-    let after = store.stats();
-    // Seed protocol: read, two-item transaction, lease delete.
-    assert_eq!(after.calls - before.calls, 3);
-    assert!(after.write_milliunits > before.write_milliunits);
+    assert_eq!(
+        calls() - before,
+        3,
+        "first acquire: read, transaction; then the delete"
+    );
+    for _ in 0..5 {
+        let before = calls();
+        let lease = fast.acquire(rpm.as_str()).await.unwrap();
+        assert_eq!(calls() - before, 1, "one call per acquire");
+        lease.release().await.unwrap();
+        assert_eq!(calls() - before, 2, "and the lease's delete");
+    }
+
+    // Lean mode: one conditional write per grant, one write unit, nothing on release.
+    let lean_client = client(Protocol::Fast);
+    lean_client
+        .acquire(lean.as_str())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let before = store.stats();
+        let lease = lean_client.acquire(lean.as_str()).await.unwrap();
+        lease.release().await.unwrap();
+        let after = store.stats();
+        assert_eq!(after.calls - before.calls, 1);
+        assert!(
+            after.write_milliunits - before.write_milliunits <= 1_000,
+            "{} write milliunits",
+            after.write_milliunits - before.write_milliunits
+        );
+    }
+    assert_eq!(
+        store
+            .list_leases(&LeaseFilter {
+                dimension: Some(lean.parse().unwrap()),
+                expired_before: None,
+            })
+            .await
+            .unwrap()
+            .len(),
+        0,
+        "lean grants write no lease rows"
+    );
+
+    // Denials from a bucket known to be empty: no call until the retry time.
+    let before = calls();
+    let mut waits = Vec::new();
+    for _ in 0..10 {
+        waits.push(
+            lean_client
+                .acquire(lean.as_str())
+                .await
+                .unwrap_err()
+                .retry_in()
+                .unwrap(),
+        );
+    }
+    assert_eq!(calls() - before, 0, "denials answered locally");
+    assert_eq!(waits[0], Duration::from_secs(1));
+    clock.advance(waits[0]);
+    let granted = lean_client.acquire(lean.as_str()).await.unwrap();
+    assert_eq!(calls() - before, 1);
+    granted.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -253,6 +253,48 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// The same error for another waiter: same variant and fields, the underlying source
+    /// kept as its message.
+    pub(crate) fn clone_lossy(&self) -> StoreError {
+        let source = |s: &Option<BoxError>| -> Option<BoxError> {
+            s.as_ref()
+                .map(|e| Box::new(Message(e.to_string())) as BoxError)
+        };
+        match self {
+            StoreError::TableNotFound { table } => StoreError::TableNotFound {
+                table: table.clone(),
+            },
+            StoreError::Throttled { source: s } => StoreError::Throttled { source: source(s) },
+            StoreError::Timeout { source: s } => StoreError::Timeout { source: source(s) },
+            StoreError::CorruptRow { key, reason } => StoreError::CorruptRow {
+                key: key.clone(),
+                reason: reason.clone(),
+            },
+            StoreError::Unavailable { message, source: s } => StoreError::Unavailable {
+                message: message.clone(),
+                source: source(s),
+            },
+            StoreError::Service { message, source: s } => StoreError::Service {
+                message: message.clone(),
+                source: source(s),
+            },
+        }
+    }
+}
+
+/// An error carried as its message.
+#[derive(Debug)]
+struct Message(String);
+
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl StdError for Message {}
+
 /// Where sluice keeps bucket and lease rows.
 ///
 /// Implementations must make [`commit`](Store::commit) atomic and check every condition

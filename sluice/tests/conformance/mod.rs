@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use sluice::store::{LeaseFilter, Store};
 use sluice::{
-    Acquire, Bucket, Error, LimitType, ManualClock, RefillRate, Sluice, Tighten, Tokens, UnixMillis,
+    Acquire, Bucket, Config, Error, LimitType, ManualClock, Protocol, RefillRate, Sluice, Tighten,
+    Tokens, UnixMillis,
 };
 
 /// One test's world: a store, a manual clock, and a client on both.
@@ -19,11 +20,12 @@ pub struct Env {
     pub store: Arc<dyn Store>,
     pub clock: ManualClock,
     pub sluice: Sluice,
+    protocol: Protocol,
     vendor: String,
 }
 
 impl Env {
-    pub fn new(store: Arc<dyn Store>) -> Env {
+    pub fn new(store: Arc<dyn Store>, protocol: Protocol) -> Env {
         // One day ahead of the real clock, in whole seconds: a store with a real TTL sweeper
         // (DynamoDB) must not delete the lease rows of a test clock set in the past.
         let now = std::time::SystemTime::now()
@@ -32,27 +34,37 @@ impl Env {
             .as_secs() as i64;
         let clock = ManualClock::new(UnixMillis::from_secs(now + 86_400));
         let vendor = format!("v{:016x}", rand_u64());
-        let sluice = Env::client_on(&store, &clock, "conformance");
+        let sluice = Env::client_on(&store, &clock, "conformance", protocol);
         Env {
             store,
             clock,
             sluice,
+            protocol,
             vendor,
         }
     }
 
     /// Another client (another "process") on the same store and clock.
     pub fn client(&self, caller: &str) -> Sluice {
-        Env::client_on(&self.store, &self.clock, caller)
+        Env::client_on(&self.store, &self.clock, caller, self.protocol)
     }
 
-    fn client_on(store: &Arc<dyn Store>, clock: &ManualClock, caller: &str) -> Sluice {
+    fn client_on(
+        store: &Arc<dyn Store>,
+        clock: &ManualClock,
+        caller: &str,
+        protocol: Protocol,
+    ) -> Sluice {
         Sluice::builder()
             .store_arc(store.clone())
             .clock(clock.clone())
-            .caller(caller)
-            .lease_ttl(Duration::from_secs(60))
-            .max_retries(50)
+            .config(Config {
+                caller: caller.to_owned(),
+                lease_ttl: Duration::from_secs(60),
+                max_retries: 50,
+                protocol,
+                ..Config::default()
+            })
             .build()
             .expect("client builds")
     }
@@ -122,8 +134,15 @@ fn retry_in(result: Result<sluice::Lease, Error>) -> Duration {
 /// Generates one `#[tokio::test]` per conformance check, each on a store from `$make`
 /// (`None`: the store is not available and the test skips).
 macro_rules! suite {
-    ($make:path) => {
-        $crate::conformance::suite!(@tests $make;
+    ($make:ident) => {
+        $crate::conformance::suite!(@all $make, ::sluice::Protocol::Fast);
+        /// The same suite on the seed design's protocol (read, then write).
+        mod seed_protocol {
+            $crate::conformance::suite!(@all super::$make, ::sluice::Protocol::Seed);
+        }
+    };
+    (@all $make:path, $protocol:expr) => {
+        $crate::conformance::suite!(@tests $make, $protocol;
             a_grant_takes_cost_per_call_and_bumps_the_version,
             an_exhausted_bucket_answers_an_exact_retry_in_and_grants_at_that_instant,
             retry_in_rounds_up_to_the_millisecond,
@@ -152,15 +171,19 @@ macro_rules! suite {
             reconcile_heals_a_concurrent_bucket_whose_lease_vanished,
             release_and_two_reconcilers_racing_restore_exactly_once,
             snapshots_cover_every_bucket,
+            lean_buckets_grant_without_lease_rows,
+            racing_clients_and_tasks_never_over_grant_a_lean_bucket,
+            many_tasks_on_one_client_never_over_grant,
         );
     };
-    (@tests $make:path; $($name:ident),* $(,)?) => {
+    (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $name() {
                 let store: Option<::std::sync::Arc<dyn ::sluice::Store>> = $make().await;
                 if let Some(store) = store {
-                    $crate::conformance::$name($crate::conformance::Env::new(store)).await;
+                    $crate::conformance::$name($crate::conformance::Env::new(store, $protocol))
+                        .await;
                 }
             }
         )*
@@ -1069,4 +1092,158 @@ pub async fn snapshots_cover_every_bucket(env: Env) {
         "sorted by dimension"
     );
     held.release().await.unwrap();
+}
+
+pub async fn lean_buckets_grant_without_lease_rows(env: Env) {
+    let dim = env.dim("rpm");
+    env.sluice
+        .put_bucket(
+            &dim,
+            Bucket::requests(RefillRate::per_second(4))
+                .with_capacity(3)
+                .lean(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !env.sluice
+            .bucket(&dim)
+            .await
+            .unwrap()
+            .unwrap()
+            .bucket
+            .keeps_leases()
+    );
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(env.sluice.acquire(dim.as_str()).await.unwrap());
+    }
+    assert_eq!(env.lease_count("rpm").await, 0, "no lease rows");
+    assert_eq!(env.tokens("rpm").await, Tokens::ZERO);
+    // Exact RetryIn, from this client and from another one.
+    assert_eq!(
+        retry_in(env.sluice.acquire(dim.as_str()).await),
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        retry_in(env.client("other").acquire(dim.as_str()).await),
+        Duration::from_millis(250)
+    );
+    // Adjusting charges the bucket (into debt); releasing costs nothing and gives nothing.
+    let mut first = held.remove(0);
+    first.adjust(&dim, 3).await.unwrap();
+    assert_eq!(env.tokens("rpm").await, Tokens::new(-2));
+    first.release().await.unwrap();
+    for lease in held {
+        lease.release().await.unwrap();
+    }
+    assert_eq!(env.tokens("rpm").await, Tokens::new(-2));
+    // A crashed lean grant leaves nothing for the reconciler.
+    assert!(env.sluice.reconcile().await.unwrap().is_noop());
+    env.advance_ms(750);
+    let again = env.sluice.acquire(dim.as_str()).await.unwrap();
+    again.release().await.unwrap();
+    // `concurrent` buckets cannot be lean.
+    assert!(matches!(
+        env.sluice
+            .put_bucket(&env.dim("concurrent"), Bucket::concurrent(2).lean())
+            .await,
+        Err(Error::InvalidBucket { .. })
+    ));
+}
+
+pub async fn racing_clients_and_tasks_never_over_grant_a_lean_bucket(env: Env) {
+    let capacity = 60;
+    let dim = env.dim("rpm");
+    env.sluice
+        .put_bucket(
+            &dim,
+            Bucket::requests(RefillRate::per_second(1))
+                .with_capacity(capacity)
+                .lean(),
+        )
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let client = env.client(&format!("racer-{i}"));
+        for _ in 0..4 {
+            let client = client.clone();
+            let dim = dim.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut granted = 0u64;
+                loop {
+                    match client.acquire(dim.as_str()).await {
+                        Ok(_) => granted += 1,
+                        Err(Error::RetryIn(_)) => break,
+                        Err(Error::Contention { .. }) => continue,
+                        Err(e) => panic!("unexpected error: {e}"),
+                    }
+                }
+                granted
+            }));
+        }
+    }
+    let mut granted = 0;
+    for t in tasks {
+        granted += t.await.unwrap();
+    }
+    assert_eq!(granted, capacity, "every token granted once, none twice");
+    assert_eq!(env.tokens("rpm").await, Tokens::ZERO);
+    assert_eq!(env.lease_count("rpm").await, 0);
+}
+
+pub async fn many_tasks_on_one_client_never_over_grant(env: Env) {
+    // Acquires of one client on one dimension share writes on the fast path: still exactly
+    // `capacity` grants, each with its own lease row.
+    let capacity = 50;
+    requests(&env, "rpm", capacity, 1).await;
+    env.sluice
+        .put_bucket(&env.dim("concurrent"), Bucket::concurrent(5))
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let client = env.sluice.clone();
+        let rpm = env.dim("rpm");
+        let concurrent = env.dim("concurrent");
+        tasks.push(tokio::spawn(async move {
+            let mut leases = Vec::new();
+            loop {
+                match client.acquire(rpm.as_str()).await {
+                    Ok(lease) => leases.push(lease),
+                    Err(Error::RetryIn(_)) => break,
+                    Err(Error::Contention { .. }) => continue,
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+            // Slots: taken and given back, many times over.
+            for _ in 0..5 {
+                match client.acquire(concurrent.as_str()).await {
+                    Ok(slot) => slot.release().await.unwrap(),
+                    Err(Error::RetryIn(_) | Error::Contention { .. }) => {
+                        tokio::task::yield_now().await
+                    }
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+            leases
+        }));
+    }
+    let mut leases = Vec::new();
+    for t in tasks {
+        leases.extend(t.await.unwrap());
+    }
+    assert_eq!(leases.len() as u64, capacity);
+    assert_eq!(env.tokens("rpm").await, Tokens::ZERO);
+    assert_eq!(env.lease_count("rpm").await as u64, capacity);
+    let ids: std::collections::HashSet<String> =
+        leases.iter().map(|l| l.id().to_string()).collect();
+    assert_eq!(ids.len() as u64, capacity, "every grant its own lease");
+    for l in leases {
+        l.release().await.unwrap();
+    }
+    assert_eq!(env.lease_count("rpm").await, 0);
+    assert_eq!(env.available("concurrent").await, Tokens::new(5));
+    assert_eq!(env.lease_count("concurrent").await, 0);
 }

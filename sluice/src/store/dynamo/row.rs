@@ -2,7 +2,8 @@
 //!
 //! Bucket row: `vendor_dimension` S, `capacity` N, `tokens` N, `refill_rate` N,
 //! `last_refill_at` N (unix seconds, millisecond fraction), `cost_per_call` N,
-//! `limit_type` S, `version` N.
+//! `limit_type` S, `version` N, and sluice's extra `lean` BOOL (only when true) for a
+//! bucket in lean mode.
 //! Lease row: `vendor_dimension` S (`lease#{dimension}#{unique}`), `dimension` S, `cost` N,
 //! `created_at` N, `ttl` N (whole unix seconds, for DynamoDB's TTL), `caller` S, and the
 //! extra `expires_at` N (unix seconds, millisecond fraction) that keeps the exact expiry.
@@ -41,6 +42,8 @@ pub(crate) const CREATED_AT: &str = "created_at";
 pub(crate) const TTL: &str = "ttl";
 pub(crate) const CALLER: &str = "caller";
 pub(crate) const EXPIRES_AT: &str = "expires_at";
+/// sluice's extra bucket attribute: `true` for a bucket in lean mode (no lease rows).
+pub(crate) const LEAN: &str = "lean";
 
 /// How long after a lease expires its `ttl` lets DynamoDB delete it: well beyond the
 /// reconciler's 5-minute schedule, so an expired lease is reconciled, not swept.
@@ -60,7 +63,7 @@ pub(crate) fn key(k: &str) -> Item {
 
 /// The whole bucket row.
 pub(crate) fn bucket_item(state: &BucketState) -> Item {
-    HashMap::from([
+    let mut item = HashMap::from([
         (KEY.to_owned(), s(state.dimension.as_str())),
         (CAPACITY.to_owned(), n(state.bucket.capacity())),
         (TOKENS.to_owned(), n(state.tokens)),
@@ -69,7 +72,11 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
         (COST_PER_CALL.to_owned(), n(state.bucket.cost_per_call())),
         (LIMIT_TYPE.to_owned(), s(state.bucket.limit_type().as_str())),
         (VERSION.to_owned(), n(state.version)),
-    ])
+    ]);
+    if !state.bucket.keeps_leases() {
+        item.insert(LEAN.to_owned(), AttributeValue::Bool(true));
+    }
+    item
 }
 
 /// The whole lease row.
@@ -208,9 +215,20 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
                 "`{VERSION}` must be a whole number ≥ 0, found {version_text}"
             ))
         })?;
+    let lean = match item.get(LEAN) {
+        None => false,
+        Some(AttributeValue::Bool(b)) => *b,
+        Some(other) => {
+            return Err(r.corrupt(format!(
+                "`{LEAN}` must be a boolean (BOOL), found {}",
+                kind(other)
+            )));
+        }
+    };
+    let bucket = Bucket::new(limit_type, capacity, refill_rate).with_cost_per_call(cost_per_call);
     Ok(BucketState {
         dimension,
-        bucket: Bucket::new(limit_type, capacity, refill_rate).with_cost_per_call(cost_per_call),
+        bucket: if lean { bucket.lean() } else { bucket },
         tokens,
         last_refill_at,
         version,
