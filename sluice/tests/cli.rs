@@ -188,6 +188,34 @@ fn bucket_put_get_list_delete() {
         2,
         "needs a refill rate",
     );
+    assert_eq!(
+        cli.ok(&[
+            "bucket", "put", "lean#rpm", "--type", "requests", "--refill", "10/s", "--lean"
+        ]),
+        "lean#rpm: requests, capacity 600, refill 10/s, cost per call 1, lean\n"
+    );
+    assert_eq!(
+        cli.json(&["bucket", "get", "lean#rpm", "--json"])["lean"],
+        true
+    );
+    assert_eq!(
+        cli.json(&["bucket", "get", "openai#rpm", "--json"])["lean"],
+        false
+    );
+    cli.fails(
+        &[
+            "bucket",
+            "put",
+            "a#b",
+            "--type",
+            "concurrent",
+            "--capacity",
+            "2",
+            "--lean",
+        ],
+        2,
+        "cannot be lean",
+    );
     cli.fails(
         &[
             "bucket", "put", "a#b", "--type", "requests", "--refill", "fast",

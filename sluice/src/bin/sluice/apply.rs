@@ -6,6 +6,7 @@
 //! refill = "500/min"
 //! capacity = 500        # optional for requests/tokens: one minute of refill
 //! cost_per_call = 1     # optional
+//! lean = true           # optional: no lease rows (requests/tokens only)
 //!
 //! ["elevenlabs#concurrent"]
 //! type = "concurrent"
@@ -29,6 +30,8 @@ struct Entry {
     capacity: Option<toml::Value>,
     refill: Option<String>,
     cost_per_call: Option<toml::Value>,
+    #[serde(default)]
+    lean: bool,
 }
 
 /// Reads a bucket file; every problem names the dimension and what was expected.
@@ -61,7 +64,7 @@ impl Entry {
             .as_deref()
             .map(|r| cli::rate(r).map_err(|e| format!("refill: {e}")))
             .transpose()?;
-        cli::bucket(limit_type, capacity, refill, cost)
+        cli::bucket(limit_type, capacity, refill, cost, self.lean)
     }
 }
 
@@ -154,7 +157,11 @@ impl fmt::Display for Describe<'_> {
         if b.limit_type() != LimitType::Concurrent {
             write!(f, ", refill {}/s", b.refill_rate())?;
         }
-        write!(f, ", cost per call {}", b.cost_per_call())
+        write!(f, ", cost per call {}", b.cost_per_call())?;
+        if !b.keeps_leases() {
+            f.write_str(", lean")?;
+        }
+        Ok(())
     }
 }
 
@@ -187,6 +194,11 @@ impl fmt::Display for Change {
                         "cost per call",
                         from.cost_per_call().to_string(),
                         to.cost_per_call().to_string(),
+                    ),
+                    (
+                        "lean",
+                        (!from.keeps_leases()).to_string(),
+                        (!to.keeps_leases()).to_string(),
                     ),
                 ];
                 let diffs: Vec<String> = fields
@@ -224,6 +236,7 @@ capacity = 500
 type = "tokens"
 refill = "2000000/min"
 cost_per_call = "1000"
+lean = true
 
 ["elevenlabs#concurrent"]
 type = "concurrent"
@@ -247,7 +260,9 @@ capacity = 10
         );
         assert_eq!(
             get("openai#tpm"),
-            Bucket::tokens(RefillRate::per_minute(2_000_000)).with_cost_per_call(1000)
+            Bucket::tokens(RefillRate::per_minute(2_000_000))
+                .with_cost_per_call(1000)
+                .lean()
         );
         assert_eq!(get("elevenlabs#concurrent"), Bucket::concurrent(10));
     }
@@ -316,7 +331,7 @@ capacity = 10
                 "~ update    elevenlabs#concurrent: capacity 5 -> 10",
                 "? not in file old#rpm (kept; --prune deletes it)",
                 "= unchanged openai#rpm",
-                "+ create    openai#tpm: tokens, capacity 2000000, refill 33333.333333/s, cost per call 1000",
+                "+ create    openai#tpm: tokens, capacity 2000000, refill 33333.333333/s, cost per call 1000, lean",
             ]
         );
         let pruned = plan(&wanted, &current, true);

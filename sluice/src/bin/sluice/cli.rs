@@ -157,6 +157,9 @@ pub(crate) struct Definition {
     /// Tokens an acquire takes when it names no cost.
     #[arg(long)]
     pub(crate) cost_per_call: Option<Tokens>,
+    /// Lean mode (requests/tokens): one write per grant, no lease rows, no crash refund.
+    #[arg(long)]
+    pub(crate) lean: bool,
 }
 
 /// `--type`.
@@ -183,6 +186,7 @@ pub(crate) fn bucket(
     capacity: Option<Tokens>,
     refill: Option<RefillRate>,
     cost_per_call: Option<Tokens>,
+    lean: bool,
 ) -> Result<Bucket, String> {
     let bucket = match (limit_type, refill, capacity) {
         (LimitType::Concurrent, Some(_), _) => {
@@ -212,6 +216,7 @@ pub(crate) fn bucket(
         Some(cost) => bucket.with_cost_per_call(cost),
         None => bucket,
     };
+    let bucket = if lean { bucket.lean() } else { bucket };
     bucket.validate().map_err(|e| e.to_string())?;
     Ok(bucket)
 }
@@ -223,6 +228,7 @@ impl Definition {
             self.capacity,
             self.refill,
             self.cost_per_call,
+            self.lean,
         )
     }
 }
@@ -271,36 +277,64 @@ mod tests {
     fn definitions_say_what_is_missing() {
         let rpm = RefillRate::per_minute(500);
         assert_eq!(
-            bucket(LimitType::Requests, None, Some(rpm), None),
+            bucket(LimitType::Requests, None, Some(rpm), None, false),
             Ok(Bucket::requests(rpm))
         );
         assert_eq!(
-            bucket(LimitType::Concurrent, Some(Tokens::new(5)), None, None),
+            bucket(
+                LimitType::Concurrent,
+                Some(Tokens::new(5)),
+                None,
+                None,
+                false
+            ),
             Ok(Bucket::concurrent(5))
         );
         assert!(
-            bucket(LimitType::Requests, None, None, None)
+            bucket(LimitType::Requests, None, None, None, false)
                 .unwrap_err()
                 .contains("refill rate")
         );
         assert!(
-            bucket(LimitType::Concurrent, None, None, None)
+            bucket(LimitType::Concurrent, None, None, None, false)
                 .unwrap_err()
                 .contains("capacity")
         );
         assert!(
-            bucket(LimitType::Concurrent, Some(Tokens::new(5)), Some(rpm), None)
-                .unwrap_err()
-                .contains("does not refill")
+            bucket(
+                LimitType::Concurrent,
+                Some(Tokens::new(5)),
+                Some(rpm),
+                None,
+                false
+            )
+            .unwrap_err()
+            .contains("does not refill")
         );
         assert!(
             bucket(
                 LimitType::Requests,
                 Some(Tokens::new(2)),
                 Some(rpm),
-                Some(Tokens::new(3))
+                Some(Tokens::new(3)),
+                false
             )
             .is_err()
+        );
+        assert_eq!(
+            bucket(LimitType::Requests, None, Some(rpm), None, true),
+            Ok(Bucket::requests(rpm).lean())
+        );
+        assert!(
+            bucket(
+                LimitType::Concurrent,
+                Some(Tokens::new(5)),
+                None,
+                None,
+                true
+            )
+            .unwrap_err()
+            .contains("cannot be lean")
         );
     }
 }

@@ -25,6 +25,7 @@ pub(crate) fn bucket_json(b: &BucketState) -> Value {
         "tokens": tokens(b.tokens),
         "refill_per_second": number(b.bucket.refill_rate().to_string()),
         "cost_per_call": tokens(b.bucket.cost_per_call()),
+        "lean": !b.bucket.keeps_leases(),
         "last_refill_at": number(b.last_refill_at.to_string()),
         "version": b.version,
     })
@@ -116,7 +117,7 @@ pub(crate) fn buckets_table(buckets: &[BucketState]) -> String {
 
 pub(crate) fn bucket_text(b: &BucketState) -> String {
     format!(
-        "dimension       {}\ntype            {}\ncapacity        {}\ntokens          {} (at {})\nrefill/s        {}\ncost per call   {}\nversion         {}\n",
+        "dimension       {}\ntype            {}\ncapacity        {}\ntokens          {} (at {})\nrefill/s        {}\ncost per call   {}\nlean            {}\nversion         {}\n",
         b.dimension,
         b.bucket.limit_type(),
         b.bucket.capacity(),
@@ -124,6 +125,7 @@ pub(crate) fn bucket_text(b: &BucketState) -> String {
         b.last_refill_at,
         b.bucket.refill_rate(),
         b.bucket.cost_per_call(),
+        if b.bucket.keeps_leases() { "no" } else { "yes" },
         b.version
     )
 }
