@@ -1,14 +1,19 @@
-//! Load generator: sluice on DynamoDB against the physical floor, in one run.
+//! Load generator: sluice on DynamoDB against the physical floor, every mode in one run.
 //!
-//! For each shape `PxT` (P processes of T tasks), it first measures the floor — a bare
-//! conditional `UpdateItem` on one item, from the same number of processes and tasks — and
-//! then sluice: every task acquires a grant on one ample bucket and releases it, as fast as
-//! it can. It reports grants per second, acquire p50/p99, DynamoDB calls and capacity units
-//! per grant (from `ReturnConsumedCapacity`), client CPU per grant, and the ratio of the
-//! acquire p50 to the floor's p50.
+//! Throughput: for each shape `PxT` (P processes of T tasks) it measures the floor (a bare
+//! conditional `UpdateItem` on one item, from the same processes and tasks) and then sluice
+//! in each mode (the seed protocol, the fast path, the fast path on a lean bucket): every
+//! task acquires on one ample bucket and releases, as fast as it can. It reports grants per
+//! second, acquire p50/p99, DynamoDB calls and capacity units per grant (from
+//! `ReturnConsumedCapacity`), client CPU per grant, and each p50 and CPU per grant over the
+//! floor's.
+//!
+//! At the limit: a bucket of capacity 100 refilling 10 per second, far more demand than
+//! supply; it reports the grants against `capacity + refill_rate * elapsed` and checks the
+//! bucket row's ledger (grants + tokens left = supply, so nothing was over-granted).
 //!
 //! ```text
-//! ./scripts/loadgen.sh                        # starts DynamoDB Local, runs the default shapes
+//! ./scripts/loadgen.sh                        # starts DynamoDB Local, runs everything
 //! ./scripts/loadgen.sh --shapes 4x8 --seconds 10
 //! ```
 //!
@@ -24,7 +29,10 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
 use clap::Parser;
-use sluice::{Bucket, Config, DynamoStore, Error, RefillRate, Sluice};
+use sluice::{
+    Bucket, Clock as _, Config, DynamoStore, Error, Protocol, RefillRate, Sluice, SystemClock,
+    Tokens, UnixMillis,
+};
 
 #[derive(Debug, Parser)]
 #[command(about = "Measures sluice on DynamoDB against a bare conditional UpdateItem")]
@@ -53,6 +61,15 @@ struct Args {
     /// Internal: the dimension the workers use.
     #[arg(long, hide = true, default_value = "loadgen#rpm")]
     dimension: String,
+    /// Internal: when the workers start (unix milliseconds).
+    #[arg(long, hide = true, default_value_t = 0)]
+    start_ms: i64,
+    /// Seconds per run at the limit.
+    #[arg(long, default_value_t = 10)]
+    limit_seconds: u64,
+    /// Shapes to run at the limit.
+    #[arg(long, default_value = "1x16,4x8", value_delimiter = ',')]
+    limit_shapes: Vec<String>,
 }
 
 /// What one worker process measured.
@@ -157,14 +174,39 @@ async fn store(args: &Args) -> DynamoStore {
 }
 
 const FLOOR_KEY: &str = "loadgen#floor";
+const AMPLE: &str = "loadgen#rpm";
+const AMPLE_LEAN: &str = "loadgen#lean";
+const LIMIT_CAPACITY: u64 = 100;
+const LIMIT_PER_SECOND: u64 = 10;
+
+/// The modes measured, with the dimension each uses on an ample bucket.
+const MODES: [(&str, &str); 3] = [
+    ("seed protocol", "seed"),
+    ("fast path", "fast"),
+    ("lean mode", "lean"),
+];
 
 async fn child(args: Args, kind: String) {
     let store = store(&args).await;
     let sluice = Sluice::builder()
         .store(store.clone())
-        .caller("loadgen")
+        .config(Config {
+            caller: "loadgen".to_owned(),
+            protocol: if kind == "seed" {
+                Protocol::Seed
+            } else {
+                Protocol::Fast
+            },
+            ..Config::default()
+        })
         .build()
         .unwrap();
+    // Everyone starts together, after every process is up.
+    let start = UnixMillis::new(args.start_ms);
+    let now = SystemClock.now();
+    if start > now {
+        tokio::time::sleep(start.saturating_since(now)).await;
+    }
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let cpu_start = cpu_time();
     let mut tasks = Vec::new();
@@ -199,9 +241,7 @@ async fn child(args: Args, kind: String) {
                                 .consumed_capacity()
                                 .and_then(|c| c.capacity_units())
                                 .unwrap_or(0.0);
-                            #[allow(clippy::float_arithmetic)]
-                            let milli = (units * 1_000.0).round() as u64;
-                            r.write_milliunits += milli;
+                            r.write_milliunits += (units * 1_000.0).round() as u64;
                         }
                         Err(_) => r.errors += 1,
                     }
@@ -239,9 +279,20 @@ async fn child(args: Args, kind: String) {
     println!("{}", total.line());
 }
 
-fn run_shape(args: &Args, kind: &str, processes: usize, tasks: usize) -> (Report, Duration) {
+/// Runs `processes` workers of `tasks` tasks for `seconds`; returns their merged report,
+/// the measured time, and when they started.
+fn run_shape(
+    args: &Args,
+    kind: &str,
+    dimension: &str,
+    processes: usize,
+    tasks: usize,
+    seconds: u64,
+) -> (Report, Duration, UnixMillis) {
     let exe = std::env::current_exe().unwrap();
-    let started = Instant::now();
+    let start = SystemClock
+        .now()
+        .saturating_add(Duration::from_millis(1_500));
     let children: Vec<_> = (0..processes)
         .map(|_| {
             let mut cmd = Command::new(&exe);
@@ -251,9 +302,11 @@ fn run_shape(args: &Args, kind: &str, processes: usize, tasks: usize) -> (Report
                 "--tasks",
                 &tasks.to_string(),
                 "--seconds",
-                &args.seconds.to_string(),
+                &seconds.to_string(),
+                "--start-ms",
+                &start.as_millis().to_string(),
             ])
-            .args(["--table", &args.table, "--dimension", &args.dimension]);
+            .args(["--table", &args.table, "--dimension", dimension]);
             if let Some(e) = &args.endpoint {
                 cmd.args(["--endpoint", e]);
             }
@@ -270,7 +323,7 @@ fn run_shape(args: &Args, kind: &str, processes: usize, tasks: usize) -> (Report
         }
         assert!(child.wait().unwrap().success(), "worker failed");
     }
-    (total, started.elapsed())
+    (total, Duration::from_secs(seconds), start)
 }
 
 fn per_grant(value: u64, grants: u64) -> String {
@@ -278,6 +331,12 @@ fn per_grant(value: u64, grants: u64) -> String {
         return "-".to_owned();
     }
     format!("{:.2}", value as f64 / grants as f64)
+}
+
+fn shape(text: &str) -> (usize, usize) {
+    text.split_once('x')
+        .and_then(|(p, t)| Some((p.parse::<usize>().ok()?, t.parse::<usize>().ok()?)))
+        .expect("shape PROCESSESxTASKS")
 }
 
 #[tokio::main]
@@ -299,42 +358,41 @@ async fn main() {
         .await
         .expect("floor item");
     let sluice = Sluice::builder().store(store).build().unwrap();
+    let ample =
+        Bucket::requests(RefillRate::per_second(1_000_000_000)).with_capacity(1_000_000_000);
     sluice
-        .put_bucket(
-            &args.dimension,
-            Bucket::requests(RefillRate::per_second(1_000_000_000)).with_capacity(1_000_000_000),
-        )
+        .put_bucket(AMPLE, ample.clone())
         .await
         .expect("bucket");
+    sluice
+        .put_bucket(AMPLE_LEAN, ample.lean())
+        .await
+        .expect("lean bucket");
+    let dimension_of = |mode: &str| if mode == "lean" { AMPLE_LEAN } else { AMPLE };
 
     if args.warmup > 0 {
         eprintln!("warming up for {} s", args.warmup);
-        let warm = Args {
-            seconds: args.warmup,
-            ..Args::parse()
-        };
-        run_shape(&warm, "floor", 1, 4);
-        run_shape(&warm, "seed", 1, 4);
+        run_shape(&args, "floor", AMPLE, 1, 4, args.warmup);
+        run_shape(&args, "fast", AMPLE, 1, 4, args.warmup);
     }
     println!(
-        "| mode | processes x tasks | grants/s | acquire p50 | acquire p99 | calls/grant | write units/grant | read units/grant | client CPU/grant | p50 / UpdateItem p50 |"
+        "| mode | processes x tasks | grants/s | acquire p50 | acquire p99 | calls/grant | write units/grant | read units/grant | client CPU/grant | p50 / floor p50 | CPU / floor CPU |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    for shape in &args.shapes {
-        let (p, t) = shape
-            .split_once('x')
-            .and_then(|(p, t)| Some((p.parse::<usize>().ok()?, t.parse::<usize>().ok()?)))
-            .expect("shape PROCESSESxTASKS");
-        let (floor, floor_time) = run_shape(&args, "floor", p, t);
-        let (seed, seed_time) = run_shape(&args, "seed", p, t);
-        for (mode, r, time) in [
-            ("UpdateItem floor", &floor, floor_time),
-            ("seed protocol", &seed, seed_time),
-        ] {
-            let ratio =
-                r.percentile(50).as_secs_f64() / floor.percentile(50).as_secs_f64().max(1e-9);
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for text in &args.shapes {
+        let (p, t) = shape(text);
+        let floor = run_shape(&args, "floor", AMPLE, p, t, args.seconds);
+        let mut rows = vec![("UpdateItem floor", floor.0.clone(), floor.1)];
+        for (name, mode) in MODES {
+            let (r, time, _) = run_shape(&args, mode, dimension_of(mode), p, t, args.seconds);
+            rows.push((name, r, time));
+        }
+        let floor_p50 = floor.0.percentile(50).as_secs_f64().max(1e-9);
+        let floor_cpu = floor.0.cpu_ns as f64 / floor.0.grants.max(1) as f64;
+        for (mode, r, time) in &rows {
+            let cpu = r.cpu_ns as f64 / r.grants.max(1) as f64;
             println!(
-                "| {mode} | {p}x{t} | {:.0} | {:.2} ms | {:.2} ms | {} | {} | {} | {} µs | {ratio:.2} |",
+                "| {mode} | {p}x{t} | {:.0} | {:.2} ms | {:.2} ms | {} | {} | {} | {} µs | {:.2} | {:.2} |",
                 r.grants as f64 / time.as_secs_f64(),
                 r.percentile(50).as_secs_f64() * 1e3,
                 r.percentile(99).as_secs_f64() * 1e3,
@@ -342,13 +400,72 @@ async fn main() {
                 per_grant(r.write_milliunits, r.grants * 1_000),
                 per_grant(r.read_milliunits, r.grants * 1_000),
                 per_grant(r.cpu_ns / 1_000, r.grants),
+                r.percentile(50).as_secs_f64() / floor_p50,
+                cpu / floor_cpu.max(1.0),
             );
-            if r.errors > 0 || r.denials > 0 {
-                eprintln!(
-                    "  {mode} {p}x{t}: {} errors, {} denials",
-                    r.errors, r.denials
-                );
+            if r.errors > 0 {
+                eprintln!("  {mode} {p}x{t}: {} errors", r.errors);
             }
         }
     }
+
+    println!();
+    println!(
+        "At the limit: capacity {LIMIT_CAPACITY}, refill {LIMIT_PER_SECOND}/s, {} s",
+        args.limit_seconds
+    );
+    println!();
+    println!(
+        "| mode | processes x tasks | grants | supply (capacity + refill x elapsed) | granted / supply | calls/grant | ledger |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for text in &args.limit_shapes {
+        let (p, t) = shape(text);
+        for (name, mode) in MODES {
+            let dimension = format!("limit{}#{mode}", rand_suffix());
+            let bucket = Bucket::requests(RefillRate::per_second(LIMIT_PER_SECOND))
+                .with_capacity(LIMIT_CAPACITY);
+            let bucket = if mode == "lean" {
+                bucket.lean()
+            } else {
+                bucket
+            };
+            sluice.put_bucket(&dimension, bucket).await.expect("bucket");
+            let (r, time, start) = run_shape(&args, mode, &dimension, p, t, args.limit_seconds);
+            let supply = LIMIT_CAPACITY as f64 + LIMIT_PER_SECOND as f64 * time.as_secs_f64();
+            // The row's own ledger: everything granted plus what is left is exactly what
+            // was there plus what refilled since the first grant.
+            let row = sluice.bucket(&dimension).await.unwrap().unwrap();
+            let now = sluice.now();
+            let left = row.available(now);
+            let refilled_ms = i128::from(now.as_millis() - start.as_millis());
+            let most = Tokens::new(LIMIT_CAPACITY as i64)
+                + Tokens::from_nanos(
+                    refilled_ms * i128::from(LIMIT_PER_SECOND) * 1_000_000_000 / 1_000,
+                );
+            let ledger = if Tokens::from(r.grants) + left <= most {
+                "no over-grant"
+            } else {
+                "OVER-GRANT"
+            };
+            println!(
+                "| {name} | {p}x{t} | {} | {supply:.0} | {:.1}% | {} | {ledger} |",
+                r.grants,
+                r.grants as f64 * 100.0 / supply,
+                per_grant(r.calls, r.grants),
+            );
+            if r.errors > 0 {
+                eprintln!("  {name} {p}x{t} at the limit: {} errors", r.errors);
+            }
+        }
+    }
+}
+
+fn rand_suffix() -> String {
+    format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    )
 }

@@ -86,6 +86,8 @@ struct Known {
 
 /// One request waiting on a lane.
 struct Pending {
+    /// Which caller queued it.
+    ticket: u64,
     wanted: Wanted,
     ttl: Duration,
     reply: tokio::sync::oneshot::Sender<Result<Lease, Error>>,
@@ -93,6 +95,7 @@ struct Pending {
 
 #[derive(Debug, Default)]
 struct Lane {
+    tickets: std::sync::atomic::AtomicU64,
     known: Mutex<Known>,
     queue: Mutex<Vec<PendingSlot>>,
     writer: Arc<tokio::sync::Mutex<()>>,
@@ -121,7 +124,15 @@ impl Sluice {
             return Err(answer);
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
-        lock(&lane.queue).push(PendingSlot(Pending { wanted, ttl, reply }));
+        let ticket = lane
+            .tickets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&lane.queue).push(PendingSlot(Pending {
+            ticket,
+            wanted,
+            ttl,
+            reply,
+        }));
         let writer = lane.writer.clone().lock_owned().await;
         let batch: Vec<Pending> = std::mem::take(&mut *lock(&lane.queue))
             .into_iter()
@@ -129,6 +140,11 @@ impl Sluice {
             .collect();
         if batch.is_empty() {
             // An earlier writer took this request along.
+            drop(writer);
+        } else if batch.len() == 1 && batch[0].ticket == ticket {
+            // Only this caller's own request: write inline. Cancelling it affects no one
+            // else (requests arriving meanwhile wait in the queue for the next writer).
+            self.commit_batch(&lane, batch).await;
             drop(writer);
         } else {
             // The write runs in its own task: a caller dropping its acquire must not cancel
