@@ -133,7 +133,15 @@ impl Sluice {
             ttl,
             reply,
         }));
-        let writer = lane.writer.clone().lock_owned().await;
+        let mut answer = answer;
+        // Either an earlier writer takes this request along (and answers it), or this
+        // caller becomes the writer: waiting for the answer and for the writer's turn at
+        // once keeps callers whose request is already answered out of the writers' line.
+        let writer = tokio::select! {
+            biased;
+            reply = &mut answer => return reply.unwrap_or_else(|_| Err(abandoned())),
+            writer = lane.writer.clone().lock_owned() => writer,
+        };
         let batch: Vec<Pending> = std::mem::take(&mut *lock(&lane.queue))
             .into_iter()
             .map(|p| p.0)
@@ -161,13 +169,7 @@ impl Sluice {
                 std::panic::resume_unwind(e.into_panic());
             }
         }
-        answer.await.unwrap_or_else(|_| {
-            Err(StoreError::Service {
-                message: "the write carrying this acquire was abandoned".to_owned(),
-                source: None,
-            }
-            .into())
-        })
+        answer.await.unwrap_or_else(|_| Err(abandoned()))
     }
 
     /// The answer the lane already knows without any call: a RetryIn from the row it last
@@ -410,6 +412,15 @@ impl Sluice {
             batch = pendings(granted);
         }
     }
+}
+
+/// The answer when the write carrying a request went away without answering it.
+fn abandoned() -> Error {
+    StoreError::Service {
+        message: "the write carrying this acquire was abandoned".to_owned(),
+        source: None,
+    }
+    .into()
 }
 
 fn pendings(granted: Vec<(Pending, Tokens)>) -> Vec<Pending> {
