@@ -259,7 +259,12 @@ async fn child(args: Args, kind: String) {
                         r.denials += 1;
                         tokio::time::sleep(d).await;
                     }
-                    Err(_) => r.errors += 1,
+                    Err(e) => {
+                        if r.errors == 0 {
+                            eprintln!("  first error in a {kind} task: {e}");
+                        }
+                        r.errors += 1;
+                    }
                 }
             }
             r
@@ -379,7 +384,7 @@ async fn main() {
         "| mode | processes x tasks | grants/s | acquire p50 | acquire p99 | calls/grant | write units/grant | read units/grant | client CPU/grant | p50 / floor p50 | CPU / floor CPU |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for text in &args.shapes {
+    for text in args.shapes.iter().filter(|s| !s.is_empty()) {
         let (p, t) = shape(text);
         let floor = run_shape(&args, "floor", AMPLE, p, t, args.seconds);
         let mut rows = vec![("UpdateItem floor", floor.0.clone(), floor.1)];
@@ -419,7 +424,7 @@ async fn main() {
         "| mode | processes x tasks | grants | supply (capacity + refill x elapsed) | granted / supply | calls/grant | ledger |"
     );
     println!("|---|---|---|---|---|---|---|");
-    for text in &args.limit_shapes {
+    for text in args.limit_shapes.iter().filter(|s| !s.is_empty()) {
         let (p, t) = shape(text);
         for (name, mode) in MODES {
             let dimension = format!("limit{}#{mode}", rand_suffix());

@@ -36,8 +36,10 @@ use crate::tokens::Tokens;
 /// DynamoDB's 100 items per transaction.
 const MAX_BATCH: usize = 64;
 
-/// Condition failures with a fresh row in hand are retried at once; this bounds them.
-const MAX_FRESH_RETRIES: u32 = 64;
+/// Condition failures with a fresh row in hand are retried at once; this bounds them. Every
+/// lost race is another writer's grant, so the row keeps moving; a writer much slower than
+/// its rivals (an overloaded host) can still lose many times in a row before it wins.
+const MAX_FRESH_RETRIES: u32 = 256;
 
 /// The lanes of one client, by dimension.
 #[derive(Debug, Default)]
@@ -151,9 +153,15 @@ impl Sluice {
             drop(writer);
         } else if batch.len() == 1 && batch[0].ticket == ticket {
             // Only this caller's own request: write inline. Cancelling it affects no one
-            // else (requests arriving meanwhile wait in the queue for the next writer).
+            // else (requests arriving meanwhile wait in the queue for the next writer). The
+            // answer comes through a fresh channel nobody waits on, so answering costs no
+            // wake-up of this very task.
+            let mut batch = batch;
+            let (reply, mut inline) = tokio::sync::oneshot::channel();
+            batch[0].reply = reply;
             self.commit_batch(&lane, batch).await;
             drop(writer);
+            return inline.try_recv().unwrap_or_else(|_| Err(abandoned()));
         } else {
             // The write runs in its own task: a caller dropping its acquire must not cancel
             // a write whose grants other callers are waiting for.
