@@ -4,7 +4,7 @@
 //! holds every lease it is granted, reports its count, and releases them when told. The
 //! parent checks the exact ledger: the lease rows per process equal the grants each
 //! process reported, the total never exceeds `tokens + refill_rate * elapsed`, reaches at
-//! least 95% of it (demand far exceeds supply), the bucket's tokens account for every
+//! least 95% of it on the fast path (70% on the seed protocol; demand far exceeds supply), the bucket's tokens account for every
 //! grant exactly, a `concurrent` bucket never has more live leases than slots, and no lease
 //! row is left behind. It runs in every mode: the seed protocol, the fast path, and the fast
 //! path on a lean bucket (no lease rows: the ledger is the reported grants and the row).
@@ -300,8 +300,11 @@ async fn parent(mode: &str) -> Option<()> {
         supply(now)
     );
     let at_deadline = supply(deadline);
+    // The seed protocol backs off after lost races and gives up after a few (it is the
+    // baseline the fast path improves on): it is held to less.
+    let percent: i128 = if mode == "seed" { 70 } else { 95 };
     assert!(
-        Tokens::from(total * 100) >= Tokens::from_nanos(at_deadline.as_nanos() * 95),
+        Tokens::from(total * 100) >= Tokens::from_nanos(at_deadline.as_nanos() * percent),
         "{mode}: only {total} of {at_deadline} granted"
     );
     // Exact bookkeeping on the row itself.
