@@ -67,33 +67,25 @@ impl Sluice {
                 .ok_or_else(|| Error::UnknownDimension(dimension.clone()))?;
             let now = self.now();
             let concurrent = row.bucket.limit_type() == LimitType::Concurrent;
-            let commit = match (how, concurrent) {
-                (Tighten::AtMost(_), true) => return Ok(false),
-                (Tighten::AtMost(limit), false) => match row.lowered_to(limit, now) {
-                    Some((tokens, last_refill_at)) => Commit {
-                        buckets: vec![BucketWrite {
-                            dimension: dimension.clone(),
-                            expected_version: row.version,
-                            tokens,
-                            last_refill_at,
-                        }],
-                        leases: Vec::new(),
-                    },
-                    None => return Ok(false),
+            let lowered = match (how, concurrent) {
+                (Tighten::AtMost(limit), false) => row.lowered_to(limit, now),
+                (Tighten::PauseFor(pause), false) => row.emptied_for(pause, now),
+                _ => None,
+            };
+            let commit = match (how, concurrent, lowered) {
+                (_, false, Some((tokens, last_refill_at))) => Commit {
+                    buckets: vec![BucketWrite {
+                        dimension: dimension.clone(),
+                        expected_version: row.version,
+                        tokens,
+                        last_refill_at,
+                    }],
+                    leases: Vec::new(),
                 },
-                (Tighten::PauseFor(pause), false) => match row.emptied_for(pause, now) {
-                    Some((tokens, last_refill_at)) => Commit {
-                        buckets: vec![BucketWrite {
-                            dimension: dimension.clone(),
-                            expected_version: row.version,
-                            tokens,
-                            last_refill_at,
-                        }],
-                        leases: Vec::new(),
-                    },
-                    None => return Ok(false),
-                },
-                (Tighten::PauseFor(pause), true) => {
+                (Tighten::AtMost(_), _, _) | (Tighten::PauseFor(_), false, None) => {
+                    return Ok(false);
+                }
+                (Tighten::PauseFor(pause), true, _) => {
                     if pause.is_zero() {
                         return Ok(false);
                     }
