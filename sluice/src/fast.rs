@@ -245,22 +245,19 @@ impl Sluice {
                 },
             };
             let now = self.now();
-            let (mut tokens, mut last_refill_at) = row.refilled(now);
+            // The row as it stands after the grants decided so far in this batch.
+            let mut after = row.clone();
+            (after.tokens, after.last_refill_at) = row.refilled(now);
             let mut granted: Vec<(Pending, Tokens)> = Vec::with_capacity(batch.len());
             let mut short: Vec<(Pending, Tokens)> = Vec::new();
             for p in batch {
                 let cost = p.wanted.cost(row.bucket.cost_per_call());
-                let after = BucketState {
-                    tokens,
-                    last_refill_at,
-                    ..row.clone()
-                };
                 match after.take(cost, now) {
                     Take::Granted {
-                        tokens: t,
-                        last_refill_at: l,
+                        tokens,
+                        last_refill_at,
                     } => {
-                        (tokens, last_refill_at) = (t, l);
+                        (after.tokens, after.last_refill_at) = (tokens, last_refill_at);
                         granted.push((p, cost));
                     }
                     Take::ExceedsCapacity => {
@@ -332,8 +329,8 @@ impl Sluice {
             let write = BucketWrite {
                 dimension: dimension.clone(),
                 expected_version: row.version,
-                tokens,
-                last_refill_at,
+                tokens: after.tokens,
+                last_refill_at: after.last_refill_at,
             };
             match self
                 .store()
@@ -344,12 +341,8 @@ impl Sluice {
                 .await
             {
                 Ok(()) => {
-                    lock(&lane.known).row = Some(BucketState {
-                        tokens,
-                        last_refill_at,
-                        version: row.version + 1,
-                        ..row.clone()
-                    });
+                    after.version = row.version + 1;
+                    lock(&lane.known).row = Some(after);
                     crate::metrics::batch(granted.len());
                     for ((p, cost), (key, expires_at)) in granted.into_iter().zip(issued) {
                         let lease = Lease {
