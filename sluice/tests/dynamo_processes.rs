@@ -4,7 +4,8 @@
 //! holds every lease it is granted, reports its count, and releases them when told. The
 //! parent checks the exact ledger: the lease rows per process equal the grants each
 //! process reported, the total never exceeds `tokens + refill_rate * elapsed`, reaches at
-//! least 95% of it on the fast path (70% on the seed protocol; demand far exceeds supply), the bucket's tokens account for every
+//! least 95% of it on the fast path at 10 tokens/s (80% at 2 tokens/s on the seed protocol,
+//! which backs off; demand far exceeds supply), the bucket's tokens account for every
 //! grant exactly, a `concurrent` bucket never has more live leases than slots, and no lease
 //! row is left behind. It runs in every mode: the seed protocol, the fast path, and the fast
 //! path on a lean bucket (no lease rows: the ledger is the reported grants and the row).
@@ -29,7 +30,11 @@ const PROCESSES: usize = 4;
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(5);
 const CAPACITY: u64 = 100;
-const PER_SECOND: u64 = 10;
+/// Refill per second: the fast path at 10/s; the seed protocol, which collapses under
+/// contention on one bucket (lost races back off, some acquires give up), at 2/s.
+fn per_second(mode: &str) -> u64 {
+    if mode == "seed" { 2 } else { 10 }
+}
 const MODES: [&str; 3] = ["seed", "fast", "lean"];
 const SLOTS: u64 = 4;
 
@@ -188,7 +193,7 @@ async fn parent(mode: &str) -> Option<()> {
     let concurrent = format!("{vendor}#concurrent");
     let sluice = client(&endpoint, table, "parent", mode);
     let lean = mode == "lean";
-    let bucket = Bucket::requests(RefillRate::per_second(PER_SECOND)).with_capacity(CAPACITY);
+    let bucket = Bucket::requests(RefillRate::per_second(per_second(mode))).with_capacity(CAPACITY);
     sluice
         .put_bucket(&requests, if lean { bucket.lean() } else { bucket })
         .await
@@ -289,7 +294,7 @@ async fn parent(mode: &str) -> Option<()> {
 
     // Never more than what was there plus what refilled; nearly all of it when demand
     // exceeds supply.
-    let rate = RefillRate::per_second(PER_SECOND);
+    let rate = RefillRate::per_second(per_second(mode));
     let supply = |until: UnixMillis| {
         let ms = i128::from(until.as_millis() - baseline.last_refill_at.as_millis());
         baseline.tokens + Tokens::from_nanos(ms * rate.as_nanos_per_second() / 1_000)
@@ -302,7 +307,7 @@ async fn parent(mode: &str) -> Option<()> {
     let at_deadline = supply(deadline);
     // The seed protocol backs off after lost races and gives up after a few (it is the
     // baseline the fast path improves on): it is held to less.
-    let percent: i128 = if mode == "seed" { 70 } else { 95 };
+    let percent: i128 = if mode == "seed" { 80 } else { 95 };
     assert!(
         Tokens::from(total * 100) >= Tokens::from_nanos(at_deadline.as_nanos() * percent),
         "{mode}: only {total} of {at_deadline} granted"
