@@ -1,7 +1,9 @@
 //! Load generator: sluice on DynamoDB against the physical floor, every mode in one run.
 //!
 //! Throughput: for each shape `PxT` (P processes of T tasks) it measures the floor (a bare
-//! conditional `UpdateItem` on one item, from the same processes and tasks) and then sluice
+//! conditional `UpdateItem` on one item, from the same processes and tasks), the same with a
+//! lean grant's request shape (three attributes set, a numeric condition, `ALL_OLD` on
+//! failure: what the SDK and server spend on the request itself), and then sluice
 //! in each mode (the seed protocol, the fast path, the fast path on a lean bucket): every
 //! task acquires on one ample bucket and releases, as fast as it can. It reports grants per
 //! second, acquire p50/p99, DynamoDB calls and capacity units per grant (from
@@ -220,18 +222,37 @@ async fn child(args: Args, kind: String) {
             let mut r = Report::default();
             while Instant::now() < deadline {
                 let started = Instant::now();
-                if kind == "floor" {
-                    let out = client
+                if kind == "floor" || kind == "shaped" {
+                    let request = client
                         .update_item()
                         .table_name(&table)
                         .key("vendor_dimension", AttributeValue::S(FLOOR_KEY.to_owned()))
-                        .update_expression("ADD #n :one")
-                        .condition_expression("attribute_exists(vendor_dimension)")
-                        .expression_attribute_names("#n", "n")
-                        .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
-                        .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                        .send()
-                        .await;
+                        .return_consumed_capacity(ReturnConsumedCapacity::Total);
+                    let request = if kind == "floor" {
+                        request
+                            .update_expression("ADD #n :one")
+                            .condition_expression("attribute_exists(vendor_dimension)")
+                            .expression_attribute_names("#n", "n")
+                            .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+                    } else {
+                        // The same shape as a lean grant's write: three attributes set, a
+                        // condition on a number, the old row asked for on failure.
+                        let n = |v: &str| AttributeValue::N(v.to_owned());
+                        request
+                            .update_expression("SET #t = :t, #l = :l, #n = #n + :one")
+                            .condition_expression("#n >= :zero")
+                            .expression_attribute_names("#t", "t")
+                            .expression_attribute_names("#l", "l")
+                            .expression_attribute_names("#n", "n")
+                            .expression_attribute_values(":t", n("999999999.123456789"))
+                            .expression_attribute_values(":l", n("1800000000.123"))
+                            .expression_attribute_values(":one", n("1"))
+                            .expression_attribute_values(":zero", n("0"))
+                            .return_values_on_condition_check_failure(
+                                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+                            )
+                    };
+                    let out = request.send().await;
                     r.calls += 1;
                     match out {
                         Ok(out) => {
@@ -275,7 +296,7 @@ async fn child(args: Args, kind: String) {
         total.merge(t.await.unwrap());
     }
     total.cpu_ns = (cpu_time() - cpu_start).as_nanos() as u64;
-    if kind != "floor" {
+    if kind != "floor" && kind != "shaped" {
         let stats = store.stats();
         total.calls = stats.calls;
         total.read_milliunits = stats.read_milliunits;
@@ -387,7 +408,11 @@ async fn main() {
     for text in args.shapes.iter().filter(|s| !s.is_empty()) {
         let (p, t) = shape(text);
         let floor = run_shape(&args, "floor", AMPLE, p, t, args.seconds);
-        let mut rows = vec![("UpdateItem floor", floor.0.clone(), floor.1)];
+        let shaped = run_shape(&args, "shaped", AMPLE, p, t, args.seconds);
+        let mut rows = vec![
+            ("UpdateItem floor", floor.0.clone(), floor.1),
+            ("UpdateItem, a grant's shape", shaped.0, shaped.1),
+        ];
         for (name, mode) in MODES {
             let (r, time, _) = run_shape(&args, mode, dimension_of(mode), p, t, args.seconds);
             rows.push((name, r, time));

@@ -139,10 +139,15 @@ impl Sluice {
         // Either an earlier writer takes this request along (and answers it), or this
         // caller becomes the writer: waiting for the answer and for the writer's turn at
         // once keeps callers whose request is already answered out of the writers' line.
-        let writer = tokio::select! {
-            biased;
-            reply = &mut answer => return reply.unwrap_or_else(|_| Err(abandoned())),
-            writer = lane.writer.clone().lock_owned() => writer,
+        let writer = match lane.writer.clone().try_lock_owned() {
+            // No write in flight: this caller writes (without registering a wake-up on the
+            // answer, which would cost a needless reschedule).
+            Ok(writer) => writer,
+            Err(_) => tokio::select! {
+                biased;
+                reply = &mut answer => return reply.unwrap_or_else(|_| Err(abandoned())),
+                writer = lane.writer.clone().lock_owned() => writer,
+            },
         };
         let batch: Vec<Pending> = std::mem::take(&mut *lock(&lane.queue))
             .into_iter()
