@@ -274,7 +274,7 @@ impl Sluice {
                     .await
             }
         };
-        crate::metrics::acquired(&label, &result, started.elapsed());
+        crate::metrics::acquired(label, &result, started.elapsed());
         match &result {
             Ok(lease) => {
                 span.record("outcome", "granted");

@@ -7,7 +7,6 @@ use crate::bucket::{BucketState, LimitType};
 use crate::client::Sluice;
 use crate::dimension::Dimension;
 use crate::error::Error;
-use crate::lease::LeasePart;
 use crate::store::{BucketWrite, Commit, CommitError, LeaseFilter, LeaseRecord};
 use crate::tokens::Tokens;
 
@@ -136,22 +135,16 @@ impl Sluice {
     }
 
     async fn restore_expired(&self, lease: LeaseRecord, report: &mut ReconcileReport) {
-        let part = LeasePart {
-            key: lease.key.clone(),
-            dimension: lease.dimension,
-            cost: lease.cost,
-            restores: true,
-            has_row: true,
-        };
-        match self.end_parts(vec![part], None).await {
+        let (key, cost, caller) = (lease.key.clone(), lease.cost, lease.caller.clone());
+        match self.reclaim(vec![lease]).await {
             Ok(0) => report.leases_skipped += 1,
             Ok(_) => {
-                tracing::debug!(lease = %lease.key, cost = %lease.cost, caller = %lease.caller, "restored an expired lease");
+                tracing::debug!(lease = %key, %cost, %caller, "restored an expired lease");
                 report.leases_restored += 1;
-                report.tokens_restored += lease.cost;
+                report.tokens_restored += cost;
             }
             Err(error) => report.errors.push(ReconcileError {
-                subject: lease.key.to_string(),
+                subject: key.to_string(),
                 error,
             }),
         }
