@@ -4,11 +4,14 @@
 //! conditional `UpdateItem` on one item, from the same processes and tasks), the same with a
 //! lean grant's request shape (three attributes set, a numeric condition, `ALL_OLD` on
 //! failure: what the SDK and server spend on the request itself), and then sluice
-//! in each mode (the seed protocol, the fast path, the fast path on a lean bucket): every
+//! in each mode (the seed protocol, the fast path, the fast path on a lean bucket, and the
+//! same prefetching 32 tokens per write for up to 100 ms): every
 //! task acquires on one ample bucket and releases, as fast as it can. It reports grants per
 //! second, acquire p50/p99, DynamoDB calls and capacity units per grant (from
 //! `ReturnConsumedCapacity`), client CPU per grant, and each p50 and CPU per grant over the
-//! floor's.
+//! floor's. The time of each row is split into rounds, and every round runs each row once
+//! in turn, so drift on a shared machine (a JIT warming up, a neighbour's load) falls on
+//! every row alike instead of on whichever ran during it.
 //!
 //! At the limit: a bucket of capacity 100 refilling 10 per second, far more demand than
 //! supply; it reports the grants against `capacity + refill_rate * elapsed` and checks the
@@ -32,8 +35,8 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
 use clap::Parser;
 use sluice::{
-    Bucket, Clock as _, Config, DynamoStore, Error, Protocol, RefillRate, Sluice, SystemClock,
-    Tokens, UnixMillis,
+    Bucket, Clock as _, Config, DynamoStore, Error, Prefetch, Protocol, RefillRate, Sluice,
+    SystemClock, Tokens, UnixMillis,
 };
 
 #[derive(Debug, Parser)]
@@ -51,6 +54,9 @@ struct Args {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
+    /// Rounds each measurement is split into, the rows taking turns.
+    #[arg(long, default_value_t = 5)]
+    rounds: u64,
     /// Seconds of unmeasured load first, so DynamoDB Local's JIT is warm.
     #[arg(long, default_value_t = 5)]
     warmup: u64,
@@ -144,24 +150,15 @@ impl Report {
     }
 }
 
-/// This process's CPU time so far (user + system, all threads), from `/proc/self/stat`
-/// in clock ticks of 10 ms.
+/// This process's CPU time so far: the sum over its threads of the nanoseconds each has
+/// run (`/proc/self/task/*/schedstat`), finer than the 10 ms ticks of `/proc/self/stat`.
 fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may contain spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are the 14th and 15th fields of the line, 12th and 13th after `)`.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    let tasks = std::fs::read_dir("/proc/self/task").expect("read /proc/self/task");
+    let nanos: u64 = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
 }
 
 async fn store(args: &Args) -> DynamoStore {
@@ -182,27 +179,35 @@ const LIMIT_CAPACITY: u64 = 100;
 const LIMIT_PER_SECOND: u64 = 10;
 
 /// The modes measured, with the dimension each uses on an ample bucket.
-const MODES: [(&str, &str); 3] = [
+const MODES: [(&str, &str); 4] = [
     ("seed protocol", "seed"),
     ("fast path", "fast"),
     ("lean mode", "lean"),
+    ("lean + prefetch", "prefetch"),
 ];
+
+/// What the `prefetch` mode takes ahead per write, and for how long.
+const PREFETCH_TOKENS: i64 = 32;
+const PREFETCH_HOLD: Duration = Duration::from_millis(100);
 
 async fn child(args: Args, kind: String) {
     let store = store(&args).await;
-    let sluice = Sluice::builder()
-        .store(store.clone())
-        .config(Config {
-            caller: "loadgen".to_owned(),
-            protocol: if kind == "seed" {
-                Protocol::Seed
-            } else {
-                Protocol::Fast
-            },
-            ..Config::default()
-        })
-        .build()
-        .unwrap();
+    let mut builder = Sluice::builder().store(store.clone()).config(Config {
+        caller: "loadgen".to_owned(),
+        protocol: if kind == "seed" {
+            Protocol::Seed
+        } else {
+            Protocol::Fast
+        },
+        ..Config::default()
+    });
+    if kind == "prefetch" {
+        builder = builder.prefetch(
+            args.dimension.parse().expect("dimension"),
+            Prefetch::new(PREFETCH_TOKENS, PREFETCH_HOLD),
+        );
+    }
+    let sluice = builder.build().unwrap();
     // Everyone starts together, after every process is up.
     let start = UnixMillis::new(args.start_ms);
     let now = SystemClock.now();
@@ -352,6 +357,16 @@ fn run_shape(
     (total, Duration::from_secs(seconds), start)
 }
 
+/// A latency for the table: microseconds below a millisecond (a grant from prefetched
+/// tokens makes no call), milliseconds above.
+fn latency(d: Duration) -> String {
+    if d < Duration::from_millis(1) {
+        format!("{} µs", d.as_micros())
+    } else {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    }
+}
+
 fn per_grant(value: u64, grants: u64) -> String {
     if grants == 0 {
         return "-".to_owned();
@@ -394,7 +409,13 @@ async fn main() {
         .put_bucket(AMPLE_LEAN, ample.lean())
         .await
         .expect("lean bucket");
-    let dimension_of = |mode: &str| if mode == "lean" { AMPLE_LEAN } else { AMPLE };
+    let dimension_of = |mode: &str| {
+        if mode == "lean" || mode == "prefetch" {
+            AMPLE_LEAN
+        } else {
+            AMPLE
+        }
+    };
 
     if args.warmup > 0 {
         eprintln!("warming up for {} s", args.warmup);
@@ -407,25 +428,37 @@ async fn main() {
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for text in args.shapes.iter().filter(|s| !s.is_empty()) {
         let (p, t) = shape(text);
-        let floor = run_shape(&args, "floor", AMPLE, p, t, args.seconds);
-        let shaped = run_shape(&args, "shaped", AMPLE, p, t, args.seconds);
-        let mut rows = vec![
-            ("UpdateItem floor", floor.0.clone(), floor.1),
-            ("UpdateItem, a grant's shape", shaped.0, shaped.1),
-        ];
-        for (name, mode) in MODES {
-            let (r, time, _) = run_shape(&args, mode, dimension_of(mode), p, t, args.seconds);
-            rows.push((name, r, time));
+        let kinds = [
+            ("UpdateItem floor", "floor"),
+            ("UpdateItem, a grant's shape", "shaped"),
+        ]
+        .into_iter()
+        .chain(MODES);
+        let mut rows: Vec<(&str, Report, Duration)> = kinds
+            .map(|(name, _)| (name, Report::default(), Duration::ZERO))
+            .collect();
+        let rounds = args.rounds.clamp(1, args.seconds.max(1));
+        for round in 0..rounds {
+            // Whole seconds per run, the remainder spread over the first rounds.
+            let seconds = args.seconds / rounds + u64::from(round < args.seconds % rounds);
+            let kinds = ["floor", "shaped"].into_iter().chain(MODES.map(|(_, m)| m));
+            for ((_, total, time), kind) in rows.iter_mut().zip(kinds) {
+                let dimension = dimension_of(kind);
+                let (r, t_run, _) = run_shape(&args, kind, dimension, p, t, seconds);
+                total.merge(r);
+                *time += t_run;
+            }
         }
-        let floor_p50 = floor.0.percentile(50).as_secs_f64().max(1e-9);
-        let floor_cpu = floor.0.cpu_ns as f64 / floor.0.grants.max(1) as f64;
+        let floor = &rows[0].1;
+        let floor_p50 = floor.percentile(50).as_secs_f64().max(1e-9);
+        let floor_cpu = floor.cpu_ns as f64 / floor.grants.max(1) as f64;
         for (mode, r, time) in &rows {
             let cpu = r.cpu_ns as f64 / r.grants.max(1) as f64;
             println!(
-                "| {mode} | {p}x{t} | {:.0} | {:.2} ms | {:.2} ms | {} | {} | {} | {} µs | {:.2} | {:.2} |",
+                "| {mode} | {p}x{t} | {:.0} | {} | {} | {} | {} | {} | {} µs | {:.2} | {:.2} |",
                 r.grants as f64 / time.as_secs_f64(),
-                r.percentile(50).as_secs_f64() * 1e3,
-                r.percentile(99).as_secs_f64() * 1e3,
+                latency(r.percentile(50)),
+                latency(r.percentile(99)),
                 per_grant(r.calls, r.grants),
                 per_grant(r.write_milliunits, r.grants * 1_000),
                 per_grant(r.read_milliunits, r.grants * 1_000),
@@ -455,7 +488,7 @@ async fn main() {
             let dimension = format!("limit{}#{mode}", rand_suffix());
             let bucket = Bucket::requests(RefillRate::per_second(LIMIT_PER_SECOND))
                 .with_capacity(LIMIT_CAPACITY);
-            let bucket = if mode == "lean" {
+            let bucket = if mode == "lean" || mode == "prefetch" {
                 bucket.lean()
             } else {
                 bucket

@@ -41,6 +41,7 @@ fn counts(report: &ReconcileReport) -> Value {
         "buckets_checked": report.buckets_checked,
         "buckets_healed": report.buckets_healed,
         "buckets_busy": report.buckets_busy,
+        "buckets_not_raised": report.buckets_not_raised,
     })
 }
 

@@ -11,7 +11,7 @@ use tracing::Instrument as _;
 use crate::acquire::{Acquire, Wanted};
 use crate::bucket::{Bucket, BucketState, LimitType, Take};
 use crate::clock::{Clock, SystemClock, UnixMillis};
-use crate::config::{Config, ConfigError, Protocol};
+use crate::config::{Config, ConfigError, Prefetch, Protocol};
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::fast::Lanes;
@@ -147,6 +147,13 @@ impl SluiceBuilder {
         self
     }
 
+    /// Prefetches tokens of the lean bucket `dimension` (see [`Prefetch`] for the
+    /// overshoot bound this accepts).
+    pub fn prefetch(mut self, dimension: Dimension, prefetch: Prefetch) -> Self {
+        self.config.prefetch.insert(dimension, prefetch);
+        self
+    }
+
     /// The configuration as set so far.
     pub fn config_ref(&self) -> &Config {
         &self.config
@@ -175,6 +182,16 @@ impl SluiceBuilder {
                 reason: "the lease TTL must be at least one millisecond",
             }
             .into());
+        }
+        for (dimension, p) in &self.config.prefetch {
+            if p.tokens() <= Tokens::ZERO || p.hold() < Duration::from_millis(1) {
+                return Err(ConfigError::Invalid {
+                    variable: "prefetch",
+                    value: format!("{dimension}: {} tokens, hold {:?}", p.tokens(), p.hold()),
+                    reason: "prefetch needs a positive number of tokens and a hold of at least one millisecond",
+                }
+                .into());
+            }
         }
         let store = match (self.store, &self.config.table_name) {
             (Some(store), _) => store,
@@ -264,12 +281,12 @@ impl Sluice {
                 self.acquire_fast(one, ttl).instrument(span.clone()).await
             }
             (_, Ok(one)) => {
-                self.acquire_resolved(&one, ttl)
+                self.acquire_resolved(&one, ttl, false)
                     .instrument(span.clone())
                     .await
             }
-            (_, Err(many)) => {
-                self.acquire_resolved(&many, ttl)
+            (protocol, Err(many)) => {
+                self.acquire_resolved(&many, ttl, protocol == Protocol::Fast)
                     .instrument(span.clone())
                     .await
             }
@@ -292,15 +309,35 @@ impl Sluice {
         result
     }
 
-    async fn acquire_resolved(&self, wanted: &[Wanted], ttl: Duration) -> Result<Lease, Error> {
+    /// The seed's acquisition: read the buckets, compute, one atomic write. With `fast`
+    /// (several dimensions on the fast path), the rows come from the lanes instead, read
+    /// only for dimensions this client has not seen yet, and a lost race retries at once
+    /// from the current row the store hands back; a denial the known rows already show
+    /// costs no call.
+    async fn acquire_resolved(
+        &self,
+        wanted: &[Wanted],
+        ttl: Duration,
+        fast: bool,
+    ) -> Result<Lease, Error> {
         let dimensions: Vec<Dimension> = wanted.iter().map(|w| w.dimension.clone()).collect();
         let mut unique = new_unique();
         let max_retries = self.inner.config.max_retries;
+        let give_up_after = if fast {
+            crate::fast::MAX_FRESH_RETRIES + max_retries
+        } else {
+            max_retries
+        };
         let mut attempt: u32 = 0;
+        let mut conflicts: u32 = 0;
         let mut contended = None;
         loop {
             attempt += 1;
-            let rows = self.read_existing(&dimensions).await?;
+            let rows = if fast {
+                self.known_rows(&dimensions).await?
+            } else {
+                self.read_existing(&dimensions).await?
+            };
             let now = self.now();
             let expires_at = now.saturating_add(ttl);
             let mut writes = Vec::with_capacity(rows.len());
@@ -361,11 +398,19 @@ impl Sluice {
                 }
             }
             match retry_in {
-                Some(Duration::ZERO) if attempt <= max_retries + 1 => continue,
+                Some(Duration::ZERO) if attempt <= max_retries + 1 => {
+                    if fast {
+                        // Expired leases were given back: read those rows again.
+                        for d in &dimensions {
+                            self.inner.lanes.forget(d);
+                        }
+                    }
+                    continue;
+                }
                 Some(wait) => return Err(Error::RetryIn(wait.max(Duration::from_millis(1)))),
                 None => {}
             }
-            if attempt > max_retries + 1 {
+            if attempt > give_up_after + 1 {
                 let dimension = contended.unwrap_or_else(|| dimensions[0].clone());
                 tracing::warn!(%dimension, attempts = attempt - 1, "giving up after repeated contention");
                 return Err(Error::Contention {
@@ -373,12 +418,31 @@ impl Sluice {
                     attempts: attempt - 1,
                 });
             }
+            // The rows as they will be after this write, for the lanes.
+            let written: Vec<BucketState> = if fast {
+                rows.iter()
+                    .zip(&writes)
+                    .map(|(row, w)| BucketState {
+                        tokens: w.tokens,
+                        last_refill_at: w.last_refill_at,
+                        version: w.expected_version + 1,
+                        ..row.clone()
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let commit = Commit {
                 buckets: writes,
                 leases,
             };
             let outcome = match self.inner.store.commit(commit).await {
-                Ok(()) => Attempt::Granted,
+                Ok(()) => {
+                    for row in written {
+                        self.inner.lanes.remember(row);
+                    }
+                    Attempt::Granted
+                }
                 Err(CommitError::Condition(ConditionFailure::BucketChanged {
                     dimension,
                     current,
@@ -395,8 +459,15 @@ impl Sluice {
                         }
                     }
                     crate::metrics::contention_retry(dimension.as_str());
+                    // On the fast path the current row is the next attempt's starting
+                    // point: no read, no backoff.
+                    let fresh = fast && current.is_some();
+                    match current {
+                        Some(row) if fast => self.inner.lanes.remember(*row),
+                        _ => self.inner.lanes.forget(&dimension),
+                    }
                     contended = Some(dimension);
-                    Attempt::Retry { backoff: true }
+                    Attempt::Retry { backoff: !fresh }
                 }
                 Err(CommitError::Condition(ConditionFailure::LeaseExists(key))) => {
                     tracing::debug!(%key, "lease key already taken; drawing a new one");
@@ -414,6 +485,13 @@ impl Sluice {
                 }
                 Err(CommitError::TransactionConflict) => {
                     tracing::debug!(attempt, "transaction conflict");
+                    conflicts += 1;
+                    if conflicts > max_retries {
+                        return Err(Error::Contention {
+                            dimension: dimensions[0].clone(),
+                            attempts: attempt,
+                        });
+                    }
                     crate::metrics::contention_retry(dimensions[0].as_str());
                     contended = Some(dimensions[0].clone());
                     Attempt::Retry { backoff: true }
@@ -433,12 +511,42 @@ impl Sluice {
                     });
                 }
                 Attempt::Retry { backoff } => {
-                    if backoff && attempt <= max_retries {
-                        tokio::time::sleep(backoff_delay(attempt)).await;
+                    let round = if fast { conflicts.max(1) } else { attempt };
+                    if backoff && round <= max_retries {
+                        tokio::time::sleep(backoff_delay(round)).await;
                     }
                 }
             }
         }
+    }
+
+    /// The rows of `dimensions` as this client's lanes know them; those not known yet are
+    /// read (in one call) and remembered.
+    async fn known_rows(&self, dimensions: &[Dimension]) -> Result<Vec<BucketState>, Error> {
+        let mut rows: Vec<Option<BucketState>> = dimensions
+            .iter()
+            .map(|d| self.inner.lanes.known(d))
+            .collect();
+        let missing: Vec<Dimension> = dimensions
+            .iter()
+            .zip(&rows)
+            .filter(|(_, row)| row.is_none())
+            .map(|(d, _)| d.clone())
+            .collect();
+        if !missing.is_empty() {
+            let mut read = self.read_existing(&missing).await?.into_iter();
+            for row in rows.iter_mut().filter(|row| row.is_none()) {
+                let fresh = read.next();
+                if let Some(fresh) = &fresh {
+                    self.inner.lanes.remember(fresh.clone());
+                }
+                *row = fresh;
+            }
+        }
+        rows.into_iter()
+            .zip(dimensions)
+            .map(|(row, d)| row.ok_or_else(|| Error::UnknownDimension(d.clone())))
+            .collect()
     }
 
     /// Reads the buckets of `dimensions`, all of which must exist.
@@ -498,6 +606,35 @@ impl Sluice {
             })
             .collect();
         self.end_parts(parts, None).await
+    }
+
+    /// Releases a lease's rows. A single-dimension lease on the fast path goes through its
+    /// lane (no read; the delete rides on the lane's next write); if that write keeps losing
+    /// races, the release falls back to [`end_parts`](Self::end_parts), which keeps trying
+    /// until the lease expires. A several-dimension lease on the fast path whose buckets
+    /// give nothing back is one batch delete.
+    pub(crate) async fn release_parts(
+        &self,
+        parts: Vec<LeasePart>,
+        expires_at: UnixMillis,
+    ) -> Result<(), Error> {
+        let fast = self.inner.config.protocol == Protocol::Fast;
+        match <[LeasePart; 1]>::try_from(parts) {
+            Ok([part]) if fast => match self.release_fast(part.clone()).await {
+                Err(Error::Contention { .. }) => {
+                    self.end_parts(vec![part], Some(expires_at)).await.map(drop)
+                }
+                done => done.map(drop),
+            },
+            Ok(one) => self.end_parts(one.into(), Some(expires_at)).await.map(drop),
+            // Rows that give nothing back go in one unconditional batch delete (see
+            // `Store::delete_leases`), not a transaction.
+            Err(many) if fast && many.iter().all(|p| !p.restores) => {
+                let keys: Vec<LeaseKey> = many.into_iter().map(|p| p.key).collect();
+                Ok(self.inner.store.delete_leases(&keys).await?)
+            }
+            Err(many) => self.end_parts(many, Some(expires_at)).await.map(drop),
+        }
     }
 
     /// Deletes lease rows and gives back the cost of those that restore. Returns how many
@@ -611,16 +748,24 @@ impl Sluice {
     }
 
     /// Changes one part's cost to `actual`, charging or refunding the difference.
+    ///
+    /// On the fast path the row comes from the lane (no read) and a lost race retries at
+    /// once from the row the store hands back.
     pub(crate) async fn adjust_part(&self, part: &LeasePart, actual: Tokens) -> Result<(), Error> {
         let delta = actual - part.cost;
         let max_retries = self.inner.config.max_retries;
+        let fast = self.inner.config.protocol == Protocol::Fast;
+        let dimensions = std::slice::from_ref(&part.dimension);
         let mut attempt: u32 = 0;
+        let mut fresh_retries: u32 = 0;
         loop {
             attempt += 1;
-            let row = self
-                .read_existing(std::slice::from_ref(&part.dimension))
-                .await?
-                .remove(0);
+            let row = if fast {
+                self.known_rows(dimensions).await?
+            } else {
+                self.read_existing(dimensions).await?
+            }
+            .remove(0);
             let now = self.now();
             let (tokens, last_refill_at) = row.charged(delta, now);
             let commit = Commit {
@@ -652,7 +797,17 @@ impl Sluice {
                 Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
                     return Err(Error::LeaseNotFound(key.to_string()));
                 }
+                Err(CommitError::Condition(ConditionFailure::BucketChanged {
+                    current: Some(current),
+                    ..
+                })) if fast && fresh_retries < crate::fast::MAX_FRESH_RETRIES => {
+                    fresh_retries += 1;
+                    attempt -= 1;
+                    self.inner.lanes.remember(*current);
+                    continue;
+                }
                 Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {
+                    self.inner.lanes.forget(&part.dimension);
                     if attempt > max_retries {
                         return Err(Error::Contention {
                             dimension: part.dimension.clone(),

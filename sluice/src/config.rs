@@ -1,6 +1,10 @@
 //! Configuration from the environment (`SLUICE_*`) and from code.
 
+use std::collections::HashMap;
 use std::time::Duration;
+
+use crate::dimension::Dimension;
+use crate::tokens::Tokens;
 
 /// Default lease TTL (`SLUICE_LEASE_TTL`), seconds.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
@@ -59,15 +63,75 @@ pub struct Config {
     pub caller: String,
     /// How acquires talk to the store.
     pub protocol: Protocol,
+    /// Local prefetch for hot lean dimensions (see [`Prefetch`]); set from code only.
+    pub prefetch: HashMap<Dimension, Prefetch>,
+}
+
+/// Local prefetch for a hot dimension whose bucket is in lean mode: when this client
+/// writes a grant, it takes `tokens` more in the same write and grants later acquires from
+/// them locally, with no call, for up to `hold`.
+///
+/// It lifts the ceiling of one bucket row (each write carries many grants, across
+/// processes too) at a bounded price:
+///
+/// - **Overshoot**: every token granted from a prefetch was taken from the bucket at most
+///   `hold` earlier, so the grants in any window of length `W` stay within
+///   `capacity + refill_rate × (W + hold)` (instead of `W`), whatever the number of
+///   clients. Choose `hold` so that `refill_rate × hold` is a burst the vendor tolerates.
+/// - **Waste**: prefetched tokens not granted within `hold` (or too few for the next
+///   request) are dropped, never given back: they count as used.
+/// - **No effect at the limit**: a client prefetches only from plenty, when the bucket
+///   still holds at least as much again afterwards, so a bucket near empty is shared
+///   exactly as without prefetch.
+///
+/// Only lean buckets (`requests`, `tokens`) are prefetched: a grant from a bucket with
+/// leases needs its own lease row. Only single-dimension acquires use it.
+///
+/// ```
+/// use std::time::Duration;
+/// use sluice::{Prefetch, Sluice};
+///
+/// let sluice = Sluice::builder()
+///     .prefetch("openai#rpm".parse()?, Prefetch::new(20, Duration::from_millis(250)))
+///     .build()?;
+/// # let _ = sluice;
+/// # Ok::<(), sluice::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prefetch {
+    tokens: Tokens,
+    hold: Duration,
+}
+
+impl Prefetch {
+    /// Prefetch `tokens` per write, granted locally for up to `hold` (both must be
+    /// positive; [`SluiceBuilder::build`](crate::SluiceBuilder::build) checks).
+    pub fn new(tokens: impl Into<Tokens>, hold: Duration) -> Self {
+        Prefetch {
+            tokens: tokens.into(),
+            hold,
+        }
+    }
+
+    /// Tokens taken per write.
+    pub fn tokens(&self) -> Tokens {
+        self.tokens
+    }
+
+    /// How long prefetched tokens may be granted.
+    pub fn hold(&self) -> Duration {
+        self.hold
+    }
 }
 
 /// How acquires talk to the store (`SLUICE_PROTOCOL`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Protocol {
-    /// One conditional write per grant, from the row this client last saw; a denial it
-    /// already knows costs no call; concurrent acquires on one dimension share a write
-    /// (`fast`, the default).
+    /// One conditional write per grant, from the row this client last saw (one or several
+    /// dimensions); a denial it already knows costs no call; releases and cost adjustments
+    /// write without reading; concurrent acquires and releases on one dimension share a
+    /// write (`fast`, the default).
     #[default]
     Fast,
     /// The seed design's protocol: a consistent read, then the conditional write (`seed`).
@@ -84,6 +148,7 @@ impl Default for Config {
             max_retries: DEFAULT_MAX_RETRIES,
             caller: default_caller(),
             protocol: Protocol::default(),
+            prefetch: HashMap::new(),
         }
     }
 }

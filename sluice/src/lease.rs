@@ -136,7 +136,8 @@ impl Lease {
             .map(|p| p.cost)
     }
 
-    /// How many commits the acquire attempted (1 when there was no contention).
+    /// How many commits the acquire attempted (1 when there was no contention; 0 for a
+    /// grant from tokens this client prefetched, see [`Prefetch`](crate::Prefetch)).
     pub fn attempts(&self) -> u32 {
         self.attempts
     }
@@ -149,10 +150,7 @@ impl Lease {
         if parts.is_empty() {
             return Ok(());
         }
-        self.client
-            .end_parts(parts, Some(self.expires_at))
-            .await
-            .map(|_| ())
+        self.client.release_parts(parts, self.expires_at).await
     }
 
     /// Runs `body` under this lease, then releases it: the lease's slot.
@@ -225,7 +223,7 @@ impl fmt::Debug for Lease {
 
 impl Lease {
     /// Takes the parts that have lease rows to end; lean parts need nothing.
-    fn take_rows(&mut self) -> Vec<LeasePart> {
+    pub(crate) fn take_rows(&mut self) -> Vec<LeasePart> {
         let mut parts = std::mem::take(&mut self.parts);
         parts.retain(|p| p.has_row);
         parts
@@ -245,7 +243,7 @@ impl Drop for Lease {
                 let expires_at = self.expires_at;
                 tracing::debug!(lease = %id, "lease dropped without release; releasing in the background");
                 handle.spawn(async move {
-                    if let Err(error) = client.end_parts(parts, Some(expires_at)).await {
+                    if let Err(error) = client.release_parts(parts, expires_at).await {
                         tracing::warn!(lease = %id, %error, "background release failed; the lease will expire and be reconciled");
                     }
                 });

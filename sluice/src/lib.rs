@@ -58,7 +58,7 @@ pub use acquire::{Acquire, MAX_DIMENSIONS};
 pub use bucket::{Bucket, BucketError, BucketState, LimitType, Take, UnknownLimitType, refill};
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};
-pub use config::{Config, ConfigError, DEFAULT_LEASE_TTL, DEFAULT_MAX_RETRIES, Protocol};
+pub use config::{Config, ConfigError, DEFAULT_LEASE_TTL, DEFAULT_MAX_RETRIES, Prefetch, Protocol};
 pub use decimal::{DecimalError, Rounding};
 pub use dimension::{Dimension, DimensionError};
 pub use error::Error;

@@ -7,7 +7,7 @@ use crate::bucket::{BucketState, LimitType};
 use crate::client::Sluice;
 use crate::dimension::Dimension;
 use crate::error::Error;
-use crate::store::{BucketWrite, Commit, CommitError, LeaseFilter, LeaseRecord};
+use crate::store::{BucketWrite, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord};
 use crate::tokens::Tokens;
 
 /// What one reconcile pass did.
@@ -30,6 +30,10 @@ pub struct ReconcileReport {
     pub tokens_healed: Tokens,
     /// `concurrent` buckets left for the next pass because they changed while checked.
     pub buckets_busy: usize,
+    /// `concurrent` buckets holding fewer tokens than their readable leases account for,
+    /// left as they are because a lease row on them could not be read: what it holds is
+    /// unknown, and raising the bucket could grant a slot that is still taken.
+    pub buckets_not_raised: usize,
     /// What went wrong, per lease or bucket; the pass goes on past each.
     pub errors: Vec<ReconcileError>,
 }
@@ -45,7 +49,7 @@ impl fmt::Display for ReconcileReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} expired leases: {} restored ({} tokens), {} already gone; {} concurrent buckets checked: {} healed ({} tokens), {} busy; {} errors",
+            "{} expired leases: {} restored ({} tokens), {} already gone; {} concurrent buckets checked: {} healed ({} tokens), {} busy, {} not raised (unreadable leases); {} errors",
             self.leases_seen,
             self.leases_restored,
             self.tokens_restored,
@@ -54,6 +58,7 @@ impl fmt::Display for ReconcileReport {
             self.buckets_healed,
             self.tokens_healed,
             self.buckets_busy,
+            self.buckets_not_raised,
             self.errors.len()
         )
     }
@@ -86,7 +91,8 @@ impl Sluice {
     ///    `capacity - sum of lease costs`. A lease deleted without giving its slot back
     ///    (DynamoDB's TTL sweeper, a manual delete) would otherwise lose that slot forever;
     ///    the bucket is rewritten on condition that its version has not moved since it was
-    ///    read (any acquire or release moves it), so healing never races a grant.
+    ///    read (any acquire or release moves it), so healing never races a grant. A bucket
+    ///    with a lease row the store cannot read is only ever lowered, never raised.
     ///
     /// Returns `Err` only when the pass cannot start (e.g. a missing table); failures on
     /// single leases or buckets are in the report's `errors`.
@@ -163,15 +169,37 @@ impl Sluice {
         if buckets.is_empty() {
             return Ok(());
         }
+        let scan = self.store().scan_leases(&LeaseFilter::default()).await?;
         let mut held: HashMap<Dimension, Tokens> = HashMap::new();
-        for lease in self.store().list_leases(&LeaseFilter::default()).await? {
+        for lease in scan.leases {
             *held.entry(lease.dimension).or_default() += lease.cost;
         }
+        // Dimensions with a lease row of unknown content; `None`: a row whose key does not
+        // even say which dimension (it could be any).
+        let unknown: Vec<Option<Dimension>> = scan
+            .unreadable
+            .iter()
+            .map(|key| LeaseKey::parse(key).and_then(|k| k.dimension()))
+            .collect();
         for row in buckets {
             report.buckets_checked += 1;
             let leased = held.get(&row.dimension).copied().unwrap_or_default();
             let expected = row.bucket.capacity() - leased;
             if row.tokens == expected {
+                continue;
+            }
+            if expected > row.tokens
+                && unknown
+                    .iter()
+                    .any(|d| d.as_ref().is_none_or(|d| *d == row.dimension))
+            {
+                tracing::warn!(
+                    dimension = %row.dimension,
+                    tokens = %row.tokens,
+                    "concurrent bucket holds fewer tokens than its readable leases account for, \
+                     but a lease row on it cannot be read; not raising it"
+                );
+                report.buckets_not_raised += 1;
                 continue;
             }
             let commit = Commit {

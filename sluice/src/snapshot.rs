@@ -25,6 +25,9 @@ pub struct Snapshot {
     pub refill_rate: RefillRate,
     /// Tokens an acquire takes by default.
     pub cost_per_call: Tokens,
+    /// Whether the bucket is in lean mode (grants write no lease row, so there are no
+    /// leases to count and nothing for the reconciler to refund).
+    pub lean: bool,
     /// Leases not yet expired.
     pub live_leases: usize,
     /// Tokens held by live leases.
@@ -50,6 +53,7 @@ impl Snapshot {
             available: row.available(now),
             refill_rate: row.bucket.effective_rate(),
             cost_per_call: row.bucket.cost_per_call(),
+            lean: !row.bucket.keeps_leases(),
             live_leases: live.len(),
             leased: live.iter().map(|l| l.cost).sum(),
             expired_leases: leases.len() - live.len(),

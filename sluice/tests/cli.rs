@@ -337,6 +337,16 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
     cli.ok(&["table", "create"]);
     cli.ok(&["apply", cli.file(FILE).to_str().unwrap()]);
     cli.ok(&["acquire", "eleven#concurrent", "--keep", "--ttl", "10m"]);
+    cli.ok(&[
+        "bucket",
+        "put",
+        "vendor#tpm",
+        "--type",
+        "tokens",
+        "--refill",
+        "10/s",
+        "--lean",
+    ]);
     let table = cli.ok(&["status"]);
     let rows: Vec<Vec<&str>> = table
         .lines()
@@ -382,13 +392,17 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
         ]
     );
     assert_eq!(rows[3][0], "openai#tpm");
+    assert_eq!(rows[4][0], "vendor#tpm");
+    assert_eq!(rows[4][5], "lean", "a lean bucket has no leases to count");
     // Columns line up.
     let at = |line: &str, word: &str| line.find(word).unwrap();
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(at(lines[0], "AVAILABLE"), at(lines[1], " 9 ") + 1);
     let json = cli.json(&["status", "--json"]);
     let rows = json.as_array().unwrap();
-    assert_eq!(rows.len(), 3);
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows[3]["lean"], true);
+    assert_eq!(rows[0]["lean"], false);
     let concurrent = &rows[0];
     let mut keys: Vec<&str> = concurrent
         .as_object()
@@ -405,6 +419,7 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
             "cost_per_call",
             "dimension",
             "expired_leases",
+            "lean",
             "leased",
             "live_leases",
             "refill_per_second",
@@ -471,7 +486,7 @@ fn reconcile_once_or_every_interval() {
     let once = cli.ok(&["reconcile"]);
     assert_eq!(
         once,
-        "0 expired leases: 0 restored (0 tokens), 0 already gone; 0 concurrent buckets checked: 0 healed (0 tokens), 0 busy; 0 errors\n"
+        "0 expired leases: 0 restored (0 tokens), 0 already gone; 0 concurrent buckets checked: 0 healed (0 tokens), 0 busy, 0 not raised (unreadable leases); 0 errors\n"
     );
     let json = cli.json(&["reconcile", "--json"]);
     for key in [
@@ -483,6 +498,7 @@ fn reconcile_once_or_every_interval() {
         "buckets_healed",
         "tokens_healed",
         "buckets_busy",
+        "buckets_not_raised",
         "errors",
     ] {
         assert!(json.get(key).is_some(), "{key} missing from {json}");

@@ -89,3 +89,143 @@ async fn acquire_within_waits_exactly_the_retry_in_and_stops_at_its_bound() {
     assert_eq!(e.retry_in(), Some(Duration::from_millis(500)));
     assert_eq!(started.elapsed(), Duration::ZERO);
 }
+
+mod prefetch {
+    use super::*;
+    use sluice::{Acquire, ManualClock, Prefetch, Tokens};
+
+    fn client(clock: &ManualClock, store: &std::sync::Arc<MemoryStore>, dim: &str) -> Sluice {
+        Sluice::builder()
+            .store_arc(store.clone())
+            .clock(clock.clone())
+            .prefetch(
+                dim.parse().unwrap(),
+                Prefetch::new(5, Duration::from_secs(1)),
+            )
+            .build()
+            .unwrap()
+    }
+
+    async fn tokens(sluice: &Sluice, dim: &str) -> (Tokens, u64) {
+        let row = sluice.bucket(dim).await.unwrap().unwrap();
+        (row.tokens, row.version)
+    }
+
+    #[tokio::test]
+    async fn grants_come_from_the_prefetch_until_it_runs_out_or_its_hold_ends() {
+        let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+        let store = std::sync::Arc::new(MemoryStore::new());
+        let dim = "hot#rpm";
+        let sluice = client(&clock, &store, dim);
+        sluice
+            .put_bucket(
+                dim,
+                Bucket::requests(RefillRate::per_second(1))
+                    .with_capacity(100)
+                    .lean(),
+            )
+            .await
+            .unwrap();
+        let (_, v0) = tokens(&sluice, dim).await;
+        // The first grant's write takes five more.
+        let lease = sluice.acquire(dim).await.unwrap();
+        assert_eq!(lease.attempts(), 1);
+        assert_eq!(tokens(&sluice, dim).await, (Tokens::new(94), v0 + 1));
+        // The next five are granted locally: no write.
+        for _ in 0..5 {
+            assert_eq!(sluice.acquire(dim).await.unwrap().attempts(), 0);
+        }
+        assert_eq!(tokens(&sluice, dim).await, (Tokens::new(94), v0 + 1));
+        // Spent: the next grant writes and prefetches again.
+        assert_eq!(sluice.acquire(dim).await.unwrap().attempts(), 1);
+        assert_eq!(tokens(&sluice, dim).await, (Tokens::new(88), v0 + 2));
+        // A request bigger than what is left goes to the bucket, and replaces the rest.
+        assert_eq!(
+            sluice
+                .acquire(Acquire::with_cost(dim, 2))
+                .await
+                .unwrap()
+                .attempts(),
+            0
+        );
+        assert_eq!(
+            sluice
+                .acquire(Acquire::with_cost(dim, 4))
+                .await
+                .unwrap()
+                .attempts(),
+            1
+        );
+        assert_eq!(tokens(&sluice, dim).await, (Tokens::new(79), v0 + 3));
+        // Past the hold, the prefetched tokens are dropped, not granted.
+        assert_eq!(sluice.acquire(dim).await.unwrap().attempts(), 0);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(sluice.acquire(dim).await.unwrap().attempts(), 1);
+        // 79 + 1 refilled - 1 granted - 5 prefetched; the 4 left of the old prefetch
+        // are gone for good.
+        assert_eq!(tokens(&sluice, dim).await, (Tokens::new(74), v0 + 4));
+    }
+
+    #[tokio::test]
+    async fn prefetch_takes_only_from_plenty_and_only_from_lean_buckets() {
+        let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+        let store = std::sync::Arc::new(MemoryStore::new());
+        let lean = "near#rpm";
+        let leased = "leased#rpm";
+        let sluice = Sluice::builder()
+            .store_arc(store.clone())
+            .clock(clock.clone())
+            .prefetch(
+                lean.parse().unwrap(),
+                Prefetch::new(5, Duration::from_secs(1)),
+            )
+            .prefetch(
+                leased.parse().unwrap(),
+                Prefetch::new(5, Duration::from_secs(1)),
+            )
+            .build()
+            .unwrap();
+        // 10 tokens: after one grant, taking 5 would leave fewer than 5.
+        sluice
+            .put_bucket(
+                lean,
+                Bucket::requests(RefillRate::per_second(1))
+                    .with_capacity(10)
+                    .lean(),
+            )
+            .await
+            .unwrap();
+        sluice
+            .put_bucket(
+                leased,
+                Bucket::requests(RefillRate::per_second(1)).with_capacity(100),
+            )
+            .await
+            .unwrap();
+        for dim in [lean, leased] {
+            for _ in 0..3 {
+                let lease = sluice.acquire(dim).await.unwrap();
+                assert_eq!(lease.attempts(), 1, "{dim}: every grant written");
+                lease.release().await.unwrap();
+            }
+        }
+        assert_eq!(tokens(&sluice, lean).await.0, Tokens::new(7));
+        assert_eq!(tokens(&sluice, leased).await.0, Tokens::new(97));
+    }
+
+    #[test]
+    fn a_prefetch_needs_tokens_and_a_hold() {
+        for p in [
+            Prefetch::new(0, Duration::from_secs(1)),
+            Prefetch::new(5, Duration::ZERO),
+        ] {
+            match Sluice::builder()
+                .prefetch("hot#rpm".parse().unwrap(), p)
+                .build()
+            {
+                Err(Error::Config(e)) => assert!(e.to_string().contains("hot#rpm"), "{e}"),
+                other => panic!("expected a configuration error, got {other:?}"),
+            }
+        }
+    }
+}

@@ -484,6 +484,64 @@ async fn calls_and_write_units_per_grant_in_each_protocol_and_mode() {
         assert_eq!(calls() - before, 2, "and the lease's delete");
     }
 
+    // Several dimensions at once: one transaction to acquire, one batch delete to
+    // release; a denial the known rows show costs nothing.
+    let tpm = format!("{vendor}#tpm");
+    seed.put_bucket(
+        &tpm,
+        Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000),
+    )
+    .await
+    .unwrap();
+    let both = || Acquire::new(rpm.as_str()).and_cost(tpm.as_str(), 300);
+    fast.acquire(both()).await.unwrap().release().await.unwrap();
+    for _ in 0..2 {
+        let before = calls();
+        let lease = fast.acquire(both()).await.unwrap();
+        assert_eq!(calls() - before, 1, "one call per acquire");
+        lease.release().await.unwrap();
+        assert_eq!(calls() - before, 2, "one call per release");
+    }
+    // 100 tokens left of tpm: 300 more is 2 s away, known without asking.
+    let before = calls();
+    let wait = fast.acquire(both()).await.unwrap_err().retry_in().unwrap();
+    assert_eq!(wait, Duration::from_secs(2));
+    assert_eq!(calls() - before, 0, "denial answered from the known rows");
+    clock.advance(wait);
+    fast.acquire(both()).await.unwrap().release().await.unwrap();
+    assert_eq!(calls() - before, 2);
+
+    // Adjusting a lease's cost: one write, no read.
+    let mut lease = fast.acquire(rpm.as_str()).await.unwrap();
+    let before = calls();
+    lease.adjust(rpm.as_str(), 3).await.unwrap();
+    assert_eq!(calls() - before, 1, "one call per adjust");
+    lease.release().await.unwrap();
+
+    // A `concurrent` slot: one write to take it, one to give it back; no read either way.
+    let slots = format!("{vendor}#concurrent");
+    seed.put_bucket(&slots, Bucket::concurrent(2))
+        .await
+        .unwrap();
+    fast.acquire(slots.as_str())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let before = calls();
+        let lease = fast.acquire(slots.as_str()).await.unwrap();
+        assert_eq!(calls() - before, 1, "one call per acquire");
+        lease.release().await.unwrap();
+        assert_eq!(calls() - before, 2, "one call per release, without a read");
+    }
+    assert_eq!(
+        fast.bucket(&slots).await.unwrap().unwrap().tokens,
+        Tokens::new(2),
+        "every slot given back"
+    );
+
     // Lean mode: one conditional write per grant, one write unit, nothing on release.
     let lean_client = client(Protocol::Fast);
     lean_client
@@ -518,6 +576,36 @@ async fn calls_and_write_units_per_grant_in_each_protocol_and_mode() {
         "lean grants write no lease rows"
     );
 
+    // Prefetch: each write takes four more, granted without a call.
+    let hot = format!("{vendor}#hot");
+    seed.put_bucket(
+        &hot,
+        Bucket::requests(RefillRate::per_second(1))
+            .with_capacity(100)
+            .lean(),
+    )
+    .await
+    .unwrap();
+    let prefetching = Sluice::builder()
+        .store(store.clone())
+        .clock(clock.clone())
+        .prefetch(
+            hot.parse().unwrap(),
+            sluice::Prefetch::new(4, Duration::from_secs(1)),
+        )
+        .build()
+        .unwrap();
+    let lease = prefetching.acquire(hot.as_str()).await.unwrap();
+    lease.release().await.unwrap();
+    let before = store.stats();
+    for _ in 0..10 {
+        let lease = prefetching.acquire(hot.as_str()).await.unwrap();
+        lease.release().await.unwrap();
+    }
+    let after = store.stats();
+    assert_eq!(after.calls - before.calls, 2, "10 grants, 2 writes");
+    assert!(after.write_milliunits - before.write_milliunits <= 2_000);
+
     // Denials from a bucket known to be empty: no call until the retry time.
     let before = calls();
     let mut waits = Vec::new();
@@ -537,6 +625,187 @@ async fn calls_and_write_units_per_grant_in_each_protocol_and_mode() {
     let granted = lean_client.acquire(lean.as_str()).await.unwrap();
     assert_eq!(calls() - before, 1);
     granted.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_callers_share_writes_for_acquires_and_releases() {
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let sluice = Sluice::builder().store(store.clone()).build().unwrap();
+    let vendor = vendor();
+    let rpm = format!("{vendor}#rpm");
+    let slots = format!("{vendor}#concurrent");
+    sluice
+        .put_bucket(&rpm, Bucket::requests(RefillRate::per_second(1_000_000)))
+        .await
+        .unwrap();
+    sluice
+        .put_bucket(&slots, Bucket::concurrent(16))
+        .await
+        .unwrap();
+    for dimension in [rpm.clone(), slots.clone()] {
+        // Warm the lane so the count below is the steady state.
+        sluice
+            .acquire(dimension.as_str())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let before = store.stats().calls;
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let sluice = sluice.clone();
+                let dimension = dimension.clone();
+                tokio::spawn(async move {
+                    let mut granted = 0u64;
+                    while granted < 25 {
+                        match sluice.acquire(dimension.as_str()).await {
+                            Ok(lease) => {
+                                lease.release().await.unwrap();
+                                granted += 1;
+                            }
+                            Err(e) => {
+                                let wait = e.retry_in().expect("only RetryIn");
+                                tokio::time::sleep(wait.min(Duration::from_millis(5))).await;
+                            }
+                        }
+                    }
+                    granted
+                })
+            })
+            .collect();
+        let mut grants = 0;
+        for t in tasks {
+            grants += t.await.unwrap();
+        }
+        let calls = store.stats().calls - before;
+        // Alone, each grant costs two calls (its acquire and its release); shared writes
+        // bring that under half a call.
+        assert!(
+            calls * 2 < grants,
+            "{dimension}: {calls} calls for {grants} grants"
+        );
+        assert!(
+            store
+                .list_leases(&LeaseFilter {
+                    dimension: Some(dimension.parse().unwrap()),
+                    expired_before: None,
+                })
+                .await
+                .unwrap()
+                .is_empty(),
+            "{dimension}: every lease row deleted"
+        );
+    }
+    assert_eq!(
+        sluice.bucket(&slots).await.unwrap().unwrap().tokens,
+        Tokens::new(16),
+        "every slot given back"
+    );
+}
+
+#[tokio::test]
+async fn unconditional_lease_deletes_cover_many_batches_and_skip_missing_rows() {
+    use sluice::store::{Commit, LeaseKey, LeaseRecord, LeaseWrite};
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let d: sluice::Dimension = format!("{}#rpm", vendor()).parse().unwrap();
+    let now = UnixMillis::from_secs(dynamo::future_secs());
+    let keys: Vec<LeaseKey> = (0..60)
+        .map(|i| LeaseKey::new(&d, &format!("k{i}")))
+        .collect();
+    // Rows for two keys in three; the rest were never written.
+    for key in keys.iter().filter(|k| !k.unique().ends_with('2')) {
+        store
+            .commit(Commit {
+                buckets: vec![],
+                leases: vec![LeaseWrite::Create(LeaseRecord {
+                    key: key.clone(),
+                    dimension: d.clone(),
+                    cost: Tokens::new(1),
+                    created_at: now,
+                    expires_at: now.saturating_add(Duration::from_secs(60)),
+                    caller: "test".into(),
+                })],
+            })
+            .await
+            .unwrap();
+    }
+    let before = store.stats().calls;
+    store.delete_leases(&keys).await.unwrap();
+    assert_eq!(store.stats().calls - before, 3, "25 rows per call");
+    assert!(
+        store
+            .read_leases(&keys)
+            .await
+            .unwrap()
+            .iter()
+            .all(Option::is_none)
+    );
+}
+
+#[tokio::test]
+async fn healing_never_raises_a_concurrent_bucket_with_an_unreadable_lease_row() {
+    // A table of its own: the unreadable row below would hold back every test's healing.
+    let Some(store) = dynamo::fresh_store().await else {
+        return;
+    };
+    let sluice = Sluice::builder().store(store.clone()).build().unwrap();
+    let dim = format!("{}#concurrent", vendor());
+    sluice
+        .put_bucket(&dim, Bucket::concurrent(3))
+        .await
+        .unwrap();
+    let held = sluice.acquire(dim.as_str()).await.unwrap();
+    // A foreign writer's lease row on the same bucket, holding an unknown number of slots
+    // (its cost is not a number), and one slot taken by it from the bucket.
+    let broken = format!("lease#{dim}#foreign");
+    put_raw(
+        &store,
+        HashMap::from([
+            ("vendor_dimension".to_owned(), s(&broken)),
+            ("dimension".to_owned(), s(&dim)),
+            ("cost".to_owned(), s("one")),
+        ]),
+    )
+    .await;
+    let mut row = sluice.bucket(&dim).await.unwrap().unwrap();
+    let version = row.version;
+    row.tokens = Tokens::new(1);
+    assert!(store.put_bucket(&row, Some(version)).await.unwrap());
+    let scan = store.scan_leases(&LeaseFilter::default()).await.unwrap();
+    assert_eq!(scan.leases.len(), 1);
+    assert_eq!(scan.unreadable, vec![broken.clone()]);
+
+    // The readable leases account for one slot, so the bucket "should" hold two; the
+    // unreadable row may hold the missing one, so it is left alone.
+    let report = sluice.reconcile().await.unwrap();
+    assert_eq!(report.buckets_not_raised, 1, "{report}");
+    assert_eq!(report.buckets_healed, 0, "{report}");
+    assert_eq!(
+        sluice.bucket(&dim).await.unwrap().unwrap().tokens,
+        Tokens::new(1)
+    );
+
+    // Once the row is gone, healing proceeds.
+    store
+        .client()
+        .delete_item()
+        .table_name(store.table())
+        .key("vendor_dimension", s(&broken))
+        .send()
+        .await
+        .unwrap();
+    let report = sluice.reconcile().await.unwrap();
+    assert_eq!(report.buckets_healed, 1, "{report}");
+    assert_eq!(
+        sluice.bucket(&dim).await.unwrap().unwrap().tokens,
+        Tokens::new(2)
+    );
+    held.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -7,7 +7,8 @@ use std::time::Duration;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::{CompositeKey, MetricKind};
 use sluice::store::{
-    Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord, StoreError,
+    Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
+    StoreError,
 };
 use sluice::{
     Acquire, Bucket, BucketState, Dimension, ManualClock, MemoryStore, RefillRate, Sluice, Store,
@@ -35,8 +36,10 @@ impl Store for Scripted {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-        if !commit.leases.is_empty() && !self.raced.swap(true, Ordering::SeqCst) {
-            let dimension = commit.buckets[0].dimension.clone();
+        if let (false, Some(bucket)) = (commit.leases.is_empty(), commit.buckets.first())
+            && !self.raced.swap(true, Ordering::SeqCst)
+        {
+            let dimension = bucket.dimension.clone();
             return Err(CommitError::Condition(ConditionFailure::BucketChanged {
                 dimension,
                 current: None,
@@ -45,12 +48,16 @@ impl Store for Scripted {
         self.inner.commit(commit).await
     }
 
+    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        self.inner.delete_leases(keys).await
+    }
+
     async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
         self.inner.read_leases(keys).await
     }
 
-    async fn list_leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, StoreError> {
-        self.inner.list_leases(filter).await
+    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
+        self.inner.scan_leases(filter).await
     }
 
     async fn put_bucket(

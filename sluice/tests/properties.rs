@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sluice::{
-    Acquire, Bucket, Error, Lease, ManualClock, MemoryStore, RefillRate, Sluice, Tokens, UnixMillis,
+    Acquire, Bucket, Error, Lease, ManualClock, MemoryStore, Prefetch, RefillRate, Sluice, Tokens,
+    UnixMillis,
 };
 
 #[derive(Debug, Clone)]
@@ -108,6 +109,72 @@ proptest! {
             }
             for lease in leases {
                 lease.release().await.unwrap();
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn prefetching_clients_stay_within_capacity_plus_refill_over_the_window_and_the_hold(
+        capacity in 1u64..=40,
+        per_second in 1u64..=10,
+        prefetch in 1i64..=20,
+        hold_ms in 1u64..=300,
+        steps in proptest::collection::vec(
+            (0usize..3, 1i64..=4, prop_oneof![3 => 0u64..400, 1 => 1_000u64..4_000]),
+            1..150,
+        ),
+    ) {
+        runtime().block_on(async {
+            let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+            let store = std::sync::Arc::new(MemoryStore::new());
+            let dim = "prop#rpm";
+            let hold = Duration::from_millis(hold_ms);
+            // Three clients (three processes) sharing one bucket, each prefetching.
+            let clients: Vec<Sluice> = (0..3)
+                .map(|_| {
+                    Sluice::builder()
+                        .store_arc(store.clone())
+                        .clock(clock.clone())
+                        .prefetch(dim.parse().unwrap(), Prefetch::new(prefetch, hold))
+                        .build()
+                        .unwrap()
+                })
+                .collect();
+            let rate = RefillRate::per_second(per_second);
+            let cap = Tokens::new(capacity as i64);
+            clients[0]
+                .put_bucket(dim, Bucket::requests(rate).with_capacity(capacity).lean())
+                .await
+                .unwrap();
+            let mut grants: Vec<(i64, Tokens)> = Vec::new();
+            for (who, cost, advance) in steps {
+                let now = clock.now().as_millis();
+                match clients[who].acquire(Acquire::with_cost(dim, cost)).await {
+                    Ok(lease) => {
+                        grants.push((now, Tokens::new(cost)));
+                        lease.release().await.unwrap();
+                    }
+                    Err(Error::RetryIn(d)) => prop_assert!(d >= Duration::from_millis(1)),
+                    Err(Error::CostExceedsCapacity { .. }) => prop_assert!(cost > capacity as i64),
+                    Err(e) => prop_assert!(false, "unexpected error {}", e),
+                }
+                clock.advance(Duration::from_millis(advance));
+            }
+            // Every token granted was taken from the bucket at most `hold` earlier, so any
+            // window [a, b] grants at most capacity + refill over (b - a + hold).
+            for (i, (first, _)) in grants.iter().enumerate() {
+                let mut granted = Tokens::ZERO;
+                for (at, cost) in &grants[i..] {
+                    granted += *cost;
+                    let window_ms = i128::from(at - first) + i128::from(hold_ms);
+                    let refill = Tokens::from_nanos(window_ms * rate.as_nanos_per_second() / 1_000);
+                    prop_assert!(
+                        granted <= cap + refill,
+                        "{} granted in {} ms plus a {} ms hold (cap {}, refill {})",
+                        granted, at - first, hold_ms, cap, refill
+                    );
+                }
             }
             Ok(())
         })?;

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{
     BucketWrite, Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord,
-    LeaseWrite, Store, StoreError,
+    LeaseScan, LeaseWrite, Store, StoreError,
 };
 use crate::bucket::BucketState;
 use crate::dimension::Dimension;
@@ -122,20 +122,33 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        let mut rows = self.rows();
+        for key in keys {
+            rows.leases.remove(key);
+        }
+        Ok(())
+    }
+
     async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
         let rows = self.rows();
         Ok(keys.iter().map(|k| rows.leases.get(k).cloned()).collect())
     }
 
-    async fn list_leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, StoreError> {
+    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
         let rows = self.rows();
-        Ok(rows
+        let leases = rows
             .leases
             .values()
             .filter(|r| filter.dimension.as_ref().is_none_or(|d| &r.dimension == d))
             .filter(|r| filter.expired_before.is_none_or(|t| r.expires_at < t))
             .cloned()
-            .collect())
+            .collect();
+        // Every row here was written through the typed API.
+        Ok(LeaseScan {
+            leases,
+            unreadable: Vec::new(),
+        })
     }
 
     async fn put_bucket(

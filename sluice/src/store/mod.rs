@@ -3,7 +3,8 @@
 //! A [`Store`] keeps bucket rows and lease rows. Its operations map one-to-one onto
 //! DynamoDB's: a consistent read of bucket rows (`BatchGetItem`/`GetItem`), one atomic
 //! conditional [`Commit`] (`TransactWriteItems`, or a single conditional write when it
-//! touches one row), a read or scan of lease rows, and bucket administration. The
+//! touches one row), an unconditional batch delete of lease rows that give nothing back
+//! (`BatchWriteItem`), a read or scan of lease rows, and bucket administration. The
 //! protocol itself (refill, costs, retries, RetryIn) lives in the [`Sluice`](crate::Sluice)
 //! client, so every store gives the same answers.
 
@@ -51,6 +52,12 @@ impl LeaseKey {
     /// The unique suffix after the dimension.
     pub fn unique(&self) -> &str {
         self.0.rsplit_once('#').map_or("", |(_, u)| u)
+    }
+
+    /// The dimension named in the key, when it names a valid one.
+    pub fn dimension(&self) -> Option<Dimension> {
+        let rest = self.0.strip_prefix(LEASE_PREFIX)?;
+        Dimension::new(rest.rsplit_once('#')?.0).ok()
     }
 }
 
@@ -185,6 +192,16 @@ pub struct LeaseFilter {
     pub expired_before: Option<UnixMillis>,
 }
 
+/// The lease rows a scan found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseScan {
+    /// The rows that match the filter.
+    pub leases: Vec<LeaseRecord>,
+    /// The keys of lease rows the store could not read (written by a foreign or broken
+    /// writer): whatever they hold is unknown.
+    pub unreadable: Vec<String>,
+}
+
 /// A failure of the store itself (as opposed to a condition that did not hold).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -311,11 +328,29 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Applies all of `commit` atomically, or nothing.
     async fn commit(&self, commit: Commit) -> Result<(), CommitError>;
 
+    /// Deletes lease rows without any condition; keys without a row are skipped.
+    ///
+    /// Only for leases whose release gives nothing back (`requests` and `tokens` buckets):
+    /// the reconciler's own deletion is conditioned on the row existing, so whichever of
+    /// the two goes first wins and a lease is never refunded after its release. On DynamoDB
+    /// this is `BatchWriteItem`, up to 25 rows per call.
+    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError>;
+
     /// Reads lease rows by key; `None` for a key without a row.
     async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError>;
 
-    /// Lists lease rows matching `filter`.
-    async fn list_leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, StoreError>;
+    /// Lists lease rows matching `filter`, and the keys of lease rows it cannot read.
+    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError>;
+
+    /// Lists the readable lease rows matching `filter` (a row that cannot be read is
+    /// skipped with a warning; [`scan_leases`](Store::scan_leases) names them).
+    async fn list_leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, StoreError> {
+        let scan = self.scan_leases(filter).await?;
+        for key in &scan.unreadable {
+            tracing::warn!(%key, "skipping a lease row sluice cannot read");
+        }
+        Ok(scan.leases)
+    }
 
     /// Writes a whole bucket row, on condition that its version is `expected_version`
     /// (`None`: that the row does not exist). Returns `false` when the condition failed.

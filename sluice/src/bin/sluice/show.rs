@@ -39,6 +39,7 @@ pub(crate) fn snapshot_json(s: &Snapshot) -> Value {
         "available": tokens(s.available),
         "refill_per_second": number(s.refill_rate.to_string()),
         "cost_per_call": tokens(s.cost_per_call),
+        "lean": s.lean,
         "live_leases": s.live_leases,
         "leased": tokens(s.leased),
         "expired_leases": s.expired_leases,
@@ -57,6 +58,7 @@ pub(crate) fn report_json(r: &ReconcileReport) -> Value {
         "buckets_healed": r.buckets_healed,
         "tokens_healed": tokens(r.tokens_healed),
         "buckets_busy": r.buckets_busy,
+        "buckets_not_raised": r.buckets_not_raised,
         "errors": r.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
     })
 }
@@ -140,7 +142,10 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
                 s.capacity.to_string(),
                 s.available.to_string(),
                 s.refill_rate.to_string(),
-                if s.expired_leases > 0 {
+                if s.lean && s.live_leases == 0 && s.expired_leases == 0 {
+                    // No lease rows by design: say so rather than a misleading 0.
+                    "lean".to_owned()
+                } else if s.expired_leases > 0 {
                     format!("{} (+{} expired)", s.live_leases, s.expired_leases)
                 } else {
                     s.live_leases.to_string()

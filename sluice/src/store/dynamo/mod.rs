@@ -17,15 +17,16 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConsumedCapacity, Delete, KeysAndAttributes, Put, ReturnConsumedCapacity,
-    ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, ConsumedCapacity, Delete, DeleteRequest, KeysAndAttributes, Put,
+    ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update, WriteRequest,
 };
 
 use self::error::{Cancelled, cancelled, store_error};
 use self::row::Item;
 use super::{
     BucketWrite, Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord,
-    LeaseWrite, Store, StoreError,
+    LeaseScan, LeaseWrite, Store, StoreError,
 };
 use crate::bucket::BucketState;
 use crate::config::Config;
@@ -33,6 +34,11 @@ use crate::dimension::{Dimension, LEASE_PREFIX};
 
 /// BatchGetItem reads at most 100 keys per request.
 const BATCH_GET_MAX: usize = 100;
+/// `BatchWriteItem` takes at most 25 requests.
+const BATCH_WRITE_MAX: usize = 25;
+/// Rounds of `UnprocessedItems` resent (with backoff) before a batch delete is reported
+/// as throttled.
+const BATCH_WRITE_ROUNDS: u32 = 8;
 
 const BUCKET_UPDATE: &str = "SET #tokens = :tokens, #last = :last, #version = :next";
 const BUCKET_CONDITION: &str = "#version = :expected";
@@ -594,6 +600,48 @@ impl Store for DynamoStore {
         }
     }
 
+    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        for chunk in keys.chunks(BATCH_WRITE_MAX) {
+            let mut requests: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|k| {
+                    DeleteRequest::builder()
+                        .set_key(Some(row::key(k.as_str())))
+                        .build()
+                        .map(|d| WriteRequest::builder().delete_request(d).build())
+                        .map_err(build_error)
+                })
+                .collect::<Result<_, _>>()?;
+            let mut round: u32 = 0;
+            while !requests.is_empty() {
+                round += 1;
+                if round > 1 {
+                    // DynamoDB hands back what it could not write now (throughput):
+                    // resend only that, after a pause.
+                    if round > BATCH_WRITE_ROUNDS {
+                        return Err(StoreError::Throttled { source: None });
+                    }
+                    tokio::time::sleep(crate::client::backoff_delay(round - 1)).await;
+                }
+                self.count_call();
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(self.table.as_ref(), requests)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| self.err(e))?;
+                self.count_capacity(Units::Write, out.consumed_capacity());
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut u| u.remove(self.table.as_ref()))
+                    .unwrap_or_default();
+            }
+        }
+        Ok(())
+    }
+
     async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
         let found = self
             .batch_get(keys.iter().map(|k| k.as_str().to_owned()).collect())
@@ -603,7 +651,7 @@ impl Store for DynamoStore {
             .collect()
     }
 
-    async fn list_leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, StoreError> {
+    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
         let mut expression = "begins_with(vendor_dimension, :lease)".to_owned();
         let mut values = HashMap::from([(":lease".to_owned(), row::s(LEASE_PREFIX))]);
         let mut names = HashMap::new();
@@ -623,7 +671,10 @@ impl Store for DynamoStore {
             );
         }
         let items = self.scan(&expression, values, names).await?;
-        let mut leases = Vec::with_capacity(items.len());
+        let mut scan = LeaseScan {
+            leases: Vec::with_capacity(items.len()),
+            unreadable: Vec::new(),
+        };
         for item in &items {
             match row::lease_record(item) {
                 Ok(lease) => {
@@ -633,13 +684,20 @@ impl Store for DynamoStore {
                             .as_ref()
                             .is_none_or(|d| &lease.dimension == d)
                     {
-                        leases.push(lease);
+                        scan.leases.push(lease);
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "skipping a lease row sluice cannot read"),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a lease row sluice cannot read");
+                    let key = match item.get(row::KEY) {
+                        Some(AttributeValue::S(k)) => k.clone(),
+                        _ => String::new(),
+                    };
+                    scan.unreadable.push(key);
+                }
             }
         }
-        Ok(leases)
+        Ok(scan)
     }
 
     async fn put_bucket(
