@@ -4,12 +4,14 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use sluice::{Bucket, RefillRate, Sluice};
+//! use sluice::{Bucket, ManualClock, MemoryStore, RefillRate, Sluice, UnixMillis};
 //! use sluice_tower::SluiceLayer;
 //! use tower::{Service, ServiceBuilder, ServiceExt};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-//! let sluice = Sluice::in_memory();
+//! // A fixed clock keeps the example exact; real code uses the system clock.
+//! let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+//! let sluice = Sluice::builder().store(MemoryStore::new()).clock(clock).build().unwrap();
 //! sluice.put_bucket("vendor#rpm", Bucket::requests(RefillRate::per_minute(60)).with_capacity(1)).await.unwrap();
 //!
 //! let mut svc = ServiceBuilder::new()
