@@ -756,10 +756,11 @@ impl Sluice {
         let max_retries = self.inner.config.max_retries;
         let fast = self.inner.config.protocol == Protocol::Fast;
         let dimensions = std::slice::from_ref(&part.dimension);
+        // Writes lost to contention so far; a lost race that handed back the current row
+        // (fast path) is retried at once and does not count.
         let mut attempt: u32 = 0;
         let mut fresh_retries: u32 = 0;
         loop {
-            attempt += 1;
             let row = if fast {
                 self.known_rows(dimensions).await?
             } else {
@@ -802,12 +803,12 @@ impl Sluice {
                     ..
                 })) if fast && fresh_retries < crate::fast::MAX_FRESH_RETRIES => {
                     fresh_retries += 1;
-                    attempt -= 1;
                     self.inner.lanes.remember(*current);
                     continue;
                 }
                 Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {
                     self.inner.lanes.forget(&part.dimension);
+                    attempt += 1;
                     if attempt > max_retries {
                         return Err(Error::Contention {
                             dimension: part.dimension.clone(),
