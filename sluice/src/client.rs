@@ -106,7 +106,9 @@ impl SluiceBuilder {
         })
     }
 
-    /// Replaces the whole configuration.
+    /// Replaces the whole configuration, including what this builder's other methods
+    /// ([`lease_ttl`](Self::lease_ttl), [`prefetch`](Self::prefetch), …) set before: call it
+    /// first.
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
         self

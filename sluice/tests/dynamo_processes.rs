@@ -10,7 +10,9 @@
 //! row is left behind. It runs in every mode: the seed protocol, the fast path, the fast
 //! path on a lean bucket (no lease rows: the ledger is the reported grants and the row),
 //! and a lean bucket every process prefetches from (prefetched tokens never granted are
-//! dropped, so the row may account for more than the grants, never for fewer).
+//! dropped, so the row may account for more than the grants, never for fewer). The
+//! prefetch run starts from plenty, so that processes really grant from prefetched tokens
+//! before the bucket runs low (checked: children count those grants).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -31,7 +33,6 @@ use sluice::{
 const PROCESSES: usize = 4;
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(5);
-const CAPACITY: u64 = 100;
 /// Refill per second: the fast path at 10/s; the seed protocol, which collapses under
 /// contention on one bucket (lost races back off, some acquires give up), at 2/s.
 fn per_second(mode: &str) -> u64 {
@@ -41,6 +42,16 @@ const MODES: [&str; 4] = ["seed", "fast", "lean", "prefetch"];
 /// The `prefetch` mode's tokens per write and hold.
 const PREFETCH: (i64, Duration) = (5, Duration::from_millis(200));
 const SLOTS: u64 = 4;
+/// The bucket's capacity and its tokens when the run starts: few, except for the
+/// `prefetch` mode, which prefetches only from plenty. Either way refill cannot reach the
+/// capacity during the run, so the bookkeeping below is never cut short by the cap.
+fn capacity_and_start(mode: &str) -> (u64, u64) {
+    if mode == "prefetch" {
+        (400, 300)
+    } else {
+        (100, 5)
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -74,16 +85,8 @@ fn main() {
 }
 
 fn client(endpoint: &str, table: &str, caller: &str, mode: &str, requests: &str) -> Sluice {
-    let builder = Sluice::builder();
-    let builder = if mode == "prefetch" {
-        builder.prefetch(
-            requests.parse().unwrap(),
-            Prefetch::new(PREFETCH.0, PREFETCH.1),
-        )
-    } else {
-        builder
-    };
-    builder
+    // `config` replaces the whole configuration: it comes before `prefetch`.
+    let builder = Sluice::builder()
         .store(DynamoStore::new(dynamo::client(endpoint), table))
         .clock(SystemClock)
         .config(Config {
@@ -95,9 +98,16 @@ fn client(endpoint: &str, table: &str, caller: &str, mode: &str, requests: &str)
                 Protocol::Fast
             },
             ..Config::default()
-        })
-        .build()
-        .unwrap()
+        });
+    let builder = if mode == "prefetch" {
+        builder.prefetch(
+            requests.parse().unwrap(),
+            Prefetch::new(PREFETCH.0, PREFETCH.1),
+        )
+    } else {
+        builder
+    };
+    builder.build().unwrap()
 }
 
 async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str, mode: &str) {
@@ -159,7 +169,9 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str, mode: &s
     for t in tasks {
         held.extend(t.await.unwrap());
     }
-    println!("granted {}", held.len());
+    // A grant from prefetched tokens took no commit.
+    let prefetched = held.iter().filter(|l| l.attempts() == 0).count();
+    println!("granted {} {prefetched}", held.len());
     std::io::stdout().flush().unwrap();
     line.clear();
     stdin.read_line(&mut line).unwrap();
@@ -206,7 +218,8 @@ async fn parent(mode: &str) -> Option<()> {
     let concurrent = format!("{vendor}#concurrent");
     let sluice = client(&endpoint, table, "parent", mode, &requests);
     let lean = mode == "lean" || mode == "prefetch";
-    let bucket = Bucket::requests(RefillRate::per_second(per_second(mode))).with_capacity(CAPACITY);
+    let (capacity, start) = capacity_and_start(mode);
+    let bucket = Bucket::requests(RefillRate::per_second(per_second(mode))).with_capacity(capacity);
     sluice
         .put_bucket(&requests, if lean { bucket.lean() } else { bucket })
         .await
@@ -237,10 +250,8 @@ async fn parent(mode: &str) -> Option<()> {
     for w in &mut workers {
         w.expect_line("ready");
     }
-    // Start nearly empty, far below a capacity that refill cannot reach during the run,
-    // so that the bookkeeping below is never cut short by the cap.
     sluice
-        .acquire(Acquire::with_cost(&requests, CAPACITY - 5))
+        .acquire(Acquire::with_cost(&requests, capacity - start))
         .await
         .unwrap()
         .release()
@@ -271,15 +282,29 @@ async fn parent(mode: &str) -> Option<()> {
         })
     };
 
-    let (reports, mut workers) = tokio::task::spawn_blocking(move || {
+    let (reports, prefetched, mut workers) = tokio::task::spawn_blocking(move || {
+        let mut prefetched = Vec::new();
         let reports: Vec<(String, u64)> = workers
             .iter_mut()
-            .map(|w| (w.caller.clone(), w.expect_line("granted").parse().unwrap()))
+            .map(|w| {
+                let line = w.expect_line("granted");
+                let (granted, from_prefetch) = line.split_once(' ').expect("granted N P");
+                prefetched.push(from_prefetch.parse::<u64>().unwrap());
+                (w.caller.clone(), granted.parse().unwrap())
+            })
             .collect();
-        (reports, workers)
+        (reports, prefetched, workers)
     })
     .await
     .unwrap();
+    if mode == "prefetch" {
+        assert!(
+            prefetched.iter().sum::<u64>() > 0,
+            "no grant came from prefetched tokens"
+        );
+    } else {
+        assert!(prefetched.iter().all(|&p| p == 0), "{mode}: {prefetched:?}");
+    }
     watcher.await.unwrap();
     let now = SystemClock.now();
 
@@ -383,7 +408,8 @@ async fn parent(mode: &str) -> Option<()> {
         "releasing requests leases restores nothing"
     );
     eprintln!(
-        "{mode}: {PROCESSES} processes x {TASKS} tasks: {total} grants of {at_deadline} supplied in {:?}; max {} live concurrent leases of {SLOTS}",
+        "{mode}: {PROCESSES} processes x {TASKS} tasks: {total} grants ({} from prefetched tokens) of {at_deadline} supplied in {:?}; max {} live concurrent leases of {SLOTS}",
+        prefetched.iter().sum::<u64>(),
         RUN,
         max_live.load(Ordering::SeqCst)
     );
