@@ -283,25 +283,24 @@ async fn parent(mode: &str) -> Option<()> {
     };
 
     let (reports, prefetched, mut workers) = tokio::task::spawn_blocking(move || {
-        let mut prefetched = Vec::new();
-        let reports: Vec<(String, u64)> = workers
+        let (reports, prefetched): (Vec<(String, u64)>, Vec<u64>) = workers
             .iter_mut()
             .map(|w| {
                 let line = w.expect_line("granted");
                 let (granted, from_prefetch) = line.split_once(' ').expect("granted N P");
-                prefetched.push(from_prefetch.parse::<u64>().unwrap());
-                (w.caller.clone(), granted.parse().unwrap())
+                (
+                    (w.caller.clone(), granted.parse::<u64>().unwrap()),
+                    from_prefetch.parse::<u64>().unwrap(),
+                )
             })
-            .collect();
+            .unzip();
         (reports, prefetched, workers)
     })
     .await
     .unwrap();
+    let from_prefetch: u64 = prefetched.iter().sum();
     if mode == "prefetch" {
-        assert!(
-            prefetched.iter().sum::<u64>() > 0,
-            "no grant came from prefetched tokens"
-        );
+        assert!(from_prefetch > 0, "no grant came from prefetched tokens");
     } else {
         assert!(prefetched.iter().all(|&p| p == 0), "{mode}: {prefetched:?}");
     }
@@ -409,7 +408,7 @@ async fn parent(mode: &str) -> Option<()> {
     );
     eprintln!(
         "{mode}: {PROCESSES} processes x {TASKS} tasks: {total} grants ({} from prefetched tokens) of {at_deadline} supplied in {:?}; max {} live concurrent leases of {SLOTS}",
-        prefetched.iter().sum::<u64>(),
+        from_prefetch,
         RUN,
         max_live.load(Ordering::SeqCst)
     );
