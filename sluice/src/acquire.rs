@@ -54,7 +54,8 @@ impl Acquire {
         self
     }
 
-    /// Sets the lease's time to live (default: the client's lease TTL).
+    /// Sets the lease's time to live (default: the client's lease TTL); at least one
+    /// millisecond (the acquire refuses a shorter one with [`Error::InvalidTtl`]).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -65,20 +66,32 @@ impl Acquire {
         self.ttl
     }
 
-    /// Validates the request: dimensions parsed, costs non-negative, a dimension named twice
-    /// merged into one with the costs summed (a missing cost counts as the bucket's
-    /// `cost_per_call` when the bucket is read).
+    /// Validates the request: dimensions parsed, costs between 0 and [`Tokens::MAX`], a
+    /// dimension named twice merged into one with the costs summed (a missing cost counts
+    /// as the bucket's `cost_per_call` when the bucket is read), a TTL of at least one
+    /// millisecond.
     pub(crate) fn resolve(&self) -> Result<Vec<Wanted>, Error> {
+        if let Some(ttl) = self.ttl.filter(|t| *t < MIN_TTL) {
+            return Err(Error::InvalidTtl(ttl));
+        }
         let mut wanted: Vec<Wanted> = Vec::with_capacity(self.parts.len());
         for (name, cost) in &self.parts {
             let dimension = Dimension::new(name)?;
-            if let Some(c) = cost.filter(|c| c.is_negative()) {
+            if let Some(c) = cost.filter(|c| c.is_negative() || *c > Tokens::MAX) {
                 return Err(Error::InvalidCost { dimension, cost: c });
             }
             match wanted.iter_mut().find(|w| w.dimension == dimension) {
                 Some(w) => match cost {
-                    Some(c) => w.explicit += *c,
-                    None => w.default_calls += 1,
+                    Some(c) => {
+                        let sum = w.explicit.checked_add(*c).filter(|t| *t <= Tokens::MAX);
+                        w.explicit = sum.ok_or_else(|| Error::InvalidCost {
+                            dimension,
+                            cost: Tokens::from_nanos(
+                                w.explicit.as_nanos().saturating_add(c.as_nanos()),
+                            ),
+                        })?;
+                    }
+                    None => w.default_calls = w.default_calls.saturating_add(1),
                 },
                 None => wanted.push(Wanted {
                     dimension,
@@ -108,12 +121,18 @@ pub(crate) struct Wanted {
 }
 
 impl Wanted {
+    /// The cost, given the bucket's `cost_per_call`. A total beyond [`Tokens::MAX`] is
+    /// reported just above it: more than any bucket holds, so it can never be granted.
     pub(crate) fn cost(&self, cost_per_call: Tokens) -> Tokens {
-        let defaults =
-            Tokens::from_nanos(cost_per_call.as_nanos() * i128::from(self.default_calls));
-        self.explicit + defaults
+        cost_per_call
+            .checked_mul(self.default_calls)
+            .and_then(|defaults| self.explicit.checked_add(defaults))
+            .unwrap_or(Tokens::MAX + Tokens::from_nanos(1))
     }
 }
+
+/// The shortest lease TTL.
+pub(crate) const MIN_TTL: Duration = Duration::from_millis(1);
 
 impl From<&str> for Acquire {
     fn from(dimension: &str) -> Self {
@@ -181,5 +200,39 @@ mod tests {
             many.resolve(),
             Err(Error::DimensionCount { got: 51, .. })
         ));
+        assert!(matches!(
+            Acquire::new("a#b").ttl(Duration::ZERO).resolve(),
+            Err(Error::InvalidTtl(d)) if d.is_zero()
+        ));
+        assert!(
+            Acquire::new("a#b")
+                .ttl(Duration::from_millis(1))
+                .resolve()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn costs_beyond_the_bounds_are_refused_and_never_overflow() {
+        assert!(matches!(
+            Acquire::with_cost("a#b", Tokens::MAX + Tokens::from_nanos(1)).resolve(),
+            Err(Error::InvalidCost { .. })
+        ));
+        // Two costs whose sum overflows: a typed error, not a panic.
+        assert!(matches!(
+            Acquire::with_cost("a#b", Tokens::MAX)
+                .and_cost("a#b", Tokens::MAX)
+                .resolve(),
+            Err(Error::InvalidCost { .. })
+        ));
+        assert!(matches!(
+            Acquire::with_cost("a#b", Tokens::from_nanos(i128::MAX))
+                .and_cost("a#b", Tokens::from_nanos(i128::MAX))
+                .resolve(),
+            Err(Error::InvalidCost { .. })
+        ));
+        // A default cost times many calls beyond every capacity: never grantable.
+        let w = Acquire::new("a#b").and("a#b").resolve().unwrap().remove(0);
+        assert!(w.cost(Tokens::MAX) > Tokens::MAX);
     }
 }

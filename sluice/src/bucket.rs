@@ -36,6 +36,12 @@ impl LimitType {
     pub const fn restores_on_release(self) -> bool {
         matches!(self, LimitType::Concurrent)
     }
+
+    /// Whether tokens come back over time (`requests`, `tokens`), rather than only through
+    /// releases (`concurrent`).
+    pub const fn refills(self) -> bool {
+        !matches!(self, LimitType::Concurrent)
+    }
 }
 
 impl fmt::Display for LimitType {
@@ -95,11 +101,11 @@ pub struct Bucket {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum BucketError {
-    /// Capacity is zero or negative.
-    #[error("capacity must be positive, got {0}")]
+    /// Capacity is zero, negative, or above [`Tokens::MAX`].
+    #[error("capacity must be positive and at most 10^18, got {0}")]
     Capacity(Tokens),
-    /// Refill rate is negative.
-    #[error("refill rate must not be negative, got {0}")]
+    /// Refill rate is negative or above [`RefillRate::MAX`].
+    #[error("refill rate must be between 0 and 10^15 per second, got {0}")]
     RefillRate(RefillRate),
     /// A requests or tokens bucket that never refills.
     #[error("a `{0}` bucket needs a positive refill rate")]
@@ -118,6 +124,50 @@ pub enum BucketError {
         /// The bucket's capacity.
         capacity: Tokens,
     },
+    /// A stored bucket's tokens are beyond [`Tokens::MAX`] either way.
+    #[error("tokens must be between -10^18 and 10^18, got {0}")]
+    Tokens(Tokens),
+    /// A stored bucket's refill timestamp is before the epoch or after the year 9999.
+    #[error("the refill timestamp must be between 1970 and 9999, got {0}")]
+    RefillTimestamp(UnixMillis),
+    /// A stored bucket's version is above [`MAX_VERSION`].
+    #[error("version must be at most {max}, got {0}", max = MAX_VERSION)]
+    Version(u64),
+}
+
+impl BucketError {
+    /// The stored attribute the problem is in.
+    pub fn attribute(&self) -> &'static str {
+        match self {
+            BucketError::Capacity(_) => "capacity",
+            BucketError::RefillRate(_)
+            | BucketError::NoRefill(_)
+            | BucketError::ConcurrentRefill => "refill_rate",
+            BucketError::LeanConcurrent => "lean",
+            BucketError::CostPerCall { .. } => "cost_per_call",
+            BucketError::Tokens(_) => "tokens",
+            BucketError::RefillTimestamp(_) => "last_refill_at",
+            BucketError::Version(_) => "version",
+        }
+    }
+}
+
+/// The largest version a bucket row may carry: 2^53 - 1, the largest integer every SDK
+/// sharing the table (JavaScript's numbers included) holds exactly.
+pub const MAX_VERSION: u64 = (1 << 53) - 1;
+
+/// The latest refill timestamp a row may carry: the last millisecond of the year 9999.
+const MAX_TIMESTAMP: UnixMillis = UnixMillis::new(253_402_300_799_999);
+
+/// The version a bucket sluice creates starts at: its creation time in milliseconds,
+/// times 1,000. A bucket deleted and created again so continues above the versions its
+/// predecessor reached (one row takes at most about 1,000 writes per second), and a
+/// writer that remembers the old row never finds its version again.
+pub(crate) fn first_version(now: UnixMillis) -> u64 {
+    u64::try_from(now.as_millis())
+        .unwrap_or(0)
+        .saturating_mul(1_000)
+        .min(MAX_VERSION / 2)
 }
 
 impl Bucket {
@@ -213,10 +263,10 @@ impl Bucket {
 
     /// Checks the definition for values that cannot work.
     pub fn validate(&self) -> Result<(), BucketError> {
-        if self.capacity <= Tokens::ZERO {
+        if self.capacity <= Tokens::ZERO || self.capacity > Tokens::MAX {
             return Err(BucketError::Capacity(self.capacity));
         }
-        if self.refill_rate < RefillRate::ZERO {
+        if self.refill_rate < RefillRate::ZERO || self.refill_rate > RefillRate::MAX {
             return Err(BucketError::RefillRate(self.refill_rate));
         }
         match self.limit_type {
@@ -304,6 +354,34 @@ impl BucketState {
         }
     }
 
+    /// Checks a stored row: its definition is valid (see [`Bucket::validate`]) and its
+    /// tokens, refill timestamp and version are within bounds. A store refuses to keep a
+    /// row that fails this, and reports one it reads as corrupt.
+    ///
+    /// ```
+    /// use sluice::{Bucket, BucketError, BucketState, RefillRate, Tokens, UnixMillis};
+    ///
+    /// let now = UnixMillis::from_secs(1_700_000_000);
+    /// let mut row = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_second(1)), now);
+    /// assert!(row.validate().is_ok());
+    /// row.tokens = Tokens::MAX + Tokens::new(1);
+    /// assert_eq!(row.validate().unwrap_err().attribute(), "tokens");
+    /// # Ok::<(), sluice::DimensionError>(())
+    /// ```
+    pub fn validate(&self) -> Result<(), BucketError> {
+        self.bucket.validate()?;
+        if !self.tokens.is_within_bounds() {
+            return Err(BucketError::Tokens(self.tokens));
+        }
+        if self.last_refill_at < UnixMillis::EPOCH || self.last_refill_at > MAX_TIMESTAMP {
+            return Err(BucketError::RefillTimestamp(self.last_refill_at));
+        }
+        if self.version > MAX_VERSION {
+            return Err(BucketError::Version(self.version));
+        }
+        Ok(())
+    }
+
     /// Tokens and refill timestamp at `now`, after lazy refill.
     pub fn refilled(&self, now: UnixMillis) -> (Tokens, UnixMillis) {
         refill(
@@ -350,10 +428,12 @@ impl BucketState {
     /// Tokens and refill timestamp after charging `delta` more at `now` (a lease's
     /// adjustment). The result may be negative (debt); a negative `delta` refunds, capped at
     /// capacity.
+    ///
+    /// Debt stops at [`Tokens::MAX`] below zero.
     pub fn charged(&self, delta: Tokens, now: UnixMillis) -> (Tokens, UnixMillis) {
         let (tokens, last) = self.refilled(now);
         if delta >= Tokens::ZERO {
-            (tokens - delta, last)
+            (tokens.saturating_sub(delta), last)
         } else {
             (
                 (tokens - delta).min(self.bucket.capacity()).max(tokens),
@@ -410,8 +490,13 @@ impl BucketState {
         let span = i128::from(ready_at.as_millis().saturating_sub(last.as_millis()).max(0));
         let grid = i128::from(grid);
         let span = (span + grid - 1) / grid * grid;
-        let refill_by_then = Tokens::from_nanos(span * rate.as_nanos_per_second() / 1_000);
-        let target = self.bucket.cost_per_call() - refill_by_then;
+        // A pause so long that its refill overflows refills any bucket many times over.
+        let refill_by_then = span
+            .checked_mul(rate.as_nanos_per_second())
+            .map_or(Tokens::MAX, |n| {
+                Tokens::from_nanos(n / 1_000).min(Tokens::MAX)
+            });
+        let target = self.bucket.cost_per_call().saturating_sub(refill_by_then);
         (target < tokens).then_some((target, last))
     }
 
@@ -467,14 +552,26 @@ pub fn refill(
         return (tokens, last);
     }
     let grid = grid_ms(rate);
-    let span = elapsed - elapsed % grid;
-    let added = i128::from(span) * rate.as_nanos_per_second() / 1_000;
-    let new = tokens + Tokens::from_nanos(added);
-    if new >= capacity {
+    let per_grid = step_refill(rate, grid);
+    // Whole grid steps elapsed, against the steps that would fill the bucket: counting
+    // steps (never multiplying the elapsed time by the rate) cannot overflow.
+    let steps = i128::from(elapsed / grid);
+    let deficit = capacity.as_nanos().saturating_sub(tokens.as_nanos());
+    let steps_to_full = deficit.saturating_add(per_grid - 1) / per_grid;
+    if steps >= steps_to_full {
         (capacity, now)
     } else {
-        (new, UnixMillis::new(last.as_millis() + span))
+        (
+            tokens + Tokens::from_nanos(steps * per_grid),
+            UnixMillis::new(last.as_millis() + (elapsed / grid) * grid),
+        )
     }
+}
+
+/// The refill of one grid step of `grid` ms at `rate`, in billionths of a token: whole, and
+/// at least one for any positive rate (see [`grid_ms`]).
+fn step_refill(rate: RefillRate, grid: i64) -> i128 {
+    (i128::from(grid).saturating_mul(rate.as_nanos_per_second()) / 1_000).max(1)
 }
 
 /// The exact wait from `now` until a bucket holding `tokens` at `last` (already refilled to
@@ -489,14 +586,15 @@ fn wait_until_available(
     if rate <= RefillRate::ZERO {
         return None;
     }
-    let deficit = (needed - tokens).as_nanos();
+    let deficit = needed.as_nanos().saturating_sub(tokens.as_nanos());
     if deficit <= 0 {
         return Some(Duration::ZERO);
     }
     let grid = grid_ms(rate);
-    let per_grid = i128::from(grid) * rate.as_nanos_per_second() / 1_000;
-    let steps = (deficit + per_grid - 1) / per_grid;
-    let ready_at = i128::from(last.as_millis()) + steps * i128::from(grid);
+    let per_grid = step_refill(rate, grid);
+    let steps = deficit.saturating_add(per_grid - 1) / per_grid;
+    let ready_at =
+        i128::from(last.as_millis()).saturating_add(steps.saturating_mul(i128::from(grid)));
     let wait = (ready_at - i128::from(now.as_millis())).max(1);
     Some(Duration::from_millis(
         u64::try_from(wait).unwrap_or(u64::MAX),
@@ -650,6 +748,120 @@ mod tests {
                 .validate()
                 .is_err()
         );
+    }
+
+    #[test]
+    fn rows_at_the_bounds_never_overflow() {
+        let deepest = BucketState {
+            dimension: dim(),
+            bucket: Bucket::new(LimitType::Tokens, Tokens::MAX, RefillRate::MAX),
+            tokens: -Tokens::MAX,
+            last_refill_at: UnixMillis::EPOCH,
+            version: MAX_VERSION,
+        };
+        assert!(deepest.validate().is_ok());
+        // The fastest refill for ten thousand years fills it exactly.
+        assert_eq!(
+            deepest.refilled(MAX_TIMESTAMP),
+            (Tokens::MAX, MAX_TIMESTAMP)
+        );
+        assert!(matches!(
+            deepest.take(Tokens::MAX, MAX_TIMESTAMP),
+            Take::Granted { .. }
+        ));
+        let (emptied, _) = deepest.emptied_for(Duration::MAX, MAX_TIMESTAMP).unwrap();
+        assert!(emptied.is_within_bounds());
+        assert_eq!(
+            deepest.charged(Tokens::MAX, UnixMillis::EPOCH).0,
+            -Tokens::MAX
+        );
+        // The slowest refill: waits saturate instead of wrapping.
+        let slow = BucketState {
+            bucket: Bucket::new(
+                LimitType::Tokens,
+                Tokens::MAX,
+                RefillRate::from_nanos_per_second(1),
+            ),
+            ..deepest.clone()
+        };
+        let wait = slow.take(Tokens::MAX, UnixMillis::EPOCH);
+        assert!(matches!(wait, Take::Short { wait: Some(w) } if w > Duration::from_secs(1 << 40)));
+        assert!(slow.time_to_full(UnixMillis::EPOCH).is_some());
+        // Beyond the bounds, rows are refused, naming the attribute.
+        for (row, attribute) in [
+            (
+                BucketState {
+                    tokens: Tokens::MAX + Tokens::from_nanos(1),
+                    ..deepest.clone()
+                },
+                "tokens",
+            ),
+            (
+                BucketState {
+                    version: MAX_VERSION + 1,
+                    ..deepest.clone()
+                },
+                "version",
+            ),
+            (
+                BucketState {
+                    last_refill_at: UnixMillis::new(-1),
+                    ..deepest.clone()
+                },
+                "last_refill_at",
+            ),
+            (
+                BucketState {
+                    bucket: Bucket::requests(RefillRate::ZERO),
+                    ..deepest.clone()
+                },
+                "refill_rate",
+            ),
+            (
+                BucketState {
+                    bucket: Bucket::concurrent(2).lean(),
+                    ..deepest.clone()
+                },
+                "lean",
+            ),
+            (
+                BucketState {
+                    bucket: Bucket::new(
+                        LimitType::Tokens,
+                        Tokens::MAX + Tokens::new(1),
+                        RefillRate::MAX,
+                    ),
+                    ..deepest.clone()
+                },
+                "capacity",
+            ),
+        ] {
+            assert_eq!(
+                row.validate().unwrap_err().attribute(),
+                attribute,
+                "{row:?}"
+            );
+        }
+        // A refill function given values beyond every bound still answers.
+        let (t, _) = refill(
+            Tokens::from_nanos(i128::MIN / 2),
+            UnixMillis::new(i64::MIN),
+            Tokens::from_nanos(i128::MAX / 2),
+            RefillRate::from_nanos_per_second(i128::MAX),
+            UnixMillis::new(i64::MAX),
+        );
+        assert_eq!(t, Tokens::from_nanos(i128::MAX / 2));
+    }
+
+    #[test]
+    fn a_new_bucket_starts_above_any_version_a_predecessor_reached() {
+        let t0 = UnixMillis::from_secs(1_700_000_000);
+        let first = first_version(t0);
+        // A second later, even after a thousand writes per second on the old row.
+        let later = first_version(t0.saturating_add(Duration::from_secs(1)));
+        assert!(later > first + 1_000);
+        assert!(first_version(UnixMillis::new(i64::MAX)) <= MAX_VERSION);
+        assert_eq!(first_version(UnixMillis::new(-5)), 0);
     }
 
     fn arb_rate() -> impl Strategy<Value = RefillRate> {

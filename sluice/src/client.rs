@@ -9,17 +9,19 @@ use rand::Rng as _;
 use tracing::Instrument as _;
 
 use crate::acquire::{Acquire, Wanted};
-use crate::bucket::{Bucket, BucketState, LimitType, Take};
+use crate::bucket::{Bucket, BucketState, LimitType, Take, first_version};
 use crate::clock::{Clock, SystemClock, UnixMillis};
 use crate::config::{Config, ConfigError, Prefetch, Protocol};
+use crate::detach::Detached;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::fast::Lanes;
 use crate::lease::{Lease, LeaseId, LeasePart};
+use crate::remembered::{MIN_RETRY_IN, Recall};
 use crate::snapshot::Snapshot;
 use crate::store::{
     BucketWrite, Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord,
-    LeaseWrite, MemoryStore, Store,
+    LeaseWrite, MemoryStore, Store, StoreError,
 };
 use crate::tokens::Tokens;
 
@@ -149,6 +151,14 @@ impl SluiceBuilder {
         self
     }
 
+    /// How long a short `concurrent` bucket is remembered, and the longest a waiting caller
+    /// sleeps on one before looking again (`SLUICE_SLOT_POLL_MS`, see
+    /// [`Config::slot_poll`]).
+    pub fn slot_poll(mut self, interval: Duration) -> Self {
+        self.config.slot_poll = interval;
+        self
+    }
+
     /// Prefetches tokens of the lean bucket `dimension` (see [`Prefetch`] for the
     /// overshoot bound this accepts).
     pub fn prefetch(mut self, dimension: Dimension, prefetch: Prefetch) -> Self {
@@ -185,6 +195,14 @@ impl SluiceBuilder {
             }
             .into());
         }
+        if self.config.slot_poll < Duration::from_millis(1) {
+            return Err(ConfigError::Invalid {
+                variable: "SLUICE_SLOT_POLL_MS",
+                value: format!("{:?}", self.config.slot_poll),
+                reason: "the slot poll interval must be at least one millisecond",
+            }
+            .into());
+        }
         for (dimension, p) in &self.config.prefetch {
             if p.tokens() <= Tokens::ZERO || p.hold() < Duration::from_millis(1) {
                 return Err(ConfigError::Invalid {
@@ -214,11 +232,23 @@ impl SluiceBuilder {
     }
 }
 
-/// The result of one attempt at an acquire.
-enum Attempt {
-    Granted,
-    Retry { backoff: bool },
+/// What a short `concurrent` bucket's leases say.
+pub(crate) enum SlotOutlook {
+    /// Expired leases were found and given back: look again.
+    Reclaimed,
+    /// A slot comes back for sure when the earliest live lease expires (`None`: no live
+    /// lease showed).
+    BackBy(Option<UnixMillis>),
 }
+
+/// Slot leases read per page when a short `concurrent` bucket looks for expired ones.
+const SLOT_PAGE: usize = 100;
+/// Pages read at most per look: a bucket with more expired leases than this gives the
+/// rest back at its next shortage (or the reconciler does).
+const SLOT_PAGES: usize = 10;
+/// DynamoDB takes at most 100 items per transaction (and 4 MB; lease deletes and bucket
+/// updates are far below 40 KB each).
+const MAX_TRANSACTION_ITEMS: usize = 100;
 
 impl Sluice {
     /// A builder with default settings (not read from the environment).
@@ -250,7 +280,7 @@ impl Sluice {
         &self.inner.store
     }
 
-    /// The fast path's knowledge of each dimension's row.
+    /// The fast path's lanes, with what this client remembers of each dimension's row.
     pub(crate) fn lanes(&self) -> &Lanes {
         &self.inner.lanes
     }
@@ -265,8 +295,20 @@ impl Sluice {
     /// (for several short buckets, the longest wait).
     ///
     /// Accepts a dimension (`"openai#rpm"`, taking its `cost_per_call`) or an [`Acquire`].
+    /// What the RetryIn promises, with other processes sharing the bucket, is written in
+    /// [`Error::RetryIn`]. An acquire dropped by its caller is never granted, or its grant
+    /// is given back at once.
     pub async fn acquire(&self, request: impl Into<Acquire>) -> Result<Lease, Error> {
-        let request = request.into();
+        self.acquire_after(request.into(), None).await
+    }
+
+    /// An acquire that, with `fresh_after`, takes a denial only from a row learned since
+    /// then (a waiting caller's retry: its wait began at that time).
+    async fn acquire_after(
+        &self,
+        request: Acquire,
+        fresh_after: Option<UnixMillis>,
+    ) -> Result<Lease, Error> {
         let wanted = request.resolve()?;
         let ttl = request.ttl_value().unwrap_or(self.inner.config.lease_ttl);
         let span = tracing::debug_span!(
@@ -278,17 +320,20 @@ impl Sluice {
         );
         let started = std::time::Instant::now();
         let label = DisplayDims(&wanted).to_string();
-        let result = match (self.inner.config.protocol, <[Wanted; 1]>::try_from(wanted)) {
-            (Protocol::Fast, Ok([one])) => {
-                self.acquire_fast(one, ttl).instrument(span.clone()).await
-            }
-            (_, Ok(one)) => {
-                self.acquire_resolved(&one, ttl, false)
+        let fast = self.inner.config.protocol == Protocol::Fast;
+        let result = match <[Wanted; 1]>::try_from(wanted) {
+            Ok([one]) if fast => {
+                self.acquire_fast(one, ttl, fresh_after)
                     .instrument(span.clone())
                     .await
             }
-            (protocol, Err(many)) => {
-                self.acquire_resolved(&many, ttl, protocol == Protocol::Fast)
+            Ok(one) => {
+                self.acquire_resolved(&one, ttl, false, fresh_after)
+                    .instrument(span.clone())
+                    .await
+            }
+            Err(many) => {
+                self.acquire_resolved(&many, ttl, fast, fresh_after)
                     .instrument(span.clone())
                     .await
             }
@@ -311,16 +356,18 @@ impl Sluice {
         result
     }
 
-    /// The seed's acquisition: read the buckets, compute, one atomic write. With `fast`
-    /// (several dimensions on the fast path), the rows come from the lanes instead, read
-    /// only for dimensions this client has not seen yet, and a lost race retries at once
-    /// from the current row the store hands back; a denial the known rows already show
-    /// costs no call.
+    /// An acquire through one atomic write of every bucket it names. With `fast` (several
+    /// dimensions on the fast path) the rows come from what this client remembers (read
+    /// only where it remembers nothing) and a lost race retries at once from the row the
+    /// store hands back; otherwise (the seed's protocol) every attempt reads the rows
+    /// first. Either way a refusal comes from rows the store confirmed, or from memory
+    /// inside its denial window (see [`remembered`](crate::remembered)).
     async fn acquire_resolved(
         &self,
         wanted: &[Wanted],
         ttl: Duration,
         fast: bool,
+        fresh_after: Option<UnixMillis>,
     ) -> Result<Lease, Error> {
         let dimensions: Vec<Dimension> = wanted.iter().map(|w| w.dimension.clone()).collect();
         let mut unique = new_unique();
@@ -333,84 +380,80 @@ impl Sluice {
         let mut attempt: u32 = 0;
         let mut conflicts: u32 = 0;
         let mut contended = None;
+        // The rows in hand, and whether the store confirmed each during this acquire.
+        let (mut rows, mut fresh) = if fast {
+            self.remembered_rows(&dimensions).await?
+        } else {
+            (
+                self.read_rows(&dimensions).await?,
+                vec![true; dimensions.len()],
+            )
+        };
         loop {
             attempt += 1;
-            let rows = if fast {
-                self.known_rows(&dimensions).await?
-            } else {
-                self.read_existing(&dimensions).await?
-            };
             let now = self.now();
             let expires_at = now.saturating_add(ttl);
             let mut writes = Vec::with_capacity(rows.len());
             let mut leases = Vec::with_capacity(rows.len());
             let mut parts = Vec::with_capacity(rows.len());
-            let mut retry_in: Option<Duration> = None;
-            for (w, row) in wanted.iter().zip(&rows) {
+            let mut refused = Vec::new();
+            for (i, (w, row)) in wanted.iter().zip(&rows).enumerate() {
                 let cost = w.cost(row.bucket.cost_per_call());
-                match row.take(cost, now) {
-                    Take::ExceedsCapacity => {
-                        return Err(Error::CostExceedsCapacity {
-                            dimension: row.dimension.clone(),
-                            cost,
-                            capacity: row.bucket.capacity(),
-                        });
-                    }
-                    Take::Short { wait } => {
-                        let wait = match wait {
-                            Some(wait) => wait,
-                            None => match self.concurrent_wait(row, now).await? {
-                                Some(wait) => wait,
-                                // Expired leases were given back: look again at once.
-                                None => Duration::ZERO,
-                            },
-                        };
-                        retry_in = Some(retry_in.map_or(wait, |r| r.max(wait)));
-                    }
-                    Take::Granted {
-                        tokens,
-                        last_refill_at,
-                    } => {
-                        let key = LeaseKey::new(&row.dimension, &unique);
-                        writes.push(BucketWrite {
-                            dimension: row.dimension.clone(),
-                            expected_version: row.version,
-                            tokens,
-                            last_refill_at,
-                        });
-                        let has_row = row.bucket.keeps_leases();
-                        if has_row {
-                            leases.push(LeaseWrite::Create(LeaseRecord {
-                                key: key.clone(),
-                                dimension: row.dimension.clone(),
-                                cost,
-                                created_at: now,
-                                expires_at,
-                                caller: self.inner.config.caller.clone(),
-                            }));
-                        }
-                        parts.push(LeasePart {
-                            key,
-                            dimension: row.dimension.clone(),
-                            cost,
-                            restores: row.bucket.limit_type().restores_on_release(),
-                            has_row,
-                        });
-                    }
+                let Take::Granted {
+                    tokens,
+                    last_refill_at,
+                } = row.take(cost, now)
+                else {
+                    refused.push(i);
+                    continue;
+                };
+                let key = LeaseKey::new(&row.dimension, &unique);
+                writes.push(BucketWrite::new(row.clone(), tokens, last_refill_at));
+                let restores = row.bucket.limit_type().restores_on_release();
+                let has_row = row.bucket.keeps_leases();
+                if has_row {
+                    leases.push(LeaseWrite::Create(LeaseRecord {
+                        slot: restores,
+                        key: key.clone(),
+                        dimension: row.dimension.clone(),
+                        cost,
+                        created_at: now,
+                        expires_at,
+                        caller: self.inner.config.caller.clone(),
+                    }));
                 }
+                parts.push(LeasePart {
+                    key,
+                    dimension: row.dimension.clone(),
+                    cost,
+                    restores,
+                    has_row,
+                });
             }
-            match retry_in {
-                Some(Duration::ZERO) if attempt <= max_retries + 1 => {
-                    if fast {
-                        // Expired leases were given back: read those rows again.
-                        for d in &dimensions {
-                            self.inner.lanes.forget(d);
-                        }
-                    }
+            if !refused.is_empty() {
+                let unconfirmed = refused.iter().any(|&i| {
+                    !fresh[i]
+                        && !matches!(self.recall(&wanted[i], now, fresh_after), Recall::Denied(_))
+                });
+                if unconfirmed {
+                    // A refusal memory may not give: read the rows, then decide.
+                    rows = self.read_rows(&dimensions).await?;
+                    fresh = vec![true; rows.len()];
+                    attempt -= 1;
                     continue;
                 }
-                Some(wait) => return Err(Error::RetryIn(wait.max(Duration::from_millis(1)))),
-                None => {}
+                match self
+                    .refusal(wanted, &rows, &fresh, &refused, now, fresh_after)
+                    .await?
+                {
+                    Some(refusal) => return Err(refusal),
+                    None => {
+                        // Expired leases were given back: read the rows again.
+                        rows = self.read_rows(&dimensions).await?;
+                        fresh = vec![true; rows.len()];
+                        continue;
+                    }
+                }
             }
             if attempt > give_up_after + 1 {
                 let dimension = contended.unwrap_or_else(|| dimensions[0].clone());
@@ -420,70 +463,70 @@ impl Sluice {
                     attempts: attempt - 1,
                 });
             }
-            // The rows as they will be after this write, for the lanes.
-            let written: Vec<BucketState> = if fast {
-                rows.iter()
-                    .zip(&writes)
-                    .map(|(row, w)| BucketState {
-                        tokens: w.tokens,
-                        last_refill_at: w.last_refill_at,
-                        version: w.expected_version + 1,
-                        ..row.clone()
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
+            let written: Vec<BucketState> = writes.iter().map(BucketWrite::after).collect();
             let commit = Commit {
                 buckets: writes,
                 leases,
             };
-            let outcome = match self.inner.store.commit(commit).await {
+            let backoff = match self.commit_grant(commit, &parts).await {
                 Ok(()) => {
                     for row in written {
-                        self.inner.lanes.remember(row);
+                        self.inner.lanes.learn(row, now);
                     }
-                    Attempt::Granted
+                    let keys = parts.iter().map(|p| p.key.clone()).collect();
+                    return Ok(Lease {
+                        client: self.clone(),
+                        id: LeaseId::new(keys),
+                        parts,
+                        created_at: now,
+                        expires_at,
+                        attempts: attempt,
+                    });
                 }
                 Err(CommitError::Condition(ConditionFailure::BucketChanged {
                     dimension,
                     current,
                 })) => {
-                    tracing::debug!(%dimension, attempt, "lost the race: bucket changed since it was read");
-                    // The store may hand back the row as it stands now: when it is already
-                    // short for a single-dimension request, that is the exact answer, with
-                    // no backoff and no second read.
-                    if let (Some(row), [w]) = (current.as_deref(), wanted) {
-                        let now = self.now();
-                        let cost = w.cost(row.bucket.cost_per_call());
-                        if let Take::Short { wait: Some(wait) } = row.take(cost, now) {
-                            return Err(Error::RetryIn(wait.max(Duration::from_millis(1))));
-                        }
-                    }
+                    tracing::debug!(%dimension, attempt, "lost the race: the bucket changed since it was read");
                     crate::metrics::contention_retry(dimension.as_str());
-                    // On the fast path the current row is the next attempt's starting
-                    // point: no read, no backoff.
-                    let fresh = fast && current.is_some();
-                    match current {
-                        Some(row) if fast => self.inner.lanes.remember(*row),
-                        _ => self.inner.lanes.forget(&dimension),
-                    }
+                    let i = dimensions.iter().position(|d| *d == dimension);
+                    let handed_back = match (i, current) {
+                        (Some(i), Some(current)) => {
+                            self.inner.lanes.learn((*current).clone(), self.now());
+                            rows[i] = *current;
+                            fresh[i] = true;
+                            true
+                        }
+                        _ => false,
+                    };
                     contended = Some(dimension);
-                    Attempt::Retry { backoff: !fresh }
+                    if fast && handed_back {
+                        // The current row is the next attempt's starting point: no read,
+                        // no backoff.
+                        continue;
+                    }
+                    // The seed's protocol: when the row handed back is already short for a
+                    // single dimension, that is the exact answer, with no backoff and no
+                    // second read; otherwise back off and read again.
+                    if let ([w], [row], true) = (wanted, rows.as_slice(), handed_back)
+                        && !matches!(
+                            row.take(w.cost(row.bucket.cost_per_call()), self.now()),
+                            Take::Granted { .. }
+                        )
+                    {
+                        continue;
+                    }
+                    true
                 }
                 Err(CommitError::Condition(ConditionFailure::LeaseExists(key))) => {
                     tracing::debug!(%key, "lease key already taken; drawing a new one");
                     unique = new_unique();
-                    Attempt::Retry { backoff: false }
+                    continue;
                 }
                 Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
                     // Creating leases never requires one to exist: a store reporting this is
                     // broken.
-                    return Err(crate::store::StoreError::Service {
-                        message: format!("store reported missing lease `{key}` while creating it"),
-                        source: None,
-                    }
-                    .into());
+                    return Err(StoreError::missing_lease(&key).into());
                 }
                 Err(CommitError::TransactionConflict) => {
                     tracing::debug!(attempt, "transaction conflict");
@@ -496,59 +539,184 @@ impl Sluice {
                     }
                     crate::metrics::contention_retry(dimensions[0].as_str());
                     contended = Some(dimensions[0].clone());
-                    Attempt::Retry { backoff: true }
+                    true
                 }
-                Err(CommitError::Store(e)) => return Err(e.into()),
-            };
-            match outcome {
-                Attempt::Granted => {
-                    let keys = parts.iter().map(|p| p.key.clone()).collect();
-                    return Ok(Lease {
-                        client: self.clone(),
-                        id: LeaseId::new(keys),
-                        parts,
-                        created_at: now,
-                        expires_at,
-                        attempts: attempt,
-                    });
-                }
-                Attempt::Retry { backoff } => {
-                    let round = if fast { conflicts.max(1) } else { attempt };
-                    if backoff && round <= max_retries {
-                        tokio::time::sleep(backoff_delay(round)).await;
+                Err(CommitError::Store(e)) => {
+                    for d in &dimensions {
+                        self.inner.lanes.forget(d);
                     }
+                    return Err(e.into());
                 }
+            };
+            let round = if fast { conflicts.max(1) } else { attempt };
+            if backoff && round <= max_retries {
+                tokio::time::sleep(backoff_delay(round)).await;
+            }
+            if !fast {
+                rows = self.read_rows(&dimensions).await?;
+                fresh = vec![true; rows.len()];
             }
         }
     }
 
-    /// The rows of `dimensions` as this client's lanes know them; those not known yet are
-    /// read (in one call) and remembered.
-    async fn known_rows(&self, dimensions: &[Dimension]) -> Result<Vec<BucketState>, Error> {
-        let mut rows: Vec<Option<BucketState>> = dimensions
-            .iter()
-            .map(|d| self.inner.lanes.known(d))
-            .collect();
-        let missing: Vec<Dimension> = dimensions
-            .iter()
-            .zip(&rows)
-            .filter(|(_, row)| row.is_none())
-            .map(|(d, _)| d.clone())
-            .collect();
-        if !missing.is_empty() {
-            let mut read = self.read_existing(&missing).await?.into_iter();
-            for row in rows.iter_mut().filter(|row| row.is_none()) {
-                let fresh = read.next();
-                if let Some(fresh) = &fresh {
-                    self.inner.lanes.remember(fresh.clone());
-                }
-                *row = fresh;
+    /// What memory may answer to `wanted` (see [`Recall`]).
+    fn recall(&self, wanted: &Wanted, now: UnixMillis, fresh_after: Option<UnixMillis>) -> Recall {
+        self.inner
+            .lanes
+            .lane(&wanted.dimension)
+            .memory()
+            .recall(wanted, now, fresh_after)
+    }
+
+    /// The refusal of a multi-dimension (or seed-protocol) acquire, from rows that are
+    /// either confirmed by the store (`fresh`) or may answer from memory: the capacity
+    /// error, or the longest wait. `None`: expired leases of a short `concurrent` bucket
+    /// were given back, and the acquire should look again.
+    async fn refusal(
+        &self,
+        wanted: &[Wanted],
+        rows: &[BucketState],
+        fresh: &[bool],
+        refused: &[usize],
+        now: UnixMillis,
+        fresh_after: Option<UnixMillis>,
+    ) -> Result<Option<Error>, Error> {
+        for &i in refused {
+            let (row, cost) = (&rows[i], wanted[i].cost(rows[i].bucket.cost_per_call()));
+            if let Take::ExceedsCapacity = row.take(cost, now) {
+                return Ok(Some(Error::CostExceedsCapacity {
+                    dimension: row.dimension.clone(),
+                    cost,
+                    capacity: row.bucket.capacity(),
+                }));
             }
         }
-        rows.into_iter()
+        let mut retry_in = MIN_RETRY_IN;
+        for &i in refused {
+            let row = &rows[i];
+            let lane = self.inner.lanes.lane(&row.dimension);
+            let wait = if !fresh[i] {
+                match lane.memory().recall(&wanted[i], now, fresh_after) {
+                    Recall::Denied(wait) => wait,
+                    _ => MIN_RETRY_IN,
+                }
+            } else {
+                match row.take(wanted[i].cost(row.bucket.cost_per_call()), now) {
+                    Take::Short { wait: Some(wait) } => {
+                        let wait = wait.max(MIN_RETRY_IN);
+                        lane.memory().confirm_short(now, wait);
+                        wait
+                    }
+                    Take::Short { wait: None } => {
+                        let known = lane.memory().slots_back(now);
+                        let back = match known {
+                            Some(back) => back,
+                            None => match self.slot_outlook(&row.dimension, now).await? {
+                                SlotOutlook::Reclaimed => return Ok(None),
+                                SlotOutlook::BackBy(back) => back,
+                            },
+                        };
+                        lane.memory()
+                            .confirm_slots_short(now, back, self.inner.config.slot_poll)
+                    }
+                    _ => MIN_RETRY_IN,
+                }
+            };
+            retry_in = retry_in.max(wait);
+        }
+        // Each refused dimension's callers may be back when the answer runs out.
+        for &i in refused {
+            self.inner
+                .lanes
+                .lane(&rows[i].dimension)
+                .memory()
+                .answered(now.saturating_add(retry_in));
+        }
+        Ok(Some(Error::RetryIn(retry_in)))
+    }
+
+    /// Commits a grant so that it is never lost to a caller that went away: should the
+    /// caller drop the future while the commit is in flight, the commit finishes on its own
+    /// and, if it granted, gives the grant back at once.
+    async fn commit_grant(&self, commit: Commit, parts: &[LeasePart]) -> Result<(), CommitError> {
+        let (sent, outcome) = tokio::sync::oneshot::channel();
+        let client = self.clone();
+        let parts = parts.to_vec();
+        Detached::new(async move {
+            let result = client.inner.store.commit(commit).await;
+            if let Err(Ok(())) = sent.send(result) {
+                tracing::debug!("the caller went away while its grant was written; giving it back");
+                if let Err(error) = client.give_back(parts).await {
+                    tracing::warn!(%error, "giving back an abandoned grant failed; its leases expire and are reconciled");
+                }
+            }
+        })
+        .await;
+        outcome
+            .await
+            .unwrap_or_else(|_| Err(StoreError::service("the commit was abandoned").into()))
+    }
+
+    /// Gives a grant nobody will use back to its buckets, whatever their limit type, and
+    /// deletes its lease rows (each exactly once, like a reclaimed lease).
+    pub(crate) async fn give_back(&self, mut parts: Vec<LeasePart>) -> Result<usize, Error> {
+        for part in &mut parts {
+            part.restores = true;
+        }
+        self.end_parts(parts, None).await
+    }
+
+    /// [`give_back`](Self::give_back) for a lease its caller never received.
+    pub(crate) fn give_back_in_background(&self, lease: Lease) {
+        let parts = lease.into_parts();
+        let client = self.clone();
+        tokio::spawn(async move {
+            if let Err(error) = client.give_back(parts).await {
+                tracing::warn!(%error, "giving back an abandoned grant failed; its leases expire and are reconciled");
+            }
+        });
+    }
+
+    /// The rows of `dimensions` as this client remembers them, with those it does not
+    /// remember read (in one call); and which of them the store just confirmed.
+    async fn remembered_rows(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<(Vec<BucketState>, Vec<bool>), Error> {
+        let remembered: Vec<Option<BucketState>> = dimensions
+            .iter()
+            .map(|d| self.inner.lanes.lane(d).memory().row().cloned())
+            .collect();
+        let fresh: Vec<bool> = remembered.iter().map(Option::is_none).collect();
+        let missing: Vec<Dimension> = dimensions
+            .iter()
+            .zip(&fresh)
+            .filter(|(_, read)| **read)
+            .map(|(d, _)| d.clone())
+            .collect();
+        let mut read = if missing.is_empty() {
+            Vec::new()
+        } else {
+            self.read_rows(&missing).await?
+        }
+        .into_iter();
+        let rows = remembered
+            .into_iter()
+            .map(|row| row.or_else(|| read.next()))
             .zip(dimensions)
             .map(|(row, d)| row.ok_or_else(|| Error::UnknownDimension(d.clone())))
-            .collect()
+            .collect::<Result<_, _>>()?;
+        Ok((rows, fresh))
+    }
+
+    /// Reads the buckets of `dimensions`, all of which must exist, and remembers them.
+    async fn read_rows(&self, dimensions: &[Dimension]) -> Result<Vec<BucketState>, Error> {
+        let rows = self.read_existing(dimensions).await?;
+        let now = self.now();
+        for row in &rows {
+            self.inner.lanes.learn(row.clone(), now);
+        }
+        Ok(rows)
     }
 
     /// Reads the buckets of `dimensions`, all of which must exist.
@@ -560,42 +728,40 @@ impl Sluice {
             .collect()
     }
 
-    /// How long until a slot of a short `concurrent` bucket frees up: the earliest expiry
-    /// of its live leases. Expired leases found on the way are given back at once (the
-    /// reconciler's work, done exactly once); then `None` asks the caller to look again.
-    /// With no lease at all, the configured lease TTL bounds the wait.
-    pub(crate) async fn concurrent_wait(
+    /// What the leases of a short `concurrent` bucket say: when a slot comes back for sure
+    /// (the earliest live lease expiry), after giving back, exactly once each, the expired
+    /// leases found on the way (the reconciler's work). Reads the dimension's slot leases
+    /// earliest expiry first, a page at a time, never the whole table.
+    pub(crate) async fn slot_outlook(
         &self,
-        row: &BucketState,
+        dimension: &Dimension,
         now: UnixMillis,
-    ) -> Result<Option<Duration>, Error> {
-        let leases = self
-            .inner
-            .store
-            .list_leases(&LeaseFilter {
-                dimension: Some(row.dimension.clone()),
-                expired_before: None,
-            })
-            .await?;
-        let (live, expired): (Vec<_>, Vec<_>) =
-            leases.into_iter().partition(|l| l.expires_at > now);
-        if !expired.is_empty() {
-            let reclaimed = self.reclaim(expired).await?;
-            if reclaimed > 0 {
-                return Ok(None);
+    ) -> Result<SlotOutlook, Error> {
+        let mut reclaimed = 0;
+        let mut back = None;
+        for _ in 0..SLOT_PAGES {
+            let page = self.inner.store.slot_leases(dimension, SLOT_PAGE).await?;
+            let more = page.len() >= SLOT_PAGE;
+            let (expired, live): (Vec<_>, Vec<_>) =
+                page.into_iter().partition(|l| l.expires_at <= now);
+            if !expired.is_empty() {
+                reclaimed += self.reclaim(expired).await?;
+            }
+            if !live.is_empty() || !more {
+                back = live.first().map(|l| l.expires_at);
+                break;
             }
         }
-        let wait = live
-            .iter()
-            .map(|l| l.expires_at.saturating_since(now))
-            .min()
-            .unwrap_or(self.inner.config.lease_ttl);
-        Ok(Some(wait.max(Duration::from_millis(1))))
+        Ok(if reclaimed > 0 {
+            SlotOutlook::Reclaimed
+        } else {
+            SlotOutlook::BackBy(back)
+        })
     }
 
-    /// Ends expired lease rows found by a scan, giving their cost back to their buckets
-    /// whatever the limit type. Exactly once: each row's deletion is conditioned on it still
-    /// existing, so a concurrent release or reconciler wins or loses as a whole.
+    /// Ends expired lease rows, giving their cost back to their buckets whatever the limit
+    /// type. Exactly once: each row's deletion is conditioned on it still existing, so a
+    /// concurrent release or reconciler wins or loses as a whole.
     pub(crate) async fn reclaim(&self, records: Vec<LeaseRecord>) -> Result<usize, Error> {
         let parts = records
             .into_iter()
@@ -639,13 +805,29 @@ impl Sluice {
         }
     }
 
-    /// Deletes lease rows and gives back the cost of those that restore. Returns how many
-    /// rows this call deleted (rows already gone are skipped).
+    /// Ends lease parts: deletes their rows and gives back the cost of those that restore
+    /// (a part without a row, from a lean bucket, only gives back). Returns how many parts
+    /// this call ended (rows already gone are skipped, and give nothing back). Parts go in
+    /// transactions DynamoDB accepts (at most 100 items each), each one atomic: a part
+    /// ends exactly once whatever else races on it.
     ///
     /// A release lost to other writers is retried at least `max_retries` times and, while
     /// the lease is alive, until it expires: a slot given up early would stay lost until
     /// the reconciler found it.
     pub(crate) async fn end_parts(
+        &self,
+        parts: Vec<LeasePart>,
+        keep_trying_until: Option<UnixMillis>,
+    ) -> Result<usize, Error> {
+        let mut ended = 0;
+        for chunk in transaction_chunks(parts) {
+            ended += self.end_chunk(chunk, keep_trying_until).await?;
+        }
+        Ok(ended)
+    }
+
+    /// [`end_parts`](Self::end_parts) for parts that fit in one transaction.
+    async fn end_chunk(
         &self,
         mut parts: Vec<LeasePart>,
         keep_trying_until: Option<UnixMillis>,
@@ -676,40 +858,28 @@ impl Sluice {
             };
             let now = self.now();
             // A deleted bucket has nothing to give back to.
-            let after: Vec<BucketState> = restore
+            let buckets: Vec<BucketWrite> = restore
                 .iter()
                 .zip(rows)
                 .filter_map(|((_, amount), row)| {
                     let row = row?;
                     let (tokens, last_refill_at) = row.restored(*amount, now);
-                    Some(BucketState {
-                        tokens,
-                        last_refill_at,
-                        version: row.version + 1,
-                        ..row
-                    })
+                    Some(BucketWrite::new(row, tokens, last_refill_at))
                 })
                 .collect();
-            let buckets = after
-                .iter()
-                .map(|row| BucketWrite {
-                    dimension: row.dimension.clone(),
-                    expected_version: row.version - 1,
-                    tokens: row.tokens,
-                    last_refill_at: row.last_refill_at,
-                })
-                .collect();
+            let written: Vec<BucketState> = buckets.iter().map(BucketWrite::after).collect();
             let commit = Commit {
                 buckets,
                 leases: parts
                     .iter()
+                    .filter(|p| p.has_row)
                     .map(|p| LeaseWrite::Delete(p.key.clone()))
                     .collect(),
             };
             match self.inner.store.commit(commit).await {
                 Ok(()) => {
-                    for row in after {
-                        self.inner.lanes.remember(row);
+                    for row in written {
+                        self.inner.lanes.learn(row, now);
                     }
                     return Ok(parts.len());
                 }
@@ -719,10 +889,9 @@ impl Sluice {
                     continue;
                 }
                 Err(CommitError::Condition(ConditionFailure::LeaseExists(key))) => {
-                    return Err(crate::store::StoreError::Service {
-                        message: format!("store reported existing lease `{key}` while deleting it"),
-                        source: None,
-                    }
+                    return Err(StoreError::service(format!(
+                        "store reported existing lease `{key}` while deleting it"
+                    ))
                     .into());
                 }
                 Err(CommitError::Condition(ConditionFailure::BucketChanged {
@@ -751,7 +920,7 @@ impl Sluice {
 
     /// Changes one part's cost to `actual`, charging or refunding the difference.
     ///
-    /// On the fast path the row comes from the lane (no read) and a lost race retries at
+    /// On the fast path the row comes from memory (no read) and a lost race retries at
     /// once from the row the store hands back.
     pub(crate) async fn adjust_part(&self, part: &LeasePart, actual: Tokens) -> Result<(), Error> {
         let delta = actual - part.cost;
@@ -764,20 +933,17 @@ impl Sluice {
         let mut fresh_retries: u32 = 0;
         loop {
             let row = if fast {
-                self.known_rows(dimensions).await?
+                self.remembered_rows(dimensions).await?.0
             } else {
                 self.read_existing(dimensions).await?
             }
             .remove(0);
             let now = self.now();
             let (tokens, last_refill_at) = row.charged(delta, now);
+            let write = BucketWrite::new(row, tokens, last_refill_at);
+            let written = write.after();
             let commit = Commit {
-                buckets: vec![BucketWrite {
-                    dimension: row.dimension.clone(),
-                    expected_version: row.version,
-                    tokens,
-                    last_refill_at,
-                }],
+                buckets: vec![write],
                 leases: if part.has_row {
                     vec![LeaseWrite::SetCost {
                         key: part.key.clone(),
@@ -789,12 +955,7 @@ impl Sluice {
             };
             match self.inner.store.commit(commit).await {
                 Ok(()) => {
-                    self.inner.lanes.remember(BucketState {
-                        tokens,
-                        last_refill_at,
-                        version: row.version + 1,
-                        ..row
-                    });
+                    self.inner.lanes.learn(written, now);
                     return Ok(());
                 }
                 Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
@@ -805,7 +966,7 @@ impl Sluice {
                     ..
                 })) if fast && fresh_retries < crate::fast::MAX_FRESH_RETRIES => {
                     fresh_retries += 1;
-                    self.inner.lanes.remember(*current);
+                    self.inner.lanes.learn(*current, self.now());
                     continue;
                 }
                 Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {
@@ -818,7 +979,10 @@ impl Sluice {
                         });
                     }
                 }
-                Err(CommitError::Store(e)) => return Err(e.into()),
+                Err(CommitError::Store(e)) => {
+                    self.inner.lanes.forget(&part.dimension);
+                    return Err(e.into());
+                }
             }
             tokio::time::sleep(backoff_delay(attempt)).await;
         }
@@ -890,17 +1054,45 @@ impl Sluice {
         max_wait: Duration,
     ) -> Result<Lease, Error> {
         let request = request.into();
+        let dimensions: Vec<Dimension> = request
+            .resolve()?
+            .into_iter()
+            .map(|w| w.dimension)
+            .collect();
         let mut waited = Duration::ZERO;
+        let mut fresh_after = None;
         loop {
-            match self.acquire(request.clone()).await {
-                Err(Error::RetryIn(delay)) if waited + delay <= max_wait => {
-                    tracing::debug!(delay_ms = delay.as_millis() as u64, "waiting for capacity");
-                    tokio::time::sleep(delay).await;
-                    waited += delay;
+            match self.acquire_after(request.clone(), fresh_after).await {
+                Err(Error::RetryIn(delay)) => {
+                    // A slot may come back before its RetryIn (released elsewhere): look
+                    // again after at most a jittered poll interval.
+                    let slots = dimensions.iter().any(|d| self.inner.lanes.holds_slots(d));
+                    let nap = if slots {
+                        delay.min(self.poll_nap())
+                    } else {
+                        delay
+                    };
+                    if waited + nap > max_wait {
+                        return Err(Error::RetryIn(delay));
+                    }
+                    tracing::debug!(delay_ms = nap.as_millis() as u64, "waiting for capacity");
+                    // What the store says after the wait, not what was remembered before it.
+                    fresh_after = Some(self.now());
+                    tokio::time::sleep(nap).await;
+                    waited += nap;
                 }
                 other => return other,
             }
         }
+    }
+
+    /// A wait of half to all of the slot poll interval, drawn at random so that waiting
+    /// processes do not look at the store all at once.
+    fn poll_nap(&self) -> Duration {
+        let poll = self.inner.config.slot_poll;
+        let half = poll / 2;
+        let jitter = rand::rng().random_range(0..=(poll - half).as_micros() as u64);
+        (half + Duration::from_micros(jitter)).max(Duration::from_millis(1))
     }
 
     /// Like [`try_slot`](Self::try_slot), waiting up to `max_wait` for capacity first (see
@@ -1005,8 +1197,10 @@ impl Sluice {
 
     /// Defines or redefines the bucket of `dimension`.
     ///
-    /// A new bucket starts full. Redefining keeps the tokens the bucket holds now (capped at
-    /// the new capacity), so changing a limit never hands out a fresh burst.
+    /// A new bucket starts full, at a version above any its dimension had before (see
+    /// [`MAX_VERSION`](crate::MAX_VERSION)). Redefining keeps the tokens the bucket holds
+    /// now (capped at the new capacity), so changing a limit never hands out a fresh burst;
+    /// other clients see the new definition at their next write or read of the row.
     pub async fn put_bucket(&self, dimension: &str, bucket: Bucket) -> Result<BucketState, Error> {
         let dimension = Dimension::new(dimension)?;
         bucket.validate().map_err(|source| Error::InvalidBucket {
@@ -1023,26 +1217,30 @@ impl Sluice {
                 .read_buckets(std::slice::from_ref(&dimension))
                 .await?
                 .remove(0);
-            let (state, expected) = match current {
-                None => (
-                    BucketState::full(dimension.clone(), bucket.clone(), now),
-                    None,
-                ),
+            let state = match &current {
+                // A new bucket continues above any version a predecessor reached.
+                None => BucketState {
+                    version: first_version(now),
+                    ..BucketState::full(dimension.clone(), bucket.clone(), now)
+                },
                 Some(cur) => {
                     let (tokens, last_refill_at) = cur.refilled(now);
-                    let state = BucketState {
+                    BucketState {
                         dimension: dimension.clone(),
                         tokens: tokens.min(bucket.capacity()),
                         bucket: bucket.clone(),
                         last_refill_at,
-                        version: cur.version + 1,
-                    };
-                    (state, Some(cur.version))
+                        version: cur.version.saturating_add(1),
+                    }
                 }
             };
-            if self.inner.store.put_bucket(&state, expected).await? {
-                self.inner.lanes.forget(&dimension);
-                self.inner.lanes.remember(state.clone());
+            if self
+                .inner
+                .store
+                .put_bucket(&state, current.as_ref())
+                .await?
+            {
+                self.inner.lanes.learn(state.clone(), now);
                 return Ok(state);
             }
             if attempt > self.inner.config.max_retries {
@@ -1082,6 +1280,36 @@ impl Sluice {
     pub async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, Error> {
         Ok(self.inner.store.list_leases(filter).await?)
     }
+}
+
+/// Splits lease parts into groups that each fit in one transaction: at most
+/// [`MAX_TRANSACTION_ITEMS`] items, counting one per lease row and one per bucket that
+/// gets something back.
+fn transaction_chunks(mut parts: Vec<LeasePart>) -> Vec<Vec<LeasePart>> {
+    parts.sort_by(|a, b| a.dimension.cmp(&b.dimension));
+    let mut chunks: Vec<Vec<LeasePart>> = Vec::new();
+    let mut chunk: Vec<LeasePart> = Vec::new();
+    let mut items = 0;
+    for part in parts {
+        let new_bucket = |chunk: &[LeasePart]| {
+            part.restores
+                && !chunk
+                    .iter()
+                    .any(|p| p.restores && p.dimension == part.dimension)
+        };
+        let mut adds = usize::from(part.has_row) + usize::from(new_bucket(&chunk));
+        if items + adds > MAX_TRANSACTION_ITEMS && !chunk.is_empty() {
+            chunks.push(std::mem::take(&mut chunk));
+            items = 0;
+            adds = usize::from(part.has_row) + usize::from(part.restores);
+        }
+        items += adds;
+        chunk.push(part);
+    }
+    if !chunk.is_empty() {
+        chunks.push(chunk);
+    }
+    chunks
 }
 
 /// Exponential backoff with jitter: the `attempt`-th delay is drawn from

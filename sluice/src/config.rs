@@ -10,6 +10,9 @@ use crate::tokens::Tokens;
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 /// Default contention retries before giving up (`SLUICE_MAX_RETRIES`).
 pub const DEFAULT_MAX_RETRIES: u32 = 5;
+/// Default slot poll interval (`SLUICE_SLOT_POLL_MS`): how long a short `concurrent` bucket
+/// is remembered, and the longest a waiting caller sleeps before looking again.
+pub const DEFAULT_SLOT_POLL: Duration = Duration::from_millis(300);
 
 /// An environment variable with a value sluice cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,6 +52,7 @@ pub enum ConfigError {
 /// | `SLUICE_MAX_RETRIES` | contention retries before giving up | 5 |
 /// | `SLUICE_CALLER` | `caller` written on leases | Lambda function name or host name |
 /// | `SLUICE_PROTOCOL` | `fast` or `seed` (see [`Protocol`]) | `fast` |
+/// | `SLUICE_SLOT_POLL_MS` | slot poll interval, milliseconds (see [`Config::slot_poll`]) | 300 |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The DynamoDB table, if any.
@@ -65,6 +69,13 @@ pub struct Config {
     pub protocol: Protocol,
     /// Local prefetch for hot lean dimensions (see [`Prefetch`]); set from code only.
     pub prefetch: HashMap<Dimension, Prefetch>,
+    /// How long a `concurrent` bucket found short is remembered, and the longest a waiting
+    /// caller ([`acquire_within`](crate::Sluice::acquire_within) and the waits built on it)
+    /// sleeps on one before asking the store again: a slot freed by any process reaches a
+    /// waiting one within this interval plus a read and a write. Each waiting process reads
+    /// the bucket row about once per half interval to once per interval (its waiters on one
+    /// dimension share the reads), plus a lease query when the row changed. At least 1 ms.
+    pub slot_poll: Duration,
 }
 
 /// Local prefetch for a hot dimension whose bucket is in lean mode: when this client
@@ -149,6 +160,7 @@ impl Default for Config {
             caller: default_caller(),
             protocol: Protocol::default(),
             prefetch: HashMap::new(),
+            slot_poll: DEFAULT_SLOT_POLL,
         }
     }
 }
@@ -188,6 +200,16 @@ impl Config {
                 value: v.clone(),
                 reason: "expected a whole number, 0 or more",
             })?;
+        }
+        if let Some(v) = non_empty("SLUICE_SLOT_POLL_MS") {
+            let ms: u64 = v.trim().parse().ok().filter(|ms| *ms >= 1).ok_or_else(|| {
+                ConfigError::Invalid {
+                    variable: "SLUICE_SLOT_POLL_MS",
+                    value: v.clone(),
+                    reason: "expected a whole number of milliseconds, at least 1",
+                }
+            })?;
+            config.slot_poll = Duration::from_millis(ms);
         }
         if let Some(v) = non_empty("SLUICE_PROTOCOL") {
             config.protocol = match v.trim() {
@@ -253,8 +275,15 @@ mod tests {
             ("SLUICE_MAX_RETRIES", "2"),
             ("SLUICE_CALLER", "audit-service"),
             ("SLUICE_PROTOCOL", "seed"),
+            ("SLUICE_SLOT_POLL_MS", "150"),
         ]))
         .unwrap();
+        assert_eq!(c.slot_poll, Duration::from_millis(150));
+        assert!(Config::from_lookup(env(&[("SLUICE_SLOT_POLL_MS", "0")])).is_err());
+        assert_eq!(
+            Config::from_lookup(env(&[])).unwrap().slot_poll,
+            DEFAULT_SLOT_POLL
+        );
         assert_eq!(c.protocol, Protocol::Seed);
         assert!(Config::from_lookup(env(&[("SLUICE_PROTOCOL", "turbo")])).is_err());
         assert_eq!(c.table_name.as_deref(), Some("vendor-buckets-pre"));

@@ -57,6 +57,9 @@ pub enum Error {
         /// The cost given.
         cost: Tokens,
     },
+    /// A lease TTL (or a slot's timeout) is shorter than one millisecond.
+    #[error("a lease TTL must be at least 1 ms, got {0:?}")]
+    InvalidTtl(Duration),
     /// A request names no dimension, or too many for one atomic write.
     #[error("an acquire must name between 1 and {max} dimensions, got {got}")]
     DimensionCount {

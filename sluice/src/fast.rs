@@ -1,22 +1,27 @@
 //! The fast path: one conditional write per grant, and none for a denial already known.
 //!
-//! Each client keeps, per dimension, a *lane*: the bucket row as this client last wrote or
-//! saw it. A single-dimension acquire goes straight to the conditional write computed from
-//! that row, without reading it first. When another writer got there first, the failed
-//! condition hands back the current row (`ALL_OLD`): the lane takes it and the write is
-//! recomputed and retried at once, without a read and without backoff (backoff stays for
-//! transaction conflicts). When the row the lane knows is short, the exact RetryIn is
-//! answered without any call: anything another process did since can only have taken more
-//! tokens (the write would have failed anyway) or given some back (then the answer is
-//! conservative), and every grant still goes through a conditional write.
+//! Each client keeps, per dimension, a *lane*: what it remembers of the bucket row (see
+//! [`remembered`](crate::remembered) for when that may answer), and the requests waiting
+//! for the lane's next write. A single-dimension acquire goes straight to the conditional
+//! write computed from the remembered row, without reading it first. When another writer
+//! got there first, the failed condition hands back the current row (`ALL_OLD`): the lane
+//! takes it and the write is recomputed and retried at once, without a read and without
+//! backoff (backoff stays for transaction conflicts). A denial is computed from a row the
+//! store just confirmed (the write's own, or one read or handed back) and, for as long as
+//! that denial runs, later ones come from memory without a call.
 //!
 //! Acquires and releases waiting on the same lane are committed together: while one write
-//! is in flight, the requests behind it queue, and the next write carries them all in one
-//! atomic write: the bucket update (slots given back first, then as many grants as the
-//! bucket allows), the new lease rows, and the deleted ones. Under load, calls per grant
-//! drop well below one; a single caller pays exactly one write to acquire and one to
-//! release. A release does not read the bucket either: a `concurrent` slot goes back
-//! through the same conditional write from the lane's row.
+//! is in flight, the requests behind it queue (at most [`MAX_QUEUED`]; more wait for
+//! room), and the next write carries them all in one atomic write: the bucket update
+//! (slots given back first, then as many grants as the bucket allows), the new lease rows,
+//! and the deleted ones. Under load, calls per grant drop well below one; a single caller
+//! pays exactly one write to acquire and one to release. A release does not read the
+//! bucket either: a `concurrent` slot goes back through the same conditional write.
+//!
+//! A caller that goes away is never granted: its request leaves the queue with it, a
+//! write skips requests whose caller is gone, and a grant whose caller went while its write
+//! was in flight is given back at once. A write never stops half-way because its caller
+//! went away: it finishes in a task of its own ([`Detached`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,9 +31,11 @@ use crate::acquire::Wanted;
 use crate::bucket::{BucketState, Take};
 use crate::client::{Sluice, backoff_delay, new_unique};
 use crate::clock::UnixMillis;
+use crate::detach::Detached;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::lease::{Lease, LeaseId, LeasePart};
+use crate::remembered::{MIN_RETRY_IN, Recall, Remembered};
 use crate::store::{
     BucketWrite, Commit, CommitError, ConditionFailure, LeaseKey, LeaseRecord, LeaseWrite,
     StoreError,
@@ -41,6 +48,9 @@ const MAX_BATCH: usize = 64;
 
 /// The most releases one write carries (`1 + MAX_BATCH + MAX_RELEASES` = 100 items).
 const MAX_RELEASES: usize = 35;
+
+/// The most requests waiting on one lane; a caller beyond it waits for room.
+pub(crate) const MAX_QUEUED: usize = 1_024;
 
 /// Condition failures with a fresh row in hand are retried at once; this bounds them. Every
 /// lost race is another writer's grant, so the row keeps moving; a writer much slower than
@@ -58,7 +68,7 @@ pub(crate) struct Lanes {
 }
 
 impl Lanes {
-    fn lane(&self, dimension: &Dimension) -> Arc<Lane> {
+    pub(crate) fn lane(&self, dimension: &Dimension) -> Arc<Lane> {
         let mut lanes = lock(&self.lanes);
         if let Some(lane) = lanes.get(dimension) {
             return lane.clone();
@@ -73,48 +83,24 @@ impl Lanes {
         lane
     }
 
-    /// Records the row as it is after this client's own write.
-    pub(crate) fn remember(&self, row: BucketState) {
-        let lane = self.lane(&row.dimension);
-        let mut known = lock(&lane.known);
-        // Never go back to an older version than one already seen.
-        if known.row.as_ref().is_none_or(|r| r.version < row.version) {
-            known.row = Some(row);
-        }
-        known.short_until = None;
+    /// Takes `row`, just learned from the store, as the truth about its dimension.
+    pub(crate) fn learn(&self, row: BucketState, now: UnixMillis) {
+        self.lane(&row.dimension).memory().learn(row, now);
     }
 
-    /// The row this client last saw for `dimension`, if any.
-    pub(crate) fn known(&self, dimension: &Dimension) -> Option<BucketState> {
-        let lanes = lock(&self.lanes);
-        let lane = lanes.get(dimension)?;
-        lock(&lane.known).row.clone()
-    }
-
-    /// Forgets what this client knew of `dimension` (its definition changed).
+    /// Forgets what this client knew of `dimension`.
     pub(crate) fn forget(&self, dimension: &Dimension) {
         if let Some(lane) = lock(&self.lanes).get(dimension) {
-            *lock(&lane.known) = Known::default();
+            lane.memory().forget();
         }
     }
-}
 
-/// What a lane knows of its bucket.
-#[derive(Debug, Default)]
-struct Known {
-    row: Option<BucketState>,
-    /// A `concurrent` bucket found short, with no slot expected back before this time
-    /// (the earliest live lease expiry); a release by this client clears it.
-    short_until: Option<UnixMillis>,
-    /// Tokens this client took ahead (see [`Prefetch`](crate::Prefetch)), grantable
-    /// locally until `until`.
-    reservoir: Option<Reservoir>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Reservoir {
-    tokens: Tokens,
-    until: UnixMillis,
+    /// Whether `dimension` is, as far as this client knows, a `concurrent` bucket.
+    pub(crate) fn holds_slots(&self, dimension: &Dimension) -> bool {
+        lock(&self.lanes)
+            .get(dimension)
+            .is_some_and(|lane| lane.memory().holds_slots())
+    }
 }
 
 /// One request waiting on a lane.
@@ -122,6 +108,8 @@ struct Queued {
     /// Which caller queued it.
     ticket: u64,
     job: Job,
+    /// Its place in the lane's bounded queue.
+    _room: tokio::sync::OwnedSemaphorePermit,
 }
 
 enum Job {
@@ -132,6 +120,8 @@ enum Job {
 struct AcquireJob {
     wanted: Wanted,
     ttl: Duration,
+    /// A waiting caller's wait began then: it takes a denial only from a row learned since.
+    fresh_after: Option<UnixMillis>,
     reply: Reply<Lease>,
 }
 
@@ -157,30 +147,79 @@ impl std::fmt::Debug for Queued {
     }
 }
 
-#[derive(Debug, Default)]
-struct Lane {
+#[derive(Debug)]
+pub(crate) struct Lane {
     tickets: std::sync::atomic::AtomicU64,
-    known: Mutex<Known>,
+    memory: Mutex<Remembered>,
     queue: Mutex<Vec<Queued>>,
+    /// Room in the queue, so that it stays bounded.
+    room: Arc<tokio::sync::Semaphore>,
     writer: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Lane {
+            tickets: std::sync::atomic::AtomicU64::default(),
+            memory: Mutex::default(),
+            queue: Mutex::default(),
+            room: Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED)),
+            writer: Arc::default(),
+        }
+    }
+}
+
+impl Lane {
+    /// What this client remembers of the lane's bucket row.
+    pub(crate) fn memory(&self) -> MutexGuard<'_, Remembered> {
+        lock(&self.memory)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Takes a caller's job out of its lane's queue when the caller goes away before a writer
+/// took it.
+struct Dequeue<'a> {
+    lane: &'a Lane,
+    ticket: u64,
+}
+
+impl Drop for Dequeue<'_> {
+    fn drop(&mut self) {
+        lock(&self.lane.queue).retain(|q| q.ticket != self.ticket);
+    }
+}
+
 impl Sluice {
     /// A single-dimension acquire on the fast path.
-    pub(crate) async fn acquire_fast(&self, wanted: Wanted, ttl: Duration) -> Result<Lease, Error> {
+    pub(crate) async fn acquire_fast(
+        &self,
+        wanted: Wanted,
+        ttl: Duration,
+        fresh_after: Option<UnixMillis>,
+    ) -> Result<Lease, Error> {
         let lane = self.lanes().lane(&wanted.dimension);
-        if let Some(lease) = self.grant_prefetched(&lane, &wanted, ttl) {
-            return Ok(lease);
-        }
-        if let Some(answer) = self.known_answer(&lane, &wanted) {
-            return Err(answer);
+        {
+            let now = self.now();
+            let mut memory = lane.memory();
+            if let Some(cost) = memory.take_prefetched(&wanted, now) {
+                return Ok(self.prefetched_lease(&wanted, cost, now, ttl));
+            }
+            if let Recall::Denied(wait) = memory.recall(&wanted, now, fresh_after) {
+                memory.answered(now.saturating_add(wait));
+                return Err(Error::RetryIn(wait));
+            }
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = Job::Acquire(AcquireJob { wanted, ttl, reply });
+        let job = Job::Acquire(AcquireJob {
+            wanted,
+            ttl,
+            fresh_after,
+            reply,
+        });
         self.on_lane(&lane, job, answer).await
     }
 
@@ -194,55 +233,81 @@ impl Sluice {
     }
 
     /// Queues `job` on `lane` and waits for its answer: either an earlier writer takes the
-    /// job along, or this caller becomes the writer. Waiting for the answer and for the
-    /// writer's turn at once keeps callers whose job is already done out of the writers'
-    /// line.
+    /// job along, or this caller becomes the writer, as many times as it takes (a write
+    /// carries at most [`MAX_BATCH`] acquires; the rest wait for the next turn). Waiting
+    /// for the answer and for the writer's turn at once keeps callers whose job is already
+    /// done out of the writers' line.
     async fn on_lane<T>(
         &self,
         lane: &Arc<Lane>,
         job: Job,
         mut answer: tokio::sync::oneshot::Receiver<Result<T, Error>>,
     ) -> Result<T, Error> {
+        let room = lane
+            .room
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| abandoned())?;
         let ticket = lane
             .tickets
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        lock(&lane.queue).push(Queued { ticket, job });
-        let writer = match lane.writer.clone().try_lock_owned() {
-            // No write in flight: this caller writes (without registering a wake-up on the
-            // answer, which would cost a needless reschedule).
-            Ok(writer) => writer,
-            Err(_) => tokio::select! {
-                biased;
-                reply = &mut answer => return reply.unwrap_or_else(|_| Err(abandoned())),
-                writer = lane.writer.clone().lock_owned() => writer,
-            },
-        };
-        let batch = std::mem::take(&mut *lock(&lane.queue));
-        if batch.is_empty() {
-            // An earlier writer took this job along.
-            drop(writer);
-        } else if batch.len() == 1 && batch[0].ticket == ticket {
-            // Only this caller's own job: write inline. Cancelling it affects no one else
-            // (jobs arriving meanwhile wait in the queue for the next writer).
-            self.commit_batch(lane, batch).await;
-            drop(writer);
-            return answer.try_recv().unwrap_or_else(|_| Err(abandoned()));
-        } else {
-            // The write runs in its own task: a caller dropping its acquire or release must
-            // not cancel a write other callers are waiting for.
-            let client = self.clone();
-            let lane = lane.clone();
-            let task = tokio::spawn(async move {
-                client.commit_batch(&lane, batch).await;
+        lock(&lane.queue).push(Queued {
+            ticket,
+            job,
+            _room: room,
+        });
+        let _dequeue = Dequeue { lane, ticket };
+        loop {
+            let writer = match lane.writer.clone().try_lock_owned() {
+                // No write in flight: this caller writes (without registering a wake-up on
+                // the answer, which would cost a needless reschedule).
+                Ok(writer) => writer,
+                Err(_) => tokio::select! {
+                    biased;
+                    reply = &mut answer => return reply.unwrap_or_else(|_| Err(abandoned())),
+                    writer = lane.writer.clone().lock_owned() => writer,
+                },
+            };
+            let batch = std::mem::take(&mut *lock(&lane.queue));
+            if batch.is_empty() {
+                // An earlier writer carried this job: its answer is in.
                 drop(writer);
-            });
-            if let Err(e) = task.await
-                && e.is_panic()
-            {
-                std::panic::resume_unwind(e.into_panic());
+            } else if batch.len() == 1 && batch[0].ticket == ticket {
+                // Only this caller's own job: written in place. Should the caller go away
+                // meanwhile, the write finishes on its own and gives its grant back; jobs
+                // arriving meanwhile wait in the queue for the next writer.
+                let client = self.clone();
+                let lane = lane.clone();
+                Detached::new(async move {
+                    client.commit_batch(&lane, batch).await;
+                    drop(writer);
+                })
+                .await;
+            } else {
+                // The write runs in its own task: a caller dropping its acquire or release
+                // must not cancel a write other callers are waiting for.
+                let client = self.clone();
+                let lane = lane.clone();
+                let task = tokio::spawn(async move {
+                    client.commit_batch(&lane, batch).await;
+                    drop(writer);
+                });
+                if let Err(e) = task.await
+                    && e.is_panic()
+                {
+                    std::panic::resume_unwind(e.into_panic());
+                }
+            }
+            match answer.try_recv() {
+                Ok(reply) => return reply,
+                // The write had no room for this job: it is back in the queue.
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                    return Err(abandoned());
+                }
             }
         }
-        answer.await.unwrap_or_else(|_| Err(abandoned()))
     }
 
     /// The lease of a single-dimension grant.
@@ -263,22 +328,14 @@ impl Sluice {
         }
     }
 
-    /// A grant from the tokens this client prefetched, if they are still fresh and enough.
-    fn grant_prefetched(&self, lane: &Lane, wanted: &Wanted, ttl: Duration) -> Option<Lease> {
-        let mut known = lock(&lane.known);
-        let known = &mut *known;
-        let reservoir = known.reservoir.as_mut()?;
-        let now = self.now();
-        if now >= reservoir.until {
-            // Held too long: dropped, never granted (the overshoot bound depends on it).
-            known.reservoir = None;
-            return None;
-        }
-        let cost = wanted.cost(known.row.as_ref()?.bucket.cost_per_call());
-        if cost > reservoir.tokens {
-            return None;
-        }
-        reservoir.tokens -= cost;
+    /// The lease of a grant from prefetched tokens.
+    fn prefetched_lease(
+        &self,
+        wanted: &Wanted,
+        cost: Tokens,
+        now: UnixMillis,
+        ttl: Duration,
+    ) -> Lease {
         let part = LeasePart {
             key: LeaseKey::new(&wanted.dimension, &new_unique()),
             dimension: wanted.dimension.clone(),
@@ -286,55 +343,28 @@ impl Sluice {
             restores: false,
             has_row: false,
         };
-        Some(self.one_part_lease(part, now, now.saturating_add(ttl), 0))
-    }
-
-    /// The answer the lane already knows without any call: a RetryIn from the row it last
-    /// saw (or a `concurrent` bucket's known shortage), or a cost that can never fit.
-    fn known_answer(&self, lane: &Lane, wanted: &Wanted) -> Option<Error> {
-        let known = lock(&lane.known);
-        let row = known.row.as_ref()?;
-        let now = self.now();
-        let cost = wanted.cost(row.bucket.cost_per_call());
-        match row.take(cost, now) {
-            Take::Short { wait: Some(wait) } => {
-                Some(Error::RetryIn(wait.max(Duration::from_millis(1))))
-            }
-            Take::Short { wait: None } => match known.short_until {
-                Some(until) if until > now => Some(Error::RetryIn(
-                    until.saturating_since(now).max(Duration::from_millis(1)),
-                )),
-                _ => None,
-            },
-            Take::ExceedsCapacity => Some(Error::CostExceedsCapacity {
-                dimension: row.dimension.clone(),
-                cost,
-                capacity: row.bucket.capacity(),
-            }),
-            Take::Granted { .. } => None,
-        }
+        self.one_part_lease(part, now, now.saturating_add(ttl), 0)
     }
 
     /// Carries `batch`: one atomic write gives back the released `concurrent` slots and
     /// grants as many acquires as the bucket then allows; alongside it, the released rows
     /// that give nothing back are deleted in one batch (no condition needed: see
     /// [`Store::delete_leases`](crate::store::Store::delete_leases)), so they never lengthen
-    /// the transaction holding the bucket row. Answers every job.
+    /// the transaction holding the bucket row. Acquires whose caller is gone are dropped
+    /// unanswered: never granted. Answers every other job, or puts it back in the queue.
     async fn commit_batch(&self, lane: &Lane, batch: Vec<Queued>) {
         let mut acquires: Vec<AcquireJob> = Vec::new();
         let mut restoring: Vec<ReleaseJob> = Vec::new();
         let mut plain: Vec<ReleaseJob> = Vec::new();
         let mut later: Vec<Queued> = Vec::new();
-        for queued in batch {
-            match queued.job {
+        for Queued { ticket, job, _room } in batch {
+            match job {
+                Job::Acquire(a) if a.reply.is_closed() => {}
                 Job::Acquire(a) if acquires.len() < MAX_BATCH => acquires.push(a),
                 Job::Release(r) if !r.part.restores => plain.push(r),
                 Job::Release(r) if restoring.len() < MAX_RELEASES => restoring.push(r),
                 // The rest wait for the next write.
-                job => later.push(Queued {
-                    ticket: queued.ticket,
-                    job,
-                }),
+                job => later.push(Queued { ticket, job, _room }),
             }
         }
         if !later.is_empty() {
@@ -358,7 +388,9 @@ impl Sluice {
     }
 
     /// The atomic write of [`commit_batch`](Self::commit_batch), retried from the current
-    /// row when another writer got there first.
+    /// row when another writer got there first. Refusals are answered only from a row the
+    /// store confirmed (this write's own, or one read or handed back), or from memory where
+    /// the freshness rules allow it.
     async fn commit_writes(
         &self,
         lane: &Lane,
@@ -375,32 +407,31 @@ impl Sluice {
         let max_retries = self.config().max_retries;
         let mut attempts: u32 = 0;
         let mut conflicts: u32 = 0;
+        // Whether the remembered row was confirmed by the store during this write.
+        let mut fresh = false;
         loop {
             attempts += 1;
             // The row is needed to grant, or to give slots back; plain deletes are not.
             let needs_row = !acquires.is_empty() || releases.iter().any(|r| r.part.restores);
-            let known = lock(&lane.known).row.clone();
-            let row = match known {
-                Some(row) => Some(row),
-                None if !needs_row => None,
-                None => match self
-                    .store()
-                    .read_buckets(std::slice::from_ref(&dimension))
-                    .await
-                {
-                    Ok(mut rows) => {
-                        let row = rows.remove(0);
-                        if row.is_none() {
-                            // A deleted bucket grants nothing and has nothing to give
-                            // back to; its lease rows are still deleted.
-                            answer_each(
-                                std::mem::take(&mut acquires),
-                                |a| a.reply,
-                                || Error::UnknownDimension(dimension.clone()),
-                            );
-                        }
-                        lock(&lane.known).row.clone_from(&row);
+            let remembered = lane.memory().row().cloned();
+            let row = match remembered {
+                Some(row) => row,
+                None if !needs_row => return,
+                None => match self.read_into(lane, &dimension).await {
+                    Ok(Some(row)) => {
+                        fresh = true;
                         row
+                    }
+                    Ok(None) => {
+                        // A deleted bucket grants nothing and has nothing to give back to;
+                        // its lease rows are deleted all the same.
+                        answer_each(
+                            std::mem::take(&mut acquires),
+                            |a| a.reply,
+                            || Error::UnknownDimension(dimension.clone()),
+                        );
+                        self.delete_released(releases).await;
+                        return;
                     }
                     Err(e) => {
                         fail_all(acquires, releases, || Error::Store(e.clone_lossy()));
@@ -411,95 +442,68 @@ impl Sluice {
             let now = self.now();
             // The row as it stands after what this write decided so far: refilled, the
             // released slots given back, then each grant taken in order.
-            let mut after = row.as_ref().map(|row| {
+            let mut after = {
                 let (tokens, last_refill_at) = row.refilled(now);
                 BucketState {
                     tokens,
                     last_refill_at,
                     ..row.clone()
                 }
-            });
+            };
             let restored: Tokens = releases
                 .iter()
                 .filter(|r| r.part.restores)
                 .map(|r| r.part.cost)
                 .fold(Tokens::ZERO, |sum, cost| sum + cost);
-            if let Some(after) = after.as_mut()
-                && restored > Tokens::ZERO
-            {
+            if restored > Tokens::ZERO {
                 (after.tokens, after.last_refill_at) = after.restored(restored, now);
             }
             let mut granted: Vec<(AcquireJob, Tokens)> = Vec::with_capacity(acquires.len());
-            let mut short: Vec<AcquireJob> = Vec::new();
-            if let (Some(row), Some(after)) = (row.as_ref(), after.as_mut()) {
-                for a in std::mem::take(&mut acquires) {
-                    let cost = a.wanted.cost(row.bucket.cost_per_call());
-                    match after.take(cost, now) {
-                        Take::Granted {
-                            tokens,
-                            last_refill_at,
-                        } => {
-                            (after.tokens, after.last_refill_at) = (tokens, last_refill_at);
-                            granted.push((a, cost));
-                        }
-                        Take::ExceedsCapacity => {
-                            let _ = a.reply.send(Err(Error::CostExceedsCapacity {
-                                dimension: dimension.clone(),
-                                cost,
-                                capacity: row.bucket.capacity(),
-                            }));
-                        }
-                        Take::Short { wait: Some(wait) } => {
-                            let _ = a
-                                .reply
-                                .send(Err(Error::RetryIn(wait.max(Duration::from_millis(1)))));
-                        }
-                        Take::Short { wait: None } => short.push(a),
+            let mut refused: Vec<AcquireJob> = Vec::new();
+            for a in std::mem::take(&mut acquires) {
+                let cost = a.wanted.cost(row.bucket.cost_per_call());
+                match after.take(cost, now) {
+                    Take::Granted {
+                        tokens,
+                        last_refill_at,
+                    } => {
+                        (after.tokens, after.last_refill_at) = (tokens, last_refill_at);
+                        granted.push((a, cost));
                     }
+                    _ => refused.push(a),
                 }
             }
-            if let (Some(row), false) = (row.as_ref(), short.is_empty()) {
-                // A short `concurrent` bucket: look for expired leases to give back, or
-                // learn when the next live one expires.
-                match self.concurrent_wait(row, now).await {
-                    Ok(Some(wait)) => {
-                        lock(&lane.known).short_until = Some(now.saturating_add(wait));
-                        answer_each(short, |a| a.reply, || Error::RetryIn(wait));
+            if granted.is_empty() && restored == Tokens::ZERO {
+                // Nothing to write: only refusals (releases, if any, all restore).
+                if !fresh {
+                    match self.answer_from_memory(lane, refused, now) {
+                        Ok(()) => return,
+                        Err(unconfirmed) => {
+                            // A refusal memory may not give: read the row, then decide.
+                            acquires = unconfirmed;
+                            lane.memory().forget();
+                            continue;
+                        }
                     }
-                    Ok(None) => {
-                        // Expired leases were given back: everyone looks again.
-                        lock(&lane.known).row = None;
-                        acquires = granted.into_iter().map(|(a, _)| a).chain(short).collect();
+                }
+                match self.answer_refusals(lane, &row, refused, now).await {
+                    Some(again) if !again.is_empty() => {
+                        // Expired leases were given back: look again.
+                        acquires = again;
+                        fresh = false;
                         continue;
                     }
-                    Err(e) => {
-                        let e = e.to_string();
-                        answer_each(
-                            short,
-                            |a| a.reply,
-                            || {
-                                StoreError::Service {
-                                    message: e.clone(),
-                                    source: None,
-                                }
-                                .into()
-                            },
-                        );
-                    }
+                    _ => return,
                 }
             }
-            if granted.is_empty() && releases.is_empty() {
-                return;
-            }
-            let lean = row.as_ref().is_some_and(|r| !r.bucket.keeps_leases());
+            let lean = !row.bucket.keeps_leases();
             // Prefetch rides on a lean grant's write, and only from plenty: the bucket must
             // still hold as much again afterwards.
-            let mut prefetched: Option<(Tokens, Duration)> = None;
-            if let (true, false, Some(p), Some(after)) = (
+            let mut prefetched: Option<(Tokens, UnixMillis)> = None;
+            if let (true, false, Some(p)) = (
                 lean,
                 granted.is_empty(),
                 self.config().prefetch.get(&dimension),
-                after.as_mut(),
             ) && let Take::Granted {
                 tokens,
                 last_refill_at,
@@ -507,11 +511,9 @@ impl Sluice {
                 && tokens >= p.tokens()
             {
                 (after.tokens, after.last_refill_at) = (tokens, last_refill_at);
-                prefetched = Some((p.tokens(), p.hold()));
+                prefetched = Some((p.tokens(), now.saturating_add(p.hold())));
             }
-            let restores = row
-                .as_ref()
-                .is_some_and(|r| r.bucket.limit_type().restores_on_release());
+            let restores = row.bucket.limit_type().restores_on_release();
             let caller = &self.config().caller;
             let mut leases = Vec::with_capacity(granted.len() + releases.len());
             let mut issued = Vec::with_capacity(granted.len());
@@ -520,6 +522,7 @@ impl Sluice {
                 let expires_at = now.saturating_add(a.ttl);
                 if !lean {
                     leases.push(LeaseWrite::Create(LeaseRecord {
+                        slot: restores,
                         key: key.clone(),
                         dimension: dimension.clone(),
                         cost: *cost,
@@ -535,41 +538,25 @@ impl Sluice {
                     .iter()
                     .map(|r| LeaseWrite::Delete(r.part.key.clone())),
             );
-            let bucket = match (row.as_ref(), after.as_ref()) {
-                (Some(row), Some(after)) if !granted.is_empty() || restored > Tokens::ZERO => {
-                    Some(BucketWrite {
-                        dimension: dimension.clone(),
-                        expected_version: row.version,
-                        tokens: after.tokens,
-                        last_refill_at: after.last_refill_at,
-                    })
-                }
-                _ => None,
-            };
-            let written = bucket.is_some();
+            let write = BucketWrite::new(row.clone(), after.tokens, after.last_refill_at);
+            let written = write.after();
             match self
                 .store()
                 .commit(Commit {
-                    buckets: bucket.into_iter().collect(),
+                    buckets: vec![write],
                     leases,
                 })
                 .await
             {
                 Ok(()) => {
-                    if let (true, Some(row), Some(mut after)) = (written, row, after) {
-                        after.version = row.version + 1;
-                        let mut known = lock(&lane.known);
-                        known.row = Some(after);
-                        if restored > Tokens::ZERO {
-                            // A slot came back: the known shortage is over.
-                            known.short_until = None;
+                    {
+                        let mut memory = lane.memory();
+                        memory.learn(written.clone(), now);
+                        if lean && !granted.is_empty() {
+                            // What is left of an older prefetch was too little for this
+                            // write's requests, or is stale: the new one replaces it.
+                            memory.set_prefetched(prefetched);
                         }
-                        // What is left of an older prefetch was too little for this write's
-                        // requests, or is stale: dropped, and the new one replaces it.
-                        known.reservoir = prefetched.map(|(tokens, hold)| Reservoir {
-                            tokens,
-                            until: now.saturating_add(hold),
-                        });
                     }
                     if !granted.is_empty() {
                         crate::metrics::batch(granted.len());
@@ -583,22 +570,42 @@ impl Sluice {
                             has_row: !lean,
                         };
                         let lease = self.one_part_lease(part, now, expires_at, attempts);
-                        // A caller gone meanwhile drops its lease, which releases it.
-                        let _ = a.reply.send(Ok(lease));
+                        if let Err(Ok(lease)) = a.reply.send(Ok(lease)) {
+                            // The caller went away while the write was in flight.
+                            self.give_back_in_background(lease);
+                        }
                     }
                     for r in releases {
                         let _ = r.reply.send(Ok(()));
                     }
-                    return;
+                    // This write confirmed the row the refusals were computed from.
+                    match self.answer_refusals(lane, &written, refused, now).await {
+                        Some(again) if !again.is_empty() => {
+                            acquires = again;
+                            releases = Vec::new();
+                            fresh = false;
+                            continue;
+                        }
+                        _ => return,
+                    }
                 }
                 Err(CommitError::Condition(ConditionFailure::BucketChanged {
                     current, ..
                 })) => {
                     tracing::debug!(%dimension, attempts, "lost the race: retrying from the current row");
                     crate::metrics::contention_retry(dimension.as_str());
-                    lock(&lane.known).row = current.map(|c| *c);
+                    match current {
+                        Some(current) => {
+                            lane.memory().learn(*current, self.now());
+                            fresh = true;
+                        }
+                        None => {
+                            lane.memory().forget();
+                            fresh = false;
+                        }
+                    }
                     if attempts > MAX_FRESH_RETRIES + max_retries {
-                        fail_all(acquires_of(granted), releases, || Error::Contention {
+                        fail_all(jobs_of(granted, refused), releases, || Error::Contention {
                             dimension: dimension.clone(),
                             attempts,
                         });
@@ -616,13 +623,8 @@ impl Sluice {
                             let _ = releases.swap_remove(i).reply.send(Ok(()));
                         }
                         None => {
-                            let message =
-                                format!("store reported missing lease `{key}` while creating it");
-                            fail_all(acquires_of(granted), releases, || {
-                                Error::Store(StoreError::Service {
-                                    message: message.clone(),
-                                    source: None,
-                                })
+                            fail_all(jobs_of(granted, refused), releases, || {
+                                StoreError::missing_lease(&key).into()
                             });
                             return;
                         }
@@ -632,7 +634,7 @@ impl Sluice {
                     conflicts += 1;
                     crate::metrics::contention_retry(dimension.as_str());
                     if conflicts > max_retries {
-                        fail_all(acquires_of(granted), releases, || Error::Contention {
+                        fail_all(jobs_of(granted, refused), releases, || Error::Contention {
                             dimension: dimension.clone(),
                             attempts,
                         });
@@ -642,29 +644,151 @@ impl Sluice {
                 }
                 Err(CommitError::Store(e)) => {
                     // The row may or may not have changed: read it next time.
-                    lock(&lane.known).row = None;
-                    fail_all(acquires_of(granted), releases, || {
+                    lane.memory().forget();
+                    fail_all(jobs_of(granted, refused), releases, || {
                         Error::Store(e.clone_lossy())
                     });
                     return;
                 }
             }
-            acquires = acquires_of(granted);
+            acquires = jobs_of(granted, refused);
         }
+    }
+
+    /// Reads the bucket row of `dimension` and takes it as what `lane` remembers.
+    async fn read_into(
+        &self,
+        lane: &Lane,
+        dimension: &Dimension,
+    ) -> Result<Option<BucketState>, StoreError> {
+        let row = self
+            .store()
+            .read_buckets(std::slice::from_ref(dimension))
+            .await?
+            .remove(0);
+        let mut memory = lane.memory();
+        match &row {
+            Some(row) => memory.learn(row.clone(), self.now()),
+            None => memory.forget(),
+        }
+        Ok(row)
+    }
+
+    /// Deletes the lease rows of releases whose bucket is gone, and answers them.
+    async fn delete_released(&self, releases: Vec<ReleaseJob>) {
+        if releases.is_empty() {
+            return;
+        }
+        let keys: Vec<LeaseKey> = releases.iter().map(|r| r.part.key.clone()).collect();
+        let deleted = self.store().delete_leases(&keys).await;
+        for r in releases {
+            let _ = r.reply.send(
+                deleted
+                    .as_ref()
+                    .map_err(|e| Error::Store(e.clone_lossy()))
+                    .copied(),
+            );
+        }
+    }
+
+    /// Answers refusals computed from a remembered row, where memory may give them all;
+    /// otherwise hands every job back, to be decided from the store.
+    fn answer_from_memory(
+        &self,
+        lane: &Lane,
+        refused: Vec<AcquireJob>,
+        now: UnixMillis,
+    ) -> Result<(), Vec<AcquireJob>> {
+        let mut memory = lane.memory();
+        let recalled: Vec<Recall> = refused
+            .iter()
+            .map(|a| memory.recall(&a.wanted, now, a.fresh_after))
+            .collect();
+        if !recalled.iter().all(|r| matches!(r, Recall::Denied(_))) {
+            return Err(refused);
+        }
+        for (a, recall) in refused.into_iter().zip(recalled) {
+            if let Recall::Denied(wait) = recall {
+                memory.answered(now.saturating_add(wait));
+                let _ = a.reply.send(Err(Error::RetryIn(wait)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers refusals from `row`, which the store just confirmed (as it stands after this
+    /// write's grants), and opens the denial window. A short `concurrent` bucket looks up
+    /// its leases (reclaiming expired ones): when some were given back, the jobs to try
+    /// again are returned.
+    async fn answer_refusals(
+        &self,
+        lane: &Lane,
+        row: &BucketState,
+        refused: Vec<AcquireJob>,
+        now: UnixMillis,
+    ) -> Option<Vec<AcquireJob>> {
+        let mut slots = Vec::new();
+        let mut again = Vec::new();
+        for a in refused {
+            let cost = a.wanted.cost(row.bucket.cost_per_call());
+            match row.take(cost, now) {
+                Take::Short { wait: Some(wait) } => {
+                    let wait = wait.max(MIN_RETRY_IN);
+                    let mut memory = lane.memory();
+                    memory.confirm_short(now, wait);
+                    memory.answered(now.saturating_add(wait));
+                    let _ = a.reply.send(Err(Error::RetryIn(wait)));
+                }
+                Take::ExceedsCapacity => {
+                    let _ = a.reply.send(Err(Error::CostExceedsCapacity {
+                        dimension: row.dimension.clone(),
+                        cost,
+                        capacity: row.bucket.capacity(),
+                    }));
+                }
+                Take::Short { wait: None } => slots.push(a),
+                // Never after this write's grants; tried again all the same.
+                Take::Granted { .. } => again.push(a),
+            }
+        }
+        if slots.is_empty() {
+            return Some(again);
+        }
+        let known = lane.memory().slots_back(now);
+        let back = match known {
+            Some(back) => back,
+            None => match self.slot_outlook(&row.dimension, now).await {
+                Ok(crate::client::SlotOutlook::Reclaimed) => {
+                    lane.memory().forget();
+                    again.extend(slots);
+                    return Some(again);
+                }
+                Ok(crate::client::SlotOutlook::BackBy(back)) => back,
+                Err(e) => {
+                    let e = e.to_string();
+                    answer_each(slots, |a| a.reply, || StoreError::service(&e).into());
+                    return Some(again);
+                }
+            },
+        };
+        let wait = {
+            let mut memory = lane.memory();
+            let wait = memory.confirm_slots_short(now, back, self.config().slot_poll);
+            memory.answered(now.saturating_add(wait));
+            wait
+        };
+        answer_each(slots, |a| a.reply, || Error::RetryIn(wait));
+        Some(again)
     }
 }
 
 /// The answer when the write carrying a request went away without answering it.
 fn abandoned() -> Error {
-    StoreError::Service {
-        message: "the write carrying this request was abandoned".to_owned(),
-        source: None,
-    }
-    .into()
+    StoreError::service("the write carrying this request was abandoned").into()
 }
 
-fn acquires_of(granted: Vec<(AcquireJob, Tokens)>) -> Vec<AcquireJob> {
-    granted.into_iter().map(|(a, _)| a).collect()
+fn jobs_of(granted: Vec<(AcquireJob, Tokens)>, refused: Vec<AcquireJob>) -> Vec<AcquireJob> {
+    granted.into_iter().map(|(a, _)| a).chain(refused).collect()
 }
 
 /// Answers each job with an error made by `error`.
@@ -696,9 +820,10 @@ mod tests {
         let job = Job::Acquire(AcquireJob {
             wanted,
             ttl: Duration::from_secs(60),
+            fresh_after: None,
             reply,
         });
-        (Queued { ticket: 0, job }, answer)
+        (queued(job), answer)
     }
 
     fn release_job(
@@ -706,13 +831,58 @@ mod tests {
     ) -> (Queued, tokio::sync::oneshot::Receiver<Result<(), Error>>) {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let part = lease.take_rows().remove(0);
-        (
-            Queued {
-                ticket: 0,
-                job: Job::Release(ReleaseJob { part, reply }),
-            },
-            answer,
-        )
+        (queued(Job::Release(ReleaseJob { part, reply })), answer)
+    }
+
+    fn queued(job: Job) -> Queued {
+        Queued {
+            ticket: 0,
+            job,
+            _room: Arc::new(tokio::sync::Semaphore::new(1))
+                .try_acquire_owned()
+                .unwrap(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lane_queue_is_bounded_and_drains() {
+        let sluice = Sluice::builder()
+            .store(MemoryStore::new())
+            .clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000)))
+            .build()
+            .unwrap();
+        let dim = "vendor#rpm";
+        sluice
+            .put_bucket(
+                dim,
+                Bucket::requests(crate::RefillRate::per_second(1)).with_capacity(5_000),
+            )
+            .await
+            .unwrap();
+        let lane = sluice.lanes().lane(&Dimension::new(dim).unwrap());
+        // A write in flight holds the writer's turn.
+        let turn = lane.writer.clone().try_lock_owned().unwrap();
+        let tasks: Vec<_> = (0..MAX_QUEUED + 50)
+            .map(|_| {
+                let sluice = sluice.clone();
+                tokio::spawn(async move { sluice.acquire(dim).await })
+            })
+            .collect();
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            lock(&lane.queue).len(),
+            MAX_QUEUED,
+            "the rest wait for room"
+        );
+        drop(turn);
+        for task in tasks {
+            task.await.unwrap().unwrap().release().await.unwrap();
+        }
+        assert!(lock(&lane.queue).is_empty());
+        let row = sluice.bucket(dim).await.unwrap().unwrap();
+        assert_eq!(row.tokens, Tokens::new(5_000 - (MAX_QUEUED as i64 + 50)));
     }
 
     #[tokio::test]

@@ -222,6 +222,11 @@ impl fmt::Debug for Lease {
 }
 
 impl Lease {
+    /// Takes every part out (the lease then ends nothing when dropped).
+    pub(crate) fn into_parts(mut self) -> Vec<LeasePart> {
+        std::mem::take(&mut self.parts)
+    }
+
     /// Takes the parts that have lease rows to end; lean parts need nothing.
     pub(crate) fn take_rows(&mut self) -> Vec<LeasePart> {
         let mut parts = std::mem::take(&mut self.parts);

@@ -42,6 +42,7 @@ mod client;
 mod clock;
 mod config;
 mod decimal;
+mod detach;
 mod dimension;
 mod error;
 mod fast;
@@ -49,16 +50,22 @@ mod global;
 mod lease;
 pub mod metrics;
 mod reconcile;
+pub mod remembered;
 mod snapshot;
 pub mod store;
 mod tighten;
 mod tokens;
 
 pub use acquire::{Acquire, MAX_DIMENSIONS};
-pub use bucket::{Bucket, BucketError, BucketState, LimitType, Take, UnknownLimitType, refill};
+pub use bucket::{
+    Bucket, BucketError, BucketState, LimitType, MAX_VERSION, Take, UnknownLimitType, refill,
+};
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};
-pub use config::{Config, ConfigError, DEFAULT_LEASE_TTL, DEFAULT_MAX_RETRIES, Prefetch, Protocol};
+pub use config::{
+    Config, ConfigError, DEFAULT_LEASE_TTL, DEFAULT_MAX_RETRIES, DEFAULT_SLOT_POLL, Prefetch,
+    Protocol,
+};
 pub use decimal::{DecimalError, Rounding};
 pub use dimension::{Dimension, DimensionError};
 pub use error::Error;

@@ -93,6 +93,7 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
         Error::InvalidDimension(_) => "invalid_dimension",
         Error::UnknownDimension(_) => "unknown_dimension",
         Error::InvalidCost { .. } => "invalid_cost",
+        Error::InvalidTtl(_) => "invalid_ttl",
         Error::DimensionCount { .. } => "dimension_count",
         Error::InvalidBucket { .. } => "invalid_bucket",
         Error::Timeout(_) => "timeout",

@@ -203,12 +203,7 @@ impl Sluice {
                 continue;
             }
             let commit = Commit {
-                buckets: vec![BucketWrite {
-                    dimension: row.dimension.clone(),
-                    expected_version: row.version,
-                    tokens: expected,
-                    last_refill_at: row.last_refill_at,
-                }],
+                buckets: vec![BucketWrite::new(row.clone(), expected, row.last_refill_at)],
                 leases: Vec::new(),
             };
             match self.store().commit(commit).await {

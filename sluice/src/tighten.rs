@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::bucket::{BucketState, LimitType};
+use crate::bucket::LimitType;
 use crate::client::{Sluice, backoff_delay, new_unique};
 use crate::dimension::Dimension;
 use crate::error::Error;
@@ -34,7 +34,8 @@ pub const COOLDOWN_CALLER: &str = "sluice-cooldown";
 impl Sluice {
     /// Makes the bucket of `dimension` stricter, for every process sharing it, with one
     /// conditional write. Returns whether the bucket changed (`false`: it was already at
-    /// least this strict, or the report does not apply to its limit type).
+    /// least this strict, or the report does not apply to its limit type). Tokens this
+    /// client [prefetched](crate::Prefetch) for the dimension are dropped either way.
     ///
     /// ```
     /// use std::time::Duration;
@@ -55,6 +56,8 @@ impl Sluice {
     /// ```
     pub async fn tighten(&self, dimension: &str, how: Tighten) -> Result<bool, Error> {
         let dimension = Dimension::new(dimension)?;
+        // The vendor said stop: tokens this client took ahead are not granted any more.
+        self.lanes().lane(&dimension).memory().set_prefetched(None);
         let max_retries = self.config().max_retries;
         let mut attempt: u32 = 0;
         loop {
@@ -74,12 +77,7 @@ impl Sluice {
             };
             let commit = match (how, concurrent, lowered) {
                 (_, false, Some((tokens, last_refill_at))) => Commit {
-                    buckets: vec![BucketWrite {
-                        dimension: dimension.clone(),
-                        expected_version: row.version,
-                        tokens,
-                        last_refill_at,
-                    }],
+                    buckets: vec![BucketWrite::new(row.clone(), tokens, last_refill_at)],
                     leases: Vec::new(),
                 },
                 (Tighten::AtMost(_), _, _) | (Tighten::PauseFor(_), false, None) => {
@@ -94,13 +92,13 @@ impl Sluice {
                     // back like any expired lease, exactly once.
                     let capacity = row.bucket.capacity();
                     Commit {
-                        buckets: vec![BucketWrite {
-                            dimension: dimension.clone(),
-                            expected_version: row.version,
-                            tokens: row.tokens - capacity,
-                            last_refill_at: row.last_refill_at.max(now),
-                        }],
+                        buckets: vec![BucketWrite::new(
+                            row.clone(),
+                            row.tokens.saturating_sub(capacity),
+                            row.last_refill_at.max(now),
+                        )],
                         leases: vec![LeaseWrite::Create(LeaseRecord {
+                            slot: true,
                             key: LeaseKey::new(&dimension, &format!("cooldown-{}", new_unique())),
                             dimension: dimension.clone(),
                             cost: capacity,
@@ -111,26 +109,17 @@ impl Sluice {
                     }
                 }
             };
-            let written = commit.buckets.first().map(|w| BucketState {
-                tokens: w.tokens,
-                last_refill_at: w.last_refill_at,
-                version: row.version + 1,
-                ..row.clone()
-            });
+            let written = commit.buckets.first().map(BucketWrite::after);
             match self.store().commit(commit).await {
                 Ok(()) => {
                     if let Some(row) = written {
-                        self.lanes().remember(row);
+                        self.lanes().learn(row, now);
                     }
                     tracing::info!(%dimension, ?how, "bucket tightened from the vendor's report");
                     return Ok(true);
                 }
                 Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
-                    return Err(crate::store::StoreError::Service {
-                        message: format!("store reported missing lease `{key}` while creating it"),
-                        source: None,
-                    }
-                    .into());
+                    return Err(crate::store::StoreError::missing_lease(&key).into());
                 }
                 // A lost race or a (vanishingly unlikely) key collision: look again.
                 Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {

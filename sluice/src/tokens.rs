@@ -30,6 +30,11 @@ impl Tokens {
     /// No tokens.
     pub const ZERO: Tokens = Tokens(0);
 
+    /// The largest amount sluice accepts anywhere, either way of zero (a capacity, a cost, a
+    /// bucket's tokens or its debt): 10^18 tokens. Far above any vendor's quota, and small
+    /// enough that no arithmetic on such amounts can overflow.
+    pub const MAX: Tokens = Tokens(1_000_000_000 * NANOS_PER_TOKEN * NANOS_PER_TOKEN);
+
     /// A whole number of tokens.
     pub const fn new(whole: i64) -> Self {
         Tokens(whole as i128 * NANOS_PER_TOKEN)
@@ -63,6 +68,37 @@ impl Tokens {
     /// The larger of two amounts.
     pub fn max(self, other: Self) -> Self {
         Tokens(self.0.max(other.0))
+    }
+
+    /// `self + other`, or `None` when the sum leaves `-MAX..=MAX`.
+    pub fn checked_add(self, other: Self) -> Option<Self> {
+        self.0
+            .checked_add(other.0)
+            .map(Tokens)
+            .filter(|t| t.is_within_bounds())
+    }
+
+    /// `self × n`, or `None` when the product leaves `-MAX..=MAX`.
+    pub fn checked_mul(self, n: u32) -> Option<Self> {
+        self.0
+            .checked_mul(i128::from(n))
+            .map(Tokens)
+            .filter(|t| t.is_within_bounds())
+    }
+
+    /// `self - other` kept within `-MAX..=MAX`.
+    pub fn saturating_sub(self, other: Self) -> Self {
+        Tokens(self.0.saturating_sub(other.0)).clamped()
+    }
+
+    /// Whether the amount is within `-MAX..=MAX`.
+    pub fn is_within_bounds(self) -> bool {
+        self.0.unsigned_abs() <= Tokens::MAX.0.unsigned_abs()
+    }
+
+    /// The amount moved into `-MAX..=MAX`.
+    pub(crate) fn clamped(self) -> Self {
+        Tokens(self.0.clamp(-Tokens::MAX.0, Tokens::MAX.0))
     }
 }
 
@@ -182,6 +218,9 @@ impl RefillRate {
     /// No refill at all.
     pub const ZERO: RefillRate = RefillRate(0);
 
+    /// The fastest refill sluice accepts: 10^15 tokens per second.
+    pub const MAX: RefillRate = RefillRate(1_000_000 * NANOS_PER_TOKEN * NANOS_PER_TOKEN);
+
     /// `amount` tokens every `period`, rounded down to a millionth of a token per second.
     ///
     /// A zero `period` gives [`RefillRate::ZERO`].
@@ -286,6 +325,25 @@ mod tests {
         assert_eq!(RefillRate::per_hour(3_600).to_string(), "1");
         assert_eq!(RefillRate::per_day(86_400).to_string(), "1");
         assert_eq!(RefillRate::new(1, Duration::ZERO), RefillRate::ZERO);
+    }
+
+    #[test]
+    fn checked_arithmetic_stays_within_the_bounds() {
+        assert_eq!(Tokens::MAX.to_string(), "1000000000000000000");
+        assert_eq!(RefillRate::MAX.to_string(), "1000000000000000");
+        assert_eq!(Tokens::MAX.checked_add(Tokens::from_nanos(1)), None);
+        assert_eq!(
+            Tokens::MAX.checked_add(-Tokens::new(1)),
+            Some(Tokens::MAX - Tokens::new(1))
+        );
+        assert_eq!(
+            Tokens::from_nanos(i128::MAX).checked_add(Tokens::ZERO),
+            None
+        );
+        assert_eq!(Tokens::new(3).checked_mul(4), Some(Tokens::new(12)));
+        assert_eq!(Tokens::MAX.checked_mul(2), None);
+        assert_eq!((-Tokens::MAX).saturating_sub(Tokens::new(5)), -Tokens::MAX);
+        assert!(!Tokens::from_nanos(i128::MIN).is_within_bounds());
     }
 
     #[test]

@@ -213,6 +213,35 @@ mod prefetch {
         assert_eq!(tokens(&sluice, leased).await.0, Tokens::new(97));
     }
 
+    #[tokio::test]
+    async fn a_vendor_pause_drops_the_tokens_this_client_prefetched() {
+        let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+        let store = std::sync::Arc::new(MemoryStore::new());
+        let dim = "hot#rpm";
+        let sluice = client(&clock, &store, dim);
+        sluice
+            .put_bucket(
+                dim,
+                Bucket::requests(RefillRate::per_second(1))
+                    .with_capacity(100)
+                    .lean(),
+            )
+            .await
+            .unwrap();
+        // One grant written, five more taken ahead.
+        assert_eq!(sluice.acquire(dim).await.unwrap().attempts(), 1);
+        // The vendor answers 429 with a 7 s pause: nothing more is granted before it ends,
+        // not even from what this client took ahead.
+        assert!(
+            sluice
+                .tighten(dim, sluice::Tighten::PauseFor(Duration::from_secs(7)))
+                .await
+                .unwrap()
+        );
+        let e = sluice.acquire(dim).await.unwrap_err();
+        assert_eq!(e.retry_in(), Some(Duration::from_secs(7)));
+    }
+
     #[test]
     fn a_prefetch_needs_tokens_and_a_hold() {
         for p in [
@@ -228,4 +257,79 @@ mod prefetch {
             }
         }
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_caller_gets_a_slot_freed_by_another_client_within_the_poll_interval() {
+    let store = std::sync::Arc::new(MemoryStore::new());
+    let clock = sluice::TokioClock::starting_at(UnixMillis::from_secs(1_700_000_000));
+    let client = |poll: Duration| {
+        Sluice::builder()
+            .store_arc(store.clone())
+            .clock(clock.clone())
+            .slot_poll(poll)
+            .build()
+            .unwrap()
+    };
+    let poll = Duration::from_millis(200);
+    let holder = client(poll);
+    let waiter = client(poll);
+    let dim = "wait#concurrent";
+    holder.put_bucket(dim, Bucket::concurrent(1)).await.unwrap();
+    for hold in [
+        Duration::from_millis(50),
+        Duration::from_millis(1_234),
+        Duration::from_secs(20),
+    ] {
+        let held = holder.acquire(dim).await.unwrap();
+        let release_at = tokio::time::Instant::now() + hold;
+        let release = tokio::spawn(async move {
+            tokio::time::sleep_until(release_at).await;
+            held.release().await.unwrap();
+        });
+        // The holder's lease lives 60 s, the RetryIn's upper bound; the waiter looks again
+        // every 100 to 200 ms and takes the slot within one poll interval of its release.
+        let lease = waiter
+            .acquire_within(dim, Duration::from_secs(30))
+            .await
+            .expect("the freed slot reached the waiter");
+        let late = tokio::time::Instant::now() - release_at;
+        assert!(late <= poll, "{late:?} after the release (hold {hold:?})");
+        release.await.unwrap();
+        lease.release().await.unwrap();
+    }
+    // Within a budget shorter than the poll interval, a waiter gives up with the RetryIn.
+    let held = holder.acquire(dim).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let e = waiter
+        .acquire_within(dim, Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert_eq!(e.retry_in(), Some(Duration::from_secs(60)));
+    assert!(started.elapsed() <= Duration::from_millis(50));
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_ttl_or_slot_timeout_under_a_millisecond_is_a_typed_error() {
+    let sluice = Sluice::in_memory();
+    sluice
+        .put_bucket("ttl#rpm", Bucket::requests(RefillRate::per_second(1)))
+        .await
+        .unwrap();
+    let e = sluice
+        .acquire(sluice::Acquire::new("ttl#rpm").ttl(Duration::ZERO))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidTtl(_)), "{e}");
+    let e = sluice
+        .slot("ttl#rpm", Duration::from_micros(999), async {})
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidTtl(_)), "{e}");
+    assert_eq!(
+        sluice.bucket("ttl#rpm").await.unwrap().unwrap().tokens,
+        sluice::Tokens::new(60),
+        "nothing taken"
+    );
 }

@@ -144,15 +144,22 @@ async fn persistent_conflicts_end_in_contention_never_in_a_made_up_retry_in() {
 }
 
 fn two_item_commit() -> Commit {
-    let d = "openai#rpm".parse().unwrap();
+    let d: sluice::Dimension = "openai#rpm".parse().unwrap();
     Commit {
-        buckets: vec![BucketWrite {
-            dimension: "openai#rpm".parse().unwrap(),
-            expected_version: 3,
-            tokens: Tokens::new(9),
-            last_refill_at: UnixMillis::from_secs(1_700_000_000),
-        }],
+        buckets: vec![BucketWrite::new(
+            sluice::BucketState {
+                version: 3,
+                ..sluice::BucketState::full(
+                    d.clone(),
+                    sluice::Bucket::requests(sluice::RefillRate::per_second(1)).with_capacity(10),
+                    UnixMillis::from_secs(1_700_000_000),
+                )
+            },
+            Tokens::new(9),
+            UnixMillis::from_secs(1_700_000_000),
+        )],
         leases: vec![LeaseWrite::Create(LeaseRecord {
+            slot: false,
             key: LeaseKey::new(&d, "abc"),
             dimension: d,
             cost: Tokens::new(1),

@@ -39,7 +39,7 @@ impl Store for Scripted {
         if let (false, Some(bucket)) = (commit.leases.is_empty(), commit.buckets.first())
             && !self.raced.swap(true, Ordering::SeqCst)
         {
-            let dimension = bucket.dimension.clone();
+            let dimension = bucket.dimension().clone();
             return Err(CommitError::Condition(ConditionFailure::BucketChanged {
                 dimension,
                 current: None,
@@ -63,9 +63,9 @@ impl Store for Scripted {
     async fn put_bucket(
         &self,
         state: &BucketState,
-        expected_version: Option<u64>,
+        expected: Option<&BucketState>,
     ) -> Result<bool, StoreError> {
-        self.inner.put_bucket(state, expected_version).await
+        self.inner.put_bucket(state, expected).await
     }
 
     async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {

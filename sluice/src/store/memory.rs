@@ -54,14 +54,37 @@ impl MemoryStore {
 }
 
 impl Rows {
+    /// The write applies only to exactly the row it was computed from.
     fn check_bucket(&self, w: &BucketWrite) -> Result<(), ConditionFailure> {
-        match self.buckets.get(&w.dimension) {
-            Some(b) if b.version == w.expected_version => Ok(()),
+        match self.buckets.get(w.dimension()) {
+            Some(b) if *b == w.expected => Ok(()),
             current => Err(ConditionFailure::BucketChanged {
-                dimension: w.dimension.clone(),
+                dimension: w.dimension().clone(),
                 current: current.cloned().map(Box::new),
             }),
         }
+    }
+
+    /// The rows a commit leaves, checked before anything changes.
+    fn written(commit: &Commit) -> Result<Vec<BucketState>, StoreError> {
+        commit
+            .buckets
+            .iter()
+            .map(|w| {
+                let key = w.dimension().as_str();
+                let after = w.after();
+                match w.next_version() {
+                    None => Err(StoreError::invalid_bucket(
+                        key,
+                        &crate::bucket::BucketError::Version(w.expected.version),
+                    )),
+                    Some(_) => after
+                        .validate()
+                        .map(|()| after.clone())
+                        .map_err(|e| StoreError::invalid_bucket(key, &e)),
+                }
+            })
+            .collect()
     }
 
     fn check_lease(&self, w: &LeaseWrite) -> Result<(), ConditionFailure> {
@@ -90,6 +113,7 @@ impl Store for MemoryStore {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+        let written = Rows::written(&commit)?;
         let mut rows = self.rows();
         for w in &commit.buckets {
             rows.check_bucket(w).map_err(CommitError::Condition)?;
@@ -97,12 +121,8 @@ impl Store for MemoryStore {
         for w in &commit.leases {
             rows.check_lease(w).map_err(CommitError::Condition)?;
         }
-        for w in commit.buckets {
-            if let Some(b) = rows.buckets.get_mut(&w.dimension) {
-                b.tokens = w.tokens;
-                b.last_refill_at = w.last_refill_at;
-                b.version = w.expected_version + 1;
-            }
+        for after in written {
+            rows.buckets.insert(after.dimension.clone(), after);
         }
         for w in commit.leases {
             match w {
@@ -135,6 +155,28 @@ impl Store for MemoryStore {
         Ok(keys.iter().map(|k| rows.leases.get(k).cloned()).collect())
     }
 
+    async fn slot_leases(
+        &self,
+        dimension: &Dimension,
+        limit: usize,
+    ) -> Result<Vec<LeaseRecord>, StoreError> {
+        // Lease keys start with `lease#{dimension}#`: one range of the ordered map, whatever
+        // else the store holds.
+        let prefix = LeaseKey::new(dimension, "");
+        let rows = self.rows();
+        let mut leases: Vec<LeaseRecord> = rows
+            .leases
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.as_str().starts_with(prefix.as_str()))
+            .map(|(_, r)| r)
+            .filter(|r| r.slot && r.dimension == *dimension)
+            .cloned()
+            .collect();
+        leases.sort_by_key(|r| r.expires_at);
+        leases.truncate(limit);
+        Ok(leases)
+    }
+
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
         let rows = self.rows();
         let leases = rows
@@ -154,11 +196,13 @@ impl Store for MemoryStore {
     async fn put_bucket(
         &self,
         state: &BucketState,
-        expected_version: Option<u64>,
+        expected: Option<&BucketState>,
     ) -> Result<bool, StoreError> {
+        state
+            .validate()
+            .map_err(|e| StoreError::invalid_bucket(state.dimension.as_str(), &e))?;
         let mut rows = self.rows();
-        let current = rows.buckets.get(&state.dimension).map(|b| b.version);
-        if current != expected_version {
+        if rows.buckets.get(&state.dimension) != expected {
             return Ok(false);
         }
         rows.buckets.insert(state.dimension.clone(), state.clone());

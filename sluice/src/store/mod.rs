@@ -4,16 +4,22 @@
 //! DynamoDB's: a consistent read of bucket rows (`BatchGetItem`/`GetItem`), one atomic
 //! conditional [`Commit`] (`TransactWriteItems`, or a single conditional write when it
 //! touches one row), an unconditional batch delete of lease rows that give nothing back
-//! (`BatchWriteItem`), a read or scan of lease rows, and bucket administration. The
-//! protocol itself (refill, costs, retries, RetryIn) lives in the [`Sluice`](crate::Sluice)
-//! client, so every store gives the same answers.
+//! (`BatchWriteItem`), a read or scan of lease rows, a lookup of the leases holding a
+//! dimension's slots (a secondary index), and bucket administration. The protocol itself
+//! (refill, costs, retries, RetryIn) lives in the [`Sluice`](crate::Sluice) client, so
+//! every store gives the same answers.
+//!
+//! A bucket write is conditioned on the whole row it was computed from
+//! ([`BucketWrite::expected`]), not only on its version: versions repeat when a bucket is
+//! deleted and created again, or re-seeded by another tool, and a write computed from the
+//! old row must then fail.
 
 #[cfg(feature = "dynamodb")]
 mod dynamo;
 mod memory;
 
 #[cfg(feature = "dynamodb")]
-pub use dynamo::{DynamoStats, DynamoStore, TTL_GRACE_SECS};
+pub use dynamo::{DynamoStats, DynamoStore, SLOTS_INDEX, TTL_GRACE_SECS};
 pub use memory::MemoryStore;
 
 use std::error::Error as StdError;
@@ -76,6 +82,10 @@ impl fmt::Debug for LeaseKey {
 /// A lease row: tokens held on one dimension until released or expired.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRecord {
+    /// Whether the lease holds slots of a `concurrent` bucket. sluice marks such rows so
+    /// that a short bucket finds its leases, earliest expiry first, without scanning the
+    /// table ([`Store::slot_leases`]); rows other SDKs write are not marked.
+    pub slot: bool,
     /// The row's key.
     pub key: LeaseKey,
     /// The dimension whose tokens the lease holds.
@@ -90,18 +100,50 @@ pub struct LeaseRecord {
     pub caller: String,
 }
 
-/// One bucket row's part of a [`Commit`]: set the new state, on condition that the row's
-/// version is still `expected_version`. The stored version becomes `expected_version + 1`.
+/// One bucket row's part of a [`Commit`]: set the new tokens and refill timestamp, on
+/// condition that the stored row is still exactly `expected`, the row the write was
+/// computed from (its version, tokens, refill timestamp and definition). The stored
+/// version becomes `expected.version + 1`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BucketWrite {
-    /// The bucket's dimension.
-    pub dimension: Dimension,
-    /// The version read before computing this write.
-    pub expected_version: u64,
+    /// The row as the writer saw it.
+    pub expected: BucketState,
     /// The new token count.
     pub tokens: Tokens,
     /// The new refill timestamp.
     pub last_refill_at: UnixMillis,
+}
+
+impl BucketWrite {
+    /// A write of `tokens` and `last_refill_at` over the row `expected`.
+    pub fn new(expected: BucketState, tokens: Tokens, last_refill_at: UnixMillis) -> Self {
+        BucketWrite {
+            expected,
+            tokens,
+            last_refill_at,
+        }
+    }
+
+    /// The bucket's dimension.
+    pub fn dimension(&self) -> &Dimension {
+        &self.expected.dimension
+    }
+
+    /// The version the row gets, or `None` when the expected one is already at
+    /// [`MAX_VERSION`](crate::bucket::MAX_VERSION) (a store refuses such a write).
+    pub fn next_version(&self) -> Option<u64> {
+        Some(self.expected.version + 1).filter(|v| *v <= crate::bucket::MAX_VERSION)
+    }
+
+    /// The row as it stands once this write is applied.
+    pub fn after(&self) -> BucketState {
+        BucketState {
+            tokens: self.tokens,
+            last_refill_at: self.last_refill_at,
+            version: self.expected.version.saturating_add(1),
+            ..self.expected.clone()
+        }
+    }
 }
 
 /// One lease row's part of a [`Commit`].
@@ -271,6 +313,29 @@ impl StoreError {
 }
 
 impl StoreError {
+    /// A failure the store reported in words.
+    pub(crate) fn service(message: impl Into<String>) -> StoreError {
+        StoreError::Service {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A store that reports a lease missing while creating it is broken.
+    pub(crate) fn missing_lease(key: &LeaseKey) -> StoreError {
+        StoreError::service(format!(
+            "store reported missing lease `{key}` while creating it"
+        ))
+    }
+
+    /// A bucket row that fails [`BucketState::validate`], naming the attribute.
+    pub(crate) fn invalid_bucket(key: &str, error: &crate::bucket::BucketError) -> StoreError {
+        StoreError::CorruptRow {
+            key: key.to_owned(),
+            reason: format!("`{}`: {error}", error.attribute()),
+        }
+    }
+
     /// The same error for another waiter: same variant and fields, the underlying source
     /// kept as its message.
     pub(crate) fn clone_lossy(&self) -> StoreError {
@@ -342,6 +407,31 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Lists lease rows matching `filter`, and the keys of lease rows it cannot read.
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError>;
 
+    /// The lease rows holding slots of `dimension` ([`LeaseRecord::slot`]), earliest
+    /// expiry first, at most `limit`. For a short `concurrent` bucket: when a slot comes
+    /// back for sure, and which leases expired.
+    ///
+    /// Its cost must not grow with the table (DynamoDB: a query of a sparse secondary
+    /// index, so it may lag a just-written or just-deleted lease by a moment; callers treat
+    /// the answer as a hint). The default lists every lease of the dimension and sorts
+    /// them: stores with an index override it.
+    async fn slot_leases(
+        &self,
+        dimension: &Dimension,
+        limit: usize,
+    ) -> Result<Vec<LeaseRecord>, StoreError> {
+        let mut leases = self
+            .list_leases(&LeaseFilter {
+                dimension: Some(dimension.clone()),
+                expired_before: None,
+            })
+            .await?;
+        leases.retain(|l| l.slot);
+        leases.sort_by_key(|l| l.expires_at);
+        leases.truncate(limit);
+        Ok(leases)
+    }
+
     /// Lists the readable lease rows matching `filter` (a row that cannot be read is
     /// skipped with a warning; [`scan_leases`](Store::scan_leases) names them).
     async fn list_leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, StoreError> {
@@ -352,12 +442,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         Ok(scan.leases)
     }
 
-    /// Writes a whole bucket row, on condition that its version is `expected_version`
-    /// (`None`: that the row does not exist). Returns `false` when the condition failed.
+    /// Writes a whole bucket row, on condition that the stored row is exactly `expected`
+    /// (`None`: that the row does not exist). Returns `false` when the condition failed. A
+    /// row that fails [`BucketState::validate`] is refused as
+    /// [`StoreError::CorruptRow`].
     async fn put_bucket(
         &self,
         state: &BucketState,
-        expected_version: Option<u64>,
+        expected: Option<&BucketState>,
     ) -> Result<bool, StoreError>;
 
     /// Lists every bucket row.

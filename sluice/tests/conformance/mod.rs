@@ -6,6 +6,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+mod clients;
+pub use clients::*;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -174,6 +177,15 @@ macro_rules! suite {
             lean_buckets_grant_without_lease_rows,
             racing_clients_and_tasks_never_over_grant_a_lean_bucket,
             many_tasks_on_one_client_never_over_grant,
+            a_slot_freed_by_another_client_is_seen_within_the_poll_interval,
+            a_short_concurrent_bucket_with_no_live_lease_answers_the_poll_interval,
+            a_raised_capacity_is_seen_by_a_warm_client,
+            a_first_denial_reflects_what_other_clients_took,
+            a_retry_after_its_delay_sees_tokens_another_client_gave_back,
+            a_write_computed_from_a_recreated_bucket_never_succeeds,
+            a_write_computed_from_a_reseeded_bucket_never_succeeds,
+            a_multi_dimension_acquire_follows_rows_whose_version_went_down,
+            cost_above_a_remembered_capacity_is_confirmed_by_the_store,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

@@ -18,6 +18,18 @@ pub(crate) fn is_throttling(code: &str) -> bool {
     THROTTLING.contains(&code)
 }
 
+/// Whether DynamoDB refused a query because the index it names does not exist (or is still
+/// being built).
+pub(crate) fn is_missing_index<E, R>(err: &SdkError<E, R>) -> bool
+where
+    E: ProvideErrorMetadata,
+{
+    err.code() == Some("ValidationException")
+        && err
+            .message()
+            .is_some_and(|m| m.contains("index") || m.contains("Index"))
+}
+
 /// Maps any SDK failure that is not a condition of ours to a [`StoreError`].
 pub(crate) fn store_error<E, R>(err: SdkError<E, R>, table: &str) -> StoreError
 where

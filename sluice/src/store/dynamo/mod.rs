@@ -3,7 +3,7 @@
 mod error;
 mod row;
 
-pub use row::TTL_GRACE_SECS;
+pub use row::{SLOTS_INDEX, TTL_GRACE_SECS};
 mod table;
 
 use std::collections::HashMap;
@@ -40,8 +40,7 @@ const BATCH_WRITE_MAX: usize = 25;
 /// as throttled.
 const BATCH_WRITE_ROUNDS: u32 = 8;
 
-const BUCKET_UPDATE: &str = "SET #tokens = :tokens, #last = :last, #version = :next";
-const BUCKET_CONDITION: &str = "#version = :expected";
+const BUCKET_UPDATE: &str = "SET #t = :tokens, #l = :last, #v = :next";
 const EXISTS: &str = "attribute_exists(vendor_dimension)";
 const NOT_EXISTS: &str = "attribute_not_exists(vendor_dimension)";
 
@@ -82,6 +81,8 @@ struct Counters {
     calls: AtomicU64,
     read_milliunits: AtomicU64,
     write_milliunits: AtomicU64,
+    /// Until when the table is known to lack the slots index.
+    slots_index_missing_until: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// DynamoDB calls made by a [`DynamoStore`] and the capacity units DynamoDB reported for
@@ -145,6 +146,33 @@ impl DynamoStore {
             read_milliunits: self.stats.read_milliunits.load(Ordering::Relaxed),
             write_milliunits: self.stats.write_milliunits.load(Ordering::Relaxed),
         }
+    }
+
+    fn slots_index_missing(&self) -> bool {
+        let until = self
+            .stats
+            .slots_index_missing_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        until.is_some_and(|t| std::time::Instant::now() < t)
+    }
+
+    fn note_slots_index_missing(&self) {
+        let mut until = self
+            .stats
+            .slots_index_missing_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if until.is_none() {
+            tracing::warn!(
+                table = %self.table,
+                index = row::SLOTS_INDEX,
+                "the table has no slots index (yet): a short `concurrent` bucket cannot find its \
+                 leases, so its RetryIn is the slot poll interval and expired slots wait for the \
+                 reconciler; add the index with `sluice table create` or `DynamoStore::create_table`"
+            );
+        }
+        *until = Some(std::time::Instant::now() + std::time::Duration::from_secs(60));
     }
 
     fn count_call(&self) {
@@ -249,33 +277,42 @@ impl DynamoStore {
         }
     }
 
+    /// The parts of a bucket write's `UpdateItem`: key, update, condition (the stored row
+    /// is exactly the expected one), names and values. A write whose row would not be
+    /// valid is refused before anything is sent.
     fn bucket_update(
         w: &BucketWrite,
-    ) -> (
-        Item,
-        String,
-        String,
-        HashMap<String, String>,
-        HashMap<String, AttributeValue>,
-    ) {
-        let names = HashMap::from([
-            ("#tokens".to_owned(), row::TOKENS.to_owned()),
-            ("#last".to_owned(), row::LAST_REFILL_AT.to_owned()),
-            ("#version".to_owned(), row::VERSION.to_owned()),
-        ]);
-        let values = HashMap::from([
-            (":tokens".to_owned(), row::n(w.tokens)),
-            (":last".to_owned(), row::n(w.last_refill_at)),
-            (":next".to_owned(), row::n(w.expected_version + 1)),
-            (":expected".to_owned(), row::n(w.expected_version)),
-        ]);
+    ) -> Result<
         (
-            row::key(w.dimension.as_str()),
+            Item,
+            String,
+            String,
+            HashMap<String, String>,
+            HashMap<String, AttributeValue>,
+        ),
+        StoreError,
+    > {
+        let key = w.dimension().as_str();
+        let next = w.next_version().ok_or_else(|| {
+            StoreError::invalid_bucket(
+                key,
+                &crate::bucket::BucketError::Version(w.expected.version),
+            )
+        })?;
+        w.after()
+            .validate()
+            .map_err(|e| StoreError::invalid_bucket(key, &e))?;
+        let (condition, mut values, names) = row::same_row(&w.expected);
+        values.insert(":tokens".to_owned(), row::n(w.tokens));
+        values.insert(":last".to_owned(), row::n(w.last_refill_at));
+        values.insert(":next".to_owned(), row::n(next));
+        Ok((
+            row::key(key),
             BUCKET_UPDATE.to_owned(),
-            BUCKET_CONDITION.to_owned(),
+            condition,
             names,
             values,
-        )
+        ))
     }
 
     fn changed(&self, dimension: &Dimension, old: Option<&Item>) -> ConditionFailure {
@@ -288,7 +325,7 @@ impl DynamoStore {
     }
 
     async fn commit_one_bucket(&self, w: BucketWrite) -> Result<(), CommitError> {
-        let (key, update, condition, names, values) = Self::bucket_update(&w);
+        let (key, update, condition, names, values) = Self::bucket_update(&w)?;
         self.count_call();
         let result = self
             .client
@@ -309,9 +346,9 @@ impl DynamoStore {
                 Ok(())
             }
             Err(e) => match e.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                    Err(CommitError::Condition(self.changed(&w.dimension, c.item())))
-                }
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => Err(
+                    CommitError::Condition(self.changed(w.dimension(), c.item())),
+                ),
                 Some(UpdateItemError::TransactionConflictException(_)) => {
                     Err(CommitError::TransactionConflict)
                 }
@@ -410,7 +447,7 @@ impl DynamoStore {
     async fn commit_transaction(&self, commit: Commit) -> Result<(), CommitError> {
         let mut items = Vec::with_capacity(commit.len());
         for w in &commit.buckets {
-            let (key, update, condition, names, values) = Self::bucket_update(w);
+            let (key, update, condition, names, values) = Self::bucket_update(w)?;
             let update = Update::builder()
                 .table_name(self.table.as_ref())
                 .set_key(Some(key))
@@ -492,7 +529,7 @@ impl DynamoStore {
             Cancelled::Condition(i) if i < commit.buckets.len() => {
                 let w = &commit.buckets[i];
                 Err(CommitError::Condition(
-                    self.changed(&w.dimension, reasons[i].item()),
+                    self.changed(w.dimension(), reasons[i].item()),
                 ))
             }
             Cancelled::Condition(i) => {
@@ -651,6 +688,55 @@ impl Store for DynamoStore {
             .collect()
     }
 
+    /// A query of the sparse index [`row::SLOTS_INDEX`]: one page of at most `limit` slot
+    /// leases of `dimension`, earliest expiry first, whatever else the table holds. The
+    /// index is eventually consistent (a lease written or deleted a moment ago may be
+    /// missing or still listed): callers use the answer as a hint and condition every
+    /// write on the rows themselves. A table without the index (created by another tool)
+    /// answers no lease, with a warning saying how to add it, and is asked again a minute
+    /// later.
+    async fn slot_leases(
+        &self,
+        dimension: &Dimension,
+        limit: usize,
+    ) -> Result<Vec<LeaseRecord>, StoreError> {
+        if self.slots_index_missing() {
+            return Ok(Vec::new());
+        }
+        self.count_call();
+        let out = self
+            .client
+            .query()
+            .table_name(self.table.as_ref())
+            .index_name(row::SLOTS_INDEX)
+            .key_condition_expression("#d = :d")
+            .expression_attribute_names("#d", row::SLOT_DIMENSION)
+            .expression_attribute_values(":d", row::s(dimension.as_str()))
+            .scan_index_forward(true)
+            .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        let out = match out {
+            Ok(out) => out,
+            Err(e) if error::is_missing_index(&e) => {
+                self.note_slots_index_missing();
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(self.err(e)),
+        };
+        self.count_capacity(Units::Read, out.consumed_capacity());
+        let mut leases = Vec::with_capacity(out.items().len());
+        for item in out.items() {
+            match row::lease_record(item) {
+                Ok(lease) if lease.dimension == *dimension => leases.push(lease),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "a slot lease row sluice cannot read"),
+            }
+        }
+        Ok(leases)
+    }
+
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
         let mut expression = "begins_with(vendor_dimension, :lease)".to_owned();
         let mut values = HashMap::from([(":lease".to_owned(), row::s(LEASE_PREFIX))]);
@@ -703,20 +789,26 @@ impl Store for DynamoStore {
     async fn put_bucket(
         &self,
         state: &BucketState,
-        expected_version: Option<u64>,
+        expected: Option<&BucketState>,
     ) -> Result<bool, StoreError> {
+        state
+            .validate()
+            .map_err(|e| StoreError::invalid_bucket(state.dimension.as_str(), &e))?;
         let mut request = self
             .client
             .put_item()
             .table_name(self.table.as_ref())
             .set_item(Some(row::bucket_item(state)))
             .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        request = match expected_version {
+        request = match expected {
             None => request.condition_expression(NOT_EXISTS),
-            Some(v) => request
-                .condition_expression(BUCKET_CONDITION)
-                .expression_attribute_names("#version", row::VERSION)
-                .expression_attribute_values(":expected", row::n(v)),
+            Some(expected) => {
+                let (condition, values, names) = row::same_row(expected);
+                request
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(Some(names))
+                    .set_expression_attribute_values(Some(values))
+            }
         };
         self.count_call();
         match request.send().await {

@@ -6,7 +6,10 @@
 //! bucket in lean mode.
 //! Lease row: `vendor_dimension` S (`lease#{dimension}#{unique}`), `dimension` S, `cost` N,
 //! `created_at` N, `ttl` N (whole unix seconds, for DynamoDB's TTL), `caller` S, and the
-//! extra `expires_at` N (unix seconds, millisecond fraction) that keeps the exact expiry.
+//! extra `expires_at` N (unix seconds, millisecond fraction) that keeps the exact expiry;
+//! a lease holding slots of a `concurrent` bucket also carries `slot_dimension` S (its
+//! dimension), the key of the sparse index [`SLOTS_INDEX`] that finds a dimension's slot
+//! leases by expiry.
 //! sluice sets `ttl` [`TTL_GRACE_SECS`] after `expires_at`: DynamoDB's TTL sweeper must not
 //! delete an expired lease before the reconciler has given its cost back. Seed leases
 //! without `expires_at` expire at their `ttl`.
@@ -44,6 +47,11 @@ pub(crate) const CALLER: &str = "caller";
 pub(crate) const EXPIRES_AT: &str = "expires_at";
 /// sluice's extra bucket attribute: `true` for a bucket in lean mode (no lease rows).
 pub(crate) const LEAN: &str = "lean";
+/// sluice's extra lease attribute on slot leases: the partition key of [`SLOTS_INDEX`].
+pub(crate) const SLOT_DIMENSION: &str = "slot_dimension";
+/// The sparse global secondary index over slot leases: partition key `slot_dimension`,
+/// sort key `expires_at`.
+pub const SLOTS_INDEX: &str = "sluice-slots";
 
 /// How long after a lease expires its `ttl` lets DynamoDB delete it: well beyond the
 /// reconciler's 5-minute schedule, so an expired lease is reconciled, not swept.
@@ -81,7 +89,7 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
 
 /// The whole lease row.
 pub(crate) fn lease_item(lease: &LeaseRecord) -> Item {
-    HashMap::from([
+    let mut item = HashMap::from([
         (KEY.to_owned(), s(lease.key.as_str())),
         (DIMENSION.to_owned(), s(lease.dimension.as_str())),
         (COST.to_owned(), n(lease.cost)),
@@ -92,8 +100,55 @@ pub(crate) fn lease_item(lease: &LeaseRecord) -> Item {
         ),
         (EXPIRES_AT.to_owned(), n(lease.expires_at)),
         (CALLER.to_owned(), s(lease.caller.as_str())),
-    ])
+    ]);
+    if lease.slot {
+        item.insert(SLOT_DIMENSION.to_owned(), s(lease.dimension.as_str()));
+    }
+    item
 }
+
+/// The condition that the stored bucket row is the one `expected` was read as: the same
+/// version, tokens, refill timestamp and definition. Values another writer stored with more
+/// decimals than sluice keeps were rounded when read (never toward an over-grant); each is
+/// compared with the interval it was rounded from, so the row matches exactly when nothing
+/// changed.
+pub(crate) fn same_row(expected: &BucketState) -> (String, Item, HashMap<String, String>) {
+    const NANO: Tokens = Tokens::from_nanos(1);
+    let b = &expected.bucket;
+    let last = expected.last_refill_at;
+    let rate_above = RefillRate::from_nanos_per_second(b.refill_rate().as_nanos_per_second() + 1);
+    let names = HashMap::from([
+        ("#v".to_owned(), VERSION.to_owned()),
+        ("#t".to_owned(), TOKENS.to_owned()),
+        ("#l".to_owned(), LAST_REFILL_AT.to_owned()),
+        ("#c".to_owned(), CAPACITY.to_owned()),
+        ("#r".to_owned(), REFILL_RATE.to_owned()),
+        ("#p".to_owned(), COST_PER_CALL.to_owned()),
+        ("#k".to_owned(), LIMIT_TYPE.to_owned()),
+    ]);
+    let values = HashMap::from([
+        (":v".to_owned(), n(expected.version)),
+        // Read rounding down: the stored value is in [t, t + 1e-9).
+        (":t0".to_owned(), n(expected.tokens)),
+        (":t1".to_owned(), n(expected.tokens + NANO)),
+        // Read rounding up to the millisecond: the stored value is in (l - 1 ms, l].
+        (":l0".to_owned(), n(UnixMillis::new(last.as_millis() - 1))),
+        (":l1".to_owned(), n(last)),
+        (":c0".to_owned(), n(b.capacity())),
+        (":c1".to_owned(), n(b.capacity() + NANO)),
+        (":r0".to_owned(), n(b.refill_rate())),
+        (":r1".to_owned(), n(rate_above)),
+        // Read rounding up: the stored value is in (p - 1e-9, p].
+        (":p0".to_owned(), n(b.cost_per_call() - NANO)),
+        (":p1".to_owned(), n(b.cost_per_call())),
+        (":k".to_owned(), s(b.limit_type().as_str())),
+    ]);
+    (SAME_ROW.to_owned(), values, names)
+}
+
+/// The condition expression of [`same_row`].
+const SAME_ROW: &str = "#v = :v AND #t BETWEEN :t0 AND :t1 AND #l BETWEEN :l0 AND :l1 \
+     AND #c BETWEEN :c0 AND :c1 AND #r BETWEEN :r0 AND :r1 AND #p BETWEEN :p0 AND :p1 AND #k = :k";
 
 struct Reader<'a> {
     item: &'a Item,
@@ -226,13 +281,19 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
         }
     };
     let bucket = Bucket::new(limit_type, capacity, refill_rate).with_cost_per_call(cost_per_call);
-    Ok(BucketState {
+    let state = BucketState {
         dimension,
         bucket: if lean { bucket.lean() } else { bucket },
         tokens,
         last_refill_at,
         version,
-    })
+    };
+    // A row that cannot be a bucket (a `requests` row that never refills, a lean
+    // `concurrent` one, values beyond every bound) is refused, never used.
+    state
+        .validate()
+        .map_err(|e| StoreError::invalid_bucket(&r.key, &e))?;
+    Ok(state)
 }
 
 /// Reads a lease row.
@@ -242,6 +303,11 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
         .ok_or_else(|| r.corrupt("not a lease key (`lease#{vendor}#{metric}#{unique}`)"))?;
     let dimension = Dimension::new(r.string(DIMENSION)?).map_err(|e| r.corrupt(e.to_string()))?;
     let cost = r.tokens(COST, Rounding::Floor)?;
+    if cost.is_negative() || cost > Tokens::MAX {
+        return Err(r.corrupt(format!(
+            "`{COST}` must be between 0 and 10^18, found {cost}"
+        )));
+    }
     let created_at = match r.number(CREATED_AT)? {
         Some(t) => r.time(t, CREATED_AT, Rounding::Floor)?,
         None => UnixMillis::EPOCH,
@@ -254,7 +320,17 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
         Some(AttributeValue::S(c)) => c.clone(),
         _ => String::new(),
     };
+    let slot = match item.get(SLOT_DIMENSION) {
+        None => false,
+        Some(AttributeValue::S(d)) if d == dimension.as_str() => true,
+        Some(other) => {
+            return Err(r.corrupt(format!(
+                "`{SLOT_DIMENSION}` must be the string `{dimension}`, found {other:?}"
+            )));
+        }
+    };
     Ok(LeaseRecord {
+        slot,
         key,
         dimension,
         cost,
@@ -351,6 +427,38 @@ mod tests {
                     r.insert(REFILL_RATE.to_owned(), n("-1"));
                 }),
             ),
+            (
+                "`refill_rate`: a `requests` bucket needs a positive refill rate",
+                Box::new(|r| {
+                    r.insert(REFILL_RATE.to_owned(), n("0"));
+                }),
+            ),
+            (
+                "`lean`: a `concurrent` bucket cannot be lean",
+                Box::new(|r| {
+                    r.insert(LIMIT_TYPE.to_owned(), s("concurrent"));
+                    r.insert(REFILL_RATE.to_owned(), n("0"));
+                    r.insert(LEAN.to_owned(), AttributeValue::Bool(true));
+                }),
+            ),
+            (
+                "`version`: version must be at most 9007199254740991",
+                Box::new(|r| {
+                    r.insert(VERSION.to_owned(), n("18446744073709551615"));
+                }),
+            ),
+            (
+                "`tokens`: tokens must be between",
+                Box::new(|r| {
+                    r.insert(TOKENS.to_owned(), n("-2000000000000000000"));
+                }),
+            ),
+            (
+                "`capacity`: capacity must be positive and at most 10^18",
+                Box::new(|r| {
+                    r.insert(CAPACITY.to_owned(), n("2e18"));
+                }),
+            ),
         ];
         for (expected, mutate) in cases {
             let mut row = seed_row();
@@ -371,6 +479,7 @@ mod tests {
     fn lease_rows_round_trip_and_seed_leases_without_expires_at_use_ttl() {
         let d = Dimension::new("openai#rpm").unwrap();
         let lease = LeaseRecord {
+            slot: false,
             key: LeaseKey::new(&d, "a3f8c910"),
             dimension: d,
             cost: Tokens::new(1),
@@ -381,6 +490,23 @@ mod tests {
         let item = lease_item(&lease);
         assert_eq!(item[TTL], n((1_709_550_161 + TTL_GRACE_SECS).to_string()));
         assert_eq!(lease_record(&item).unwrap(), lease);
+        assert!(!item.contains_key(SLOT_DIMENSION));
+        // A slot lease carries its dimension as the key of the slots index.
+        let slot = LeaseRecord {
+            slot: true,
+            ..lease.clone()
+        };
+        let slot_item = lease_item(&slot);
+        assert_eq!(slot_item[SLOT_DIMENSION], s("openai#rpm"));
+        assert_eq!(lease_record(&slot_item).unwrap(), slot);
+        let mut negative = item.clone();
+        negative.insert(COST.to_owned(), n("-1"));
+        assert!(
+            lease_record(&negative)
+                .unwrap_err()
+                .to_string()
+                .contains("`cost`")
+        );
         let mut seed = item.clone();
         seed.remove(EXPIRES_AT);
         seed.insert(TTL.to_owned(), n("1709550160"));

@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
-    TimeToLiveSpecification, TimeToLiveStatus,
+    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate,
+    IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType, ScalarAttributeType,
+    TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
 };
 
 use super::{DynamoStore, build_error, row};
@@ -16,25 +17,28 @@ const ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl DynamoStore {
     /// Creates the table if it does not exist: partition key `vendor_dimension` (S),
-    /// on-demand billing, TTL on the `ttl` attribute. Waits until the table is active.
-    /// Returns whether it created the table (`false`: it already existed).
+    /// on-demand billing, TTL on the `ttl` attribute, and the sparse index
+    /// [`SLOTS_INDEX`](crate::store::SLOTS_INDEX) over slot leases (partition key
+    /// `slot_dimension` S, sort key `expires_at` N). A table that exists without the index
+    /// (created before it, or by another tool) gets it added. Waits until the table and
+    /// the index are active. Returns whether it created the table (`false`: it already
+    /// existed).
     pub async fn create_table(&self) -> Result<bool, StoreError> {
         self.count_call();
         let created = self
             .client
             .create_table()
             .table_name(self.table.as_ref())
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name(row::KEY)
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .map_err(build_error)?,
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name(row::KEY)
-                    .key_type(KeyType::Hash)
+            .attribute_definitions(attribute(row::KEY, ScalarAttributeType::S)?)
+            .attribute_definitions(attribute(row::SLOT_DIMENSION, ScalarAttributeType::S)?)
+            .attribute_definitions(attribute(row::EXPIRES_AT, ScalarAttributeType::N)?)
+            .key_schema(key(row::KEY, KeyType::Hash)?)
+            .global_secondary_indexes(
+                aws_sdk_dynamodb::types::GlobalSecondaryIndex::builder()
+                    .index_name(row::SLOTS_INDEX)
+                    .key_schema(key(row::SLOT_DIMENSION, KeyType::Hash)?)
+                    .key_schema(key(row::EXPIRES_AT, KeyType::Range)?)
+                    .projection(all())
                     .build()
                     .map_err(build_error)?,
             )
@@ -53,7 +57,9 @@ impl DynamoStore {
             }
             Err(e) => return Err(self.err(e)),
         };
-        self.wait_active().await?;
+        if !self.wait_active().await? {
+            self.add_slots_index().await?;
+        }
         self.enable_ttl().await?;
         if created {
             tracing::info!(table = %self.table, "created table");
@@ -61,7 +67,9 @@ impl DynamoStore {
         Ok(created)
     }
 
-    async fn wait_active(&self) -> Result<(), StoreError> {
+    /// Waits until the table is active and its slots index, if it has one, too. Returns
+    /// whether it has the index.
+    async fn wait_active(&self) -> Result<bool, StoreError> {
         let deadline = tokio::time::Instant::now() + ACTIVE_TIMEOUT;
         loop {
             self.count_call();
@@ -72,13 +80,64 @@ impl DynamoStore {
                 .send()
                 .await
                 .map_err(|e| self.err(e))?;
-            if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
-                return Ok(());
+            let table = out.table();
+            let index = table
+                .map(|t| t.global_secondary_indexes())
+                .unwrap_or_default()
+                .iter()
+                .find(|i| i.index_name() == Some(row::SLOTS_INDEX));
+            let table_active = table.and_then(|t| t.table_status()) == Some(&TableStatus::Active);
+            let index_active =
+                index.is_none_or(|i| i.index_status().is_none_or(|s| *s == IndexStatus::Active));
+            if table_active && index_active {
+                return Ok(index.is_some());
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(StoreError::Timeout { source: None });
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Adds the slots index to a table that lacks it, and waits until it is active. Another
+    /// process adding it at the same moment wins or loses the race; either way the index is
+    /// there, which is checked by describing again, not by the message.
+    async fn add_slots_index(&self) -> Result<(), StoreError> {
+        tracing::info!(table = %self.table, index = row::SLOTS_INDEX, "adding the slots index");
+        self.count_call();
+        let added = self
+            .client
+            .update_table()
+            .table_name(self.table.as_ref())
+            .attribute_definitions(attribute(row::SLOT_DIMENSION, ScalarAttributeType::S)?)
+            .attribute_definitions(attribute(row::EXPIRES_AT, ScalarAttributeType::N)?)
+            .global_secondary_index_updates(
+                GlobalSecondaryIndexUpdate::builder()
+                    .create(
+                        CreateGlobalSecondaryIndexAction::builder()
+                            .index_name(row::SLOTS_INDEX)
+                            .key_schema(key(row::SLOT_DIMENSION, KeyType::Hash)?)
+                            .key_schema(key(row::EXPIRES_AT, KeyType::Range)?)
+                            .projection(all())
+                            .build()
+                            .map_err(build_error)?,
+                    )
+                    .build(),
+            )
+            .send()
+            .await;
+        match added {
+            Ok(_) => {
+                self.wait_active().await?;
+                Ok(())
+            }
+            Err(e) => {
+                if self.wait_active().await? {
+                    Ok(())
+                } else {
+                    Err(self.err(e))
+                }
+            }
         }
     }
 
@@ -139,4 +198,26 @@ impl DynamoStore {
         }
         Ok(on)
     }
+}
+
+fn attribute(name: &str, kind: ScalarAttributeType) -> Result<AttributeDefinition, StoreError> {
+    AttributeDefinition::builder()
+        .attribute_name(name)
+        .attribute_type(kind)
+        .build()
+        .map_err(build_error)
+}
+
+fn key(name: &str, kind: KeyType) -> Result<KeySchemaElement, StoreError> {
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(kind)
+        .build()
+        .map_err(build_error)
+}
+
+fn all() -> Projection {
+    Projection::builder()
+        .projection_type(ProjectionType::All)
+        .build()
 }

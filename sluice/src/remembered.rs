@@ -1,0 +1,373 @@
+//! What a client remembers of each bucket row, and when it may answer from it: the
+//! freshness model.
+//!
+//! A client keeps, per dimension, the bucket row as it last learned it from the store: the
+//! row its own write produced, the row a read returned, or the current row a failed
+//! condition handed back. Other clients and processes change that row all the time, so
+//! what a client remembers is a cache with these rules, all held by [`Remembered`]:
+//!
+//! 1. **A grant never comes from memory.** A remembered row is only where a conditional
+//!    write starts from, and the write applies only if the stored row is still exactly that
+//!    row: version, tokens, refill timestamp and definition (see
+//!    [`BucketWrite`](crate::store::BucketWrite)). A write that fails hands back the current
+//!    row, which replaces the remembered one whatever its version: a bucket deleted and
+//!    created again, or re-seeded by another tool, is simply the new truth. The one
+//!    exception is [`Prefetch`](crate::Prefetch), with its written bound.
+//! 2. **A denial comes from the store first.** The first denial on a dimension is computed
+//!    from a row the store has just confirmed: one this client's write just produced, or
+//!    one a read or a failed condition just returned. It opens a *denial window* that ends
+//!    at its RetryIn.
+//! 3. **Inside a denial window, denials come from memory**, with no call, each exact for the
+//!    remembered row, until the window ends or until any denial this client answered on the
+//!    dimension reaches its RetryIn (its caller may be asking again): then the next denial
+//!    comes from the store again (rule 2). A denial is never derived again from a row nobody
+//!    has looked at since a RetryIn ran out.
+//! 4. **A short `concurrent` bucket is remembered for at most the slot poll interval**
+//!    ([`Config::slot_poll`](crate::Config::slot_poll), 300 ms by default): its tokens come
+//!    back only through releases, which memory cannot see. Its RetryIn is the earliest
+//!    expiry of its live leases (an upper bound: a release may free a slot sooner), or the
+//!    poll interval when no live lease shows.
+//! 5. **`CostExceedsCapacity` is confirmed by the store** before it is answered, so a
+//!    capacity raised elsewhere is seen at once.
+//! 6. **A waiting caller** ([`Sluice::acquire_within`](crate::Sluice::acquire_within) and the
+//!    waits of slots, `#[rate_limited]` and the layers, all built on it) accepts a denial
+//!    only from a row learned after its wait began, and on a `concurrent` bucket waits at
+//!    most one jittered poll interval at a time.
+//! 7. **A store error forgets the row**: the write may or may not have applied.
+//!
+//! What a RetryIn promises follows from these rules. It is exact for the row it was
+//! computed from: one millisecond earlier that row could not serve the request, at the
+//! delay it can. That row is the store's own, as of the start of the current denial
+//! window. Against the live bucket a RetryIn may be **early** (other clients took tokens
+//! since: the retry is refused with a new, exact RetryIn), and it is **never late** except
+//! when tokens came back other than by refill since that row was read (a refund, a
+//! reconciled lease, a raised limit, a released slot): the window ends at the RetryIn
+//! itself, so the retry that follows always looks at the store.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::acquire::Wanted;
+use crate::bucket::{BucketState, Take};
+use crate::clock::UnixMillis;
+use crate::tokens::Tokens;
+
+/// The shortest RetryIn: a denial never says "now".
+pub(crate) const MIN_RETRY_IN: Duration = Duration::from_millis(1);
+
+/// The most outstanding denials memory keeps track of; beyond it, denials come from the
+/// store until it is consulted again.
+const MAX_OUTSTANDING: usize = 64;
+
+/// What a client remembers of one dimension's bucket row.
+#[derive(Debug, Default)]
+pub(crate) struct Remembered {
+    row: Option<BucketState>,
+    /// When the row was learned from the store, by the client's clock.
+    learned_at: UnixMillis,
+    /// Denials may come from `row` until this time (rules 3 and 4).
+    denials_until: Option<UnixMillis>,
+    /// When the RetryIns this client answered on the dimension end, for those that had not
+    /// ended when the store was last consulted (rule 3).
+    outstanding: BTreeSet<UnixMillis>,
+    /// For a short `concurrent` row: the earliest expiry of its live leases, when one
+    /// showed (`None` inside: none did). Cleared whenever the row changes.
+    slots_back: Option<Option<UnixMillis>>,
+    /// Tokens this client took ahead (see [`Prefetch`](crate::Prefetch)).
+    reservoir: Option<Reservoir>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Reservoir {
+    tokens: Tokens,
+    until: UnixMillis,
+}
+
+/// What memory says about a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recall {
+    /// Nothing remembered: read the row.
+    Nothing,
+    /// The remembered row would serve it: write from it (the write's condition decides).
+    Serves,
+    /// Refused from memory (rule 3 or 4), with this RetryIn.
+    Denied(Duration),
+    /// The remembered row refuses it, but that refusal must come from the store: read it.
+    Unconfirmed,
+}
+
+impl Remembered {
+    /// The remembered row, to compute a conditional write from.
+    pub(crate) fn row(&self) -> Option<&BucketState> {
+        self.row.as_ref()
+    }
+
+    /// Takes `row`, just learned from the store at `now`, as the truth (whatever its
+    /// version). A denial window belongs to the row that opened it.
+    pub(crate) fn learn(&mut self, row: BucketState, now: UnixMillis) {
+        if self.row.as_ref() != Some(&row) {
+            self.slots_back = None;
+        }
+        self.row = Some(row);
+        self.learned_at = now;
+        self.denials_until = None;
+        self.outstanding.retain(|end| *end > now);
+    }
+
+    /// Forgets everything about the row (rule 7, or the bucket was deleted).
+    pub(crate) fn forget(&mut self) {
+        *self = Remembered {
+            reservoir: self.reservoir,
+            outstanding: std::mem::take(&mut self.outstanding),
+            ..Remembered::default()
+        };
+    }
+
+    /// Whether the remembered row is a `concurrent` bucket's.
+    pub(crate) fn holds_slots(&self) -> bool {
+        self.row
+            .as_ref()
+            .is_some_and(|r| !r.bucket.limit_type().refills())
+    }
+
+    /// What memory may answer to `wanted` at `now`. `fresh_after`: a waiting caller's wait
+    /// began then, and it accepts a denial only from a row learned since (rule 6).
+    pub(crate) fn recall(
+        &self,
+        wanted: &Wanted,
+        now: UnixMillis,
+        fresh_after: Option<UnixMillis>,
+    ) -> Recall {
+        let Some(row) = &self.row else {
+            return Recall::Nothing;
+        };
+        let in_window = self.denials_until.is_some_and(|until| now < until)
+            && fresh_after.is_none_or(|t| self.learned_at > t)
+            && self.outstanding.len() < MAX_OUTSTANDING
+            && self.outstanding.first().is_none_or(|end| now < *end);
+        match row.take(wanted.cost(row.bucket.cost_per_call()), now) {
+            Take::Granted { .. } => Recall::Serves,
+            Take::ExceedsCapacity => Recall::Unconfirmed,
+            Take::Short { .. } if !in_window => Recall::Unconfirmed,
+            Take::Short { wait: Some(wait) } => Recall::Denied(wait.max(MIN_RETRY_IN)),
+            Take::Short { wait: None } => {
+                let back = self.slots_back.flatten().filter(|t| *t > now);
+                let until = back.or(self.denials_until).unwrap_or(now);
+                Recall::Denied(until.saturating_since(now).max(MIN_RETRY_IN))
+            }
+        }
+    }
+
+    /// The store confirmed the remembered row short of a refilling bucket's tokens at `now`
+    /// for `wait`: denials may come from memory until then (rule 2).
+    pub(crate) fn confirm_short(&mut self, now: UnixMillis, wait: Duration) {
+        let until = now.saturating_add(wait);
+        self.denials_until = Some(self.denials_until.map_or(until, |u| u.max(until)));
+    }
+
+    /// A RetryIn ending at `end` was answered on this dimension: once it has passed, its
+    /// caller may ask again, and that answer comes from the store (rule 3).
+    pub(crate) fn answered(&mut self, end: UnixMillis) {
+        if self.outstanding.len() < MAX_OUTSTANDING {
+            self.outstanding.insert(end);
+        }
+    }
+
+    /// The earliest live lease expiry of the remembered (short, `concurrent`) row, if it was
+    /// looked up for this very row and has not passed: no need to look again.
+    pub(crate) fn slots_back(&self, now: UnixMillis) -> Option<Option<UnixMillis>> {
+        self.slots_back
+            .filter(|back| back.is_none_or(|t| t > now))
+            .filter(|_| self.denials_until.is_some_and(|until| now < until))
+    }
+
+    /// The store confirmed the remembered `concurrent` row short at `now`, with `back` the
+    /// earliest expiry of its live leases (`None`: none showed). Returns the RetryIn, and
+    /// remembers the shortage for at most `poll` (rule 4).
+    pub(crate) fn confirm_slots_short(
+        &mut self,
+        now: UnixMillis,
+        back: Option<UnixMillis>,
+        poll: Duration,
+    ) -> Duration {
+        let retry_in = slot_retry_in(back, now, poll);
+        self.slots_back = Some(back);
+        self.denials_until = Some(now.saturating_add(retry_in.min(poll)));
+        retry_in
+    }
+
+    /// Takes `cost` from the prefetched tokens, if they are still fresh and enough.
+    pub(crate) fn take_prefetched(&mut self, wanted: &Wanted, now: UnixMillis) -> Option<Tokens> {
+        let reservoir = self.reservoir.as_mut()?;
+        if now >= reservoir.until {
+            // Held too long: dropped, never granted (the overshoot bound depends on it).
+            self.reservoir = None;
+            return None;
+        }
+        let cost = wanted.cost(self.row.as_ref()?.bucket.cost_per_call());
+        if cost > reservoir.tokens {
+            return None;
+        }
+        reservoir.tokens -= cost;
+        Some(cost)
+    }
+
+    /// Replaces what is left of an earlier prefetch (too little, or stale) with `tokens`,
+    /// grantable until `until`; `None` drops it.
+    pub(crate) fn set_prefetched(&mut self, prefetched: Option<(Tokens, UnixMillis)>) {
+        self.reservoir = prefetched.map(|(tokens, until)| Reservoir { tokens, until });
+    }
+}
+
+/// The RetryIn of a `concurrent` bucket found short at `now`: until the earliest live lease
+/// expires, or the poll interval when no live lease showed.
+pub(crate) fn slot_retry_in(back: Option<UnixMillis>, now: UnixMillis, poll: Duration) -> Duration {
+    back.filter(|t| *t > now)
+        .map_or(poll, |t| t.saturating_since(now))
+        .max(MIN_RETRY_IN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acquire::Acquire;
+    use crate::bucket::Bucket;
+    use crate::tokens::RefillRate;
+
+    fn t(ms: i64) -> UnixMillis {
+        UnixMillis::new(1_700_000_000_000 + ms)
+    }
+
+    fn wanted(cost: i64) -> Wanted {
+        Acquire::with_cost("v#rpm", cost)
+            .resolve()
+            .unwrap()
+            .remove(0)
+    }
+
+    fn empty_row(bucket: Bucket) -> BucketState {
+        let mut row = BucketState::full("v#rpm".parse().unwrap(), bucket, t(0));
+        row.tokens = Tokens::ZERO;
+        row
+    }
+
+    #[test]
+    fn a_denial_from_memory_needs_a_window_the_store_opened() {
+        let mut memory = Remembered::default();
+        assert_eq!(memory.recall(&wanted(1), t(0), None), Recall::Nothing);
+        // 10 per second, empty: 1 token is 100 ms away.
+        memory.learn(
+            empty_row(Bucket::requests(RefillRate::per_second(10))),
+            t(0),
+        );
+        assert_eq!(memory.recall(&wanted(1), t(0), None), Recall::Unconfirmed);
+        memory.confirm_short(t(0), Duration::from_millis(100));
+        assert_eq!(
+            memory.recall(&wanted(1), t(40), None),
+            Recall::Denied(Duration::from_millis(60))
+        );
+        // A larger cost, inside the window: exact for the same row.
+        assert_eq!(
+            memory.recall(&wanted(3), t(40), None),
+            Recall::Denied(Duration::from_millis(260))
+        );
+        // The window ends at the RetryIn: then the row serves 1, but 3 must ask the store.
+        assert_eq!(memory.recall(&wanted(1), t(100), None), Recall::Serves);
+        assert_eq!(memory.recall(&wanted(3), t(100), None), Recall::Unconfirmed);
+        // A waiter that began waiting after the row was learned does not take it.
+        assert_eq!(
+            memory.recall(&wanted(3), t(50), Some(t(10))),
+            Recall::Unconfirmed
+        );
+        assert_eq!(
+            memory.recall(&wanted(3), t(50), Some(t(0))),
+            Recall::Unconfirmed
+        );
+        // A new row closes the window.
+        memory.learn(
+            empty_row(Bucket::requests(RefillRate::per_second(10))),
+            t(60),
+        );
+        assert_eq!(memory.recall(&wanted(1), t(60), None), Recall::Unconfirmed);
+    }
+
+    #[test]
+    fn memory_stops_answering_once_any_answered_retry_in_runs_out() {
+        let mut memory = Remembered::default();
+        memory.learn(
+            empty_row(Bucket::requests(RefillRate::per_second(10))),
+            t(0),
+        );
+        // A store denial of 5 tokens opens a 500 ms window; one of 1 token was answered too,
+        // ending at 100 ms.
+        memory.confirm_short(t(0), Duration::from_millis(500));
+        memory.answered(t(500));
+        memory.answered(t(100));
+        assert_eq!(
+            memory.recall(&wanted(4), t(50), None),
+            Recall::Denied(Duration::from_millis(350))
+        );
+        // At 100 ms the 1-token caller may be back: from then on, the store answers.
+        assert_eq!(memory.recall(&wanted(4), t(100), None), Recall::Unconfirmed);
+        // A look at the store drops the RetryIns that ended before it.
+        memory.learn(
+            empty_row(Bucket::requests(RefillRate::per_second(10))),
+            t(120),
+        );
+        memory.confirm_short(t(120), Duration::from_millis(400));
+        assert_eq!(
+            memory.recall(&wanted(4), t(130), None),
+            Recall::Denied(Duration::from_millis(270))
+        );
+        // The 500 ms one is still outstanding.
+        assert_eq!(
+            memory.recall(&wanted(9), t(499), None),
+            Recall::Denied(Duration::from_millis(401))
+        );
+        assert_eq!(memory.recall(&wanted(9), t(500), None), Recall::Unconfirmed);
+    }
+
+    #[test]
+    fn a_short_slot_bucket_is_remembered_at_most_the_poll_interval() {
+        let poll = Duration::from_millis(300);
+        let mut memory = Remembered::default();
+        memory.learn(empty_row(Bucket::concurrent(2)), t(0));
+        assert_eq!(memory.recall(&wanted(1), t(0), None), Recall::Unconfirmed);
+        // The earliest lease expires in 60 s: that is the RetryIn, remembered 300 ms.
+        let back = Some(t(60_000));
+        assert_eq!(
+            memory.confirm_slots_short(t(0), back, poll),
+            Duration::from_secs(60)
+        );
+        assert_eq!(memory.slots_back(t(100)), Some(back));
+        assert_eq!(
+            memory.recall(&wanted(1), t(100), None),
+            Recall::Denied(Duration::from_millis(59_900))
+        );
+        assert_eq!(memory.recall(&wanted(1), t(300), None), Recall::Unconfirmed);
+        assert_eq!(memory.slots_back(t(300)), None);
+        // No live lease explains the shortage: look again after the poll interval.
+        assert_eq!(memory.confirm_slots_short(t(300), None, poll), poll);
+        assert_eq!(
+            memory.recall(&wanted(1), t(400), None),
+            Recall::Denied(Duration::from_millis(200))
+        );
+        // A cost above the capacity is never answered from memory.
+        assert_eq!(memory.recall(&wanted(3), t(400), None), Recall::Unconfirmed);
+    }
+
+    #[test]
+    fn a_row_whose_version_went_down_replaces_the_remembered_one() {
+        let mut memory = Remembered::default();
+        let mut newer = empty_row(Bucket::requests(RefillRate::per_second(10)));
+        newer.version = 42;
+        memory.learn(newer, t(0));
+        let reseeded = BucketState::full(
+            "v#rpm".parse().unwrap(),
+            Bucket::requests(RefillRate::per_second(10)),
+            t(5),
+        );
+        memory.learn(reseeded.clone(), t(5));
+        assert_eq!(memory.row(), Some(&reseeded));
+    }
+}

@@ -1,0 +1,243 @@
+//! Callers that go away: an acquire whose caller dropped it (cancelled, timed out) is never
+//! granted, or its grant is given back at once; a caller queued behind them is answered.
+//!
+//! The store holds each commit after applying it until the test opens its gate, so that a
+//! write can be caught in flight, with callers queued behind it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use sluice::store::{
+    Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, Store, StoreError,
+};
+use sluice::{
+    Bucket, BucketState, Dimension, ManualClock, MemoryStore, RefillRate, Sluice, Tokens,
+    UnixMillis,
+};
+
+/// A memory store whose commits wait, once applied, for the gate to open.
+#[derive(Debug, Clone)]
+struct GatedStore {
+    inner: MemoryStore,
+    gate: Arc<tokio::sync::Semaphore>,
+    closed: Arc<std::sync::atomic::AtomicBool>,
+    held: Arc<AtomicUsize>,
+}
+
+impl Default for GatedStore {
+    fn default() -> Self {
+        GatedStore {
+            inner: MemoryStore::new(),
+            gate: Arc::new(tokio::sync::Semaphore::new(0)),
+            closed: Arc::default(),
+            held: Arc::default(),
+        }
+    }
+}
+
+impl GatedStore {
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    fn open(&self) {
+        self.closed.store(false, Ordering::SeqCst);
+        self.gate.add_permits(1_000);
+    }
+
+    /// Waits until `n` commits are held at the gate.
+    async fn held(&self, n: usize) {
+        while self.held.load(Ordering::SeqCst) < n {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for GatedStore {
+    async fn read_buckets(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<Vec<Option<BucketState>>, StoreError> {
+        self.inner.read_buckets(dimensions).await
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+        let result = self.inner.commit(commit).await;
+        if self.closed.load(Ordering::SeqCst) {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            let _permit = self.gate.acquire().await.unwrap();
+        }
+        result
+    }
+
+    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        self.inner.delete_leases(keys).await
+    }
+
+    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+        self.inner.read_leases(keys).await
+    }
+
+    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
+        self.inner.scan_leases(filter).await
+    }
+
+    async fn slot_leases(
+        &self,
+        dimension: &Dimension,
+        limit: usize,
+    ) -> Result<Vec<LeaseRecord>, StoreError> {
+        self.inner.slot_leases(dimension, limit).await
+    }
+
+    async fn put_bucket(
+        &self,
+        state: &BucketState,
+        expected: Option<&BucketState>,
+    ) -> Result<bool, StoreError> {
+        self.inner.put_bucket(state, expected).await
+    }
+
+    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
+        self.inner.list_buckets().await
+    }
+
+    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
+        self.inner.delete_bucket(dimension).await
+    }
+}
+
+async fn client_with(bucket: Bucket) -> (Sluice, GatedStore, &'static str) {
+    let store = GatedStore::default();
+    let sluice = Sluice::builder()
+        .store(store.clone())
+        .clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000)))
+        .build()
+        .unwrap();
+    let dim = "gated#rpm";
+    sluice.put_bucket(dim, bucket).await.unwrap();
+    (sluice, store, dim)
+}
+
+fn ten() -> Bucket {
+    Bucket::requests(RefillRate::per_minute(1)).with_capacity(10)
+}
+
+/// Lets spawned tasks run until they wait on something.
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn tokens(sluice: &Sluice, dim: &str) -> Tokens {
+    sluice.bucket(dim).await.unwrap().unwrap().tokens
+}
+
+#[tokio::test]
+async fn a_queued_acquire_dropped_by_its_caller_is_never_granted() {
+    for bucket in [ten(), ten().lean()] {
+        let (sluice, store, dim) = client_with(bucket).await;
+        store.close();
+        let first = tokio::spawn({
+            let sluice = sluice.clone();
+            async move { sluice.acquire(dim).await }
+        });
+        store.held(1).await;
+        // Queued behind the write in flight, then cancelled.
+        let cancelled = tokio::spawn({
+            let sluice = sluice.clone();
+            async move { sluice.acquire(dim).await }
+        });
+        settle().await;
+        cancelled.abort();
+        settle().await;
+        store.open();
+        first.await.unwrap().unwrap().release().await.unwrap();
+        sluice.acquire(dim).await.unwrap().release().await.unwrap();
+        settle().await;
+        assert_eq!(
+            tokens(&sluice, dim).await,
+            Tokens::new(8),
+            "two grants, not three"
+        );
+        assert!(
+            sluice
+                .leases(&LeaseFilter::default())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_acquire_dropped_while_its_write_is_in_flight_gives_its_grant_back() {
+    for (bucket, full) in [
+        (ten(), Tokens::new(10)),
+        (ten().lean(), Tokens::new(10)),
+        (Bucket::concurrent(3), Tokens::new(3)),
+    ] {
+        let (sluice, store, dim) = client_with(bucket).await;
+        store.close();
+        let dropped = tokio::spawn({
+            let sluice = sluice.clone();
+            async move { sluice.acquire(dim).await }
+        });
+        // The grant is written; its answer has not reached the caller, who goes away.
+        store.held(1).await;
+        dropped.abort();
+        settle().await;
+        store.open();
+        settle().await;
+        assert_eq!(tokens(&sluice, dim).await, full, "the grant was given back");
+        assert!(
+            sluice
+                .leases(&LeaseFilter::default())
+                .await
+                .unwrap()
+                .is_empty(),
+            "no lease row left behind"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_caller_behind_many_dropped_acquires_is_answered() {
+    let (sluice, store, dim) =
+        client_with(Bucket::requests(RefillRate::per_minute(1)).with_capacity(500)).await;
+    store.close();
+    let first = tokio::spawn({
+        let sluice = sluice.clone();
+        async move { sluice.acquire(dim).await }
+    });
+    store.held(1).await;
+    let dropped: Vec<_> = (0..100)
+        .map(|_| {
+            let sluice = sluice.clone();
+            tokio::spawn(async move { sluice.acquire(dim).await })
+        })
+        .collect();
+    settle().await;
+    let last = tokio::spawn({
+        let sluice = sluice.clone();
+        async move { sluice.acquire(dim).await }
+    });
+    settle().await;
+    for task in &dropped {
+        task.abort();
+    }
+    settle().await;
+    store.open();
+    first.await.unwrap().unwrap().release().await.unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(10), last)
+        .await
+        .expect("the live caller is answered")
+        .unwrap()
+        .unwrap();
+    lease.release().await.unwrap();
+    settle().await;
+    assert_eq!(tokens(&sluice, dim).await, Tokens::new(498));
+}
