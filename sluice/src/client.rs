@@ -624,11 +624,11 @@ impl Sluice {
             };
             retry_in = retry_in.max(wait);
         }
-        // Each refused dimension's callers may be back when the answer runs out.
-        for &i in refused {
+        // The caller may be back when the answer runs out, asking every dimension again.
+        for row in rows {
             self.inner
                 .lanes
-                .lane(&rows[i].dimension)
+                .lane(&row.dimension)
                 .memory()
                 .answered(now.saturating_add(retry_in));
         }
@@ -1198,9 +1198,11 @@ impl Sluice {
     /// Defines or redefines the bucket of `dimension`.
     ///
     /// A new bucket starts full, at a version above any its dimension had before (see
-    /// [`MAX_VERSION`](crate::MAX_VERSION)). Redefining keeps the tokens the bucket holds
-    /// now (capped at the new capacity), so changing a limit never hands out a fresh burst;
-    /// other clients see the new definition at their next write or read of the row.
+    /// [`MAX_VERSION`](crate::MAX_VERSION)). Redefining a `requests` or `tokens` bucket keeps
+    /// the tokens it holds now (capped at the new capacity), so changing a limit never hands
+    /// out a fresh burst; redefining a `concurrent` one keeps the slots held, so its free
+    /// slots move with the capacity (4 slots with 1 held, lowered to 2: 1 free). Other
+    /// clients see the new definition at their next write or read of the row.
     pub async fn put_bucket(&self, dimension: &str, bucket: Bucket) -> Result<BucketState, Error> {
         let dimension = Dimension::new(dimension)?;
         bucket.validate().map_err(|source| Error::InvalidBucket {
@@ -1225,9 +1227,20 @@ impl Sluice {
                 },
                 Some(cur) => {
                     let (tokens, last_refill_at) = cur.refilled(now);
+                    let tokens = if cur.bucket.limit_type() == LimitType::Concurrent
+                        && bucket.limit_type() == LimitType::Concurrent
+                    {
+                        // The slots held stay held: the free ones move with the capacity
+                        // (below zero when more are held than the new capacity allows).
+                        (tokens + bucket.capacity() - cur.bucket.capacity())
+                            .min(bucket.capacity())
+                            .max(-Tokens::MAX)
+                    } else {
+                        tokens.min(bucket.capacity())
+                    };
                     BucketState {
                         dimension: dimension.clone(),
-                        tokens: tokens.min(bucket.capacity()),
+                        tokens,
                         bucket: bucket.clone(),
                         last_refill_at,
                         version: cur.version.saturating_add(1),

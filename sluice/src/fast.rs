@@ -473,8 +473,8 @@ impl Sluice {
                     _ => refused.push(a),
                 }
             }
-            if granted.is_empty() && restored == Tokens::ZERO {
-                // Nothing to write: only refusals (releases, if any, all restore).
+            if granted.is_empty() && releases.is_empty() {
+                // Nothing to write: only refusals.
                 if !fresh {
                     match self.answer_from_memory(lane, refused, now) {
                         Ok(()) => return,
@@ -538,16 +538,34 @@ impl Sluice {
                     .iter()
                     .map(|r| LeaseWrite::Delete(r.part.key.clone())),
             );
+            // Releases of slots that hold nothing (adjusted to zero) only delete their rows.
+            let writes_bucket = !granted.is_empty() || restored > Tokens::ZERO;
             let write = BucketWrite::new(row.clone(), after.tokens, after.last_refill_at);
             let written = write.after();
             match self
                 .store()
                 .commit(Commit {
-                    buckets: vec![write],
+                    buckets: if writes_bucket {
+                        vec![write]
+                    } else {
+                        Vec::new()
+                    },
                     leases,
                 })
                 .await
             {
+                Ok(()) if !writes_bucket => {
+                    for r in releases {
+                        let _ = r.reply.send(Ok(()));
+                    }
+                    if refused.is_empty() {
+                        return;
+                    }
+                    // The bucket row was not written, so not confirmed: decide again.
+                    acquires = refused;
+                    releases = Vec::new();
+                    continue;
+                }
                 Ok(()) => {
                     {
                         let mut memory = lane.memory();

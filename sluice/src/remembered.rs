@@ -111,7 +111,8 @@ impl Remembered {
         self.row = Some(row);
         self.learned_at = now;
         self.denials_until = None;
-        self.outstanding.retain(|end| *end > now);
+        // A RetryIn ending in the same millisecond may not have ended before this look.
+        self.outstanding.retain(|end| *end >= now);
     }
 
     /// Forgets everything about the row (rule 7, or the bucket was deleted).

@@ -369,3 +369,34 @@ pub async fn cost_above_a_remembered_capacity_is_confirmed_by_the_store(env: Env
         Take::ExceedsCapacity
     ));
 }
+
+pub async fn redefining_a_concurrent_bucket_moves_its_free_slots_with_its_capacity(env: Env) {
+    let dim = env.dim("concurrent");
+    env.sluice
+        .put_bucket(&dim, Bucket::concurrent(4))
+        .await
+        .unwrap();
+    let held = env.sluice.acquire(dim.as_str()).await.unwrap();
+    // Lowered to 2 with 1 held: 1 free, not 2.
+    let other = env.client("operator");
+    other.put_bucket(&dim, Bucket::concurrent(2)).await.unwrap();
+    assert_eq!(env.tokens("concurrent").await, Tokens::new(1));
+    let second = env.sluice.acquire(dim.as_str()).await.unwrap();
+    assert!(matches!(
+        env.sluice.acquire(dim.as_str()).await,
+        Err(Error::RetryIn(_))
+    ));
+    // Raised to 5 with 2 held: 3 free at once, for every client.
+    other.put_bucket(&dim, Bucket::concurrent(5)).await.unwrap();
+    env.advance_ms(SLOT_POLL.as_millis() as u64);
+    let more: Vec<_> = futures::future::join_all((0..3).map(|_| env.sluice.acquire(dim.as_str())))
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .expect("three more slots");
+    assert_eq!(env.tokens("concurrent").await, Tokens::ZERO);
+    for lease in more.into_iter().chain([held, second]) {
+        lease.release().await.unwrap();
+    }
+    assert_eq!(env.tokens("concurrent").await, Tokens::new(5));
+}

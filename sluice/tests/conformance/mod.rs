@@ -186,6 +186,7 @@ macro_rules! suite {
             a_write_computed_from_a_reseeded_bucket_never_succeeds,
             a_multi_dimension_acquire_follows_rows_whose_version_went_down,
             cost_above_a_remembered_capacity_is_confirmed_by_the_store,
+            redefining_a_concurrent_bucket_moves_its_free_slots_with_its_capacity,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

@@ -1,0 +1,937 @@
+//! Several clients, one truth: a model-based test of 2 to 4 clients in different modes
+//! (fast path, seed protocol, prefetching on a lean bucket) on one store, running random
+//! sequences of acquires (one or two dimensions), acquires dropped half-way, releases,
+//! cost adjustments, bucket redefinitions (capacity and rate up and down), deletes and
+//! re-creations by sluice, raw re-seeds at `version = 0` by another tool, vendor pauses,
+//! reconciler passes and clock steps.
+//!
+//! The reference model is the true bucket: the rows the store holds, read raw before and
+//! after every step. After every step it checks:
+//!
+//! - **the ledger**: a grant takes exactly its cost from the true bucket (plus, on a
+//!   prefetching client's write, exactly its prefetch), a refusal takes nothing, a dropped
+//!   acquire leaves the bucket as it was (or its prefetch taken), a release gives back
+//!   exactly a slot's cost, an adjustment exactly its difference;
+//! - **no over-grant in any window**: the tokens granted between any two steps stay within
+//!   what the bucket held at the first, plus what came back in between, plus refill at the
+//!   fastest rate defined, plus the documented prefetch bound;
+//! - **freshness**: a grant without a store call comes only from prefetched tokens; a
+//!   refusal without a call comes only inside the window of an earlier refusal the store
+//!   answered; a refusal the store answered is exact for the true bucket; a
+//!   `CostExceedsCapacity` is confirmed by the store and true;
+//! - **liveness**: a client asking again, after its last RetryIn for that request has
+//!   passed, when the true bucket can serve it, is granted.
+//!
+//! Each client's store counts its calls and yields before and after each one, so that an
+//! acquire dropped after a few polls is dropped at any point of its protocol, including
+//! after its write was applied and before its answer arrived.
+
+use std::collections::HashMap;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use sluice::store::{
+    Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, Store, StoreError,
+};
+use sluice::{
+    Acquire, Bucket, BucketState, Config, Dimension, Error, Lease, ManualClock, MemoryStore,
+    Prefetch, Protocol, RefillRate, Sluice, Take, Tighten, Tokens, UnixMillis,
+};
+
+const START: i64 = 1_700_000_000_000;
+const R: &str = "model#rpm";
+const L: &str = "model#lean";
+const C: &str = "model#concurrent";
+const PREFETCH: i64 = 3;
+const HOLD: Duration = Duration::from_millis(200);
+const SLOT_POLL: Duration = Duration::from_millis(300);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Dim {
+    R,
+    L,
+    C,
+}
+
+impl Dim {
+    fn name(self) -> &'static str {
+        match self {
+            Dim::R => R,
+            Dim::L => L,
+            Dim::C => C,
+        }
+    }
+
+    fn refills(self) -> bool {
+        self != Dim::C
+    }
+}
+
+/// What an acquire asks for: one dimension, or `R` and `L` together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Target {
+    One(Dim),
+    Both,
+}
+
+impl Target {
+    fn dims(self) -> Vec<Dim> {
+        match self {
+            Target::One(d) => vec![d],
+            Target::Both => vec![Dim::R, Dim::L],
+        }
+    }
+
+    fn request(self, cost: i64) -> Acquire {
+        match self {
+            Target::One(d) => Acquire::with_cost(d.name(), cost),
+            Target::Both => Acquire::with_cost(R, cost).and_cost(L, cost),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Fast,
+    Seed,
+    Prefetch,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire {
+        client: usize,
+        target: Target,
+        cost: i64,
+    },
+    /// An acquire polled `polls` times, then dropped by its caller.
+    Drop {
+        client: usize,
+        target: Target,
+        cost: i64,
+        polls: u8,
+    },
+    Release {
+        client: usize,
+        pick: usize,
+    },
+    Adjust {
+        client: usize,
+        pick: usize,
+        cost: i64,
+    },
+    Redefine {
+        dim: Dim,
+        capacity: u64,
+        per_second: u64,
+    },
+    /// Deleted and created again by sluice.
+    Recreate(Dim),
+    /// Deleted and written whole at `version = 0` by another tool.
+    Reseed(Dim),
+    Pause {
+        client: usize,
+        dim: Dim,
+        ms: u64,
+    },
+    Reconcile(usize),
+    Advance(u64),
+}
+
+fn target() -> impl Strategy<Value = Target> {
+    prop_oneof![
+        3 => Just(Target::One(Dim::R)),
+        3 => Just(Target::One(Dim::L)),
+        3 => Just(Target::One(Dim::C)),
+        2 => Just(Target::Both),
+    ]
+}
+
+fn dim() -> impl Strategy<Value = Dim> {
+    prop_oneof![Just(Dim::R), Just(Dim::L), Just(Dim::C)]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let client = 0usize..4;
+    prop_oneof![
+        8 => (client.clone(), target(), 1i64..=4)
+            .prop_map(|(client, target, cost)| Op::Acquire { client, target, cost }),
+        2 => (client.clone(), target(), 1i64..=3, 0u8..8)
+            .prop_map(|(client, target, cost, polls)| Op::Drop { client, target, cost, polls }),
+        3 => (client.clone(), any::<usize>()).prop_map(|(client, pick)| Op::Release { client, pick }),
+        2 => (client.clone(), any::<usize>(), 0i64..=6)
+            .prop_map(|(client, pick, cost)| Op::Adjust { client, pick, cost }),
+        1 => (dim(), 2u64..=25, 1u64..=12)
+            .prop_map(|(dim, capacity, per_second)| Op::Redefine { dim, capacity, per_second }),
+        1 => dim().prop_map(Op::Recreate),
+        1 => dim().prop_map(Op::Reseed),
+        1 => (client.clone(), dim(), 0u64..=2_000)
+            .prop_map(|(client, dim, ms)| Op::Pause { client, dim, ms }),
+        1 => client.prop_map(Op::Reconcile),
+        5 => prop_oneof![3 => 0u64..400, 1 => 400u64..3_000].prop_map(Op::Advance),
+    ]
+}
+
+/// The shared store as one client sees it: counting that client's calls, and yielding
+/// before and after each, so that a dropped acquire can stop anywhere.
+#[derive(Debug, Clone)]
+struct ClientStore {
+    inner: MemoryStore,
+    calls: Arc<AtomicU64>,
+}
+
+impl ClientStore {
+    async fn enter(&self) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for ClientStore {
+    async fn read_buckets(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<Vec<Option<BucketState>>, StoreError> {
+        self.enter().await;
+        let rows = self.inner.read_buckets(dimensions).await;
+        tokio::task::yield_now().await;
+        rows
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+        self.enter().await;
+        let result = self.inner.commit(commit).await;
+        // Applied; its answer has not reached the caller yet.
+        tokio::task::yield_now().await;
+        result
+    }
+
+    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        self.enter().await;
+        self.inner.delete_leases(keys).await
+    }
+
+    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+        self.enter().await;
+        self.inner.read_leases(keys).await
+    }
+
+    async fn slot_leases(
+        &self,
+        dimension: &Dimension,
+        limit: usize,
+    ) -> Result<Vec<LeaseRecord>, StoreError> {
+        self.enter().await;
+        self.inner.slot_leases(dimension, limit).await
+    }
+
+    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
+        self.enter().await;
+        self.inner.scan_leases(filter).await
+    }
+
+    async fn put_bucket(
+        &self,
+        state: &BucketState,
+        expected: Option<&BucketState>,
+    ) -> Result<bool, StoreError> {
+        self.enter().await;
+        self.inner.put_bucket(state, expected).await
+    }
+
+    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
+        self.enter().await;
+        self.inner.list_buckets().await
+    }
+
+    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
+        self.enter().await;
+        self.inner.delete_bucket(dimension).await
+    }
+}
+
+struct Client {
+    mode: Mode,
+    sluice: Sluice,
+    calls: Arc<AtomicU64>,
+    leases: Vec<Lease>,
+}
+
+/// The true bucket rows, read raw.
+type Truth = HashMap<Dim, BucketState>;
+
+/// A grant seen by a caller: when, on which dimension, how many tokens.
+#[derive(Debug, Clone, Copy)]
+struct Granted {
+    step: usize,
+    dim: Dim,
+    cost: Tokens,
+}
+
+struct World {
+    store: MemoryStore,
+    clock: ManualClock,
+    clients: Vec<Client>,
+    /// Per step: when it started and ended, and for each refilling bucket what it held at
+    /// the start, what came back to it other than by refill during the step, and the
+    /// fastest rate defined for it.
+    steps: Vec<(i64, i64, HashMap<Dim, (Tokens, Tokens, RefillRate)>)>,
+    grants: Vec<Granted>,
+    /// Per client and request: when its last RetryIn runs out.
+    retry_ends: HashMap<(usize, Target, i64), i64>,
+    /// Per client and dimension: when the last denial the store answered lets memory
+    /// answer until.
+    windows: HashMap<(usize, Dim), i64>,
+    /// Per client and dimension: when the client last consulted the store in a step that
+    /// may have touched that dimension.
+    looks: HashMap<(usize, Dim), i64>,
+}
+
+fn definition(dim: Dim, capacity: u64, per_second: u64) -> Bucket {
+    match dim {
+        Dim::R => Bucket::requests(RefillRate::per_second(per_second)).with_capacity(capacity),
+        Dim::L => Bucket::requests(RefillRate::per_second(per_second))
+            .with_capacity(capacity)
+            .lean(),
+        Dim::C => Bucket::concurrent(capacity.min(5)),
+    }
+}
+
+/// Lets every task the last step left behind (background releases, grants given back)
+/// finish: tokio's time is paused, so this costs no real time.
+async fn settle() {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+}
+
+impl World {
+    async fn new(modes: &[Mode], sizes: [(u64, u64); 3]) -> World {
+        let store = MemoryStore::new();
+        let clock = ManualClock::new(UnixMillis::new(START));
+        let clients = modes
+            .iter()
+            .enumerate()
+            .map(|(i, mode)| {
+                let calls = Arc::new(AtomicU64::new(0));
+                let builder = Sluice::builder()
+                    .config(Config {
+                        caller: format!("client-{i}"),
+                        lease_ttl: Duration::from_secs(5),
+                        max_retries: 20,
+                        protocol: if *mode == Mode::Seed {
+                            Protocol::Seed
+                        } else {
+                            Protocol::Fast
+                        },
+                        slot_poll: SLOT_POLL,
+                        ..Config::default()
+                    })
+                    .store(ClientStore {
+                        inner: store.clone(),
+                        calls: calls.clone(),
+                    })
+                    .clock(clock.clone());
+                let builder = if *mode == Mode::Prefetch {
+                    builder.prefetch(L.parse().unwrap(), Prefetch::new(PREFETCH, HOLD))
+                } else {
+                    builder
+                };
+                Client {
+                    mode: *mode,
+                    sluice: builder.build().unwrap(),
+                    calls,
+                    leases: Vec::new(),
+                }
+            })
+            .collect::<Vec<_>>();
+        for (dim, (capacity, per_second)) in [Dim::R, Dim::L, Dim::C].into_iter().zip(sizes) {
+            clients[0]
+                .sluice
+                .put_bucket(dim.name(), definition(dim, capacity, per_second))
+                .await
+                .unwrap();
+        }
+        World {
+            store,
+            clock,
+            clients,
+            steps: Vec::new(),
+            grants: Vec::new(),
+            retry_ends: HashMap::new(),
+            windows: HashMap::new(),
+            looks: HashMap::new(),
+        }
+    }
+
+    async fn truth(&self) -> Truth {
+        let dims = [Dim::R, Dim::L, Dim::C];
+        let names: Vec<Dimension> = dims.iter().map(|d| d.name().parse().unwrap()).collect();
+        let rows = self.store.read_buckets(&names).await.unwrap();
+        dims.into_iter()
+            .zip(rows)
+            .map(|(d, row)| (d, row.expect("every bucket exists between steps")))
+            .collect()
+    }
+
+    fn now(&self) -> UnixMillis {
+        self.clock.now()
+    }
+
+    fn available(&self, truth: &Truth, dim: Dim) -> Tokens {
+        truth[&dim].available(self.now())
+    }
+
+    /// What the true bucket answers to `cost` on `dim` now.
+    fn take(&self, truth: &Truth, dim: Dim, cost: i64) -> Take {
+        truth[&dim].take(Tokens::new(cost), self.now())
+    }
+
+    /// The RetryIn of a `concurrent` bucket found short: until its earliest live slot
+    /// lease expires, or the poll interval when none.
+    async fn slot_wait(&self) -> Duration {
+        let now = self.now();
+        let earliest = self
+            .store
+            .slot_leases(&C.parse().unwrap(), 1_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.expires_at)
+            .find(|t| *t > now);
+        earliest.map_or(SLOT_POLL, |t| t.saturating_since(now))
+    }
+
+    /// The tokens expired slot leases of `C` hold now: what an acquire may give back to the
+    /// bucket on its way (the reconciler's work, done when the bucket is short).
+    async fn reclaimable(&self) -> Tokens {
+        let now = self.now();
+        self.store
+            .slot_leases(&C.parse().unwrap(), 1_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|l| l.expires_at <= now)
+            .map(|l| l.cost)
+            .sum()
+    }
+
+    async fn lease_rows(&self) -> usize {
+        self.store
+            .list_leases(&LeaseFilter::default())
+            .await
+            .unwrap()
+            .len()
+    }
+
+    fn record_step(&mut self, step: usize, started: UnixMillis, before: &Truth, after: &Truth) {
+        let advanced = self.now() != started;
+        let entry = [Dim::R, Dim::L]
+            .into_iter()
+            .map(|d| {
+                // Within a step that moves the clock, what came back is refill.
+                let came_back = if advanced {
+                    Tokens::ZERO
+                } else {
+                    (self.available(after, d) - self.available(before, d)).max(Tokens::ZERO)
+                };
+                let rate = before[&d]
+                    .bucket
+                    .refill_rate()
+                    .max(after[&d].bucket.refill_rate());
+                (d, (before[&d].available(started), came_back, rate))
+            })
+            .collect();
+        assert_eq!(self.steps.len(), step);
+        self.steps
+            .push((started.as_millis(), self.now().as_millis(), entry));
+    }
+
+    /// No window of steps grants more than the bucket held at its start, plus what came
+    /// back during it, plus refill at the fastest rate defined, plus what prefetching
+    /// clients may hold (never more than one prefetch each, granted within its hold).
+    fn check_windows(&self) -> Result<(), TestCaseError> {
+        let prefetchers = self
+            .clients
+            .iter()
+            .filter(|c| c.mode == Mode::Prefetch)
+            .count() as i64;
+        for dim in [Dim::R, Dim::L] {
+            for a in 0..self.steps.len() {
+                let (t_a, _, at_a) = &self.steps[a];
+                let mut granted = Tokens::ZERO;
+                let mut came_back = Tokens::ZERO;
+                let mut rate = at_a[&dim].2;
+                for b in a..self.steps.len() {
+                    let (_, t_b, at_b) = &self.steps[b];
+                    came_back += at_b[&dim].1;
+                    rate = rate.max(at_b[&dim].2);
+                    granted += self
+                        .grants
+                        .iter()
+                        .filter(|g| g.step == b && g.dim == dim)
+                        .map(|g| g.cost)
+                        .sum::<Tokens>();
+                    let refill = Tokens::from_nanos(
+                        i128::from(t_b - t_a) * rate.as_nanos_per_second() / 1_000,
+                    );
+                    let prefetched = if dim == Dim::L {
+                        Tokens::new(PREFETCH * prefetchers)
+                    } else {
+                        Tokens::ZERO
+                    };
+                    let supply = at_a[&dim].0.max(Tokens::ZERO) + came_back + refill + prefetched;
+                    prop_assert!(
+                        granted <= supply,
+                        "{dim:?}: {granted} granted in steps {a}..={b} ({} ms), supply {supply}",
+                        t_b - t_a
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one step, noting which clients consulted the store during it.
+    async fn step(&mut self, step: usize, op: Op) -> Result<(), TestCaseError> {
+        settle().await;
+        let calls: Vec<u64> = self
+            .clients
+            .iter()
+            .map(|c| c.calls.load(Ordering::SeqCst))
+            .collect();
+        let now = self.now().as_millis();
+        let count = self.clients.len();
+        let touched: Vec<Dim> = match &op {
+            Op::Acquire { target, .. } | Op::Drop { target, .. } => target.dims(),
+            Op::Redefine { dim, .. } | Op::Recreate(dim) | Op::Pause { dim, .. } => vec![*dim],
+            Op::Release { .. } | Op::Adjust { .. } | Op::Reconcile(_) => {
+                vec![Dim::R, Dim::L, Dim::C]
+            }
+            Op::Reseed(_) | Op::Advance(_) => Vec::new(),
+        };
+        self.run(step, op).await?;
+        for client in 0..count {
+            if self.clients[client].calls.load(Ordering::SeqCst) > calls[client] {
+                for d in &touched {
+                    self.looks.insert((client, *d), now);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_lines)]
+    async fn run(&mut self, step: usize, op: Op) -> Result<(), TestCaseError> {
+        let before = self.truth().await;
+        let rows_before = self.lease_rows().await;
+        let reclaimable = self.reclaimable().await;
+        let now = self.now();
+        let count = self.clients.len();
+        match op {
+            Op::Acquire {
+                client,
+                target,
+                cost,
+            } => {
+                let client = client % count;
+                let c = &self.clients[client];
+                let calls = c.calls.load(Ordering::SeqCst);
+                let result = c.sluice.acquire(target.request(cost)).await;
+                let calls = c.calls.load(Ordering::SeqCst) - calls;
+                let mode = c.mode;
+                settle().await;
+                let after = self.truth().await;
+                let key = (client, target, cost);
+                let servable = target
+                    .dims()
+                    .into_iter()
+                    .all(|d| matches!(self.take(&before, d, cost), Take::Granted { .. }));
+                // Liveness: after its last RetryIn, a request the bucket can serve is granted,
+                // unless this client consulted the store since that RetryIn ran out (and it
+                // could not serve it then): a denial from memory ends at its RetryIn.
+                if let Some(end) = self.retry_ends.get(&key)
+                    && now.as_millis() >= *end
+                    && servable
+                {
+                    let looked_since = calls == 0
+                        && target
+                            .dims()
+                            .iter()
+                            .any(|d| self.looks.get(&(client, *d)).is_some_and(|t| t > end));
+                    prop_assert!(
+                        result.is_ok() || looked_since,
+                        "client {client} asked {target:?} x{cost} again after its RetryIn, \
+                         the bucket could serve it, and got {result:?} ({calls} calls)"
+                    );
+                }
+                match result {
+                    Ok(lease) => {
+                        self.retry_ends.remove(&key);
+                        let prefetched_grant = lease.attempts() == 0;
+                        prop_assert!(
+                            calls > 0 || prefetched_grant,
+                            "a grant without a store call must come from prefetched tokens"
+                        );
+                        if prefetched_grant {
+                            prop_assert!(mode == Mode::Prefetch && target == Target::One(Dim::L));
+                        }
+                        for d in target.dims() {
+                            let took = self.available(&before, d) - self.available(&after, d);
+                            if d == Dim::C {
+                                // Expired leases found on the way may have come back first.
+                                prop_assert!(
+                                    took <= Tokens::new(cost)
+                                        && took >= Tokens::new(cost) - reclaimable,
+                                    "C: a grant of {cost} took {took} ({reclaimable} reclaimable)"
+                                );
+                                self.grants.push(Granted {
+                                    step,
+                                    dim: d,
+                                    cost: Tokens::new(cost),
+                                });
+                                continue;
+                            }
+                            let prefetch = Tokens::new(PREFETCH);
+                            let expected: &[Tokens] = match (prefetched_grant, mode, d) {
+                                (true, _, _) => &[Tokens::ZERO],
+                                (false, Mode::Prefetch, Dim::L) => {
+                                    &[Tokens::new(cost), Tokens::new(cost) + prefetch]
+                                }
+                                _ => &[Tokens::new(cost)],
+                            };
+                            prop_assert!(
+                                expected.contains(&took),
+                                "{d:?}: a grant of {cost} took {took} from the bucket"
+                            );
+                            if !prefetched_grant {
+                                // A written grant never leaves the bucket short of it.
+                                prop_assert!(self.available(&after, d) >= Tokens::ZERO);
+                            }
+                            self.grants.push(Granted {
+                                step,
+                                dim: d,
+                                cost: Tokens::new(cost),
+                            });
+                        }
+                        self.clients[client].leases.push(lease);
+                    }
+                    Err(Error::RetryIn(d)) => {
+                        prop_assert!(d >= Duration::from_millis(1));
+                        prop_assert!(
+                            !servable || calls == 0 || target == Target::Both,
+                            "the store refused a request it could serve"
+                        );
+                        for dm in target.dims() {
+                            if dm.refills() {
+                                prop_assert_eq!(
+                                    self.available(&before, dm),
+                                    self.available(&after, dm),
+                                    "a refusal changed {:?}",
+                                    dm
+                                );
+                            }
+                        }
+                        let end = now.as_millis() + d.as_millis() as i64;
+                        self.retry_ends.insert(key, end);
+                        if calls == 0 {
+                            // From memory: only inside a window the store opened.
+                            let open = target.dims().iter().any(|dm| {
+                                self.windows
+                                    .get(&(client, *dm))
+                                    .is_some_and(|w| now.as_millis() < *w)
+                            });
+                            prop_assert!(
+                                open,
+                                "client {client} refused {target:?} x{cost} from memory outside \
+                                 any window the store opened"
+                            );
+                        } else {
+                            if let Target::One(dm) = target {
+                                // The store's answer is exact for the true bucket.
+                                let exact = match self.take(&before, dm, cost) {
+                                    Take::Short { wait: Some(w) } => w,
+                                    _ => self.slot_wait().await,
+                                };
+                                prop_assert_eq!(
+                                    d,
+                                    exact,
+                                    "the store's RetryIn for {:?} x{}",
+                                    dm,
+                                    cost
+                                );
+                            }
+                            for dm in target.dims() {
+                                if matches!(self.take(&before, dm, cost), Take::Short { .. }) {
+                                    let window = if dm.refills() { d } else { d.min(SLOT_POLL) };
+                                    let until = now.as_millis() + window.as_millis() as i64;
+                                    let w = self.windows.entry((client, dm)).or_insert(until);
+                                    *w = (*w).max(until);
+                                }
+                            }
+                        }
+                    }
+                    Err(Error::CostExceedsCapacity { dimension, .. }) => {
+                        prop_assert!(
+                            calls > 0,
+                            "CostExceedsCapacity must be confirmed by the store"
+                        );
+                        let dm = target
+                            .dims()
+                            .into_iter()
+                            .find(|d| d.name() == dimension.as_str())
+                            .unwrap();
+                        prop_assert!(Tokens::new(cost) > before[&dm].bucket.capacity());
+                    }
+                    Err(e) => prop_assert!(false, "unexpected error {e}"),
+                }
+                self.record_step(step, now, &before, &after);
+                return Ok(());
+            }
+            Op::Drop {
+                client,
+                target,
+                cost,
+                polls,
+            } => {
+                let client = client % count;
+                let c = &self.clients[client];
+                let mode = c.mode;
+                let mut granted = None;
+                {
+                    let mut acquire = pin!(c.sluice.acquire(target.request(cost)));
+                    for _ in 0..polls {
+                        if let Poll::Ready(result) = futures::poll!(acquire.as_mut()) {
+                            granted = Some(result);
+                            break;
+                        }
+                    }
+                }
+                settle().await;
+                let after = self.truth().await;
+                let completed = matches!(granted, Some(Ok(_)));
+                for d in target.dims() {
+                    if !d.refills() {
+                        continue;
+                    }
+                    let took = self.available(&before, d) - self.available(&after, d);
+                    let prefetch = Tokens::new(PREFETCH);
+                    let mut allowed = vec![if completed {
+                        Tokens::new(cost)
+                    } else {
+                        Tokens::ZERO
+                    }];
+                    if mode == Mode::Prefetch && d == Dim::L {
+                        allowed.push(allowed[0] + prefetch);
+                        if completed {
+                            // Granted from prefetched tokens: nothing written.
+                            allowed.push(Tokens::ZERO);
+                        }
+                    }
+                    prop_assert!(
+                        allowed.contains(&took),
+                        "{d:?}: an acquire of {cost} dropped after {polls} polls took {took} (completed: {completed})"
+                    );
+                }
+                // A write the caller left may still have refused it, from the store: memory
+                // may then answer from that refusal's window.
+                for dm in target.dims() {
+                    let window = match self.take(&before, dm, cost) {
+                        Take::Short { wait: Some(w) } => Some(w),
+                        Take::Short { wait: None } => Some(self.slot_wait().await.min(SLOT_POLL)),
+                        _ => None,
+                    };
+                    if let Some(w) = window {
+                        let until = now.as_millis() + w.as_millis() as i64;
+                        let open = self.windows.entry((client, dm)).or_insert(until);
+                        *open = (*open).max(until);
+                    }
+                }
+                if let Some(Ok(lease)) = granted {
+                    for d in target.dims() {
+                        self.grants.push(Granted {
+                            step,
+                            dim: d,
+                            cost: Tokens::new(cost),
+                        });
+                    }
+                    self.clients[client].leases.push(lease);
+                } else {
+                    // No lease row may outlive a dropped acquire.
+                    prop_assert!(self.lease_rows().await <= rows_before);
+                }
+                self.record_step(step, now, &before, &after);
+                return Ok(());
+            }
+            Op::Release { client, pick } => {
+                let client = client % count;
+                if !self.clients[client].leases.is_empty() {
+                    let i = pick % self.clients[client].leases.len();
+                    let lease = self.clients[client].leases.swap_remove(i);
+                    let slot = lease.cost(C);
+                    lease.release().await.unwrap();
+                    settle().await;
+                    let after = self.truth().await;
+                    for d in [Dim::R, Dim::L] {
+                        prop_assert_eq!(self.available(&before, d), self.available(&after, d));
+                    }
+                    if let Some(cost) = slot {
+                        let back = after[&Dim::C].tokens - before[&Dim::C].tokens;
+                        prop_assert!(
+                            back >= Tokens::ZERO && back <= cost,
+                            "a released slot gave back {back}"
+                        );
+                    }
+                }
+            }
+            Op::Adjust { client, pick, cost } => {
+                let client = client % count;
+                if !self.clients[client].leases.is_empty() {
+                    let i = pick % self.clients[client].leases.len();
+                    let dims: Vec<Dim> = [Dim::R, Dim::L, Dim::C]
+                        .into_iter()
+                        .filter(|d| self.clients[client].leases[i].cost(d.name()).is_some())
+                        .collect();
+                    let d = dims[pick % dims.len()];
+                    let was = self.clients[client].leases[i].cost(d.name()).unwrap();
+                    let result = self.clients[client].leases[i].adjust(d.name(), cost).await;
+                    settle().await;
+                    let after = self.truth().await;
+                    match result {
+                        Ok(()) => {
+                            let delta = Tokens::new(cost) - was;
+                            let had = self.available(&before, d);
+                            let capacity = after[&d].bucket.capacity();
+                            let expected = if delta >= Tokens::ZERO {
+                                had - delta
+                            } else {
+                                (had - delta).min(capacity).max(had)
+                            };
+                            prop_assert_eq!(
+                                self.available(&after, d),
+                                expected,
+                                "adjusting {:?} by {}",
+                                d,
+                                delta
+                            );
+                        }
+                        // Expired and reconciled already.
+                        Err(Error::LeaseNotFound(_)) => {}
+                        Err(e) => prop_assert!(false, "adjust failed: {e}"),
+                    }
+                }
+            }
+            Op::Redefine {
+                dim,
+                capacity,
+                per_second,
+            } => {
+                let new = definition(dim, capacity, per_second);
+                self.clients[0]
+                    .sluice
+                    .put_bucket(dim.name(), new.clone())
+                    .await
+                    .unwrap();
+                settle().await;
+                let after = self.truth().await;
+                let had = self.available(&before, dim);
+                let expected = if dim.refills() {
+                    had.min(new.capacity())
+                } else {
+                    (had + new.capacity() - before[&dim].bucket.capacity()).min(new.capacity())
+                };
+                prop_assert_eq!(
+                    self.available(&after, dim),
+                    expected,
+                    "redefining {:?}",
+                    dim
+                );
+            }
+            Op::Recreate(dim) => {
+                let current = before[&dim].bucket.clone();
+                assert!(
+                    self.clients[0]
+                        .sluice
+                        .delete_bucket(dim.name())
+                        .await
+                        .unwrap()
+                );
+                self.clients[0]
+                    .sluice
+                    .put_bucket(dim.name(), current)
+                    .await
+                    .unwrap();
+            }
+            Op::Reseed(dim) => {
+                let d: Dimension = dim.name().parse().unwrap();
+                assert!(self.store.delete_bucket(&d).await.unwrap());
+                let row = BucketState::full(d, before[&dim].bucket.clone(), now);
+                assert!(self.store.put_bucket(&row, None).await.unwrap());
+            }
+            Op::Pause { client, dim, ms } => {
+                let client = client % count;
+                self.clients[client]
+                    .sluice
+                    .tighten(dim.name(), Tighten::PauseFor(Duration::from_millis(ms)))
+                    .await
+                    .unwrap();
+                settle().await;
+                let after = self.truth().await;
+                for d in [Dim::R, Dim::L] {
+                    prop_assert!(self.available(&after, d) <= self.available(&before, d));
+                }
+            }
+            Op::Reconcile(client) => {
+                let client = client % count;
+                let report = self.clients[client].sluice.reconcile().await.unwrap();
+                prop_assert!(report.errors.is_empty(), "{report}");
+            }
+            Op::Advance(ms) => self.clock.advance(Duration::from_millis(ms)),
+        }
+        settle().await;
+        let after = self.truth().await;
+        self.record_step(step, now, &before, &after);
+        Ok(())
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+fn mode() -> impl Strategy<Value = Mode> {
+    prop_oneof![Just(Mode::Fast), Just(Mode::Seed), Just(Mode::Prefetch)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn several_clients_never_answer_against_the_true_bucket(
+        modes in proptest::collection::vec(mode(), 2..=4),
+        sizes in [(3u64..=20, 1u64..=10), (3u64..=20, 1u64..=10), (1u64..=4, 0u64..=0)],
+        ops in proptest::collection::vec(op(), 1..120),
+    ) {
+        runtime().block_on(async {
+            let mut world = World::new(&modes, sizes).await;
+            for (step, op) in ops.into_iter().enumerate() {
+                world.step(step, op).await?;
+            }
+            world.check_windows()?;
+            // Every lease still held goes back.
+            for client in &mut world.clients {
+                for lease in client.leases.drain(..) {
+                    let _ = lease.release().await;
+                }
+            }
+            Ok::<(), TestCaseError>(())
+        })?;
+    }
+}
