@@ -234,8 +234,9 @@ impl SluiceBuilder {
 
 /// What a short `concurrent` bucket's leases say.
 pub(crate) enum SlotOutlook {
-    /// Expired leases were found and given back: look again.
-    Reclaimed,
+    /// Expired leases were given back (by this call or, meanwhile, another client): the
+    /// bucket changed, look again.
+    LookAgain,
     /// A slot comes back for sure when the earliest live lease expires (`None`: no live
     /// lease showed).
     BackBy(Option<UnixMillis>),
@@ -611,8 +612,8 @@ impl Sluice {
                         let known = lane.memory().slots_back(now);
                         let back = match known {
                             Some(back) => back,
-                            None => match self.slot_outlook(&row.dimension, now).await? {
-                                SlotOutlook::Reclaimed => return Ok(None),
+                            None => match self.slot_outlook(row, now).await? {
+                                SlotOutlook::LookAgain => return Ok(None),
                                 SlotOutlook::BackBy(back) => back,
                             },
                         };
@@ -734,10 +735,12 @@ impl Sluice {
     /// earliest expiry first, a page at a time, never the whole table.
     pub(crate) async fn slot_outlook(
         &self,
-        dimension: &Dimension,
+        row: &BucketState,
         now: UnixMillis,
     ) -> Result<SlotOutlook, Error> {
+        let dimension = &row.dimension;
         let mut reclaimed = 0;
+        let mut found_expired = false;
         let mut back = None;
         for _ in 0..SLOT_PAGES {
             let page = self.inner.store.slot_leases(dimension, SLOT_PAGE).await?;
@@ -745,6 +748,7 @@ impl Sluice {
             let (expired, live): (Vec<_>, Vec<_>) =
                 page.into_iter().partition(|l| l.expires_at <= now);
             if !expired.is_empty() {
+                found_expired = true;
                 reclaimed += self.reclaim(expired).await?;
             }
             if !live.is_empty() || !more {
@@ -752,11 +756,22 @@ impl Sluice {
                 break;
             }
         }
-        Ok(if reclaimed > 0 {
-            SlotOutlook::Reclaimed
-        } else {
-            SlotOutlook::BackBy(back)
-        })
+        if reclaimed > 0 {
+            return Ok(SlotOutlook::LookAgain);
+        }
+        if found_expired {
+            // Another client gave them back first: the bucket may hold their slots now.
+            let current = self
+                .inner
+                .store
+                .read_buckets(std::slice::from_ref(dimension))
+                .await?
+                .remove(0);
+            if current.as_ref() != Some(row) {
+                return Ok(SlotOutlook::LookAgain);
+            }
+        }
+        Ok(SlotOutlook::BackBy(back))
     }
 
     /// Ends expired lease rows, giving their cost back to their buckets whatever the limit

@@ -775,8 +775,8 @@ impl Sluice {
         let known = lane.memory().slots_back(now);
         let back = match known {
             Some(back) => back,
-            None => match self.slot_outlook(&row.dimension, now).await {
-                Ok(crate::client::SlotOutlook::Reclaimed) => {
+            None => match self.slot_outlook(row, now).await {
+                Ok(crate::client::SlotOutlook::LookAgain) => {
                     lane.memory().forget();
                     again.extend(slots);
                     return Some(again);

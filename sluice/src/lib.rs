@@ -111,7 +111,7 @@ pub use reconcile::{ReconcileError, ReconcileReport};
 pub use sluice_macros::rate_limited;
 pub use snapshot::Snapshot;
 #[cfg(feature = "dynamodb")]
-pub use store::{DynamoStats, DynamoStore};
+pub use store::{DynamoStats, DynamoStore, SLOTS_INDEX};
 pub use store::{MemoryStore, Store};
 pub use tighten::{COOLDOWN_CALLER, Tighten};
 pub use tokens::{RefillRate, Tokens};

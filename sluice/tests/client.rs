@@ -266,7 +266,7 @@ async fn a_waiting_caller_gets_a_slot_freed_by_another_client_within_the_poll_in
     let client = |poll: Duration| {
         Sluice::builder()
             .store_arc(store.clone())
-            .clock(clock.clone())
+            .clock(clock)
             .slot_poll(poll)
             .build()
             .unwrap()

@@ -273,14 +273,27 @@ struct Granted {
     cost: Tokens,
 }
 
+/// One step of the run, as the window check needs it.
+struct Step {
+    started: i64,
+    ended: i64,
+    /// Per refilling bucket: what it held at the start, what came back to it other than by
+    /// refill during the step, and the fastest rate defined for it.
+    supply: HashMap<Dim, Supply>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Supply {
+    held: Tokens,
+    came_back: Tokens,
+    rate: RefillRate,
+}
+
 struct World {
     store: MemoryStore,
     clock: ManualClock,
     clients: Vec<Client>,
-    /// Per step: when it started and ended, and for each refilling bucket what it held at
-    /// the start, what came back to it other than by refill during the step, and the
-    /// fastest rate defined for it.
-    steps: Vec<(i64, i64, HashMap<Dim, (Tokens, Tokens, RefillRate)>)>,
+    steps: Vec<Step>,
     grants: Vec<Granted>,
     /// Per client and request: when its last RetryIn runs out.
     retry_ends: HashMap<(usize, Target, i64), i64>,
@@ -442,12 +455,23 @@ impl World {
                     .bucket
                     .refill_rate()
                     .max(after[&d].bucket.refill_rate());
-                (d, (before[&d].available(started), came_back, rate))
+                let held = before[&d].available(started);
+                (
+                    d,
+                    Supply {
+                        held,
+                        came_back,
+                        rate,
+                    },
+                )
             })
             .collect();
         assert_eq!(self.steps.len(), step);
-        self.steps
-            .push((started.as_millis(), self.now().as_millis(), entry));
+        self.steps.push(Step {
+            started: started.as_millis(),
+            ended: self.now().as_millis(),
+            supply: entry,
+        });
     }
 
     /// No window of steps grants more than the bucket held at its start, plus what came
@@ -461,14 +485,14 @@ impl World {
             .count() as i64;
         for dim in [Dim::R, Dim::L] {
             for a in 0..self.steps.len() {
-                let (t_a, _, at_a) = &self.steps[a];
+                let (t_a, at_a) = (self.steps[a].started, self.steps[a].supply[&dim]);
                 let mut granted = Tokens::ZERO;
                 let mut came_back = Tokens::ZERO;
-                let mut rate = at_a[&dim].2;
+                let mut rate = at_a.rate;
                 for b in a..self.steps.len() {
-                    let (_, t_b, at_b) = &self.steps[b];
-                    came_back += at_b[&dim].1;
-                    rate = rate.max(at_b[&dim].2);
+                    let (t_b, at_b) = (self.steps[b].ended, self.steps[b].supply[&dim]);
+                    came_back += at_b.came_back;
+                    rate = rate.max(at_b.rate);
                     granted += self
                         .grants
                         .iter()
@@ -483,7 +507,7 @@ impl World {
                     } else {
                         Tokens::ZERO
                     };
-                    let supply = at_a[&dim].0.max(Tokens::ZERO) + came_back + refill + prefetched;
+                    let supply = at_a.held.max(Tokens::ZERO) + came_back + refill + prefetched;
                     prop_assert!(
                         granted <= supply,
                         "{dim:?}: {granted} granted in steps {a}..={b} ({} ms), supply {supply}",
@@ -504,7 +528,6 @@ impl World {
             .map(|c| c.calls.load(Ordering::SeqCst))
             .collect();
         let now = self.now().as_millis();
-        let count = self.clients.len();
         let touched: Vec<Dim> = match &op {
             Op::Acquire { target, .. } | Op::Drop { target, .. } => target.dims(),
             Op::Redefine { dim, .. } | Op::Recreate(dim) | Op::Pause { dim, .. } => vec![*dim],
@@ -514,8 +537,8 @@ impl World {
             Op::Reseed(_) | Op::Advance(_) => Vec::new(),
         };
         self.run(step, op).await?;
-        for client in 0..count {
-            if self.clients[client].calls.load(Ordering::SeqCst) > calls[client] {
+        for (client, before) in calls.iter().enumerate() {
+            if self.clients[client].calls.load(Ordering::SeqCst) > *before {
                 for d in &touched {
                     self.looks.insert((client, *d), now);
                 }

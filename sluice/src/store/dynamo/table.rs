@@ -5,8 +5,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate,
-    IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType, ScalarAttributeType,
-    TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
+    KeySchemaElement, KeyType, Projection, ProjectionType, ScalarAttributeType, TableStatus,
+    TimeToLiveSpecification, TimeToLiveStatus,
 };
 
 use super::{DynamoStore, build_error, row};
@@ -20,9 +20,10 @@ impl DynamoStore {
     /// on-demand billing, TTL on the `ttl` attribute, and the sparse index
     /// [`SLOTS_INDEX`](crate::store::SLOTS_INDEX) over slot leases (partition key
     /// `slot_dimension` S, sort key `expires_at` N). A table that exists without the index
-    /// (created before it, or by another tool) gets it added. Waits until the table and
-    /// the index are active. Returns whether it created the table (`false`: it already
-    /// existed).
+    /// (created before it, or by another tool) gets it added; DynamoDB then builds it in the
+    /// background (until it is active, a short `concurrent` bucket answers the slot poll
+    /// interval). Waits until the table is active. Returns whether it created the table
+    /// (`false`: it already existed).
     pub async fn create_table(&self) -> Result<bool, StoreError> {
         self.count_call();
         let created = self
@@ -67,8 +68,8 @@ impl DynamoStore {
         Ok(created)
     }
 
-    /// Waits until the table is active and its slots index, if it has one, too. Returns
-    /// whether it has the index.
+    /// Waits until the table is active. Returns whether it has the slots index (active or
+    /// still being built).
     async fn wait_active(&self) -> Result<bool, StoreError> {
         let deadline = tokio::time::Instant::now() + ACTIVE_TIMEOUT;
         loop {
@@ -86,10 +87,7 @@ impl DynamoStore {
                 .unwrap_or_default()
                 .iter()
                 .find(|i| i.index_name() == Some(row::SLOTS_INDEX));
-            let table_active = table.and_then(|t| t.table_status()) == Some(&TableStatus::Active);
-            let index_active =
-                index.is_none_or(|i| i.index_status().is_none_or(|s| *s == IndexStatus::Active));
-            if table_active && index_active {
+            if table.and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
                 return Ok(index.is_some());
             }
             if tokio::time::Instant::now() >= deadline {
@@ -129,6 +127,12 @@ impl DynamoStore {
         match added {
             Ok(_) => {
                 self.wait_active().await?;
+                tracing::info!(
+                    table = %self.table,
+                    index = row::SLOTS_INDEX,
+                    "the slots index is being built; until it is active, short concurrent \
+                     buckets answer the slot poll interval"
+                );
                 Ok(())
             }
             Err(e) => {
