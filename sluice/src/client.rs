@@ -472,7 +472,7 @@ impl Sluice {
             let backoff = match self.commit_grant(commit, &parts).await {
                 Ok(()) => {
                     for row in written {
-                        self.inner.lanes.learn(row, now);
+                        self.inner.lanes.learn_written(row, now);
                     }
                     let keys = parts.iter().map(|p| p.key.clone()).collect();
                     return Ok(Lease {
@@ -894,7 +894,7 @@ impl Sluice {
             match self.inner.store.commit(commit).await {
                 Ok(()) => {
                     for row in written {
-                        self.inner.lanes.learn(row, now);
+                        self.inner.lanes.learn_written(row, now);
                     }
                     return Ok(parts.len());
                 }
@@ -970,7 +970,7 @@ impl Sluice {
             };
             match self.inner.store.commit(commit).await {
                 Ok(()) => {
-                    self.inner.lanes.learn(written, now);
+                    self.inner.lanes.learn_written(written, now);
                     return Ok(());
                 }
                 Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
@@ -1268,7 +1268,7 @@ impl Sluice {
                 .put_bucket(&state, current.as_ref())
                 .await?
             {
-                self.inner.lanes.learn(state.clone(), now);
+                self.inner.lanes.learn_written(state.clone(), now);
                 return Ok(state);
             }
             if attempt > self.inner.config.max_retries {

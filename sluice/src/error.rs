@@ -25,8 +25,20 @@ use crate::tokens::Tokens;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Not enough tokens now: retry after this exact delay (rounded up to the millisecond;
-    /// for `concurrent` buckets, an upper bound: a release may free a slot sooner).
+    /// Not enough tokens now: retry after this delay, rounded up to the millisecond.
+    ///
+    /// It is exact for the bucket row it was computed from: one millisecond earlier that
+    /// row could not serve the request, at the delay it can. That row is the store's, read
+    /// for this answer or at the start of a denial window this client is in (see
+    /// [`remembered`](crate::remembered)). With other processes sharing the bucket, the
+    /// delay may be **early** (they took tokens since: asking again gets a new, exact
+    /// RetryIn), and it is never **late**, except when tokens came back other than by refill
+    /// since that row was read (a refund, a reconciled lease, a raised limit). A request
+    /// asked again once its RetryIn has passed is answered from the store, never from
+    /// memory. For `concurrent` buckets the delay is the earliest expiry of the live leases,
+    /// an upper bound (a release may free a slot sooner), or the slot poll interval when no
+    /// live lease shows; [`Sluice::acquire_within`](crate::Sluice::acquire_within) and the
+    /// waits built on it look again at most every poll interval.
     #[error("rate limited: retry in {}", crate::error::fmt_duration(*.0))]
     RetryIn(Duration),
     /// The cost is larger than the bucket's capacity, so the request can never be granted.

@@ -88,6 +88,12 @@ impl Lanes {
         self.lane(&row.dimension).memory().learn(row, now);
     }
 
+    /// Takes `row`, which this client's own write just produced, as the truth about its
+    /// dimension (see [`Remembered::learn_written`]).
+    pub(crate) fn learn_written(&self, row: BucketState, now: UnixMillis) {
+        self.lane(&row.dimension).memory().learn_written(row, now);
+    }
+
     /// Forgets what this client knew of `dimension`.
     pub(crate) fn forget(&self, dimension: &Dimension) {
         if let Some(lane) = lock(&self.lanes).get(dimension) {
@@ -569,7 +575,7 @@ impl Sluice {
                 Ok(()) => {
                     {
                         let mut memory = lane.memory();
-                        memory.learn(written.clone(), now);
+                        memory.learn_written(written.clone(), now);
                         if lean && !granted.is_empty() {
                             // What is left of an older prefetch was too little for this
                             // write's requests, or is stale: the new one replaces it.
@@ -860,6 +866,46 @@ mod tests {
                 .try_acquire_owned()
                 .unwrap(),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_caller_pushed_back_by_a_full_write_takes_the_writers_turn_again() {
+        let sluice = Sluice::builder()
+            .store(MemoryStore::new())
+            .clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000)))
+            .build()
+            .unwrap();
+        let dim = "vendor#rpm";
+        sluice
+            .put_bucket(
+                dim,
+                Bucket::requests(crate::RefillRate::per_second(1)).with_capacity(500),
+            )
+            .await
+            .unwrap();
+        let lane = sluice.lanes().lane(&Dimension::new(dim).unwrap());
+        lane.tickets
+            .fetch_add(1_000, std::sync::atomic::Ordering::Relaxed);
+        // More acquires than one write carries are queued ahead of this caller, by callers
+        // that are not taking the writer's turn themselves (they wait for their answers).
+        let mut ahead = Vec::new();
+        for _ in 0..MAX_BATCH + 6 {
+            let (job, answer) = acquire_job(dim);
+            lock(&lane.queue).push(job);
+            ahead.push(answer);
+        }
+        // The caller writes the first batch, finds its own job back in the queue, and must
+        // write again: no one else will.
+        let lease = tokio::time::timeout(Duration::from_secs(60), sluice.acquire(dim))
+            .await
+            .expect("answered without other traffic")
+            .unwrap();
+        lease.release().await.unwrap();
+        for mut answer in ahead {
+            answer.try_recv().unwrap().unwrap().release().await.unwrap();
+        }
+        let row = sluice.bucket(dim).await.unwrap().unwrap();
+        assert_eq!(row.tokens, Tokens::new(500 - (MAX_BATCH as i64 + 7)));
     }
 
     #[tokio::test]

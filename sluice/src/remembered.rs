@@ -16,7 +16,8 @@
 //! 2. **A denial comes from the store first.** The first denial on a dimension is computed
 //!    from a row the store has just confirmed: one this client's write just produced, or
 //!    one a read or a failed condition just returned. It opens a *denial window* that ends
-//!    at its RetryIn.
+//!    at its RetryIn. A write of this client's that leaves the bucket unable to serve its
+//!    `cost_per_call` opens one too, until it can: the row it wrote is the store's.
 //! 3. **Inside a denial window, denials come from memory**, with no call, each exact for the
 //!    remembered row, until the window ends or until any denial this client answered on the
 //!    dimension reaches its RetryIn (its caller may be asking again): then the next denial
@@ -111,8 +112,23 @@ impl Remembered {
         self.row = Some(row);
         self.learned_at = now;
         self.denials_until = None;
-        // A RetryIn ending in the same millisecond may not have ended before this look.
-        self.outstanding.retain(|end| *end >= now);
+        // A RetryIn ending at this millisecond or before has run out: the bucket could
+        // serve it from then on, and this look is that late or later.
+        self.outstanding.retain(|end| *end > now);
+    }
+
+    /// Takes `row`, which this client's own write just produced at `now`, as the truth; if
+    /// it cannot serve the bucket's `cost_per_call`, that is a denial the store confirmed
+    /// (rule 2).
+    pub(crate) fn learn_written(&mut self, row: BucketState, now: UnixMillis) {
+        let short = match row.take(row.bucket.cost_per_call(), now) {
+            Take::Short { wait: Some(wait) } => Some(wait),
+            _ => None,
+        };
+        self.learn(row, now);
+        if let Some(wait) = short {
+            self.confirm_short(now, wait);
+        }
     }
 
     /// Forgets everything about the row (rule 7, or the bucket was deleted).
@@ -175,11 +191,10 @@ impl Remembered {
     }
 
     /// The earliest live lease expiry of the remembered (short, `concurrent`) row, if it was
-    /// looked up for this very row and has not passed: no need to look again.
+    /// looked up for this very row and has not passed: no need to look again (any lease
+    /// taken or given back since would have changed the row).
     pub(crate) fn slots_back(&self, now: UnixMillis) -> Option<Option<UnixMillis>> {
-        self.slots_back
-            .filter(|back| back.is_none_or(|t| t > now))
-            .filter(|_| self.denials_until.is_some_and(|until| now < until))
+        self.slots_back.filter(|back| back.is_none_or(|t| t > now))
     }
 
     /// The store confirmed the remembered `concurrent` row short at `now`, with `back` the
@@ -293,6 +308,25 @@ mod tests {
     }
 
     #[test]
+    fn a_write_that_empties_the_bucket_opens_a_window_until_it_can_serve_a_call() {
+        let mut memory = Remembered::default();
+        memory.learn_written(
+            empty_row(Bucket::requests(RefillRate::per_second(10))),
+            t(0),
+        );
+        assert_eq!(
+            memory.recall(&wanted(1), t(30), None),
+            Recall::Denied(Duration::from_millis(70))
+        );
+        assert_eq!(memory.recall(&wanted(1), t(100), None), Recall::Serves);
+        // A write that leaves enough for a call opens none: a refusal of more asks the store.
+        let mut row = empty_row(Bucket::requests(RefillRate::per_second(10)));
+        row.tokens = Tokens::new(5);
+        memory.learn_written(row, t(200));
+        assert_eq!(memory.recall(&wanted(9), t(200), None), Recall::Unconfirmed);
+    }
+
+    #[test]
     fn memory_stops_answering_once_any_answered_retry_in_runs_out() {
         let mut memory = Remembered::default();
         memory.learn(
@@ -346,6 +380,17 @@ mod tests {
             Recall::Denied(Duration::from_millis(59_900))
         );
         assert_eq!(memory.recall(&wanted(1), t(300), None), Recall::Unconfirmed);
+        // Read again, unchanged: the lookup still holds; changed: it is looked up again.
+        let row = memory.row().cloned().unwrap();
+        memory.learn(row.clone(), t(300));
+        assert_eq!(memory.slots_back(t(300)), Some(back));
+        memory.learn(
+            BucketState {
+                version: row.version + 1,
+                ..row
+            },
+            t(300),
+        );
         assert_eq!(memory.slots_back(t(300)), None);
         // No live lease explains the shortage: look again after the poll interval.
         assert_eq!(memory.confirm_slots_short(t(300), None, poll), poll);

@@ -113,7 +113,7 @@ impl Sluice {
             match self.store().commit(commit).await {
                 Ok(()) => {
                     if let Some(row) = written {
-                        self.lanes().learn(row, now);
+                        self.lanes().learn_written(row, now);
                     }
                     tracing::info!(%dimension, ?how, "bucket tightened from the vendor's report");
                     return Ok(true);

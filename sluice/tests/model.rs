@@ -537,10 +537,23 @@ impl World {
             Op::Reseed(_) | Op::Advance(_) => Vec::new(),
         };
         self.run(step, op).await?;
+        settle().await;
+        let after = self.truth().await;
+        let at = self.now();
         for (client, before) in calls.iter().enumerate() {
             if self.clients[client].calls.load(Ordering::SeqCst) > *before {
                 for d in &touched {
                     self.looks.insert((client, *d), now);
+                    // A write of this client's that left the bucket unable to serve a call
+                    // may open a denial window until it can.
+                    let cost = after[d].bucket.cost_per_call();
+                    if let (true, Take::Short { wait: Some(w) }) =
+                        (d.refills(), after[d].take(cost, at))
+                    {
+                        let until = at.as_millis() + w.as_millis() as i64;
+                        let open = self.windows.entry((client, *d)).or_insert(until);
+                        *open = (*open).max(until);
+                    }
                 }
             }
         }
@@ -574,8 +587,9 @@ impl World {
                     .into_iter()
                     .all(|d| matches!(self.take(&before, d, cost), Take::Granted { .. }));
                 // Liveness: after its last RetryIn, a request the bucket can serve is granted,
-                // unless this client consulted the store since that RetryIn ran out (and it
-                // could not serve it then): a denial from memory ends at its RetryIn.
+                // unless this client consulted the store since that RetryIn ran out (at its
+                // millisecond or later; the bucket could not serve it then): a denial from
+                // memory ends at its RetryIn.
                 if let Some(end) = self.retry_ends.get(&key)
                     && now.as_millis() >= *end
                     && servable
@@ -584,7 +598,7 @@ impl World {
                         && target
                             .dims()
                             .iter()
-                            .any(|d| self.looks.get(&(client, *d)).is_some_and(|t| t > end));
+                            .any(|d| self.looks.get(&(client, *d)).is_some_and(|t| t >= end));
                     prop_assert!(
                         result.is_ok() || looked_since,
                         "client {client} asked {target:?} x{cost} again after its RetryIn, \

@@ -106,8 +106,9 @@ pub(crate) enum Command {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum TableCommand {
-    /// Creates the table (partition key `vendor_dimension`, on-demand, TTL on `ttl`) if it
-    /// does not exist.
+    /// Creates the table (partition key `vendor_dimension`, on-demand, TTL on `ttl`, the
+    /// `sluice-slots` index over slot leases) if it does not exist; adds the index to a table
+    /// that lacks it.
     Create,
 }
 
