@@ -2,9 +2,9 @@
 //!
 //! Throughput: for each shape `PxT` (P processes of T tasks) it measures the floor (a bare
 //! conditional `UpdateItem` on one item, from the same processes and tasks), the same with a
-//! lean grant's request shape (three attributes set, the condition that the row is exactly
-//! the one the grant was computed from, `ALL_OLD` on failure: what the SDK and server spend
-//! on the request itself), and then sluice
+//! lean grant's request shape (four attributes set, a condition on the version and the write
+//! id, `ALL_OLD` on failure: what the SDK and server spend on the request itself), and then
+//! sluice
 //! in each mode (the seed protocol, the fast path, the fast path on a lean bucket, and the
 //! same prefetching 32 tokens per write for up to 100 ms): every
 //! task acquires on one ample bucket and releases, as fast as it can. It reports grants per
@@ -174,9 +174,8 @@ async fn store(args: &Args) -> DynamoStore {
 }
 
 const FLOOR_KEY: &str = "loadgen#floor";
-/// The tokens and refill timestamp the grant-shaped write sets, and its condition expects.
-const SHAPED_TOKENS: &str = "999999999.123456789";
-const SHAPED_LAST: &str = "1800000000.123";
+/// The write id the grant-shaped write sets, and its condition expects.
+const SHAPED_WRITE_ID: &str = "0123456789abcdef";
 const AMPLE: &str = "loadgen#rpm";
 const AMPLE_LEAN: &str = "loadgen#lean";
 const LIMIT_CAPACITY: u64 = 100;
@@ -244,39 +243,23 @@ async fn child(args: Args, kind: String) {
                             .expression_attribute_names("#n", "n")
                             .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
                     } else {
-                        // The same shape as a lean grant's write: three attributes set, the
-                        // condition that the row is the one it was computed from (a version,
-                        // five intervals, a type), the old row asked for on failure.
+                        // The same shape as a lean grant's write: four attributes set, a
+                        // condition on a number and a string (the version and the write id),
+                        // the old row asked for on failure.
                         let n = |v: &str| AttributeValue::N(v.to_owned());
+                        let id = AttributeValue::S(SHAPED_WRITE_ID.to_owned());
                         request
-                            .update_expression("SET #t = :t, #l = :l, #n = #n + :one")
-                            .condition_expression(
-                                "#n >= :zero AND #t BETWEEN :t0 AND :t1 AND #l BETWEEN :l0 AND :l1 \
-                                 AND #c BETWEEN :c0 AND :c1 AND #r BETWEEN :r0 AND :r1 \
-                                 AND #p BETWEEN :p0 AND :p1 AND #k = :k",
-                            )
+                            .update_expression("SET #t = :t, #l = :l, #n = #n + :one, #w = :w")
+                            .condition_expression("#n >= :zero AND #w = :w")
                             .expression_attribute_names("#t", "t")
                             .expression_attribute_names("#l", "l")
                             .expression_attribute_names("#n", "n")
-                            .expression_attribute_names("#c", "c")
-                            .expression_attribute_names("#r", "r")
-                            .expression_attribute_names("#p", "p")
-                            .expression_attribute_names("#k", "k")
-                            .expression_attribute_values(":t", n(SHAPED_TOKENS))
-                            .expression_attribute_values(":l", n(SHAPED_LAST))
+                            .expression_attribute_names("#w", "w")
+                            .expression_attribute_values(":t", n("999999999.123456789"))
+                            .expression_attribute_values(":l", n("1800000000.123"))
                             .expression_attribute_values(":one", n("1"))
                             .expression_attribute_values(":zero", n("0"))
-                            .expression_attribute_values(":t0", n(SHAPED_TOKENS))
-                            .expression_attribute_values(":t1", n("999999999.12345679"))
-                            .expression_attribute_values(":l0", n("1800000000.122"))
-                            .expression_attribute_values(":l1", n(SHAPED_LAST))
-                            .expression_attribute_values(":c0", n("1000"))
-                            .expression_attribute_values(":c1", n("1000.000000001"))
-                            .expression_attribute_values(":r0", n("10"))
-                            .expression_attribute_values(":r1", n("10.000000001"))
-                            .expression_attribute_values(":p0", n("0.999999999"))
-                            .expression_attribute_values(":p1", n("1"))
-                            .expression_attribute_values(":k", AttributeValue::S("requests".to_owned()))
+                            .expression_attribute_values(":w", id)
                             .return_values_on_condition_check_failure(
                                 aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
                             )
@@ -419,12 +402,7 @@ async fn main() {
         .table_name(&args.table)
         .item("vendor_dimension", AttributeValue::S(FLOOR_KEY.to_owned()))
         .item("n", AttributeValue::N("0".to_owned()))
-        .item("t", AttributeValue::N(SHAPED_TOKENS.to_owned()))
-        .item("l", AttributeValue::N(SHAPED_LAST.to_owned()))
-        .item("c", AttributeValue::N("1000".to_owned()))
-        .item("r", AttributeValue::N("10".to_owned()))
-        .item("p", AttributeValue::N("1".to_owned()))
-        .item("k", AttributeValue::S("requests".to_owned()))
+        .item("w", AttributeValue::S(SHAPED_WRITE_ID.to_owned()))
         .send()
         .await
         .expect("floor item");

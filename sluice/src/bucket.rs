@@ -320,6 +320,18 @@ pub struct BucketState {
     pub last_refill_at: UnixMillis,
     /// Bumped by every write; writes are conditioned on it.
     pub version: u64,
+    /// The id of the sluice write that produced this row (`None`: no sluice write has
+    /// touched it since it was written whole by another tool). Every sluice write stamps a
+    /// new random one; other SDKs leave it as it is and bump the version. The version and
+    /// this id together name the row exactly: a write conditioned on both fails when the
+    /// row is anything else, a bucket deleted and created again at a repeated version
+    /// included.
+    pub write_id: Option<u64>,
+}
+
+/// A new random [`BucketState::write_id`].
+pub(crate) fn new_write_id() -> u64 {
+    rand::random()
 }
 
 /// The outcome of trying to take tokens from a bucket.
@@ -351,6 +363,7 @@ impl BucketState {
             bucket,
             last_refill_at: now,
             version: 0,
+            write_id: None,
         }
     }
 
@@ -617,6 +630,7 @@ mod tests {
             tokens,
             last_refill_at: UnixMillis::new(1_000_000),
             version: 0,
+            write_id: None,
         }
     }
 
@@ -758,6 +772,7 @@ mod tests {
             tokens: -Tokens::MAX,
             last_refill_at: UnixMillis::EPOCH,
             version: MAX_VERSION,
+            write_id: None,
         };
         assert!(deepest.validate().is_ok());
         // The fastest refill for ten thousand years fills it exactly.
@@ -918,7 +933,7 @@ mod tests {
                 bucket: Bucket::new(LimitType::Tokens, cap, rate),
                 tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
                 last_refill_at: UnixMillis::new(1_700_000_000_000),
-                version: 3,
+                version: 3, write_id: None,
             };
             let cost = Tokens::from_nanos((cap.as_nanos() * i128::from(cost_pct) / 100).max(1));
             let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
@@ -953,7 +968,7 @@ mod tests {
                 bucket: Bucket::new(LimitType::Requests, cap, rate),
                 tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
                 last_refill_at: UnixMillis::new(1_700_000_000_000),
-                version: 3,
+                version: 3, write_id: None,
             };
             let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
             let pause = Duration::from_millis(pause_ms);

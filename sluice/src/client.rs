@@ -9,7 +9,7 @@ use rand::Rng as _;
 use tracing::Instrument as _;
 
 use crate::acquire::{Acquire, Wanted};
-use crate::bucket::{Bucket, BucketState, LimitType, Take, first_version};
+use crate::bucket::{Bucket, BucketState, LimitType, Take, first_version, new_write_id};
 use crate::clock::{Clock, SystemClock, UnixMillis};
 use crate::config::{Config, ConfigError, Prefetch, Protocol};
 use crate::detach::Detached;
@@ -204,7 +204,10 @@ impl SluiceBuilder {
             .into());
         }
         for (dimension, p) in &self.config.prefetch {
-            if p.tokens() <= Tokens::ZERO || p.hold() < Duration::from_millis(1) {
+            if p.tokens() <= Tokens::ZERO
+                || p.tokens() > Tokens::MAX
+                || p.hold() < Duration::from_millis(1)
+            {
                 return Err(ConfigError::Invalid {
                     variable: "prefetch",
                     value: format!("{dimension}: {} tokens, hold {:?}", p.tokens(), p.hold()),
@@ -242,11 +245,23 @@ pub(crate) enum SlotOutlook {
     BackBy(Option<UnixMillis>),
 }
 
+/// The rows a multi-dimension acquire computed from, which of them the store confirmed
+/// during it, and which refused.
+struct Rows<'a> {
+    rows: &'a [BucketState],
+    fresh: &'a [bool],
+    refused: &'a [usize],
+}
+
 /// Slot leases read per page when a short `concurrent` bucket looks for expired ones.
 const SLOT_PAGE: usize = 100;
 /// Pages read at most per look: a bucket with more expired leases than this gives the
 /// rest back at its next shortage (or the reconciler does).
 const SLOT_PAGES: usize = 10;
+/// How many times one acquire looks again at a short `concurrent` bucket because another
+/// client gave back the expired leases it found (the bucket changed under it); after that
+/// it answers from the leases it sees. A lagging index may show deleted leases for a moment.
+const MAX_LOOKS_AGAIN: u32 = 3;
 /// DynamoDB takes at most 100 items per transaction (and 4 MB; lease deletes and bucket
 /// updates are far below 40 KB each).
 const MAX_TRANSACTION_ITEMS: usize = 100;
@@ -380,6 +395,7 @@ impl Sluice {
         };
         let mut attempt: u32 = 0;
         let mut conflicts: u32 = 0;
+        let mut looked_again: u32 = 0;
         let mut contended = None;
         // The rows in hand, and whether the store confirmed each during this acquire.
         let (mut rows, mut fresh) = if fast {
@@ -444,12 +460,23 @@ impl Sluice {
                     continue;
                 }
                 match self
-                    .refusal(wanted, &rows, &fresh, &refused, now, fresh_after)
+                    .refusal(
+                        wanted,
+                        Rows {
+                            rows: &rows,
+                            fresh: &fresh,
+                            refused: &refused,
+                        },
+                        now,
+                        fresh_after,
+                        looked_again,
+                    )
                     .await?
                 {
                     Some(refusal) => return Err(refusal),
                     None => {
                         // Expired leases were given back: read the rows again.
+                        looked_again += 1;
                         rows = self.read_rows(&dimensions).await?;
                         fresh = vec![true; rows.len()];
                         continue;
@@ -576,11 +603,14 @@ impl Sluice {
     async fn refusal(
         &self,
         wanted: &[Wanted],
-        rows: &[BucketState],
-        fresh: &[bool],
-        refused: &[usize],
+        Rows {
+            rows,
+            fresh,
+            refused,
+        }: Rows<'_>,
         now: UnixMillis,
         fresh_after: Option<UnixMillis>,
+        looked_again: u32,
     ) -> Result<Option<Error>, Error> {
         for &i in refused {
             let (row, cost) = (&rows[i], wanted[i].cost(rows[i].bucket.cost_per_call()));
@@ -612,7 +642,7 @@ impl Sluice {
                         let known = lane.memory().slots_back(now);
                         let back = match known {
                             Some(back) => back,
-                            None => match self.slot_outlook(row, now).await? {
+                            None => match self.slot_outlook(row, now, looked_again).await? {
                                 SlotOutlook::LookAgain => return Ok(None),
                                 SlotOutlook::BackBy(back) => back,
                             },
@@ -733,10 +763,15 @@ impl Sluice {
     /// (the earliest live lease expiry), after giving back, exactly once each, the expired
     /// leases found on the way (the reconciler's work). Reads the dimension's slot leases
     /// earliest expiry first, a page at a time, never the whole table.
+    ///
+    /// `looked_again`: how many times this acquire already looked again; from
+    /// [`MAX_LOOKS_AGAIN`] on, expired leases another client gave back first no longer
+    /// send it looking again.
     pub(crate) async fn slot_outlook(
         &self,
         row: &BucketState,
         now: UnixMillis,
+        looked_again: u32,
     ) -> Result<SlotOutlook, Error> {
         let dimension = &row.dimension;
         let mut reclaimed = 0;
@@ -759,7 +794,7 @@ impl Sluice {
         if reclaimed > 0 {
             return Ok(SlotOutlook::LookAgain);
         }
-        if found_expired {
+        if found_expired && looked_again < MAX_LOOKS_AGAIN {
             // Another client gave them back first: the bucket may hold their slots now.
             let current = self
                 .inner
@@ -1238,6 +1273,7 @@ impl Sluice {
                 // A new bucket continues above any version a predecessor reached.
                 None => BucketState {
                     version: first_version(now),
+                    write_id: Some(new_write_id()),
                     ..BucketState::full(dimension.clone(), bucket.clone(), now)
                 },
                 Some(cur) => {
@@ -1259,6 +1295,7 @@ impl Sluice {
                         bucket: bucket.clone(),
                         last_refill_at,
                         version: cur.version.saturating_add(1),
+                        write_id: Some(new_write_id()),
                     }
                 }
             };

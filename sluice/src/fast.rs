@@ -413,6 +413,7 @@ impl Sluice {
         let max_retries = self.config().max_retries;
         let mut attempts: u32 = 0;
         let mut conflicts: u32 = 0;
+        let mut looked_again: u32 = 0;
         // Whether the remembered row was confirmed by the store during this write.
         let mut fresh = false;
         loop {
@@ -492,9 +493,13 @@ impl Sluice {
                         }
                     }
                 }
-                match self.answer_refusals(lane, &row, refused, now).await {
+                match self
+                    .answer_refusals(lane, &row, refused, now, looked_again)
+                    .await
+                {
                     Some(again) if !again.is_empty() => {
                         // Expired leases were given back: look again.
+                        looked_again += 1;
                         acquires = again;
                         fresh = false;
                         continue;
@@ -603,8 +608,12 @@ impl Sluice {
                         let _ = r.reply.send(Ok(()));
                     }
                     // This write confirmed the row the refusals were computed from.
-                    match self.answer_refusals(lane, &written, refused, now).await {
+                    match self
+                        .answer_refusals(lane, &written, refused, now, looked_again)
+                        .await
+                    {
                         Some(again) if !again.is_empty() => {
+                            looked_again += 1;
                             acquires = again;
                             releases = Vec::new();
                             fresh = false;
@@ -750,6 +759,7 @@ impl Sluice {
         row: &BucketState,
         refused: Vec<AcquireJob>,
         now: UnixMillis,
+        looked_again: u32,
     ) -> Option<Vec<AcquireJob>> {
         let mut slots = Vec::new();
         let mut again = Vec::new();
@@ -781,7 +791,7 @@ impl Sluice {
         let known = lane.memory().slots_back(now);
         let back = match known {
             Some(back) => back,
-            None => match self.slot_outlook(row, now).await {
+            None => match self.slot_outlook(row, now, looked_again).await {
                 Ok(crate::client::SlotOutlook::LookAgain) => {
                     lane.memory().forget();
                     again.extend(slots);

@@ -199,7 +199,7 @@ impl Lease {
             .ok_or_else(|| {
                 Error::LeaseNotFound(format!("{} (no part on `{dimension}`)", self.id))
             })?;
-        if actual.is_negative() {
+        if actual.is_negative() || actual > Tokens::MAX {
             return Err(Error::InvalidCost {
                 dimension: part.dimension.clone(),
                 cost: actual,

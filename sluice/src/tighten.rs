@@ -71,7 +71,9 @@ impl Sluice {
             let now = self.now();
             let concurrent = row.bucket.limit_type() == LimitType::Concurrent;
             let lowered = match (how, concurrent) {
-                (Tighten::AtMost(limit), false) => row.lowered_to(limit, now),
+                (Tighten::AtMost(limit), false) => {
+                    row.lowered_to(limit.clamp(Tokens::ZERO, Tokens::MAX), now)
+                }
                 (Tighten::PauseFor(pause), false) => row.emptied_for(pause, now),
                 _ => None,
             };

@@ -145,7 +145,8 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
             "refill_rate",
             "tokens",
             "vendor_dimension",
-            "version"
+            "version",
+            "write_id"
         ]
     );
     assert_eq!(bucket["vendor_dimension"], s(&dim));

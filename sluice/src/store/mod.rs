@@ -102,8 +102,12 @@ pub struct LeaseRecord {
 
 /// One bucket row's part of a [`Commit`]: set the new tokens and refill timestamp, on
 /// condition that the stored row is still exactly `expected`, the row the write was
-/// computed from (its version, tokens, refill timestamp and definition). The stored
-/// version becomes `expected.version + 1`.
+/// computed from. The stored version becomes `expected.version + 1`, and the row's
+/// [`write_id`](BucketState::write_id) this write's own.
+///
+/// What "exactly" means is the store's to check: the in-memory store compares the whole
+/// row; DynamoDB compares the version and the write id, or, for a row no sluice write has
+/// touched, the version, tokens, refill timestamp and definition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BucketWrite {
     /// The row as the writer saw it.
@@ -112,6 +116,8 @@ pub struct BucketWrite {
     pub tokens: Tokens,
     /// The new refill timestamp.
     pub last_refill_at: UnixMillis,
+    /// The id this write stamps on the row.
+    pub write_id: u64,
 }
 
 impl BucketWrite {
@@ -121,6 +127,7 @@ impl BucketWrite {
             expected,
             tokens,
             last_refill_at,
+            write_id: crate::bucket::new_write_id(),
         }
     }
 
@@ -141,6 +148,7 @@ impl BucketWrite {
             tokens: self.tokens,
             last_refill_at: self.last_refill_at,
             version: self.expected.version.saturating_add(1),
+            write_id: Some(self.write_id),
             ..self.expected.clone()
         }
     }

@@ -40,7 +40,7 @@ const BATCH_WRITE_MAX: usize = 25;
 /// as throttled.
 const BATCH_WRITE_ROUNDS: u32 = 8;
 
-const BUCKET_UPDATE: &str = "SET #t = :tokens, #l = :last, #v = :next";
+const BUCKET_UPDATE: &str = "SET #t = :tokens, #l = :last, #v = :next, #w = :wid";
 const EXISTS: &str = "attribute_exists(vendor_dimension)";
 const NOT_EXISTS: &str = "attribute_not_exists(vendor_dimension)";
 
@@ -313,10 +313,15 @@ impl DynamoStore {
         w.after()
             .validate()
             .map_err(|e| StoreError::invalid_bucket(key, &e))?;
-        let (condition, mut values, names) = row::same_row(&w.expected);
+        let (condition, mut values, mut names) = row::same_row(&w.expected);
+        names.insert("#t".to_owned(), row::TOKENS.to_owned());
+        names.insert("#l".to_owned(), row::LAST_REFILL_AT.to_owned());
+        names.insert("#v".to_owned(), row::VERSION.to_owned());
+        names.insert("#w".to_owned(), row::WRITE_ID.to_owned());
         values.insert(":tokens".to_owned(), row::n(w.tokens));
         values.insert(":last".to_owned(), row::n(w.last_refill_at));
         values.insert(":next".to_owned(), row::n(next));
+        values.insert(":wid".to_owned(), row::write_id(w.write_id));
         Ok(BucketUpdate {
             key: row::key(key),
             update: BUCKET_UPDATE.to_owned(),

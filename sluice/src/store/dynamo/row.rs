@@ -2,8 +2,9 @@
 //!
 //! Bucket row: `vendor_dimension` S, `capacity` N, `tokens` N, `refill_rate` N,
 //! `last_refill_at` N (unix seconds, millisecond fraction), `cost_per_call` N,
-//! `limit_type` S, `version` N, and sluice's extra `lean` BOOL (only when true) for a
-//! bucket in lean mode.
+//! `limit_type` S, `version` N, sluice's extra `lean` BOOL (only when true) for a bucket in
+//! lean mode, and sluice's extra `write_id` S (16 hex digits) stamped by every sluice
+//! write.
 //! Lease row: `vendor_dimension` S (`lease#{dimension}#{unique}`), `dimension` S, `cost` N,
 //! `created_at` N, `ttl` N (whole unix seconds, for DynamoDB's TTL), `caller` S, and the
 //! extra `expires_at` N (unix seconds, millisecond fraction) that keeps the exact expiry;
@@ -47,6 +48,8 @@ pub(crate) const CALLER: &str = "caller";
 pub(crate) const EXPIRES_AT: &str = "expires_at";
 /// sluice's extra bucket attribute: `true` for a bucket in lean mode (no lease rows).
 pub(crate) const LEAN: &str = "lean";
+/// sluice's extra bucket attribute: the id of the sluice write that produced the row.
+pub(crate) const WRITE_ID: &str = "write_id";
 /// sluice's extra lease attribute on slot leases: the partition key of [`SLOTS_INDEX`].
 pub(crate) const SLOT_DIMENSION: &str = "slot_dimension";
 /// The sparse global secondary index over slot leases: partition key `slot_dimension`,
@@ -84,7 +87,15 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     if !state.bucket.keeps_leases() {
         item.insert(LEAN.to_owned(), AttributeValue::Bool(true));
     }
+    if let Some(id) = state.write_id {
+        item.insert(WRITE_ID.to_owned(), write_id(id));
+    }
     item
+}
+
+/// A write id as stored.
+pub(crate) fn write_id(id: u64) -> AttributeValue {
+    s(format!("{id:016x}"))
 }
 
 /// The whole lease row.
@@ -107,12 +118,29 @@ pub(crate) fn lease_item(lease: &LeaseRecord) -> Item {
     item
 }
 
-/// The condition that the stored bucket row is the one `expected` was read as: the same
-/// version, tokens, refill timestamp and definition. Values another writer stored with more
+/// The condition that the stored bucket row is the one `expected` was read as.
+///
+/// A row a sluice write produced is named by its version and write id: every sluice write
+/// stamps a new id, and other SDKs bump the version. A row no sluice write has touched (a
+/// re-seed, another SDK's rows) is compared whole: the same version, tokens, refill
+/// timestamp and definition, and still no write id. Values another writer stored with more
 /// decimals than sluice keeps were rounded when read (never toward an over-grant); each is
 /// compared with the interval it was rounded from, so the row matches exactly when nothing
 /// changed.
 pub(crate) fn same_row(expected: &BucketState) -> (String, Item, HashMap<String, String>) {
+    if let Some(id) = expected.write_id {
+        return (
+            "#v = :v AND #w = :w".to_owned(),
+            HashMap::from([
+                (":v".to_owned(), n(expected.version)),
+                (":w".to_owned(), write_id(id)),
+            ]),
+            HashMap::from([
+                ("#v".to_owned(), VERSION.to_owned()),
+                ("#w".to_owned(), WRITE_ID.to_owned()),
+            ]),
+        );
+    }
     const NANO: Tokens = Tokens::from_nanos(1);
     let b = &expected.bucket;
     let last = expected.last_refill_at;
@@ -125,6 +153,7 @@ pub(crate) fn same_row(expected: &BucketState) -> (String, Item, HashMap<String,
         ("#r".to_owned(), REFILL_RATE.to_owned()),
         ("#p".to_owned(), COST_PER_CALL.to_owned()),
         ("#k".to_owned(), LIMIT_TYPE.to_owned()),
+        ("#w".to_owned(), WRITE_ID.to_owned()),
     ]);
     let values = HashMap::from([
         (":v".to_owned(), n(expected.version)),
@@ -148,7 +177,8 @@ pub(crate) fn same_row(expected: &BucketState) -> (String, Item, HashMap<String,
 
 /// The condition expression of [`same_row`].
 const SAME_ROW: &str = "#v = :v AND #t BETWEEN :t0 AND :t1 AND #l BETWEEN :l0 AND :l1 \
-     AND #c BETWEEN :c0 AND :c1 AND #r BETWEEN :r0 AND :r1 AND #p BETWEEN :p0 AND :p1 AND #k = :k";
+     AND #c BETWEEN :c0 AND :c1 AND #r BETWEEN :r0 AND :r1 AND #p BETWEEN :p0 AND :p1 AND #k = :k \
+     AND attribute_not_exists(#w)";
 
 struct Reader<'a> {
     item: &'a Item,
@@ -280,6 +310,23 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
             )));
         }
     };
+    let write_id = match item.get(WRITE_ID) {
+        None => None,
+        Some(AttributeValue::S(id)) => Some(
+            u64::from_str_radix(id, 16)
+                .ok()
+                .filter(|_| id.len() == 16)
+                .ok_or_else(|| {
+                    r.corrupt(format!("`{WRITE_ID}` must be 16 hex digits, found {id:?}"))
+                })?,
+        ),
+        Some(other) => {
+            return Err(r.corrupt(format!(
+                "`{WRITE_ID}` must be a string (S), found {}",
+                kind(other)
+            )));
+        }
+    };
     let bucket = Bucket::new(limit_type, capacity, refill_rate).with_cost_per_call(cost_per_call);
     let state = BucketState {
         dimension,
@@ -287,6 +334,7 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
         tokens,
         last_refill_at,
         version,
+        write_id,
     };
     // A row that cannot be a bucket (a `requests` row that never refills, a lean
     // `concurrent` one, values beyond every bound) is refused, never used.
@@ -366,7 +414,15 @@ mod tests {
         assert_eq!(b.bucket.refill_rate().to_string(), "1.667");
         assert_eq!(b.last_refill_at, UnixMillis::from_secs(1_709_550_002));
         assert_eq!(b.version, 42);
+        assert_eq!(b.write_id, None);
         assert_eq!(bucket_state(&bucket_item(&b)).unwrap(), b);
+        let stamped = BucketState {
+            write_id: Some(0x00ab_cdef_0123_4567),
+            ..b
+        };
+        let item = bucket_item(&stamped);
+        assert_eq!(item[WRITE_ID], s("00abcdef01234567"));
+        assert_eq!(bucket_state(&item).unwrap(), stamped);
     }
 
     #[test]
@@ -457,6 +513,12 @@ mod tests {
                 "`capacity`: capacity must be positive and at most 10^18",
                 Box::new(|r| {
                     r.insert(CAPACITY.to_owned(), n("2e18"));
+                }),
+            ),
+            (
+                "`write_id` must be 16 hex digits",
+                Box::new(|r| {
+                    r.insert(WRITE_ID.to_owned(), s("xyz"));
                 }),
             ),
         ];
