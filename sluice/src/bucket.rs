@@ -159,6 +159,11 @@ pub const MAX_VERSION: u64 = (1 << 53) - 1;
 /// The latest refill timestamp a row may carry: the last millisecond of the year 9999.
 const MAX_TIMESTAMP: UnixMillis = UnixMillis::new(253_402_300_799_999);
 
+/// Whether a refill timestamp is one a row may carry: from 1970 to the year 9999.
+pub(crate) fn timestamp_in_range(t: UnixMillis) -> bool {
+    (UnixMillis::EPOCH..=MAX_TIMESTAMP).contains(&t)
+}
+
 /// The version a bucket sluice creates starts at: its creation time in milliseconds,
 /// times 1,000. A bucket deleted and created again so continues above the versions its
 /// predecessor reached (one row takes at most about 1,000 writes per second), and a
@@ -329,9 +334,19 @@ pub struct BucketState {
     pub write_id: Option<u64>,
 }
 
-/// A new random [`BucketState::write_id`].
+/// A new [`BucketState::write_id`]: distinct within the process (a counter through a
+/// bijective mix), and unrelated to other processes' (the counter starts at random).
 pub(crate) fn new_write_id() -> u64 {
-    rand::random()
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(rand::random);
+    let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+    // SplitMix64's finalizer: a bijection, so distinct counters give distinct ids.
+    let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// The outcome of trying to take tokens from a bucket.
@@ -386,7 +401,7 @@ impl BucketState {
         if !self.tokens.is_within_bounds() {
             return Err(BucketError::Tokens(self.tokens));
         }
-        if self.last_refill_at < UnixMillis::EPOCH || self.last_refill_at > MAX_TIMESTAMP {
+        if !timestamp_in_range(self.last_refill_at) {
             return Err(BucketError::RefillTimestamp(self.last_refill_at));
         }
         if self.version > MAX_VERSION {
@@ -565,19 +580,16 @@ pub fn refill(
         return (tokens, last);
     }
     let grid = grid_ms(rate);
-    let per_grid = step_refill(rate, grid);
-    // Whole grid steps elapsed, against the steps that would fill the bucket: counting
-    // steps (never multiplying the elapsed time by the rate) cannot overflow.
-    let steps = i128::from(elapsed / grid);
+    let steps = elapsed / grid;
+    // The refill of the whole grid steps elapsed, unless it fills the bucket (or would
+    // overflow, which fills any bucket many times over).
     let deficit = capacity.as_nanos().saturating_sub(tokens.as_nanos());
-    let steps_to_full = deficit.saturating_add(per_grid - 1) / per_grid;
-    if steps >= steps_to_full {
-        (capacity, now)
-    } else {
-        (
-            tokens + Tokens::from_nanos(steps * per_grid),
-            UnixMillis::new(last.as_millis() + (elapsed / grid) * grid),
-        )
+    match i128::from(steps).checked_mul(step_refill(rate, grid)) {
+        Some(added) if added < deficit => (
+            tokens + Tokens::from_nanos(added),
+            UnixMillis::new(last.as_millis() + steps * grid),
+        ),
+        _ => (capacity, now),
     }
 }
 
@@ -866,6 +878,12 @@ mod tests {
             UnixMillis::new(i64::MAX),
         );
         assert_eq!(t, Tokens::from_nanos(i128::MAX / 2));
+    }
+
+    #[test]
+    fn write_ids_never_repeat_within_a_process() {
+        let ids: std::collections::HashSet<u64> = (0..100_000).map(|_| new_write_id()).collect();
+        assert_eq!(ids.len(), 100_000);
     }
 
     #[test]

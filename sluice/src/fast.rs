@@ -191,11 +191,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Dequeue<'a> {
     lane: &'a Lane,
     ticket: u64,
+    /// Whether the job may still be in the queue (not once it was answered).
+    queued: bool,
 }
 
 impl Drop for Dequeue<'_> {
     fn drop(&mut self) {
-        lock(&self.lane.queue).retain(|q| q.ticket != self.ticket);
+        if self.queued {
+            lock(&self.lane.queue).retain(|q| q.ticket != self.ticket);
+        }
     }
 }
 
@@ -249,12 +253,15 @@ impl Sluice {
         job: Job,
         mut answer: tokio::sync::oneshot::Receiver<Result<T, Error>>,
     ) -> Result<T, Error> {
-        let room = lane
-            .room
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| abandoned())?;
+        let room = match lane.room.clone().try_acquire_owned() {
+            Ok(room) => room,
+            Err(_) => lane
+                .room
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| abandoned())?,
+        };
         let ticket = lane
             .tickets
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -263,7 +270,11 @@ impl Sluice {
             job,
             _room: room,
         });
-        let _dequeue = Dequeue { lane, ticket };
+        let mut dequeue = Dequeue {
+            lane,
+            ticket,
+            queued: true,
+        };
         loop {
             let writer = match lane.writer.clone().try_lock_owned() {
                 // No write in flight: this caller writes (without registering a wake-up on
@@ -271,7 +282,10 @@ impl Sluice {
                 Ok(writer) => writer,
                 Err(_) => tokio::select! {
                     biased;
-                    reply = &mut answer => return reply.unwrap_or_else(|_| Err(abandoned())),
+                    reply = &mut answer => {
+                        dequeue.queued = false;
+                        return reply.unwrap_or_else(|_| Err(abandoned()));
+                    }
                     writer = lane.writer.clone().lock_owned() => writer,
                 },
             };
@@ -306,7 +320,10 @@ impl Sluice {
                 }
             }
             match answer.try_recv() {
-                Ok(reply) => return reply,
+                Ok(reply) => {
+                    dequeue.queued = false;
+                    return reply;
+                }
                 // The write had no room for this job: it is back in the queue.
                 Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
                 Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {

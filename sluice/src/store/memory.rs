@@ -65,26 +65,13 @@ impl Rows {
         }
     }
 
-    /// The rows a commit leaves, checked before anything changes.
-    fn written(commit: &Commit) -> Result<Vec<BucketState>, StoreError> {
-        commit
-            .buckets
-            .iter()
-            .map(|w| {
-                let key = w.dimension().as_str();
-                let after = w.after();
-                match w.next_version() {
-                    None => Err(StoreError::invalid_bucket(
-                        key,
-                        &crate::bucket::BucketError::Version(w.expected.version),
-                    )),
-                    Some(_) => after
-                        .validate()
-                        .map(|()| after.clone())
-                        .map_err(|e| StoreError::invalid_bucket(key, &e)),
-                }
-            })
-            .collect()
+    /// Checks that the rows a commit leaves are valid, before anything changes.
+    fn check_written(commit: &Commit) -> Result<(), StoreError> {
+        for w in &commit.buckets {
+            w.validate()
+                .map_err(|e| StoreError::invalid_bucket(w.dimension().as_str(), &e))?;
+        }
+        Ok(())
     }
 
     fn check_lease(&self, w: &LeaseWrite) -> Result<(), ConditionFailure> {
@@ -113,7 +100,7 @@ impl Store for MemoryStore {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-        let written = Rows::written(&commit)?;
+        Rows::check_written(&commit)?;
         let mut rows = self.rows();
         for w in &commit.buckets {
             rows.check_bucket(w).map_err(CommitError::Condition)?;
@@ -121,8 +108,13 @@ impl Store for MemoryStore {
         for w in &commit.leases {
             rows.check_lease(w).map_err(CommitError::Condition)?;
         }
-        for after in written {
-            rows.buckets.insert(after.dimension.clone(), after);
+        for w in commit.buckets {
+            if let Some(b) = rows.buckets.get_mut(w.dimension()) {
+                b.tokens = w.tokens;
+                b.last_refill_at = w.last_refill_at;
+                b.version = w.expected.version + 1;
+                b.write_id = Some(w.write_id);
+            }
         }
         for w in commit.leases {
             match w {

@@ -142,6 +142,24 @@ impl BucketWrite {
         Some(self.expected.version + 1).filter(|v| *v <= crate::bucket::MAX_VERSION)
     }
 
+    /// Checks that the row this write leaves is one a store may keep (the definition is the
+    /// expected row's): its version, tokens and refill timestamp within bounds.
+    pub fn validate(&self) -> Result<(), crate::bucket::BucketError> {
+        use crate::bucket::BucketError;
+        if self.next_version().is_none() {
+            return Err(BucketError::Version(
+                self.expected.version.saturating_add(1),
+            ));
+        }
+        if !self.tokens.is_within_bounds() {
+            return Err(BucketError::Tokens(self.tokens));
+        }
+        if !crate::bucket::timestamp_in_range(self.last_refill_at) {
+            return Err(BucketError::RefillTimestamp(self.last_refill_at));
+        }
+        Ok(())
+    }
+
     /// The row as it stands once this write is applied.
     pub fn after(&self) -> BucketState {
         BucketState {

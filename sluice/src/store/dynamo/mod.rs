@@ -304,15 +304,9 @@ impl DynamoStore {
     /// valid is refused before anything is sent.
     fn bucket_update(w: &BucketWrite) -> Result<BucketUpdate, StoreError> {
         let key = w.dimension().as_str();
-        let next = w.next_version().ok_or_else(|| {
-            StoreError::invalid_bucket(
-                key,
-                &crate::bucket::BucketError::Version(w.expected.version),
-            )
-        })?;
-        w.after()
-            .validate()
+        w.validate()
             .map_err(|e| StoreError::invalid_bucket(key, &e))?;
+        let next = w.expected.version + 1;
         let (condition, mut values, mut names) = row::same_row(&w.expected);
         names.insert("#t".to_owned(), row::TOKENS.to_owned());
         names.insert("#l".to_owned(), row::LAST_REFILL_AT.to_owned());
