@@ -448,9 +448,18 @@ impl Sluice {
                 });
             }
             if !refused.is_empty() {
+                // (A cost above the capacity of a row in hand that the store did not confirm
+                // now is never answered: the capacity may have been raised.)
                 let unconfirmed = refused.iter().any(|&i| {
+                    let row = &rows[i];
                     !fresh[i]
-                        && !matches!(self.recall(&wanted[i], now, fresh_after), Recall::Denied(_))
+                        && (matches!(
+                            row.take(wanted[i].cost(row.bucket.cost_per_call()), now),
+                            Take::ExceedsCapacity
+                        ) || !matches!(
+                            self.recall(&wanted[i], now, fresh_after),
+                            Recall::Denied(_)
+                        ))
                 });
                 if unconfirmed {
                     // A refusal memory may not give: read the rows, then decide.
@@ -496,6 +505,9 @@ impl Sluice {
                 buckets: writes,
                 leases,
             };
+            // Whether the next attempt must read the rows first (the seed's protocol always
+            // does; the fast path when the store handed back no row: gone, or unreadable).
+            let mut reread = !fast;
             let backoff = match self.commit_grant(commit, &parts).await {
                 Ok(()) => {
                     for row in written {
@@ -520,13 +532,14 @@ impl Sluice {
                     let i = dimensions.iter().position(|d| *d == dimension);
                     let handed_back = match (i, current) {
                         (Some(i), Some(current)) => {
-                            self.inner.lanes.learn((*current).clone(), self.now());
+                            self.inner.lanes.learn((*current).clone(), now);
                             rows[i] = *current;
                             fresh[i] = true;
                             true
                         }
                         _ => false,
                     };
+                    reread |= !handed_back;
                     contended = Some(dimension);
                     if fast && handed_back {
                         // The current row is the next attempt's starting point: no read,
@@ -580,7 +593,7 @@ impl Sluice {
             if backoff && round <= max_retries {
                 tokio::time::sleep(backoff_delay(round)).await;
             }
-            if !fast {
+            if reread {
                 rows = self.read_rows(&dimensions).await?;
                 fresh = vec![true; rows.len()];
             }
@@ -639,7 +652,7 @@ impl Sluice {
                         wait
                     }
                     Take::Short { wait: None } => {
-                        let known = lane.memory().slots_back(now);
+                        let known = lane.memory().slots_back(now, self.inner.config.slot_poll);
                         let back = match known {
                             Some(back) => back,
                             None => match self.slot_outlook(row, now, looked_again).await? {
@@ -740,14 +753,22 @@ impl Sluice {
         Ok((rows, fresh))
     }
 
-    /// Reads the buckets of `dimensions`, all of which must exist, and remembers them.
+    /// Reads the buckets of `dimensions`, all of which must exist, and remembers them (as
+    /// of when the read was sent: nothing later is known of them). A bucket found missing
+    /// is forgotten.
     async fn read_rows(&self, dimensions: &[Dimension]) -> Result<Vec<BucketState>, Error> {
-        let rows = self.read_existing(dimensions).await?;
-        let now = self.now();
-        for row in &rows {
-            self.inner.lanes.learn(row.clone(), now);
+        let sent = self.now();
+        let rows = self.inner.store.read_buckets(dimensions).await?;
+        let mut found = Vec::with_capacity(rows.len());
+        for (row, d) in rows.into_iter().zip(dimensions) {
+            let Some(row) = row else {
+                self.inner.lanes.forget(d);
+                return Err(Error::UnknownDimension(d.clone()));
+            };
+            self.inner.lanes.learn(row.clone(), sent);
+            found.push(row);
         }
-        Ok(rows)
+        Ok(found)
     }
 
     /// Reads the buckets of `dimensions`, all of which must exist.
@@ -936,6 +957,24 @@ impl Sluice {
                 Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
                     tracing::debug!(%key, "lease row already gone (released or reconciled)");
                     parts.retain(|p| p.key != key);
+                    // Another client may have ended many of them (two reclaiming the same
+                    // expired leases): drop every one already gone at once, not one per
+                    // failed transaction.
+                    let keys: Vec<LeaseKey> = parts
+                        .iter()
+                        .filter(|p| p.has_row)
+                        .map(|p| p.key.clone())
+                        .collect();
+                    if keys.len() > 1 {
+                        let present = self.inner.store.read_leases(&keys).await?;
+                        let gone: Vec<LeaseKey> = keys
+                            .into_iter()
+                            .zip(present)
+                            .filter(|(_, row)| row.is_none())
+                            .map(|(k, _)| k)
+                            .collect();
+                        parts.retain(|p| !gone.contains(&p.key));
+                    }
                     continue;
                 }
                 Err(CommitError::Condition(ConditionFailure::LeaseExists(key))) => {
@@ -1016,7 +1055,7 @@ impl Sluice {
                     ..
                 })) if fast && fresh_retries < crate::fast::MAX_FRESH_RETRIES => {
                     fresh_retries += 1;
-                    self.inner.lanes.learn(*current, self.now());
+                    self.inner.lanes.learn(*current, now);
                     continue;
                 }
                 Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {

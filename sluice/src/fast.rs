@@ -646,7 +646,7 @@ impl Sluice {
                     crate::metrics::contention_retry(dimension.as_str());
                     match current {
                         Some(current) => {
-                            lane.memory().learn(*current, self.now());
+                            lane.memory().learn(*current, now);
                             fresh = true;
                         }
                         None => {
@@ -711,6 +711,8 @@ impl Sluice {
         lane: &Lane,
         dimension: &Dimension,
     ) -> Result<Option<BucketState>, StoreError> {
+        // As of when the read was sent: nothing later is known of the row.
+        let sent = self.now();
         let row = self
             .store()
             .read_buckets(std::slice::from_ref(dimension))
@@ -718,7 +720,7 @@ impl Sluice {
             .remove(0);
         let mut memory = lane.memory();
         match &row {
-            Some(row) => memory.learn(row.clone(), self.now()),
+            Some(row) => memory.learn(row.clone(), sent),
             None => memory.forget(),
         }
         Ok(row)
@@ -805,7 +807,7 @@ impl Sluice {
         if slots.is_empty() {
             return Some(again);
         }
-        let known = lane.memory().slots_back(now);
+        let known = lane.memory().slots_back(now, self.config().slot_poll);
         let back = match known {
             Some(back) => back,
             None => match self.slot_outlook(row, now, looked_again).await {

@@ -145,12 +145,26 @@ impl Lease {
     /// Ends the lease: deletes its rows and, for `concurrent` buckets, gives the tokens back.
     ///
     /// Releasing a lease that has already expired and been reconciled changes nothing.
+    ///
+    /// A release whose caller stops waiting (a timeout around it, a cancelled request)
+    /// still happens: it finishes on its own.
     pub async fn release(mut self) -> Result<(), Error> {
         let parts = self.take_rows();
         if parts.is_empty() {
             return Ok(());
         }
-        self.client.release_parts(parts, self.expires_at).await
+        let (sent, outcome) = tokio::sync::oneshot::channel();
+        let (client, expires_at) = (self.client.clone(), self.expires_at);
+        crate::detach::Detached::new(async move {
+            let result = client.release_parts(parts, expires_at).await;
+            if let Err(Err(error)) = sent.send(result) {
+                tracing::warn!(%error, "a release nobody waited for failed; the lease will expire and be reconciled");
+            }
+        })
+        .await;
+        outcome.await.unwrap_or_else(|_| {
+            Err(crate::store::StoreError::service("the release was abandoned").into())
+        })
     }
 
     /// Runs `body` under this lease, then releases it: the lease's slot.

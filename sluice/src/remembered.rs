@@ -71,9 +71,13 @@ pub(crate) struct Remembered {
     /// When the RetryIns this client answered on the dimension end, for those that had not
     /// ended when the store was last consulted (rule 3).
     outstanding: BTreeSet<UnixMillis>,
-    /// For a short `concurrent` row: the earliest expiry of its live leases, when one
-    /// showed (`None` inside: none did). Cleared whenever the row changes.
-    slots_back: Option<Option<UnixMillis>>,
+    /// The latest end of a RetryIn that did not fit in `outstanding`: memory answers no
+    /// refusal until the store is consulted after it.
+    overflow_until: Option<UnixMillis>,
+    /// For a short `concurrent` row: when its leases were looked up, and the earliest
+    /// expiry of the live ones, when one showed (`None`: none did). Cleared whenever the
+    /// row changes.
+    slots_back: Option<(UnixMillis, Option<UnixMillis>)>,
     /// Tokens this client took ahead (see [`Prefetch`](crate::Prefetch)).
     reservoir: Option<Reservoir>,
 }
@@ -115,6 +119,7 @@ impl Remembered {
         // A RetryIn ending at this millisecond or before has run out: the bucket could
         // serve it from then on, and this look is that late or later.
         self.outstanding.retain(|end| *end > now);
+        self.overflow_until = self.overflow_until.filter(|end| *end > now);
     }
 
     /// Takes `row`, which this client's own write just produced at `now`, as the truth; if
@@ -136,6 +141,7 @@ impl Remembered {
         *self = Remembered {
             reservoir: self.reservoir,
             outstanding: std::mem::take(&mut self.outstanding),
+            overflow_until: self.overflow_until,
             ..Remembered::default()
         };
     }
@@ -160,7 +166,7 @@ impl Remembered {
         };
         let in_window = self.denials_until.is_some_and(|until| now < until)
             && fresh_after.is_none_or(|t| self.learned_at > t)
-            && self.outstanding.len() < MAX_OUTSTANDING
+            && self.overflow_until.is_none()
             && self.outstanding.first().is_none_or(|end| now < *end);
         match row.take(wanted.cost(row.bucket.cost_per_call()), now) {
             Take::Granted { .. } => Recall::Serves,
@@ -168,7 +174,10 @@ impl Remembered {
             Take::Short { .. } if !in_window => Recall::Unconfirmed,
             Take::Short { wait: Some(wait) } => Recall::Denied(wait.max(MIN_RETRY_IN)),
             Take::Short { wait: None } => {
-                let back = self.slots_back.flatten().filter(|t| *t > now);
+                let back = self
+                    .slots_back
+                    .and_then(|(_, back)| back)
+                    .filter(|t| *t > now);
                 let until = back.or(self.denials_until).unwrap_or(now);
                 Recall::Denied(until.saturating_since(now).max(MIN_RETRY_IN))
             }
@@ -187,14 +196,21 @@ impl Remembered {
     pub(crate) fn answered(&mut self, end: UnixMillis) {
         if self.outstanding.len() < MAX_OUTSTANDING {
             self.outstanding.insert(end);
+        } else {
+            self.overflow_until = Some(self.overflow_until.map_or(end, |u| u.max(end)));
         }
     }
 
     /// The earliest live lease expiry of the remembered (short, `concurrent`) row, if it was
     /// looked up for this very row and has not passed: no need to look again (any lease
-    /// taken or given back since would have changed the row).
-    pub(crate) fn slots_back(&self, now: UnixMillis) -> Option<Option<UnixMillis>> {
-        self.slots_back.filter(|back| back.is_none_or(|t| t > now))
+    /// taken or given back since would have changed the row). That no live lease showed
+    /// holds at most `poll`: the lease index may lag a lease just written.
+    pub(crate) fn slots_back(&self, now: UnixMillis, poll: Duration) -> Option<Option<UnixMillis>> {
+        match self.slots_back? {
+            (_, Some(back)) if back > now => Some(Some(back)),
+            (looked, None) if now < looked.saturating_add(poll) => Some(None),
+            _ => None,
+        }
     }
 
     /// The store confirmed the remembered `concurrent` row short at `now`, with `back` the
@@ -207,7 +223,7 @@ impl Remembered {
         poll: Duration,
     ) -> Duration {
         let retry_in = slot_retry_in(back, now, poll);
-        self.slots_back = Some(back);
+        self.slots_back = Some((now, back));
         self.denials_until = Some(now.saturating_add(retry_in.min(poll)));
         retry_in
     }
@@ -220,7 +236,13 @@ impl Remembered {
             self.reservoir = None;
             return None;
         }
-        let cost = wanted.cost(self.row.as_ref()?.bucket.cost_per_call());
+        let row = self.row.as_ref()?;
+        if row.bucket.keeps_leases() {
+            // Redefined since: prefetched tokens are only ever a lean bucket's.
+            self.reservoir = None;
+            return None;
+        }
+        let cost = wanted.cost(row.bucket.cost_per_call());
         if cost > reservoir.tokens {
             return None;
         }
@@ -363,6 +385,41 @@ mod tests {
     }
 
     #[test]
+    fn retry_ins_beyond_what_memory_tracks_stop_memory_answers_until_the_next_look() {
+        let mut memory = Remembered::default();
+        memory.learn(
+            empty_row(Bucket::requests(RefillRate::per_second(10))),
+            t(0),
+        );
+        memory.confirm_short(t(0), Duration::from_secs(10));
+        for i in 0..MAX_OUTSTANDING as i64 {
+            memory.answered(t(5_000 + i));
+        }
+        assert!(matches!(
+            memory.recall(&wanted(5), t(10), None),
+            Recall::Denied(_)
+        ));
+        // One more does not fit: until a look after it, refusals come from the store.
+        memory.answered(t(200));
+        assert_eq!(memory.recall(&wanted(5), t(10), None), Recall::Unconfirmed);
+        memory.learn(
+            empty_row(Bucket::requests(RefillRate::per_second(10))),
+            t(100),
+        );
+        memory.confirm_short(t(100), Duration::from_secs(10));
+        assert_eq!(memory.recall(&wanted(5), t(150), None), Recall::Unconfirmed);
+        memory.learn(
+            empty_row(Bucket::requests(RefillRate::per_second(10))),
+            t(200),
+        );
+        memory.confirm_short(t(200), Duration::from_secs(10));
+        assert!(matches!(
+            memory.recall(&wanted(5), t(250), None),
+            Recall::Denied(_)
+        ));
+    }
+
+    #[test]
     fn a_short_slot_bucket_is_remembered_at_most_the_poll_interval() {
         let poll = Duration::from_millis(300);
         let mut memory = Remembered::default();
@@ -374,7 +431,7 @@ mod tests {
             memory.confirm_slots_short(t(0), back, poll),
             Duration::from_secs(60)
         );
-        assert_eq!(memory.slots_back(t(100)), Some(back));
+        assert_eq!(memory.slots_back(t(100), poll), Some(back));
         assert_eq!(
             memory.recall(&wanted(1), t(100), None),
             Recall::Denied(Duration::from_millis(59_900))
@@ -383,7 +440,7 @@ mod tests {
         // Read again, unchanged: the lookup still holds; changed: it is looked up again.
         let row = memory.row().cloned().unwrap();
         memory.learn(row.clone(), t(300));
-        assert_eq!(memory.slots_back(t(300)), Some(back));
+        assert_eq!(memory.slots_back(t(300), poll), Some(back));
         memory.learn(
             BucketState {
                 version: row.version + 1,
@@ -391,13 +448,17 @@ mod tests {
             },
             t(300),
         );
-        assert_eq!(memory.slots_back(t(300)), None);
+        assert_eq!(memory.slots_back(t(300), poll), None);
         // No live lease explains the shortage: look again after the poll interval.
         assert_eq!(memory.confirm_slots_short(t(300), None, poll), poll);
         assert_eq!(
             memory.recall(&wanted(1), t(400), None),
             Recall::Denied(Duration::from_millis(200))
         );
+        // That no lease showed holds the poll interval for the same row, no longer.
+        memory.learn(memory.row().cloned().unwrap(), t(450));
+        assert_eq!(memory.slots_back(t(450), poll), Some(None));
+        assert_eq!(memory.slots_back(t(600), poll), None);
         // A cost above the capacity is never answered from memory.
         assert_eq!(memory.recall(&wanted(3), t(400), None), Recall::Unconfirmed);
     }

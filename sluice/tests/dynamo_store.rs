@@ -888,6 +888,14 @@ async fn a_lost_race_hands_back_the_current_row() {
 /// it forwards (the request reaches the server; the client sees the connection drop).
 /// Returns the proxy's endpoint and a count of the transactions it forwarded.
 async fn answer_losing_proxy(upstream: String) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    answer_losing_proxy_for(upstream, "TransactWriteItems").await
+}
+
+/// [`answer_losing_proxy`] for the first call of `operation` (`UpdateItem`, `PutItem`, …).
+async fn answer_losing_proxy_for(
+    upstream: String,
+    operation: &'static str,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let upstream = upstream.trim_start_matches("http://").to_owned();
@@ -912,7 +920,7 @@ async fn answer_losing_proxy(upstream: String) -> (String, Arc<std::sync::atomic
                     }
                     let chunk = &buf[..n];
                     if String::from_utf8_lossy(chunk)
-                        .contains("DynamoDB_20120810.TransactWriteItems")
+                        .contains(&format!("DynamoDB_20120810.{operation}\r"))
                     {
                         counted.fetch_add(1, Ordering::SeqCst);
                         if !dropped.swap(true, Ordering::SeqCst) {
@@ -995,4 +1003,77 @@ async fn a_transaction_resent_after_a_lost_answer_is_not_applied_twice() {
         direct.commit(commit).await,
         Err(sluice::store::CommitError::Condition(_))
     ));
+}
+
+#[tokio::test]
+async fn a_single_write_resent_after_a_lost_answer_is_not_applied_twice() {
+    use sluice::store::{BucketWrite, Commit};
+    let Some(endpoint) = dynamo::endpoint() else {
+        return;
+    };
+    let direct = dynamo::fresh_store().await.unwrap();
+    let sluice = Sluice::builder().store(direct.clone()).build().unwrap();
+    let dim = format!("{}#rpm", vendor());
+    let row = sluice
+        .put_bucket(&dim, Bucket::requests(RefillRate::per_second(1)).lean())
+        .await
+        .unwrap();
+
+    // A lean grant's write: one conditional `UpdateItem`. Its answer is lost and the SDK
+    // resends it; the resend's condition fails on the row the first one wrote, which
+    // carries this write's id: that is this write, applied once.
+    let (proxied, updates) = answer_losing_proxy_for(endpoint.clone(), "UpdateItem").await;
+    let store = DynamoStore::new(dynamo::client(&proxied), direct.table());
+    let write = BucketWrite::new(row.clone(), row.tokens - Tokens::new(1), row.last_refill_at);
+    store
+        .commit(Commit {
+            buckets: vec![write.clone()],
+            leases: vec![],
+        })
+        .await
+        .expect("the resent write is recognised as applied");
+    assert_eq!(
+        updates.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the SDK resent it"
+    );
+    let after = sluice.bucket(&dim).await.unwrap().unwrap();
+    assert_eq!(
+        (after.version, after.tokens, after.write_id),
+        (
+            row.version + 1,
+            row.tokens - Tokens::new(1),
+            Some(write.write_id)
+        )
+    );
+    // Another write computed from the same row is another write: its condition fails.
+    assert!(matches!(
+        direct
+            .commit(Commit {
+                buckets: vec![BucketWrite::new(
+                    row.clone(),
+                    row.tokens,
+                    row.last_refill_at
+                )],
+                leases: vec![],
+            })
+            .await,
+        Err(sluice::store::CommitError::Condition(_))
+    ));
+
+    // The same for a whole-row `PutItem` (a redefinition).
+    let (proxied, puts) = answer_losing_proxy_for(endpoint, "PutItem").await;
+    let store = DynamoStore::new(dynamo::client(&proxied), direct.table());
+    let redefined = sluice::BucketState {
+        version: after.version + 1,
+        write_id: Some(7),
+        ..after.clone()
+    };
+    assert!(store.put_bucket(&redefined, Some(&after)).await.unwrap());
+    assert_eq!(
+        puts.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the SDK resent it"
+    );
+    assert_eq!(sluice.bucket(&dim).await.unwrap().unwrap(), redefined);
 }

@@ -241,3 +241,36 @@ async fn a_caller_behind_many_dropped_acquires_is_answered() {
     settle().await;
     assert_eq!(tokens(&sluice, dim).await, Tokens::new(498));
 }
+
+#[tokio::test]
+async fn a_release_dropped_by_its_caller_still_happens() {
+    let (sluice, store, dim) = client_with(Bucket::concurrent(3)).await;
+    let lease = sluice.acquire(dim).await.unwrap();
+    let key = lease.id().keys()[0].clone();
+    store.close();
+    let writing = tokio::spawn({
+        let sluice = sluice.clone();
+        async move { sluice.acquire(dim).await }
+    });
+    store.held(1).await;
+    // Queued behind the write in flight, then its caller goes away (a timeout around a
+    // slot, a cancelled request).
+    let releasing = tokio::spawn(lease.release());
+    settle().await;
+    releasing.abort();
+    settle().await;
+    store.open();
+    let other = writing.await.unwrap().unwrap();
+    settle().await;
+    assert!(
+        store.read_leases(&[key]).await.unwrap()[0].is_none(),
+        "the lease row was deleted"
+    );
+    assert_eq!(
+        tokens(&sluice, dim).await,
+        Tokens::new(2),
+        "its slot came back"
+    );
+    other.release().await.unwrap();
+    assert_eq!(tokens(&sluice, dim).await, Tokens::new(3));
+}

@@ -139,7 +139,10 @@ impl BucketWrite {
     /// The version the row gets, or `None` when the expected one is already at
     /// [`MAX_VERSION`](crate::bucket::MAX_VERSION) (a store refuses such a write).
     pub fn next_version(&self) -> Option<u64> {
-        Some(self.expected.version + 1).filter(|v| *v <= crate::bucket::MAX_VERSION)
+        self.expected
+            .version
+            .checked_add(1)
+            .filter(|v| *v <= crate::bucket::MAX_VERSION)
     }
 
     /// Checks that the row this write leaves is one a store may keep (the definition is the

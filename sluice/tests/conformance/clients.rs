@@ -400,3 +400,28 @@ pub async fn redefining_a_concurrent_bucket_moves_its_free_slots_with_its_capaci
     }
     assert_eq!(env.tokens("concurrent").await, Tokens::new(5));
 }
+
+pub async fn a_multi_dimension_acquire_on_a_bucket_deleted_elsewhere_is_unknown(env: Env) {
+    requests(&env, "rpm", 100, 1).await;
+    requests(&env, "tpm", 1_000, 1).await;
+    let both = || Acquire::new(env.dim("rpm")).and_cost(env.dim("tpm"), 10);
+    env.sluice
+        .acquire(both())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        env.client("b")
+            .delete_bucket(&env.dim("tpm"))
+            .await
+            .unwrap()
+    );
+    for _ in 0..2 {
+        match env.sluice.acquire(both()).await {
+            Err(Error::UnknownDimension(d)) => assert_eq!(d.as_str(), env.dim("tpm")),
+            other => panic!("expected UnknownDimension, got {other:?}"),
+        }
+    }
+}

@@ -187,6 +187,7 @@ macro_rules! suite {
             a_multi_dimension_acquire_follows_rows_whose_version_went_down,
             cost_above_a_remembered_capacity_is_confirmed_by_the_store,
             redefining_a_concurrent_bucket_moves_its_free_slots_with_its_capacity,
+            a_multi_dimension_acquire_on_a_bucket_deleted_elsewhere_is_unknown,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

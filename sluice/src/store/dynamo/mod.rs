@@ -362,6 +362,14 @@ impl DynamoStore {
                 Ok(())
             }
             Err(e) => match e.as_service_error() {
+                // The SDK resent this write after losing the answer to one that applied:
+                // the row the condition found is the one this write produced.
+                Some(UpdateItemError::ConditionalCheckFailedException(c))
+                    if c.item().is_some_and(|item| is_own_write(item, &w.after())) =>
+                {
+                    tracing::debug!(dimension = %w.dimension(), "a resent write had applied");
+                    Ok(())
+                }
                 Some(UpdateItemError::ConditionalCheckFailedException(c)) => Err(
                     CommitError::Condition(self.changed(w.dimension(), c.item())),
                 ),
@@ -583,6 +591,16 @@ impl DynamoStore {
             .into()),
         }
     }
+}
+
+/// Whether `item` is the row `written` describes, stamped by the very write that produced
+/// it: same write id and version. A write id is new for every write, so only a resend of
+/// that write can find it (DynamoDB applies conditional single-item writes at most once per
+/// call, but the SDK resends a call whose answer was lost).
+fn is_own_write(item: &Item, written: &BucketState) -> bool {
+    written.write_id.is_some()
+        && row::bucket_state(item)
+            .is_ok_and(|row| row.write_id == written.write_id && row.version == written.version)
 }
 
 /// The parts of a bucket write's `UpdateItem`.
@@ -839,6 +857,7 @@ impl Store for DynamoStore {
             .put_item()
             .table_name(self.table.as_ref())
             .set_item(Some(row::bucket_item(state)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total);
         request = match expected {
             None => request.condition_expression(NOT_EXISTS),
@@ -857,6 +876,12 @@ impl Store for DynamoStore {
                 Ok(true)
             }
             Err(e) => match e.as_service_error() {
+                // A resend of a put that had applied finds the row it wrote.
+                Some(PutItemError::ConditionalCheckFailedException(c))
+                    if c.item().is_some_and(|item| is_own_write(item, state)) =>
+                {
+                    Ok(true)
+                }
                 Some(PutItemError::ConditionalCheckFailedException(_)) => Ok(false),
                 _ => Err(self.err(e)),
             },
