@@ -5,18 +5,23 @@
 //! lean grant's request shape (four attributes set, a condition on the version and the write
 //! id, `ALL_OLD` on failure: what the SDK and server spend on the request itself), and then
 //! sluice
-//! in each mode (the seed protocol, the fast path, the fast path on a lean bucket, and the
-//! same prefetching 32 tokens per write for up to 100 ms): every
-//! task acquires on one ample bucket and releases, as fast as it can. It reports grants per
-//! second, acquire p50/p99, DynamoDB calls and capacity units per grant (from
-//! `ReturnConsumedCapacity`), client CPU per grant, and each p50 and CPU per grant over the
-//! floor's. The time of each row is split into rounds, and every round runs each row once
+//! in each mode (the seed protocol; the fast path with its leases in lease rows, as before
+//! sluice kept them in the bucket row, and as it is; the fast path on a lean bucket, and the
+//! same prefetching 32 tokens per write for up to 100 ms; and OpenAI's everyday pair, every
+//! acquire taking 1 from `rpm` and 50-500 from `tpm`, on the seed protocol and on the fast
+//! path): every task acquires on ample buckets and releases, as fast as it can. It reports
+//! grants per second, acquire p50/p99, DynamoDB calls and capacity units per grant (from
+//! `ReturnConsumedCapacity`; write units as real DynamoDB bills them, two per
+//! transactional item where DynamoDB Local reports one), client CPU per grant, and each p50
+//! and CPU per grant over the floor's. The time of each row is split into rounds, and every round runs each row once
 //! in turn, so drift on a shared machine (a JIT warming up, a neighbour's load) falls on
 //! every row alike instead of on whichever ran during it.
 //!
 //! At the limit: a bucket of capacity 100 refilling 10 per second, far more demand than
 //! supply; it reports the grants against `capacity + refill_rate * elapsed` and checks the
-//! bucket row's ledger (grants + tokens left = supply, so nothing was over-granted).
+//! bucket row's ledger (grants + tokens left = supply, so nothing was over-granted). The
+//! two-dimension modes run with `tpm` the bottleneck (capacity 5,000 refilling 5,000 per
+//! second, `rpm` ample): the `tpm` tokens granted against its supply, and its ledger.
 //!
 //! ```text
 //! ./scripts/loadgen.sh                        # starts DynamoDB Local, runs everything
@@ -36,8 +41,8 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
 use clap::Parser;
 use sluice::{
-    Bucket, Clock as _, Config, DynamoStore, Error, Prefetch, Protocol, RefillRate, Sluice,
-    SystemClock, Tokens, UnixMillis,
+    Acquire, Bucket, Clock as _, Config, DynamoStore, Error, Prefetch, Protocol, RefillRate,
+    Sluice, SystemClock, Tokens, UnixMillis,
 };
 
 #[derive(Debug, Parser)]
@@ -70,6 +75,9 @@ struct Args {
     /// Internal: the dimension the workers use.
     #[arg(long, hide = true, default_value = "loadgen#rpm")]
     dimension: String,
+    /// Internal: the second dimension of the two-dimension modes.
+    #[arg(long, hide = true, default_value = "loadgen#tpm")]
+    tokens_dimension: String,
     /// Internal: when the workers start (unix milliseconds).
     #[arg(long, hide = true, default_value_t = 0)]
     start_ms: i64,
@@ -85,6 +93,10 @@ struct Args {
 #[derive(Debug, Default, Clone)]
 struct Report {
     grants: u64,
+    /// Tokens granted on the dimension that counts (`tpm` in the two-dimension modes).
+    tokens: u64,
+    /// Write units of transactions, as DynamoDB Local reports them (one per item).
+    transaction_milliunits: u64,
     denials: u64,
     errors: u64,
     calls: u64,
@@ -98,8 +110,10 @@ impl Report {
     fn line(&self) -> String {
         let lat: Vec<String> = self.latencies_us.iter().map(u64::to_string).collect();
         format!(
-            "report {} {} {} {} {} {} {} {}",
+            "report {} {} {} {} {} {} {} {} {} {}",
             self.grants,
+            self.tokens,
+            self.transaction_milliunits,
             self.denials,
             self.errors,
             self.calls,
@@ -115,6 +129,8 @@ impl Report {
         let mut num = || f.next()?.parse::<u64>().ok();
         let mut r = Report {
             grants: num()?,
+            tokens: num()?,
+            transaction_milliunits: num()?,
             denials: num()?,
             errors: num()?,
             calls: num()?,
@@ -134,6 +150,8 @@ impl Report {
 
     fn merge(&mut self, other: Report) {
         self.grants += other.grants;
+        self.tokens += other.tokens;
+        self.transaction_milliunits += other.transaction_milliunits;
         self.denials += other.denials;
         self.errors += other.errors;
         self.calls += other.calls;
@@ -141,6 +159,11 @@ impl Report {
         self.write_milliunits += other.write_milliunits;
         self.cpu_ns += other.cpu_ns;
         self.latencies_us.extend(other.latencies_us);
+    }
+
+    /// Write units as real DynamoDB bills them: two per transactional item.
+    fn billed_write_milliunits(&self) -> u64 {
+        self.write_milliunits + self.transaction_milliunits
     }
 
     fn percentile(&self, p: usize) -> Duration {
@@ -177,17 +200,42 @@ const FLOOR_KEY: &str = "loadgen#floor";
 /// The write id the grant-shaped write sets, and its condition expects.
 const SHAPED_WRITE_ID: &str = "0123456789abcdef";
 const AMPLE: &str = "loadgen#rpm";
+const AMPLE_TPM: &str = "loadgen#tpm";
 const AMPLE_LEAN: &str = "loadgen#lean";
 const LIMIT_CAPACITY: u64 = 100;
 const LIMIT_PER_SECOND: u64 = 10;
+/// `tpm` at the limit in the two-dimension modes.
+const LIMIT_TPM: u64 = 5_000;
+/// The `tpm` cost of a two-dimension acquire is drawn from this range.
+const TPM_COSTS: std::ops::RangeInclusive<u64> = 50..=500;
 
-/// The modes measured, with the dimension each uses on an ample bucket.
-const MODES: [(&str, &str); 4] = [
+/// The modes measured.
+const MODES: [(&str, &str); 7] = [
     ("seed protocol", "seed"),
+    ("fast path, lease rows", "fast-rows"),
     ("fast path", "fast"),
     ("lean mode", "lean"),
     ("lean + prefetch", "prefetch"),
+    ("seed protocol, rpm + tpm", "seed2"),
+    ("fast path, rpm + tpm", "fast2"),
 ];
+
+/// Whether `mode` takes `rpm` and `tpm` in each acquire.
+fn two_dimensions(mode: &str) -> bool {
+    mode.ends_with('2')
+}
+
+/// A small per-task random sequence (xorshift), for the `tpm` costs.
+struct Costs(u64);
+
+impl Costs {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        TPM_COSTS.start() + self.0 % (TPM_COSTS.end() - TPM_COSTS.start() + 1)
+    }
+}
 
 /// What the `prefetch` mode takes ahead per write, and for how long.
 const PREFETCH_TOKENS: i64 = 32;
@@ -197,10 +245,15 @@ async fn child(args: Args, kind: String) {
     let store = store(&args).await;
     let mut builder = Sluice::builder().store(store.clone()).config(Config {
         caller: "loadgen".to_owned(),
-        protocol: if kind == "seed" {
+        protocol: if kind.starts_with("seed") {
             Protocol::Seed
         } else {
             Protocol::Fast
+        },
+        leases_per_row: if kind == "fast-rows" {
+            0
+        } else {
+            sluice::DEFAULT_LEASES_PER_ROW
         },
         ..Config::default()
     });
@@ -225,7 +278,13 @@ async fn child(args: Args, kind: String) {
         let client = store.client().clone();
         let table = args.table.clone();
         let dimension = args.dimension.clone();
+        let tokens_dimension = args.tokens_dimension.clone();
         let kind = kind.clone();
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        let mut costs =
+            Costs((seed ^ (tasks.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1);
         tasks.push(tokio::spawn(async move {
             let mut r = Report::default();
             while Instant::now() < deadline {
@@ -280,10 +339,21 @@ async fn child(args: Args, kind: String) {
                     }
                     continue;
                 }
-                match sluice.acquire(dimension.as_str()).await {
+                let (request, tokens) = if two_dimensions(&kind) {
+                    let cost = costs.next();
+                    (
+                        Acquire::with_cost(dimension.as_str(), 1)
+                            .and_cost(tokens_dimension.as_str(), cost),
+                        cost,
+                    )
+                } else {
+                    (Acquire::new(dimension.as_str()), 1)
+                };
+                match sluice.acquire(request).await {
                     Ok(lease) => {
                         r.latencies_us.push(started.elapsed().as_micros() as u64);
                         r.grants += 1;
+                        r.tokens += tokens;
                         if lease.release().await.is_err() {
                             r.errors += 1;
                         }
@@ -313,6 +383,7 @@ async fn child(args: Args, kind: String) {
         total.calls = stats.calls;
         total.read_milliunits = stats.read_milliunits;
         total.write_milliunits = stats.write_milliunits;
+        total.transaction_milliunits = stats.transaction_write_milliunits;
     }
     println!("{}", total.line());
 }
@@ -323,6 +394,7 @@ fn run_shape(
     args: &Args,
     kind: &str,
     dimension: &str,
+    tokens_dimension: &str,
     processes: usize,
     tasks: usize,
     seconds: u64,
@@ -337,6 +409,8 @@ fn run_shape(
             cmd.args([
                 "--child",
                 kind,
+                "--tokens-dimension",
+                tokens_dimension,
                 "--tasks",
                 &tasks.to_string(),
                 "--seconds",
@@ -414,6 +488,10 @@ async fn main() {
         .await
         .expect("bucket");
     sluice
+        .put_bucket(AMPLE_TPM, ample.clone())
+        .await
+        .expect("tpm bucket");
+    sluice
         .put_bucket(AMPLE_LEAN, ample.lean())
         .await
         .expect("lean bucket");
@@ -427,8 +505,8 @@ async fn main() {
 
     if args.warmup > 0 {
         eprintln!("warming up for {} s", args.warmup);
-        run_shape(&args, "floor", AMPLE, 1, 4, args.warmup);
-        run_shape(&args, "fast", AMPLE, 1, 4, args.warmup);
+        run_shape(&args, "floor", AMPLE, AMPLE_TPM, 1, 4, args.warmup);
+        run_shape(&args, "fast", AMPLE, AMPLE_TPM, 1, 4, args.warmup);
     }
     println!(
         "| mode | processes x tasks | grants/s | acquire p50 | acquire p99 | calls/grant | write units/grant | read units/grant | client CPU/grant | p50 / floor p50 | CPU / floor CPU |"
@@ -452,7 +530,7 @@ async fn main() {
             let kinds = ["floor", "shaped"].into_iter().chain(MODES.map(|(_, m)| m));
             for ((_, total, time), kind) in rows.iter_mut().zip(kinds) {
                 let dimension = dimension_of(kind);
-                let (r, t_run, _) = run_shape(&args, kind, dimension, p, t, seconds);
+                let (r, t_run, _) = run_shape(&args, kind, dimension, AMPLE_TPM, p, t, seconds);
                 total.merge(r);
                 *time += t_run;
             }
@@ -468,7 +546,7 @@ async fn main() {
                 latency(r.percentile(50)),
                 latency(r.percentile(99)),
                 per_grant(r.calls, r.grants),
-                per_grant(r.write_milliunits, r.grants * 1_000),
+                per_grant(r.billed_write_milliunits(), r.grants * 1_000),
                 per_grant(r.read_milliunits, r.grants * 1_000),
                 per_grant(r.cpu_ns / 1_000, r.grants),
                 r.percentile(50).as_secs_f64() / floor_p50,
@@ -487,43 +565,72 @@ async fn main() {
     );
     println!();
     println!(
-        "| mode | processes x tasks | grants | supply (capacity + refill x elapsed) | granted / supply | calls/grant | ledger |"
+        "| mode | processes x tasks | grants | tokens granted | supply (capacity + refill x elapsed) | granted / supply | calls/grant | errors | ledger |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for text in args.limit_shapes.iter().filter(|s| !s.is_empty()) {
         let (p, t) = shape(text);
         for (name, mode) in MODES {
-            let dimension = format!("limit{}#{mode}", rand_suffix());
-            let bucket = Bucket::requests(RefillRate::per_second(LIMIT_PER_SECOND))
-                .with_capacity(LIMIT_CAPACITY);
+            let suffix = rand_suffix();
+            let dimension = format!("limit{suffix}#{mode}");
+            let tokens_dimension = format!("limit{suffix}#{mode}-tpm");
+            // The bucket at the limit, and what it holds and refills.
+            let (capacity, per_second) = if two_dimensions(mode) {
+                sluice
+                    .put_bucket(&dimension, ample.clone())
+                    .await
+                    .expect("bucket");
+                (LIMIT_TPM, LIMIT_TPM)
+            } else {
+                (LIMIT_CAPACITY, LIMIT_PER_SECOND)
+            };
+            let bucket = if two_dimensions(mode) {
+                Bucket::tokens(RefillRate::per_second(per_second))
+            } else {
+                Bucket::requests(RefillRate::per_second(per_second))
+            }
+            .with_capacity(capacity);
             let bucket = if mode == "lean" || mode == "prefetch" {
                 bucket.lean()
             } else {
                 bucket
             };
-            sluice.put_bucket(&dimension, bucket).await.expect("bucket");
-            let (r, time, start) = run_shape(&args, mode, &dimension, p, t, args.limit_seconds);
-            let supply = LIMIT_CAPACITY as f64 + LIMIT_PER_SECOND as f64 * time.as_secs_f64();
+            let limited = if two_dimensions(mode) {
+                &tokens_dimension
+            } else {
+                &dimension
+            };
+            sluice.put_bucket(limited, bucket).await.expect("bucket");
+            let (r, time, start) = run_shape(
+                &args,
+                mode,
+                &dimension,
+                &tokens_dimension,
+                p,
+                t,
+                args.limit_seconds,
+            );
+            let supply = capacity as f64 + per_second as f64 * time.as_secs_f64();
             // The row's own ledger: everything granted plus what is left is exactly what
             // was there plus what refilled since the first grant.
-            let row = sluice.bucket(&dimension).await.unwrap().unwrap();
+            let row = sluice.bucket(limited).await.unwrap().unwrap();
             let now = sluice.now();
             let left = row.available(now);
             let refilled_ms = i128::from(now.as_millis() - start.as_millis());
-            let most = Tokens::new(LIMIT_CAPACITY as i64)
-                + Tokens::from_nanos(
-                    refilled_ms * i128::from(LIMIT_PER_SECOND) * 1_000_000_000 / 1_000,
-                );
-            let ledger = if Tokens::from(r.grants) + left <= most {
+            let most = Tokens::new(capacity as i64)
+                + Tokens::from_nanos(refilled_ms * i128::from(per_second) * 1_000_000_000 / 1_000);
+            let ledger = if Tokens::from(r.tokens) + left <= most {
                 "no over-grant"
             } else {
                 "OVER-GRANT"
             };
             println!(
-                "| {name} | {p}x{t} | {} | {supply:.0} | {:.1}% | {} | {ledger} |",
+                "| {name} | {p}x{t} | {} | {} | {supply:.0} | {:.1}% | {} | {} | {ledger} |",
                 r.grants,
-                r.grants as f64 * 100.0 / supply,
+                r.tokens,
+                r.tokens as f64 * 100.0 / supply,
                 per_grant(r.calls, r.grants),
+                r.errors,
             );
             if r.errors > 0 {
                 eprintln!("  {name} {p}x{t} at the limit: {} errors", r.errors);

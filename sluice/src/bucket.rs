@@ -332,6 +332,28 @@ pub struct BucketState {
     /// row is anything else, a bucket deleted and created again at a repeated version
     /// included.
     pub write_id: Option<u64>,
+    /// The leases kept in the row itself (sluice's fast path keeps a grant's lease where
+    /// the grant's one write carries it), in no particular order. Their tokens are already
+    /// taken from `tokens`, like those of lease rows. Releasing a lease that gives nothing
+    /// back removes it without changing the version, so two rows that differ only here are
+    /// the same row for a write's condition (see [`same_row`](Self::same_row)).
+    pub held: Vec<HeldLease>,
+}
+
+/// A lease kept in its bucket's row (see [`BucketState::held`]): what a lease row would
+/// say, without the row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLease {
+    /// The lease's unique id: its key is `lease#{dimension}#{id}`, as a lease row's would be.
+    pub id: String,
+    /// The tokens taken.
+    pub cost: Tokens,
+    /// When the lease was taken.
+    pub created_at: UnixMillis,
+    /// When the lease expires and becomes the reconciler's to give back.
+    pub expires_at: UnixMillis,
+    /// Who took it (`SLUICE_CALLER`).
+    pub caller: String,
 }
 
 /// A new [`BucketState::write_id`]: distinct within the process (a counter through a
@@ -379,7 +401,25 @@ impl BucketState {
             last_refill_at: now,
             version: 0,
             write_id: None,
+            held: Vec::new(),
         }
+    }
+
+    /// Whether `other` is the same row for a write's condition: everything but the
+    /// [`held`](Self::held) leases, which a release that gives nothing back removes
+    /// without a new version.
+    pub fn same_row(&self, other: &BucketState) -> bool {
+        self.dimension == other.dimension
+            && self.bucket == other.bucket
+            && self.tokens == other.tokens
+            && self.last_refill_at == other.last_refill_at
+            && self.version == other.version
+            && self.write_id == other.write_id
+    }
+
+    /// The lease with the unique id `id` kept in the row, if any.
+    pub fn held_lease(&self, id: &str) -> Option<&HeldLease> {
+        self.held.iter().find(|h| h.id == id)
     }
 
     /// Checks a stored row: its definition is valid (see [`Bucket::validate`]) and its
@@ -643,6 +683,7 @@ mod tests {
             last_refill_at: UnixMillis::new(1_000_000),
             version: 0,
             write_id: None,
+            held: Vec::new(),
         }
     }
 
@@ -785,6 +826,7 @@ mod tests {
             last_refill_at: UnixMillis::EPOCH,
             version: MAX_VERSION,
             write_id: None,
+            held: Vec::new(),
         };
         assert!(deepest.validate().is_ok());
         // The fastest refill for ten thousand years fills it exactly.
@@ -951,7 +993,7 @@ mod tests {
                 bucket: Bucket::new(LimitType::Tokens, cap, rate),
                 tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
                 last_refill_at: UnixMillis::new(1_700_000_000_000),
-                version: 3, write_id: None,
+                version: 3, write_id: None, held: Vec::new(),
             };
             let cost = Tokens::from_nanos((cap.as_nanos() * i128::from(cost_pct) / 100).max(1));
             let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
@@ -986,7 +1028,7 @@ mod tests {
                 bucket: Bucket::new(LimitType::Requests, cap, rate),
                 tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
                 last_refill_at: UnixMillis::new(1_700_000_000_000),
-                version: 3, write_id: None,
+                version: 3, write_id: None, held: Vec::new(),
             };
             let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
             let pause = Duration::from_millis(pause_ms);

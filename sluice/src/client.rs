@@ -16,12 +16,12 @@ use crate::detach::Detached;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::fast::Lanes;
-use crate::lease::{Lease, LeaseId, LeasePart};
+use crate::lease::{Kept, Lease, LeaseId, LeasePart};
 use crate::remembered::{MIN_RETRY_IN, Recall};
 use crate::snapshot::Snapshot;
 use crate::store::{
-    BucketWrite, Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord,
-    LeaseWrite, MemoryStore, Store, StoreError,
+    BucketWrite, Commit, CommitError, ConditionFailure, HeldWrite, LeaseFilter, LeaseKey,
+    LeaseRecord, LeaseWrite, MemoryStore, Store, StoreError,
 };
 use crate::tokens::Tokens;
 
@@ -159,6 +159,19 @@ impl SluiceBuilder {
         self
     }
 
+    /// Sets the most live leases a bucket row keeps itself on the fast path (see
+    /// [`Config::leases_per_row`]; `0`: every lease in a row of its own).
+    ///
+    /// ```
+    /// let sluice = sluice::Sluice::builder().leases_per_row(0).build()?;
+    /// assert_eq!(sluice.config().leases_per_row, 0);
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn leases_per_row(mut self, leases: usize) -> Self {
+        self.config.leases_per_row = leases;
+        self
+    }
+
     /// Prefetches tokens of the lean bucket `dimension` (see [`Prefetch`] for the
     /// overshoot bound this accepts).
     pub fn prefetch(mut self, dimension: Dimension, prefetch: Prefetch) -> Self {
@@ -192,6 +205,14 @@ impl SluiceBuilder {
                 variable: "SLUICE_LEASE_TTL",
                 value: format!("{:?}", self.config.lease_ttl),
                 reason: "the lease TTL must be at least one millisecond",
+            }
+            .into());
+        }
+        if self.config.leases_per_row > crate::config::MAX_LEASES_PER_ROW {
+            return Err(ConfigError::Invalid {
+                variable: "SLUICE_LEASES_PER_ROW",
+                value: self.config.leases_per_row.to_string(),
+                reason: "at most 1000 leases per bucket row",
             }
             .into());
         }
@@ -339,17 +360,22 @@ impl Sluice {
         let fast = self.inner.config.protocol == Protocol::Fast;
         let result = match <[Wanted; 1]>::try_from(wanted) {
             Ok([one]) if fast => {
-                self.acquire_fast(one, ttl, fresh_after)
+                self.acquire_fast(one, ttl, fresh_after, true)
                     .instrument(span.clone())
                     .await
             }
             Ok(one) => {
-                self.acquire_resolved(&one, ttl, false, fresh_after)
+                self.acquire_resolved(&one, ttl, fresh_after)
+                    .instrument(span.clone())
+                    .await
+            }
+            Err(many) if fast => {
+                self.acquire_many_fast(many, ttl, fresh_after)
                     .instrument(span.clone())
                     .await
             }
             Err(many) => {
-                self.acquire_resolved(&many, ttl, fast, fresh_after)
+                self.acquire_resolved(&many, ttl, fresh_after)
                     .instrument(span.clone())
                     .await
             }
@@ -372,40 +398,29 @@ impl Sluice {
         result
     }
 
-    /// An acquire through one atomic write of every bucket it names. With `fast` (several
-    /// dimensions on the fast path) the rows come from what this client remembers (read
-    /// only where it remembers nothing) and a lost race retries at once from the row the
-    /// store hands back; otherwise (the seed's protocol) every attempt reads the rows
-    /// first. Either way a refusal comes from rows the store confirmed, or from memory
-    /// inside its denial window (see [`remembered`](crate::remembered)).
+    /// An acquire on the seed's protocol: every attempt reads the rows, then writes every
+    /// bucket it names and the lease rows in one atomic write. A refusal comes from the rows
+    /// just read, or from memory inside its denial window (see
+    /// [`remembered`](crate::remembered)).
     async fn acquire_resolved(
         &self,
         wanted: &[Wanted],
         ttl: Duration,
-        fast: bool,
         fresh_after: Option<UnixMillis>,
     ) -> Result<Lease, Error> {
         let dimensions: Vec<Dimension> = wanted.iter().map(|w| w.dimension.clone()).collect();
         let mut unique = new_unique();
         let max_retries = self.inner.config.max_retries;
-        let give_up_after = if fast {
-            crate::fast::MAX_FRESH_RETRIES + max_retries
-        } else {
-            max_retries
-        };
+        let give_up_after = max_retries;
         let mut attempt: u32 = 0;
         let mut conflicts: u32 = 0;
         let mut looked_again: u32 = 0;
         let mut contended = None;
         // The rows in hand, and whether the store confirmed each during this acquire.
-        let (mut rows, mut fresh) = if fast {
-            self.remembered_rows(&dimensions).await?
-        } else {
-            (
-                self.read_rows(&dimensions).await?,
-                vec![true; dimensions.len()],
-            )
-        };
+        let (mut rows, mut fresh) = (
+            self.read_rows(&dimensions).await?,
+            vec![true; dimensions.len()],
+        );
         loop {
             attempt += 1;
             let now = self.now();
@@ -437,6 +452,7 @@ impl Sluice {
                         created_at: now,
                         expires_at,
                         caller: self.inner.config.caller.clone(),
+                        in_bucket: false,
                     }));
                 }
                 parts.push(LeasePart {
@@ -444,7 +460,7 @@ impl Sluice {
                     dimension: row.dimension.clone(),
                     cost,
                     restores,
-                    has_row,
+                    kept: if has_row { Kept::Row } else { Kept::Nowhere },
                 });
             }
             if !refused.is_empty() {
@@ -505,9 +521,6 @@ impl Sluice {
                 buckets: writes,
                 leases,
             };
-            // Whether the next attempt must read the rows first (the seed's protocol always
-            // does; the fast path when the store handed back no row: gone, or unreadable).
-            let mut reread = !fast;
             let backoff = match self.commit_grant(commit, &parts).await {
                 Ok(()) => {
                     for row in written {
@@ -539,14 +552,8 @@ impl Sluice {
                         }
                         _ => false,
                     };
-                    reread |= !handed_back;
                     contended = Some(dimension);
-                    if fast && handed_back {
-                        // The current row is the next attempt's starting point: no read,
-                        // no backoff.
-                        continue;
-                    }
-                    // The seed's protocol: when the row handed back is already short for a
+                    // When the row handed back is already short for a
                     // single dimension, that is the exact answer, with no backoff and no
                     // second read; otherwise back off and read again.
                     if let ([w], [row], true) = (wanted, rows.as_slice(), handed_back)
@@ -589,14 +596,12 @@ impl Sluice {
                     return Err(e.into());
                 }
             };
-            let round = if fast { conflicts.max(1) } else { attempt };
-            if backoff && round <= max_retries {
-                tokio::time::sleep(backoff_delay(round)).await;
+            if backoff && attempt <= max_retries {
+                tokio::time::sleep(backoff_delay(attempt)).await;
             }
-            if reread {
-                rows = self.read_rows(&dimensions).await?;
-                fresh = vec![true; rows.len()];
-            }
+            // The next attempt reads the rows first.
+            rows = self.read_rows(&dimensions).await?;
+            fresh = vec![true; rows.len()];
         }
     }
 
@@ -798,6 +803,8 @@ impl Sluice {
         let mut reclaimed = 0;
         let mut found_expired = false;
         let mut back = None;
+        // Every lease on the dimension, those the row keeps and lease rows alike (another
+        // SDK's, one from before the bucket was created again), earliest expiry first.
         for _ in 0..SLOT_PAGES {
             let page = self.inner.store.slot_leases(dimension, SLOT_PAGE).await?;
             let more = page.len() >= SLOT_PAGE;
@@ -837,43 +844,39 @@ impl Sluice {
         let parts = records
             .into_iter()
             .map(|r| LeasePart {
+                kept: Kept::of(&r),
                 key: r.key,
                 dimension: r.dimension,
                 cost: r.cost,
                 restores: true,
-                has_row: true,
             })
             .collect();
         self.end_parts(parts, None).await
     }
 
-    /// Releases a lease's rows. A single-dimension lease on the fast path goes through its
-    /// lane (no read; the delete rides on the lane's next write); if that write keeps losing
-    /// races, the release falls back to [`end_parts`](Self::end_parts), which keeps trying
-    /// until the lease expires. A several-dimension lease on the fast path whose buckets
-    /// give nothing back is one batch delete.
+    /// Releases a lease's parts. On the fast path each part goes through its dimension's
+    /// lane, all at once (no read; the release rides on the lane's next write); a part
+    /// whose write keeps losing races falls back to [`end_parts`](Self::end_parts), which
+    /// keeps trying until the lease expires. The seed's protocol ends them all in one
+    /// transaction.
     pub(crate) async fn release_parts(
         &self,
         parts: Vec<LeasePart>,
         expires_at: UnixMillis,
     ) -> Result<(), Error> {
-        let fast = self.inner.config.protocol == Protocol::Fast;
-        match <[LeasePart; 1]>::try_from(parts) {
-            Ok([part]) if fast => match self.release_fast(part.clone()).await {
+        if self.inner.config.protocol != Protocol::Fast {
+            return self.end_parts(parts, Some(expires_at)).await.map(drop);
+        }
+        let released = futures::future::join_all(parts.into_iter().map(|part| async move {
+            match self.release_fast(part.clone()).await {
                 Err(Error::Contention { .. }) => {
                     self.end_parts(vec![part], Some(expires_at)).await.map(drop)
                 }
-                done => done.map(drop),
-            },
-            Ok(one) => self.end_parts(one.into(), Some(expires_at)).await.map(drop),
-            // Rows that give nothing back go in one unconditional batch delete (see
-            // `Store::delete_leases`), not a transaction.
-            Err(many) if fast && many.iter().all(|p| !p.restores) => {
-                let keys: Vec<LeaseKey> = many.into_iter().map(|p| p.key).collect();
-                Ok(self.inner.store.delete_leases(&keys).await?)
+                done => done,
             }
-            Err(many) => self.end_parts(many, Some(expires_at)).await.map(drop),
-        }
+        }))
+        .await;
+        released.into_iter().collect()
     }
 
     /// Ends lease parts: deletes their rows and gives back the cost of those that restore
@@ -908,10 +911,29 @@ impl Sluice {
             attempt > max_retries && keep_trying_until.is_none_or(|t| self.now() >= t)
         };
         let mut attempt: u32 = 0;
+        // Leases kept in a bucket row that give nothing back are removed without any
+        // condition (see `Store::forget_held`).
+        let mut forgotten = 0;
+        let (forget, rest): (Vec<LeasePart>, Vec<LeasePart>) = std::mem::take(&mut parts)
+            .into_iter()
+            .partition(|p| p.kept == Kept::InBucket && !p.restores);
+        parts = rest;
+        let mut by_dimension: Vec<(Dimension, Vec<String>)> = Vec::new();
+        for p in forget {
+            let id = p.key.unique().to_owned();
+            match by_dimension.iter_mut().find(|(d, _)| *d == p.dimension) {
+                Some((_, ids)) => ids.push(id),
+                None => by_dimension.push((p.dimension, vec![id])),
+            }
+        }
+        for (dimension, ids) in by_dimension {
+            self.inner.store.forget_held(&dimension, &ids).await?;
+            forgotten += ids.len();
+        }
         loop {
             attempt += 1;
             if parts.is_empty() {
-                return Ok(0);
+                return Ok(forgotten);
             }
             // Aggregate what goes back to each restoring bucket.
             let mut restore: Vec<(Dimension, Tokens)> = Vec::new();
@@ -928,22 +950,38 @@ impl Sluice {
                 self.inner.store.read_buckets(&dims).await?
             };
             let now = self.now();
-            // A deleted bucket has nothing to give back to.
+            // A deleted bucket has nothing to give back to (and the leases it kept went with
+            // it).
             let buckets: Vec<BucketWrite> = restore
                 .iter()
                 .zip(rows)
-                .filter_map(|((_, amount), row)| {
+                .filter_map(|((dimension, amount), row)| {
                     let row = row?;
                     let (tokens, last_refill_at) = row.restored(*amount, now);
-                    Some(BucketWrite::new(row, tokens, last_refill_at))
+                    let held = parts
+                        .iter()
+                        .filter(|p| p.kept == Kept::InBucket && p.dimension == *dimension)
+                        .map(|p| HeldWrite::Remove(p.key.unique().to_owned()))
+                        .collect();
+                    Some(BucketWrite::new(row, tokens, last_refill_at).with_held(held))
                 })
                 .collect();
+            // Kept leases of a bucket that is gone are gone too.
+            let existing: Vec<&Dimension> = buckets.iter().map(BucketWrite::dimension).collect();
+            let gone = parts
+                .iter()
+                .filter(|p| p.kept == Kept::InBucket && !existing.contains(&&p.dimension))
+                .count();
+            if gone > 0 {
+                let existing: Vec<Dimension> = existing.into_iter().cloned().collect();
+                parts.retain(|p| p.kept != Kept::InBucket || existing.contains(&p.dimension));
+            }
             let written: Vec<BucketState> = buckets.iter().map(BucketWrite::after).collect();
             let commit = Commit {
                 buckets,
                 leases: parts
                     .iter()
-                    .filter(|p| p.has_row)
+                    .filter(|p| p.kept == Kept::Row)
                     .map(|p| LeaseWrite::Delete(p.key.clone()))
                     .collect(),
             };
@@ -952,7 +990,7 @@ impl Sluice {
                     for row in written {
                         self.inner.lanes.learn_written(row, now);
                     }
-                    return Ok(parts.len());
+                    return Ok(forgotten + parts.len());
                 }
                 Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
                     tracing::debug!(%key, "lease row already gone (released or reconciled)");
@@ -962,7 +1000,7 @@ impl Sluice {
                     // failed transaction.
                     let keys: Vec<LeaseKey> = parts
                         .iter()
-                        .filter(|p| p.has_row)
+                        .filter(|p| p.is_kept())
                         .map(|p| p.key.clone())
                         .collect();
                     if keys.len() > 1 {
@@ -1029,18 +1067,23 @@ impl Sluice {
             .remove(0);
             let now = self.now();
             let (tokens, last_refill_at) = row.charged(delta, now);
-            let write = BucketWrite::new(row, tokens, last_refill_at);
+            let mut write = BucketWrite::new(row, tokens, last_refill_at);
+            let mut leases = Vec::new();
+            match part.kept {
+                Kept::Row => leases.push(LeaseWrite::SetCost {
+                    key: part.key.clone(),
+                    cost: actual,
+                }),
+                Kept::InBucket => write.held.push(HeldWrite::SetCost {
+                    id: part.key.unique().to_owned(),
+                    cost: actual,
+                }),
+                Kept::Nowhere => {}
+            }
             let written = write.after();
             let commit = Commit {
                 buckets: vec![write],
-                leases: if part.has_row {
-                    vec![LeaseWrite::SetCost {
-                        key: part.key.clone(),
-                        cost: actual,
-                    }]
-                } else {
-                    Vec::new()
-                },
+                leases,
             };
             match self.inner.store.commit(commit).await {
                 Ok(()) => {
@@ -1092,10 +1135,10 @@ impl Sluice {
             .zip(rows)
             .map(|(r, row)| LeasePart {
                 restores: row.is_some_and(|b| b.bucket.limit_type() == LimitType::Concurrent),
+                kept: Kept::of(&r),
                 key: r.key,
                 dimension: r.dimension,
                 cost: r.cost,
-                has_row: true,
             })
             .collect();
         Ok(self.end_parts(parts, None).await? > 0)
@@ -1335,6 +1378,7 @@ impl Sluice {
                         last_refill_at,
                         version: cur.version.saturating_add(1),
                         write_id: Some(new_write_id()),
+                        held: Vec::new(),
                     }
                 }
             };
@@ -1401,11 +1445,11 @@ fn transaction_chunks(mut parts: Vec<LeasePart>) -> Vec<Vec<LeasePart>> {
                     .iter()
                     .any(|p| p.restores && p.dimension == part.dimension)
         };
-        let mut adds = usize::from(part.has_row) + usize::from(new_bucket(&chunk));
+        let mut adds = usize::from(part.is_kept()) + usize::from(new_bucket(&chunk));
         if items + adds > MAX_TRANSACTION_ITEMS && !chunk.is_empty() {
             chunks.push(std::mem::take(&mut chunk));
             items = 0;
-            adds = usize::from(part.has_row) + usize::from(part.restores);
+            adds = usize::from(part.is_kept()) + usize::from(part.restores);
         }
         items += adds;
         chunk.push(part);

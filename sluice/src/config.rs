@@ -13,6 +13,12 @@ pub const DEFAULT_MAX_RETRIES: u32 = 5;
 /// Default slot poll interval (`SLUICE_SLOT_POLL_MS`): how long a short `concurrent` bucket
 /// is remembered, and the longest a waiting caller sleeps before looking again.
 pub const DEFAULT_SLOT_POLL: Duration = Duration::from_millis(300);
+/// Default most leases a bucket row keeps itself (`SLUICE_LEASES_PER_ROW`; see
+/// [`Config::leases_per_row`]).
+pub const DEFAULT_LEASES_PER_ROW: usize = 32;
+/// The most [`Config::leases_per_row`] may be: the row must stay well within DynamoDB's
+/// 400 KB item limit.
+pub const MAX_LEASES_PER_ROW: usize = 1_000;
 
 /// An environment variable with a value sluice cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +59,7 @@ pub enum ConfigError {
 /// | `SLUICE_CALLER` | `caller` written on leases | Lambda function name or host name |
 /// | `SLUICE_PROTOCOL` | `fast` or `seed` (see [`Protocol`]) | `fast` |
 /// | `SLUICE_SLOT_POLL_MS` | slot poll interval, milliseconds (see [`Config::slot_poll`]) | 300 |
+/// | `SLUICE_LEASES_PER_ROW` | most leases a bucket row keeps itself (see [`Config::leases_per_row`]) | 32 |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The DynamoDB table, if any.
@@ -76,6 +83,12 @@ pub struct Config {
     /// the bucket row about once per half interval to once per interval (its waiters on one
     /// dimension share the reads), plus a lease query when the row changed. At least 1 ms.
     pub slot_poll: Duration,
+    /// On the fast path, the most live leases a bucket row keeps itself, so that a grant
+    /// and its lease are one single-item write: each lease adds about 60 bytes to the row,
+    /// and on DynamoDB every write of the row costs one write unit per started kilobyte.
+    /// A grant beyond it gets a lease row of its own, written with the bucket in one
+    /// transaction. `0`: every lease in a row of its own. At most [`MAX_LEASES_PER_ROW`].
+    pub leases_per_row: usize,
 }
 
 /// Local prefetch for a hot dimension whose bucket is in lean mode: when this client
@@ -161,6 +174,7 @@ impl Default for Config {
             protocol: Protocol::default(),
             prefetch: HashMap::new(),
             slot_poll: DEFAULT_SLOT_POLL,
+            leases_per_row: DEFAULT_LEASES_PER_ROW,
         }
     }
 }
@@ -210,6 +224,18 @@ impl Config {
                 }
             })?;
             config.slot_poll = Duration::from_millis(ms);
+        }
+        if let Some(v) = non_empty("SLUICE_LEASES_PER_ROW") {
+            config.leases_per_row = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| *n <= MAX_LEASES_PER_ROW)
+                .ok_or_else(|| ConfigError::Invalid {
+                    variable: "SLUICE_LEASES_PER_ROW",
+                    value: v.clone(),
+                    reason: "expected a whole number from 0 to 1000",
+                })?;
         }
         if let Some(v) = non_empty("SLUICE_PROTOCOL") {
             config.protocol = match v.trim() {
@@ -276,8 +302,16 @@ mod tests {
             ("SLUICE_CALLER", "audit-service"),
             ("SLUICE_PROTOCOL", "seed"),
             ("SLUICE_SLOT_POLL_MS", "150"),
+            ("SLUICE_LEASES_PER_ROW", "0"),
         ]))
         .unwrap();
+        assert_eq!(c.leases_per_row, 0);
+        assert_eq!(
+            Config::from_lookup(env(&[])).unwrap().leases_per_row,
+            DEFAULT_LEASES_PER_ROW
+        );
+        assert!(Config::from_lookup(env(&[("SLUICE_LEASES_PER_ROW", "1001")])).is_err());
+        assert!(Config::from_lookup(env(&[("SLUICE_LEASES_PER_ROW", "-1")])).is_err());
         assert_eq!(c.slot_poll, Duration::from_millis(150));
         assert!(Config::from_lookup(env(&[("SLUICE_SLOT_POLL_MS", "0")])).is_err());
         assert_eq!(

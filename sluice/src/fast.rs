@@ -28,17 +28,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::acquire::Wanted;
-use crate::bucket::{BucketState, Take};
+use crate::bucket::{BucketState, HeldLease, Take};
 use crate::client::{Sluice, backoff_delay, new_unique};
 use crate::clock::UnixMillis;
 use crate::detach::Detached;
 use crate::dimension::Dimension;
 use crate::error::Error;
-use crate::lease::{Lease, LeaseId, LeasePart};
+use crate::lease::{Kept, Lease, LeaseId, LeasePart};
 use crate::remembered::{MIN_RETRY_IN, Recall, Remembered};
 use crate::store::{
-    BucketWrite, Commit, CommitError, ConditionFailure, LeaseKey, LeaseRecord, LeaseWrite,
-    StoreError,
+    BucketWrite, Commit, CommitError, ConditionFailure, HeldWrite, LeaseKey, LeaseRecord,
+    LeaseWrite, StoreError,
 };
 use crate::tokens::Tokens;
 
@@ -128,6 +128,8 @@ struct AcquireJob {
     ttl: Duration,
     /// A waiting caller's wait began then: it takes a denial only from a row learned since.
     fresh_after: Option<UnixMillis>,
+    /// Whether this is the whole request (not one dimension of several).
+    alone: bool,
     reply: Reply<Lease>,
 }
 
@@ -204,18 +206,21 @@ impl Drop for Dequeue<'_> {
 }
 
 impl Sluice {
-    /// A single-dimension acquire on the fast path.
+    /// A single-dimension acquire on the fast path; with `alone` false, one dimension of a
+    /// several-dimension acquire (which neither prefetches nor takes prefetched tokens:
+    /// prefetch is for single-dimension acquires, see [`Prefetch`](crate::Prefetch)).
     pub(crate) async fn acquire_fast(
         &self,
         wanted: Wanted,
         ttl: Duration,
         fresh_after: Option<UnixMillis>,
+        alone: bool,
     ) -> Result<Lease, Error> {
         let lane = self.lanes().lane(&wanted.dimension);
         {
             let now = self.now();
             let mut memory = lane.memory();
-            if let Some(cost) = memory.take_prefetched(&wanted, now) {
+            if alone && let Some(cost) = memory.take_prefetched(&wanted, now) {
                 return Ok(self.prefetched_lease(&wanted, cost, now, ttl));
             }
             if let Recall::Denied(wait) = memory.recall(&wanted, now, fresh_after) {
@@ -228,6 +233,7 @@ impl Sluice {
             wanted,
             ttl,
             fresh_after,
+            alone,
             reply,
         });
         self.on_lane(&lane, job, answer).await
@@ -364,7 +370,7 @@ impl Sluice {
             dimension: wanted.dimension.clone(),
             cost,
             restores: false,
-            has_row: false,
+            kept: Kept::Nowhere,
         };
         self.one_part_lease(part, now, now.saturating_add(ttl), 0)
     }
@@ -377,15 +383,17 @@ impl Sluice {
     /// unanswered: never granted. Answers every other job, or puts it back in the queue.
     async fn commit_batch(&self, lane: &Lane, batch: Vec<Queued>) {
         let mut acquires: Vec<AcquireJob> = Vec::new();
-        let mut restoring: Vec<ReleaseJob> = Vec::new();
+        // Releases that ride on the bucket write (those that give slots back, and those
+        // whose lease the row keeps).
+        let mut carried: Vec<ReleaseJob> = Vec::new();
         let mut plain: Vec<ReleaseJob> = Vec::new();
         let mut later: Vec<Queued> = Vec::new();
         for Queued { ticket, job, _room } in batch {
             match job {
                 Job::Acquire(a) if a.reply.is_closed() => {}
                 Job::Acquire(a) if acquires.len() < MAX_BATCH => acquires.push(a),
-                Job::Release(r) if !r.part.restores => plain.push(r),
-                Job::Release(r) if restoring.len() < MAX_RELEASES => restoring.push(r),
+                Job::Release(r) if !r.part.restores && r.part.kept == Kept::Row => plain.push(r),
+                Job::Release(r) if carried.len() < MAX_RELEASES => carried.push(r),
                 // The rest wait for the next write.
                 job => later.push(Queued { ticket, job, _room }),
             }
@@ -407,7 +415,7 @@ impl Sluice {
                 let _ = r.reply.send(answer);
             }
         };
-        tokio::join!(deletes, self.commit_writes(lane, acquires, restoring));
+        tokio::join!(deletes, self.commit_writes(lane, acquires, carried));
     }
 
     /// The atomic write of [`commit_batch`](Self::commit_batch), retried from the current
@@ -435,12 +443,16 @@ impl Sluice {
         let mut fresh = false;
         loop {
             attempts += 1;
-            // The row is needed to grant, or to give slots back; plain deletes are not.
+            // The row is needed to grant, or to give slots back; releases that give nothing
+            // back are not.
             let needs_row = !acquires.is_empty() || releases.iter().any(|r| r.part.restores);
+            if !needs_row {
+                self.forget_released(&dimension, releases).await;
+                return;
+            }
             let remembered = lane.memory().row().cloned();
             let row = match remembered {
                 Some(row) => row,
-                None if !needs_row => return,
                 None => match self.read_into(lane, &dimension).await {
                     Ok(Some(row)) => {
                         fresh = true;
@@ -466,7 +478,7 @@ impl Sluice {
             let now = self.now();
             // The row as it stands after what this write decided so far: refilled, the
             // released slots given back, then each grant taken in order.
-            let mut after = {
+            let base = {
                 let (tokens, last_refill_at) = row.refilled(now);
                 BucketState {
                     tokens,
@@ -474,30 +486,42 @@ impl Sluice {
                     ..row.clone()
                 }
             };
-            let restored: Tokens = releases
+            let after = base.clone();
+            let released: Tokens = releases
                 .iter()
                 .filter(|r| r.part.restores)
                 .map(|r| r.part.cost)
                 .fold(Tokens::ZERO, |sum, cost| sum + cost);
-            if restored > Tokens::ZERO {
-                (after.tokens, after.last_refill_at) = after.restored(restored, now);
-            }
-            let mut granted: Vec<(AcquireJob, Tokens)> = Vec::with_capacity(acquires.len());
-            let mut refused: Vec<AcquireJob> = Vec::new();
-            for a in std::mem::take(&mut acquires) {
-                let cost = a.wanted.cost(row.bucket.cost_per_call());
-                match after.take(cost, now) {
-                    Take::Granted {
-                        tokens,
-                        last_refill_at,
-                    } => {
-                        (after.tokens, after.last_refill_at) = (tokens, last_refill_at);
-                        granted.push((a, cost));
-                    }
-                    _ => refused.push(a),
+            let (mut after, mut granted, mut refused) =
+                take_in_order(&row, after, released, std::mem::take(&mut acquires), now);
+            // A `concurrent` row short for some of them gives its expired kept leases back
+            // in the same write (exactly once: each removal is conditioned on the lease
+            // still being there), then grants again.
+            let mut reclaimed: Vec<&HeldLease> = Vec::new();
+            if !refused.is_empty() && row.bucket.limit_type().restores_on_release() {
+                reclaimed = row
+                    .held
+                    .iter()
+                    .filter(|h| h.expires_at <= now)
+                    .filter(|h| !releases.iter().any(|r| r.part.key.unique() == h.id))
+                    .collect();
+                if !reclaimed.is_empty() {
+                    let back = reclaimed.iter().fold(released, |sum, h| sum + h.cost);
+                    (after, granted, refused) =
+                        take_in_order(&row, base, back, jobs_of(granted, refused), now);
                 }
             }
-            if granted.is_empty() && releases.is_empty() {
+            let restored = reclaimed.iter().fold(released, |sum, h| sum + h.cost);
+            if granted.is_empty()
+                && reclaimed.is_empty()
+                && !releases.is_empty()
+                && releases.iter().all(|r| !r.part.restores)
+            {
+                // Only releases that give nothing back: no new version for them.
+                self.forget_released(&dimension, std::mem::take(&mut releases))
+                    .await;
+            }
+            if granted.is_empty() && releases.is_empty() && reclaimed.is_empty() {
                 // Nothing to write: only refusals.
                 if !fresh {
                     match self.answer_from_memory(lane, refused, now) {
@@ -528,9 +552,9 @@ impl Sluice {
             // Prefetch rides on a lean grant's write, and only from plenty: the bucket must
             // still hold as much again afterwards.
             let mut prefetched: Option<(Tokens, UnixMillis)> = None;
-            if let (true, false, Some(p)) = (
+            if let (true, true, Some(p)) = (
                 lean,
-                granted.is_empty(),
+                granted.iter().any(|(a, _)| a.alone),
                 self.config().prefetch.get(&dimension),
             ) && let Take::Granted {
                 tokens,
@@ -544,31 +568,81 @@ impl Sluice {
             let restores = row.bucket.limit_type().restores_on_release();
             let caller = &self.config().caller;
             let mut leases = Vec::with_capacity(granted.len() + releases.len());
+            let mut held = Vec::with_capacity(granted.len() + releases.len());
+            // What the row keeps after this write's releases; new leases join while there
+            // is room, the rest get rows of their own.
+            let mut kept_in_row = row
+                .held
+                .len()
+                .saturating_sub(releases.len() + reclaimed.len());
             let mut issued = Vec::with_capacity(granted.len());
             for (a, cost) in &granted {
-                let key = LeaseKey::new(&dimension, &new_unique());
                 let expires_at = now.saturating_add(a.ttl);
-                if !lean {
-                    leases.push(LeaseWrite::Create(LeaseRecord {
-                        slot: restores,
-                        key: key.clone(),
-                        dimension: dimension.clone(),
-                        cost: *cost,
-                        created_at: now,
-                        expires_at,
-                        caller: caller.clone(),
-                    }));
-                }
-                issued.push((key, expires_at));
+                let kept = if lean {
+                    Kept::Nowhere
+                } else if kept_in_row < self.config().leases_per_row {
+                    kept_in_row += 1;
+                    Kept::InBucket
+                } else {
+                    Kept::Row
+                };
+                let key = match kept {
+                    Kept::InBucket => {
+                        let id = new_held_id(&row, &held);
+                        held.push(HeldWrite::Add(HeldLease {
+                            id: id.clone(),
+                            cost: *cost,
+                            created_at: now,
+                            expires_at,
+                            caller: caller.clone(),
+                        }));
+                        LeaseKey::new(&dimension, &id)
+                    }
+                    Kept::Row => {
+                        let key = LeaseKey::new(&dimension, &new_unique());
+                        leases.push(LeaseWrite::Create(LeaseRecord {
+                            slot: restores,
+                            key: key.clone(),
+                            dimension: dimension.clone(),
+                            cost: *cost,
+                            created_at: now,
+                            expires_at,
+                            caller: caller.clone(),
+                            in_bucket: false,
+                        }));
+                        key
+                    }
+                    Kept::Nowhere => LeaseKey::new(&dimension, &new_unique()),
+                };
+                issued.push((key, expires_at, kept));
             }
-            leases.extend(
-                releases
-                    .iter()
-                    .map(|r| LeaseWrite::Delete(r.part.key.clone())),
-            );
-            // Releases of slots that hold nothing (adjusted to zero) only delete their rows.
-            let writes_bucket = !granted.is_empty() || restored > Tokens::ZERO;
-            let write = BucketWrite::new(row.clone(), after.tokens, after.last_refill_at);
+            for r in &releases {
+                let id = r.part.key.unique().to_owned();
+                match (r.part.kept, r.part.restores) {
+                    (Kept::InBucket, true) => held.push(HeldWrite::Remove(id)),
+                    (Kept::InBucket, false) => held.push(HeldWrite::Forget(id)),
+                    (Kept::Row, _) => leases.push(LeaseWrite::Delete(r.part.key.clone())),
+                    // A grant given back that had no lease (lean, or prefetched).
+                    (Kept::Nowhere, _) => {}
+                }
+            }
+            held.extend(reclaimed.iter().map(|h| HeldWrite::Remove(h.id.clone())));
+            // Releases of slots that hold nothing (adjusted to zero) kept in rows of their
+            // own only delete those rows.
+            let writes_bucket = !granted.is_empty()
+                || restored > Tokens::ZERO
+                || held.iter().any(|h| matches!(h, HeldWrite::Remove(_)));
+            if !writes_bucket {
+                // No bucket write to ride on.
+                held.clear();
+                let (forgets, rest): (Vec<ReleaseJob>, Vec<ReleaseJob>) = releases
+                    .into_iter()
+                    .partition(|r| r.part.kept == Kept::InBucket && !r.part.restores);
+                releases = rest;
+                self.forget_released(&dimension, forgets).await;
+            }
+            let write =
+                BucketWrite::new(row.clone(), after.tokens, after.last_refill_at).with_held(held);
             let written = write.after();
             match self
                 .store()
@@ -598,7 +672,7 @@ impl Sluice {
                     {
                         let mut memory = lane.memory();
                         memory.learn_written(written.clone(), now);
-                        if lean && !granted.is_empty() {
+                        if lean && granted.iter().any(|(a, _)| a.alone) {
                             // What is left of an older prefetch was too little for this
                             // write's requests, or is stale: the new one replaces it.
                             memory.set_prefetched(prefetched);
@@ -607,13 +681,13 @@ impl Sluice {
                     if !granted.is_empty() {
                         crate::metrics::batch(granted.len());
                     }
-                    for ((a, cost), (key, expires_at)) in granted.into_iter().zip(issued) {
+                    for ((a, cost), (key, expires_at, kept)) in granted.into_iter().zip(issued) {
                         let part = LeasePart {
                             key,
                             dimension: dimension.clone(),
                             cost,
                             restores,
-                            has_row: !lean,
+                            kept,
                         };
                         let lease = self.one_part_lease(part, now, expires_at, attempts);
                         if let Err(Ok(lease)) = a.reply.send(Ok(lease)) {
@@ -669,8 +743,13 @@ impl Sluice {
                     match releases.iter().position(|r| r.part.key == key) {
                         Some(i) => {
                             // Released or reconciled elsewhere: its slot is back already.
-                            tracing::debug!(%key, "lease row already gone (released or reconciled)");
+                            tracing::debug!(%key, "lease already gone (released or reconciled)");
                             let _ = releases.swap_remove(i).reply.send(Ok(()));
+                        }
+                        None if reclaimed.iter().any(|h| h.id == key.unique()) => {
+                            // Another client reclaimed it first: read the row again.
+                            lane.memory().forget();
+                            fresh = false;
                         }
                         None => {
                             fail_all(jobs_of(granted, refused), releases, || {
@@ -726,16 +805,43 @@ impl Sluice {
         Ok(row)
     }
 
-    /// Deletes the lease rows of releases whose bucket is gone, and answers them.
+    /// Deletes the lease rows of releases whose bucket is gone (the leases it kept went
+    /// with it), and answers them.
     async fn delete_released(&self, releases: Vec<ReleaseJob>) {
         if releases.is_empty() {
             return;
         }
-        let keys: Vec<LeaseKey> = releases.iter().map(|r| r.part.key.clone()).collect();
+        let keys: Vec<LeaseKey> = releases
+            .iter()
+            .filter(|r| r.part.kept == Kept::Row)
+            .map(|r| r.part.key.clone())
+            .collect();
         let deleted = self.store().delete_leases(&keys).await;
         for r in releases {
             let _ = r.reply.send(
                 deleted
+                    .as_ref()
+                    .map_err(|e| Error::Store(e.clone_lossy()))
+                    .copied(),
+            );
+        }
+    }
+
+    /// Removes the leases of releases that give nothing back from the row that keeps them,
+    /// with no condition and no new version (see
+    /// [`Store::forget_held`](crate::store::Store::forget_held)), and answers them.
+    async fn forget_released(&self, dimension: &Dimension, releases: Vec<ReleaseJob>) {
+        if releases.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = releases
+            .iter()
+            .map(|r| r.part.key.unique().to_owned())
+            .collect();
+        let forgotten = self.store().forget_held(dimension, &ids).await;
+        for r in releases {
+            let _ = r.reply.send(
+                forgotten
                     .as_ref()
                     .map_err(|e| Error::Store(e.clone_lossy()))
                     .copied(),
@@ -835,6 +941,47 @@ impl Sluice {
     }
 }
 
+/// `after` (the row refilled to `now`) with `restored` given back, then as many of
+/// `acquires` taken as it can serve, in order: the row as it then stands, the grants and the
+/// refusals.
+fn take_in_order(
+    row: &BucketState,
+    mut after: BucketState,
+    restored: Tokens,
+    acquires: Vec<AcquireJob>,
+    now: UnixMillis,
+) -> (BucketState, Vec<(AcquireJob, Tokens)>, Vec<AcquireJob>) {
+    if restored > Tokens::ZERO {
+        (after.tokens, after.last_refill_at) = after.restored(restored, now);
+    }
+    let mut granted = Vec::with_capacity(acquires.len());
+    let mut refused = Vec::new();
+    for a in acquires {
+        let cost = a.wanted.cost(row.bucket.cost_per_call());
+        match after.take(cost, now) {
+            Take::Granted {
+                tokens,
+                last_refill_at,
+            } => {
+                (after.tokens, after.last_refill_at) = (tokens, last_refill_at);
+                granted.push((a, cost));
+            }
+            _ => refused.push(a),
+        }
+    }
+    (after, granted, refused)
+}
+
+/// A new id for a lease kept in `row`: 64 random bits, none of the row's or this write's.
+fn new_held_id(row: &BucketState, adding: &[HeldWrite]) -> String {
+    loop {
+        let id = format!("{:016x}", rand::random::<u64>());
+        if row.held_lease(&id).is_none() && !adding.iter().any(|h| h.id() == id) {
+            return id;
+        }
+    }
+}
+
 /// The answer when the write carrying a request went away without answering it.
 fn abandoned() -> Error {
     StoreError::service("the write carrying this request was abandoned").into()
@@ -874,6 +1021,7 @@ mod tests {
             wanted,
             ttl: Duration::from_secs(60),
             fresh_after: None,
+            alone: true,
             reply,
         });
         (queued(job), answer)

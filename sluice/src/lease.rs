@@ -81,8 +81,37 @@ pub(crate) struct LeasePart {
     pub(crate) cost: Tokens,
     /// Whether release gives the cost back (`concurrent` buckets).
     pub(crate) restores: bool,
-    /// Whether a lease row exists (`false` for a bucket in lean mode: nothing to release).
-    pub(crate) has_row: bool,
+    /// Where the lease is kept.
+    pub(crate) kept: Kept,
+}
+
+/// Where a lease part is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kept {
+    /// Nowhere: a lean bucket's grant, or one from prefetched tokens (nothing to release).
+    Nowhere,
+    /// In a lease row of its own.
+    Row,
+    /// In its bucket's row ([`BucketState::held`](crate::BucketState::held)).
+    InBucket,
+}
+
+impl Kept {
+    /// Where the lease `record` describes is kept.
+    pub(crate) fn of(record: &crate::store::LeaseRecord) -> Kept {
+        if record.in_bucket {
+            Kept::InBucket
+        } else {
+            Kept::Row
+        }
+    }
+}
+
+impl LeasePart {
+    /// Whether there is a lease to end.
+    pub(crate) fn is_kept(&self) -> bool {
+        self.kept != Kept::Nowhere
+    }
 }
 
 /// Tokens held on one or several dimensions, granted by [`Sluice::acquire`].
@@ -241,10 +270,10 @@ impl Lease {
         std::mem::take(&mut self.parts)
     }
 
-    /// Takes the parts that have lease rows to end; lean parts need nothing.
+    /// Takes the parts that have leases to end; lean parts need nothing.
     pub(crate) fn take_rows(&mut self) -> Vec<LeasePart> {
         let mut parts = std::mem::take(&mut self.parts);
-        parts.retain(|p| p.has_row);
+        parts.retain(LeasePart::is_kept);
         parts
     }
 }

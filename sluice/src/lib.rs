@@ -49,6 +49,7 @@ mod fast;
 mod global;
 mod lease;
 pub mod metrics;
+mod multi;
 mod reconcile;
 pub mod remembered;
 mod snapshot;
@@ -58,13 +59,14 @@ mod tokens;
 
 pub use acquire::{Acquire, MAX_DIMENSIONS};
 pub use bucket::{
-    Bucket, BucketError, BucketState, LimitType, MAX_VERSION, Take, UnknownLimitType, refill,
+    Bucket, BucketError, BucketState, HeldLease, LimitType, MAX_VERSION, Take, UnknownLimitType,
+    refill,
 };
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};
 pub use config::{
-    Config, ConfigError, DEFAULT_LEASE_TTL, DEFAULT_MAX_RETRIES, DEFAULT_SLOT_POLL, Prefetch,
-    Protocol,
+    Config, ConfigError, DEFAULT_LEASE_TTL, DEFAULT_LEASES_PER_ROW, DEFAULT_MAX_RETRIES,
+    DEFAULT_SLOT_POLL, MAX_LEASES_PER_ROW, Prefetch, Protocol,
 };
 pub use decimal::{DecimalError, Rounding};
 pub use dimension::{Dimension, DimensionError};

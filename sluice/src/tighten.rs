@@ -107,6 +107,7 @@ impl Sluice {
                             created_at: now,
                             expires_at: now.saturating_add(pause),
                             caller: COOLDOWN_CALLER.to_owned(),
+                            in_bucket: false,
                         })],
                     }
                 }

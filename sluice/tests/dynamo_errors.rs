@@ -166,6 +166,7 @@ fn two_item_commit() -> Commit {
             created_at: UnixMillis::from_secs(1_700_000_000),
             expires_at: UnixMillis::from_secs(1_700_000_060),
             caller: "test".into(),
+            in_bucket: false,
         })],
     }
 }

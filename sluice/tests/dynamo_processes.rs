@@ -1,9 +1,12 @@
-//! Several OS processes, each with several tasks, share one bucket on DynamoDB Local.
+//! Several OS processes, each with several tasks, share buckets on DynamoDB Local.
 //!
 //! The test binary is its own worker: run with `--child`, it acquires until a deadline,
-//! holds every lease it is granted, reports its count, and releases them when told. The
-//! parent checks the exact ledger: the lease rows per process equal the grants each
-//! process reported, the total never exceeds `tokens + refill_rate * elapsed`, reaches at
+//! holds every lease it is granted, reports its count, and releases them when told. In
+//! each process two tasks take `rpm`, one takes `rpm` and `tpm` together (OpenAI's pair,
+//! all or nothing), one holds `concurrent` slots. The parent checks the exact ledger of
+//! both `rpm` and `tpm`: the leases per process (lease rows and leases kept in the bucket
+//! row alike) equal the grants each process reported, the total never exceeds
+//! `tokens + refill_rate * elapsed`, reaches at
 //! least 95% of it on the fast path at 10 tokens/s (80% at 2 tokens/s on the seed protocol,
 //! which backs off; demand far exceeds supply), the bucket's tokens account for every
 //! grant exactly, a `concurrent` bucket never has more live leases than slots, and no lease
@@ -39,6 +42,9 @@ fn per_second(mode: &str) -> u64 {
     if mode == "seed" { 2 } else { 10 }
 }
 const MODES: [&str; 4] = ["seed", "fast", "lean", "prefetch"];
+/// `tpm`: capacity, tokens at the start, refill per second, and the cost of each
+/// two-dimension acquire.
+const TPM: (u64, u64, u64, u64) = (1_000, 20, 5, 3);
 /// The `prefetch` mode's tokens per write and hold.
 const PREFETCH: (i64, Duration) = (5, Duration::from_millis(200));
 const SLOTS: u64 = 4;
@@ -112,6 +118,7 @@ fn client(endpoint: &str, table: &str, caller: &str, mode: &str, requests: &str)
 
 async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str, mode: &str) {
     let requests = format!("{vendor}#rpm");
+    let tpm = format!("{vendor}#tpm");
     let sluice = client(endpoint, table, caller, mode, &requests);
     let concurrent = format!("{vendor}#concurrent");
     let mut stdin = BufReader::new(std::io::stdin());
@@ -131,6 +138,7 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str, mode: &s
     for task in 0..TASKS {
         let sluice = sluice.clone();
         let requests = requests.clone();
+        let tpm = tpm.clone();
         let concurrent = concurrent.clone();
         tasks.push(tokio::spawn(async move {
             let mut held = Vec::new();
@@ -155,7 +163,13 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str, mode: &s
                     }
                     continue;
                 }
-                match sluice.acquire(requests.as_str()).await {
+                let request = if task % 4 == 1 {
+                    // OpenAI's pair: `rpm` and `tpm` together, all or nothing.
+                    Acquire::new(requests.as_str()).and_cost(tpm.as_str(), TPM.3)
+                } else {
+                    Acquire::new(requests.as_str())
+                };
+                match sluice.acquire(request).await {
                     Ok(lease) => held.push(lease),
                     Err(Error::RetryIn(d)) => tokio::time::sleep(d).await,
                     Err(Error::Contention { .. }) => {}
@@ -171,7 +185,8 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str, mode: &s
     }
     // A grant from prefetched tokens took no commit.
     let prefetched = held.iter().filter(|l| l.attempts() == 0).count();
-    println!("granted {} {prefetched}", held.len());
+    let pairs = held.iter().filter(|l| l.cost(&tpm).is_some()).count();
+    println!("granted {} {prefetched} {pairs}", held.len());
     std::io::stdout().flush().unwrap();
     line.clear();
     stdin.read_line(&mut line).unwrap();
@@ -215,6 +230,7 @@ async fn parent(mode: &str) -> Option<()> {
     let table = dynamo::table_name();
     let vendor = format!("procs{:08x}", rand::random::<u32>());
     let requests = format!("{vendor}#rpm");
+    let tpm = format!("{vendor}#tpm");
     let concurrent = format!("{vendor}#concurrent");
     let sluice = client(&endpoint, table, "parent", mode, &requests);
     let lean = mode == "lean" || mode == "prefetch";
@@ -222,6 +238,11 @@ async fn parent(mode: &str) -> Option<()> {
     let bucket = Bucket::requests(RefillRate::per_second(per_second(mode))).with_capacity(capacity);
     sluice
         .put_bucket(&requests, if lean { bucket.lean() } else { bucket })
+        .await
+        .unwrap();
+    let tpm_bucket = Bucket::tokens(RefillRate::per_second(TPM.2)).with_capacity(TPM.0);
+    sluice
+        .put_bucket(&tpm, if lean { tpm_bucket.lean() } else { tpm_bucket })
         .await
         .unwrap();
     sluice
@@ -257,7 +278,15 @@ async fn parent(mode: &str) -> Option<()> {
         .release()
         .await
         .unwrap();
+    sluice
+        .acquire(Acquire::with_cost(&tpm, TPM.0 - TPM.1))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let baseline = sluice.bucket(&requests).await.unwrap().unwrap();
+    let tpm_baseline = sluice.bucket(&tpm).await.unwrap().unwrap();
     let deadline = SystemClock.now().saturating_add(RUN);
     for w in &mut workers {
         w.say(&format!("go {}", deadline.as_millis()));
@@ -283,15 +312,18 @@ async fn parent(mode: &str) -> Option<()> {
     };
 
     let (reports, prefetched, mut workers) = tokio::task::spawn_blocking(move || {
-        let (reports, prefetched): (Vec<(String, u64)>, Vec<u64>) = workers
+        let (reports, prefetched): (Vec<(String, u64, u64)>, Vec<u64>) = workers
             .iter_mut()
             .map(|w| {
                 let line = w.expect_line("granted");
-                let (granted, from_prefetch) = line.split_once(' ').expect("granted N P");
-                (
-                    (w.caller.clone(), granted.parse::<u64>().unwrap()),
-                    from_prefetch.parse::<u64>().unwrap(),
-                )
+                let numbers: Vec<u64> = line
+                    .split(' ')
+                    .map(|n| n.parse().expect("granted N P D"))
+                    .collect();
+                let [granted, from_prefetch, pairs] = numbers[..] else {
+                    panic!("{}: expected `granted N P D`, got {line:?}", w.caller);
+                };
+                ((w.caller.clone(), granted, pairs), from_prefetch)
             })
             .unzip();
         (reports, prefetched, workers)
@@ -307,26 +339,38 @@ async fn parent(mode: &str) -> Option<()> {
     watcher.await.unwrap();
     let now = SystemClock.now();
 
-    // The ledger: lease rows per process equal what each process says it was granted.
-    let rows = sluice
-        .leases(&LeaseFilter {
-            dimension: Some(requests.parse().unwrap()),
-            expired_before: None,
-        })
-        .await
-        .unwrap();
-    let total: u64 = reports.iter().map(|(_, g)| g).sum();
-    if lean {
-        assert!(rows.is_empty(), "lean grants write no lease rows");
-    } else {
-        for (caller, granted) in &reports {
-            let counted = rows.iter().filter(|r| &r.caller == caller).count() as u64;
+    // The ledger: the leases per process equal what each process says it was granted,
+    // on both dimensions of the pair.
+    let total: u64 = reports.iter().map(|(_, g, _)| g).sum();
+    let pairs: u64 = reports.iter().map(|(_, _, d)| d).sum();
+    assert!(pairs > 0, "{mode}: no `rpm` + `tpm` acquire was granted");
+    for (dimension, count) in [(&requests, 1), (&tpm, 2)] {
+        let rows = sluice
+            .leases(&LeaseFilter {
+                dimension: Some(dimension.parse().unwrap()),
+                expired_before: None,
+            })
+            .await
+            .unwrap();
+        if lean {
+            assert!(rows.is_empty(), "lean grants keep no leases");
+            continue;
+        }
+        for report in &reports {
+            let granted = if count == 1 { report.1 } else { report.2 };
+            let counted = rows.iter().filter(|r| r.caller == report.0).count() as u64;
             assert_eq!(
-                counted, *granted,
-                "{mode} {caller}: lease rows vs reported grants"
+                counted, granted,
+                "{mode} {} {dimension}: leases vs reported grants",
+                report.0
             );
         }
-        assert_eq!(rows.len() as u64, total);
+        if mode == "fast" {
+            assert!(
+                rows.iter().any(|r| r.in_bucket),
+                "{mode} {dimension}: the fast path keeps leases in the bucket row"
+            );
+        }
     }
 
     // Never more than what was there plus what refilled; nearly all of it when demand
@@ -364,6 +408,21 @@ async fn parent(mode: &str) -> Option<()> {
             "{mode}: tokens lost or invented"
         );
     }
+    // `tpm` exactly: its tokens plus what the pairs took is what was there plus refill.
+    let tpm_rate = RefillRate::per_second(TPM.2);
+    let tpm_row = sluice.bucket(&tpm).await.unwrap().unwrap();
+    let tpm_supply = tpm_baseline.tokens
+        + Tokens::from_nanos(
+            i128::from(
+                tpm_row.last_refill_at.as_millis() - tpm_baseline.last_refill_at.as_millis(),
+            ) * tpm_rate.as_nanos_per_second()
+                / 1_000,
+        );
+    assert_eq!(
+        tpm_row.tokens + Tokens::from(pairs * TPM.3),
+        tpm_supply,
+        "{mode}: tpm tokens lost or invented"
+    );
     assert!(
         max_live.load(Ordering::SeqCst) <= SLOTS as usize,
         "more live slots than capacity"
@@ -375,19 +434,27 @@ async fn parent(mode: &str) -> Option<()> {
     }
     for w in &mut workers {
         let released: u64 = w.expect_line("released").parse().unwrap();
-        let granted = reports.iter().find(|(c, _)| c == &w.caller).unwrap().1;
+        let granted = reports.iter().find(|(c, _, _)| c == &w.caller).unwrap().1;
         assert_eq!(released, granted);
         assert!(w.child.wait().unwrap().success(), "{} failed", w.caller);
     }
-    assert!(
-        sluice
-            .leases(&LeaseFilter {
-                dimension: Some(requests.parse().unwrap()),
-                expired_before: None
-            })
-            .await
-            .unwrap()
-            .is_empty()
+    for dimension in [&requests, &tpm] {
+        assert!(
+            sluice
+                .leases(&LeaseFilter {
+                    dimension: Some(dimension.parse().unwrap()),
+                    expired_before: None
+                })
+                .await
+                .unwrap()
+                .is_empty(),
+            "{mode}: {dimension} leases left behind"
+        );
+    }
+    assert_eq!(
+        sluice.bucket(&tpm).await.unwrap().unwrap().tokens,
+        tpm_row.tokens,
+        "releasing tpm leases restores nothing"
     );
     let left = sluice
         .leases(&LeaseFilter {
@@ -407,7 +474,7 @@ async fn parent(mode: &str) -> Option<()> {
         "releasing requests leases restores nothing"
     );
     eprintln!(
-        "{mode}: {PROCESSES} processes x {TASKS} tasks: {total} grants ({} from prefetched tokens) of {at_deadline} supplied in {:?}; max {} live concurrent leases of {SLOTS}",
+        "{mode}: {PROCESSES} processes x {TASKS} tasks: {total} grants ({pairs} with tpm, {} from prefetched tokens) of {at_deadline} supplied in {:?}; max {} live concurrent leases of {SLOTS}",
         from_prefetch,
         RUN,
         max_live.load(Ordering::SeqCst)

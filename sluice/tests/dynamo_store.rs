@@ -481,18 +481,34 @@ async fn calls_and_write_units_per_grant_in_each_protocol_and_mode() {
     assert_eq!(
         calls() - before,
         3,
-        "first acquire: read, transaction; then the delete"
+        "first acquire: read, write; then the lease's removal"
     );
     for _ in 0..5 {
-        let before = calls();
+        let before = store.stats();
         let lease = fast.acquire(rpm.as_str()).await.unwrap();
-        assert_eq!(calls() - before, 1, "one call per acquire");
+        assert_eq!(
+            store.stats().calls - before.calls,
+            1,
+            "one call per acquire"
+        );
         lease.release().await.unwrap();
-        assert_eq!(calls() - before, 2, "and the lease's delete");
+        let after = store.stats();
+        assert_eq!(after.calls - before.calls, 2, "and the lease's removal");
+        // Single-item writes of a small row: one write unit each, no transaction.
+        assert_eq!(
+            after.transaction_write_milliunits,
+            before.transaction_write_milliunits
+        );
+        assert!(
+            after.write_milliunits - before.write_milliunits <= 2_000,
+            "{} write milliunits",
+            after.write_milliunits - before.write_milliunits
+        );
     }
 
-    // Several dimensions at once: one transaction to acquire, one batch delete to
-    // release; a denial the known rows show costs nothing.
+    // Several dimensions at once: one single-item write per bucket to acquire (the lease
+    // kept in each row), one per bucket to release; a denial the known rows show costs
+    // nothing.
     let tpm = format!("{vendor}#tpm");
     seed.put_bucket(
         &tpm,
@@ -503,14 +519,28 @@ async fn calls_and_write_units_per_grant_in_each_protocol_and_mode() {
     let both = || Acquire::new(rpm.as_str()).and_cost(tpm.as_str(), 300);
     fast.acquire(both()).await.unwrap().release().await.unwrap();
     for _ in 0..2 {
-        let before = calls();
+        let before = store.stats();
         let lease = fast.acquire(both()).await.unwrap();
-        assert_eq!(calls() - before, 1, "one call per acquire");
+        assert_eq!(
+            store.stats().calls - before.calls,
+            2,
+            "one call per bucket to acquire"
+        );
         lease.release().await.unwrap();
-        assert_eq!(calls() - before, 2, "one call per release");
+        let after = store.stats();
+        assert_eq!(
+            after.calls - before.calls,
+            4,
+            "one call per bucket to release"
+        );
+        assert_eq!(
+            after.transaction_write_milliunits, before.transaction_write_milliunits,
+            "no transaction"
+        );
     }
     // 100 tokens left of tpm: 300 more is 2 s away. The first denial comes from the store
-    // (one read of both rows); inside its window, the next ones cost nothing.
+    // (one read of tpm, which this client's memory showed short, so it was asked first and
+    // rpm never taken); inside its window, the next ones cost nothing.
     let before = calls();
     let wait = fast.acquire(both()).await.unwrap_err().retry_in().unwrap();
     assert_eq!(wait, Duration::from_secs(2));
@@ -525,7 +555,7 @@ async fn calls_and_write_units_per_grant_in_each_protocol_and_mode() {
     );
     clock.advance(wait);
     fast.acquire(both()).await.unwrap().release().await.unwrap();
-    assert_eq!(calls() - before, 3);
+    assert_eq!(calls() - before, 5);
 
     // Adjusting a lease's cost: one write, no read.
     let mut lease = fast.acquire(rpm.as_str()).await.unwrap();
@@ -747,6 +777,7 @@ async fn unconditional_lease_deletes_cover_many_batches_and_skip_missing_rows() 
                     created_at: now,
                     expires_at: now.saturating_add(Duration::from_secs(60)),
                     caller: "test".into(),
+                    in_bucket: false,
                 })],
             })
             .await
@@ -861,6 +892,7 @@ async fn a_lost_race_hands_back_the_current_row() {
         created_at: row.last_refill_at,
         expires_at: row.last_refill_at.saturating_add(Duration::from_secs(60)),
         caller: "test".into(),
+        in_bucket: false,
     };
     for commit in [
         Commit {
@@ -979,6 +1011,7 @@ async fn a_transaction_resent_after_a_lost_answer_is_not_applied_twice() {
             created_at: row.last_refill_at,
             expires_at: row.last_refill_at.saturating_add(Duration::from_secs(600)),
             caller: "test".into(),
+            in_bucket: false,
         })],
     };
     // The first answer is lost; the SDK resends the same call with the same token and

@@ -92,6 +92,10 @@ impl Store for GatedStore {
         self.inner.slot_leases(dimension, limit).await
     }
 
+    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
+        self.inner.forget_held(dimension, ids).await
+    }
+
     async fn put_bucket(
         &self,
         state: &BucketState,

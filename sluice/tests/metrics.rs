@@ -36,7 +36,11 @@ impl Store for Scripted {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-        if let (false, Some(bucket)) = (commit.leases.is_empty(), commit.buckets.first())
+        // The first commit that writes a lease (a lease row, or one kept in the row) loses
+        // a race.
+        let writes_lease =
+            !commit.leases.is_empty() || commit.buckets.iter().any(|b| !b.held.is_empty());
+        if let (true, Some(bucket)) = (writes_lease, commit.buckets.first())
             && !self.raced.swap(true, Ordering::SeqCst)
         {
             let dimension = bucket.dimension().clone();
@@ -58,6 +62,10 @@ impl Store for Scripted {
 
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
         self.inner.scan_leases(filter).await
+    }
+
+    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
+        self.inner.forget_held(dimension, ids).await
     }
 
     async fn put_bucket(

@@ -235,6 +235,11 @@ impl Store for ClientStore {
         self.inner.scan_leases(filter).await
     }
 
+    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
+        self.enter().await;
+        self.inner.forget_held(dimension, ids).await
+    }
+
     async fn put_bucket(
         &self,
         state: &BucketState,

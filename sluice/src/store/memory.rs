@@ -54,14 +54,19 @@ impl MemoryStore {
 }
 
 impl Rows {
-    /// The write applies only to exactly the row it was computed from.
+    /// The lease `key` names, when its bucket's row keeps it.
+    fn held(&self, key: &LeaseKey) -> Option<LeaseRecord> {
+        let row = self.buckets.get(&key.dimension()?)?;
+        row.held_lease(key.unique())
+            .map(|h| LeaseRecord::held_in(row, h))
+    }
+
+    /// The write applies only to exactly the row it was computed from, and only when its
+    /// changes to the kept leases find them as they expect.
     fn check_bucket(&self, w: &BucketWrite) -> Result<(), ConditionFailure> {
-        match self.buckets.get(w.dimension()) {
-            Some(b) if *b == w.expected => Ok(()),
-            current => Err(ConditionFailure::BucketChanged {
-                dimension: w.dimension().clone(),
-                current: current.cloned().map(Box::new),
-            }),
+        match w.failure(self.buckets.get(w.dimension())) {
+            None => Ok(()),
+            Some(failure) => Err(failure),
         }
     }
 
@@ -114,6 +119,9 @@ impl Store for MemoryStore {
                 b.last_refill_at = w.last_refill_at;
                 b.version = w.expected.version + 1;
                 b.write_id = Some(w.write_id);
+                for change in &w.held {
+                    change.apply(&mut b.held);
+                }
             }
         }
         for w in commit.leases {
@@ -144,7 +152,17 @@ impl Store for MemoryStore {
 
     async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
         let rows = self.rows();
-        Ok(keys.iter().map(|k| rows.leases.get(k).cloned()).collect())
+        Ok(keys
+            .iter()
+            .map(|k| rows.leases.get(k).cloned().or_else(|| rows.held(k)))
+            .collect())
+    }
+
+    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
+        if let Some(row) = self.rows().buckets.get_mut(dimension) {
+            row.held.retain(|h| !ids.contains(&h.id));
+        }
+        Ok(())
     }
 
     async fn slot_leases(
@@ -164,6 +182,11 @@ impl Store for MemoryStore {
             .filter(|r| r.slot && r.dimension == *dimension)
             .cloned()
             .collect();
+        if let Some(row) = rows.buckets.get(dimension)
+            && row.bucket.limit_type().restores_on_release()
+        {
+            leases.extend(row.held.iter().map(|h| LeaseRecord::held_in(row, h)));
+        }
         leases.sort_by_key(|r| r.expires_at);
         leases.truncate(limit);
         Ok(leases)
@@ -171,13 +194,19 @@ impl Store for MemoryStore {
 
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
         let rows = self.rows();
-        let leases = rows
+        let held = rows
+            .buckets
+            .values()
+            .flat_map(|row| row.held.iter().map(move |h| LeaseRecord::held_in(row, h)));
+        let mut leases: Vec<LeaseRecord> = rows
             .leases
             .values()
+            .cloned()
+            .chain(held)
             .filter(|r| filter.dimension.as_ref().is_none_or(|d| &r.dimension == d))
             .filter(|r| filter.expired_before.is_none_or(|t| r.expires_at < t))
-            .cloned()
             .collect();
+        leases.sort_by(|a, b| a.key.cmp(&b.key));
         // Every row here was written through the typed API.
         Ok(LeaseScan {
             leases,
@@ -194,10 +223,19 @@ impl Store for MemoryStore {
             .validate()
             .map_err(|e| StoreError::invalid_bucket(state.dimension.as_str(), &e))?;
         let mut rows = self.rows();
-        if rows.buckets.get(&state.dimension) != expected {
-            return Ok(false);
-        }
-        rows.buckets.insert(state.dimension.clone(), state.clone());
+        let stored = rows.buckets.get(&state.dimension);
+        let held = match (stored, expected) {
+            (None, None) => Vec::new(),
+            (Some(stored), Some(expected)) if stored.same_row(expected) => stored.held.clone(),
+            _ => return Ok(false),
+        };
+        rows.buckets.insert(
+            state.dimension.clone(),
+            BucketState {
+                held,
+                ..state.clone()
+            },
+        );
         Ok(true)
     }
 

@@ -25,7 +25,7 @@ pub use memory::MemoryStore;
 use std::error::Error as StdError;
 use std::fmt;
 
-use crate::bucket::BucketState;
+use crate::bucket::{BucketState, HeldLease};
 use crate::clock::UnixMillis;
 use crate::dimension::{Dimension, LEASE_PREFIX};
 use crate::tokens::Tokens;
@@ -98,6 +98,85 @@ pub struct LeaseRecord {
     pub expires_at: UnixMillis,
     /// Who took it (`SLUICE_CALLER`).
     pub caller: String,
+    /// Whether the lease is kept in its bucket's row ([`BucketState::held`]) rather than in
+    /// a row of its own.
+    pub in_bucket: bool,
+}
+
+impl LeaseRecord {
+    /// The record of a lease kept in `row`.
+    pub fn held_in(row: &BucketState, held: &crate::bucket::HeldLease) -> Self {
+        LeaseRecord {
+            slot: row.bucket.limit_type().restores_on_release(),
+            key: LeaseKey::new(&row.dimension, &held.id),
+            dimension: row.dimension.clone(),
+            cost: held.cost,
+            created_at: held.created_at,
+            expires_at: held.expires_at,
+            caller: held.caller.clone(),
+            in_bucket: true,
+        }
+    }
+}
+
+/// A change to the leases kept in a bucket row ([`BucketState::held`]), part of a
+/// [`BucketWrite`] and applied with it, on the same condition plus its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeldWrite {
+    /// Keep a new lease in the row, on condition that none has its id.
+    Add(HeldLease),
+    /// Remove a lease, on condition that it is still there (a release that gives its cost
+    /// back, a reclaimed lease: exactly once).
+    Remove(String),
+    /// Remove a lease if it is still there, with no condition (a release that gives
+    /// nothing back).
+    Forget(String),
+    /// Change a lease's cost, on condition that it is still there (an adjustment).
+    SetCost {
+        /// The lease's id.
+        id: String,
+        /// The new cost.
+        cost: Tokens,
+    },
+}
+
+impl HeldWrite {
+    /// The id of the lease this change touches.
+    pub fn id(&self) -> &str {
+        match self {
+            HeldWrite::Add(h) => &h.id,
+            HeldWrite::Remove(id) | HeldWrite::Forget(id) | HeldWrite::SetCost { id, .. } => id,
+        }
+    }
+
+    /// The condition of this change that `row` fails, if any.
+    pub fn failure(&self, row: &BucketState) -> Option<ConditionFailure> {
+        let exists = row.held_lease(self.id()).is_some();
+        let key = || LeaseKey::new(&row.dimension, self.id());
+        match self {
+            HeldWrite::Add(_) if exists => Some(ConditionFailure::LeaseExists(key())),
+            HeldWrite::Remove(_) | HeldWrite::SetCost { .. } if !exists => {
+                Some(ConditionFailure::LeaseMissing(key()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Applies this change to `held`.
+    pub fn apply(&self, held: &mut Vec<HeldLease>) {
+        match self {
+            HeldWrite::Add(h) => {
+                held.retain(|x| x.id != h.id);
+                held.push(h.clone());
+            }
+            HeldWrite::Remove(id) | HeldWrite::Forget(id) => held.retain(|x| x.id != *id),
+            HeldWrite::SetCost { id, cost } => {
+                if let Some(h) = held.iter_mut().find(|h| h.id == *id) {
+                    h.cost = *cost;
+                }
+            }
+        }
+    }
 }
 
 /// One bucket row's part of a [`Commit`]: set the new tokens and refill timestamp, on
@@ -118,6 +197,8 @@ pub struct BucketWrite {
     pub last_refill_at: UnixMillis,
     /// The id this write stamps on the row.
     pub write_id: u64,
+    /// Changes to the leases kept in the row, applied with the write.
+    pub held: Vec<HeldWrite>,
 }
 
 impl BucketWrite {
@@ -128,7 +209,14 @@ impl BucketWrite {
             tokens,
             last_refill_at,
             write_id: crate::bucket::new_write_id(),
+            held: Vec::new(),
         }
+    }
+
+    /// This write, also making `changes` to the leases kept in the row.
+    pub fn with_held(mut self, changes: Vec<HeldWrite>) -> Self {
+        self.held = changes;
+        self
     }
 
     /// The bucket's dimension.
@@ -165,12 +253,31 @@ impl BucketWrite {
 
     /// The row as it stands once this write is applied.
     pub fn after(&self) -> BucketState {
+        let mut held = self.expected.held.clone();
+        for change in &self.held {
+            change.apply(&mut held);
+        }
         BucketState {
             tokens: self.tokens,
             last_refill_at: self.last_refill_at,
             version: self.expected.version.saturating_add(1),
             write_id: Some(self.write_id),
+            held,
             ..self.expected.clone()
+        }
+    }
+
+    /// The condition `stored` fails for this write, if any: a different row, or a change to
+    /// its kept leases whose own condition does not hold.
+    pub fn failure(&self, stored: Option<&BucketState>) -> Option<ConditionFailure> {
+        match stored {
+            Some(row) if row.same_row(&self.expected) => {
+                self.held.iter().find_map(|c| c.failure(row))
+            }
+            current => Some(ConditionFailure::BucketChanged {
+                dimension: self.dimension().clone(),
+                current: current.cloned().map(Box::new),
+            }),
         }
     }
 }
@@ -430,20 +537,22 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// this is `BatchWriteItem`, up to 25 rows per call.
     async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError>;
 
-    /// Reads lease rows by key; `None` for a key without a row.
+    /// Reads leases by key, whether kept in a row of their own or in their bucket's row;
+    /// `None` for a key without a lease.
     async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError>;
 
-    /// Lists lease rows matching `filter`, and the keys of lease rows it cannot read.
+    /// Lists the leases matching `filter` (lease rows and leases kept in bucket rows), and
+    /// the keys of lease rows it cannot read.
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError>;
 
-    /// The lease rows holding slots of `dimension` ([`LeaseRecord::slot`]), earliest
-    /// expiry first, at most `limit`. For a short `concurrent` bucket: when a slot comes
-    /// back for sure, and which leases expired.
+    /// The leases holding slots of `dimension` (lease rows marked [`LeaseRecord::slot`],
+    /// and the leases the bucket row keeps), earliest expiry first, at most `limit`. For a
+    /// short `concurrent` bucket: when a slot comes back for sure, and which leases expired.
     ///
     /// Its cost must not grow with the table (DynamoDB: a query of a sparse secondary
-    /// index, so it may lag a just-written or just-deleted lease by a moment; callers treat
-    /// the answer as a hint). The default lists every lease of the dimension and sorts
-    /// them: stores with an index override it.
+    /// index, so it may lag a just-written or just-deleted lease row by a moment, beside a
+    /// read of the bucket row; callers treat the answer as a hint). The default lists
+    /// every lease of the dimension and sorts them: stores with an index override it.
     async fn slot_leases(
         &self,
         dimension: &Dimension,
@@ -472,14 +581,22 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     }
 
     /// Writes a whole bucket row, on condition that the stored row is exactly `expected`
-    /// (`None`: that the row does not exist). Returns `false` when the condition failed. A
-    /// row that fails [`BucketState::validate`] is refused as
-    /// [`StoreError::CorruptRow`].
+    /// (`None`: that the row does not exist; see [`BucketState::same_row`]). Returns
+    /// `false` when the condition failed. A row that fails [`BucketState::validate`] is
+    /// refused as [`StoreError::CorruptRow`]. The leases kept in an existing row stay as
+    /// they are (`state.held` is not written): they still hold their tokens.
     async fn put_bucket(
         &self,
         state: &BucketState,
         expected: Option<&BucketState>,
     ) -> Result<bool, StoreError>;
+
+    /// Removes leases kept in `dimension`'s bucket row ([`BucketState::held`]) if they are
+    /// still there, without any other condition and without a new version: the release of
+    /// leases that give nothing back (`requests` and `tokens` buckets), like
+    /// [`delete_leases`](Store::delete_leases) for lease rows. A missing bucket or lease is
+    /// skipped.
+    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError>;
 
     /// Lists every bucket row.
     async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError>;

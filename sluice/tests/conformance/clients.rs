@@ -59,9 +59,11 @@ pub async fn a_short_concurrent_bucket_with_no_live_lease_answers_the_poll_inter
         .put_bucket(&dim, Bucket::concurrent(2))
         .await
         .unwrap();
-    // A bucket short of slots that no lease row explains (lease rows swept away).
-    let lease = env.sluice.acquire(dim.as_str()).await.unwrap();
-    let lease2 = env.sluice.acquire(dim.as_str()).await.unwrap();
+    // A bucket short of slots that no lease row explains (lease rows swept away; leases
+    // in rows of their own, as only those can vanish without their bucket row).
+    let rows = super::client_keeping(&env, "conformance", 0);
+    let lease = rows.acquire(dim.as_str()).await.unwrap();
+    let lease2 = rows.acquire(dim.as_str()).await.unwrap();
     let keys: Vec<_> = lease
         .id()
         .keys()

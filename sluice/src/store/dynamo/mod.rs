@@ -25,8 +25,8 @@ use aws_sdk_dynamodb::types::{
 use self::error::{Cancelled, cancelled, store_error};
 use self::row::Item;
 use super::{
-    BucketWrite, Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord,
-    LeaseScan, LeaseWrite, Store, StoreError,
+    BucketWrite, Commit, CommitError, ConditionFailure, HeldWrite, LeaseFilter, LeaseKey,
+    LeaseRecord, LeaseScan, LeaseWrite, Store, StoreError,
 };
 use crate::bucket::BucketState;
 use crate::config::Config;
@@ -39,6 +39,9 @@ const BATCH_WRITE_MAX: usize = 25;
 /// Rounds of `UnprocessedItems` resent (with backoff) before a batch delete is reported
 /// as throttled.
 const BATCH_WRITE_ROUNDS: u32 = 8;
+
+/// Kept leases removed by one `UpdateItem` of [`Store::forget_held`].
+const FORGET_MAX: usize = 100;
 
 const BUCKET_UPDATE: &str = "SET #t = :tokens, #l = :last, #v = :next, #w = :wid";
 const EXISTS: &str = "attribute_exists(vendor_dimension)";
@@ -81,6 +84,7 @@ struct Counters {
     calls: AtomicU64,
     read_milliunits: AtomicU64,
     write_milliunits: AtomicU64,
+    transaction_write_milliunits: AtomicU64,
     /// Until when the table is known to lack the slots index.
     slots_index_missing_until: std::sync::Mutex<Option<std::time::Instant>>,
 }
@@ -95,6 +99,10 @@ pub struct DynamoStats {
     pub read_milliunits: u64,
     /// Write capacity units consumed, in thousandths.
     pub write_milliunits: u64,
+    /// The part of `write_milliunits` consumed by transactions. DynamoDB Local reports one
+    /// unit per transactional item where real DynamoDB charges two: add this to
+    /// `write_milliunits` for what real DynamoDB would bill.
+    pub transaction_write_milliunits: u64,
 }
 
 impl DynamoStore {
@@ -145,6 +153,10 @@ impl DynamoStore {
             calls: self.stats.calls.load(Ordering::Relaxed),
             read_milliunits: self.stats.read_milliunits.load(Ordering::Relaxed),
             write_milliunits: self.stats.write_milliunits.load(Ordering::Relaxed),
+            transaction_write_milliunits: self
+                .stats
+                .transaction_write_milliunits
+                .load(Ordering::Relaxed),
         }
     }
 
@@ -210,6 +222,7 @@ impl DynamoStore {
         let counter = match units {
             Units::Read => &self.stats.read_milliunits,
             Units::Write => &self.stats.write_milliunits,
+            Units::TransactionWrite => &self.stats.transaction_write_milliunits,
         };
         counter.fetch_add(total, Ordering::Relaxed);
     }
@@ -307,7 +320,7 @@ impl DynamoStore {
         w.validate()
             .map_err(|e| StoreError::invalid_bucket(key, &e))?;
         let next = w.expected.version + 1;
-        let (condition, mut values, mut names) = row::same_row(&w.expected);
+        let (mut condition, mut values, mut names) = row::same_row(&w.expected);
         names.insert("#t".to_owned(), row::TOKENS.to_owned());
         names.insert("#l".to_owned(), row::LAST_REFILL_AT.to_owned());
         names.insert("#v".to_owned(), row::VERSION.to_owned());
@@ -316,22 +329,51 @@ impl DynamoStore {
         values.insert(":last".to_owned(), row::n(w.last_refill_at));
         values.insert(":next".to_owned(), row::n(next));
         values.insert(":wid".to_owned(), row::write_id(w.write_id));
+        let mut update = BUCKET_UPDATE.to_owned();
+        let mut removes = Vec::new();
+        for (i, change) in w.held.iter().enumerate() {
+            let name = format!("#h{i}");
+            names.insert(name.clone(), row::held_name(change.id()));
+            match change {
+                HeldWrite::Add(h) => {
+                    update.push_str(&format!(", {name} = :h{i}"));
+                    values.insert(format!(":h{i}"), row::held_value(h));
+                    condition.push_str(&format!(" AND attribute_not_exists({name})"));
+                }
+                HeldWrite::Remove(_) => {
+                    removes.push(name.clone());
+                    condition.push_str(&format!(" AND attribute_exists({name})"));
+                }
+                HeldWrite::Forget(_) => removes.push(name),
+                HeldWrite::SetCost { cost, .. } => {
+                    update.push_str(&format!(", {name}[0] = :h{i}"));
+                    values.insert(format!(":h{i}"), row::n(cost));
+                    condition.push_str(&format!(" AND attribute_exists({name})"));
+                }
+            }
+        }
+        if !removes.is_empty() {
+            update.push_str(" REMOVE ");
+            update.push_str(&removes.join(", "));
+        }
         Ok(BucketUpdate {
             key: row::key(key),
-            update: BUCKET_UPDATE.to_owned(),
+            update,
             condition,
             names,
             values,
         })
     }
 
-    fn changed(&self, dimension: &Dimension, old: Option<&Item>) -> ConditionFailure {
-        ConditionFailure::BucketChanged {
-            dimension: dimension.clone(),
-            current: old
-                .and_then(|item| row::bucket_state(item).ok())
-                .map(Box::new),
-        }
+    /// Why `w`'s condition failed, from the row as it stood (`old`): another row, or a kept
+    /// lease that was not as the write expected.
+    fn changed(&self, w: &BucketWrite, old: Option<&Item>) -> ConditionFailure {
+        let current = old.and_then(|item| row::bucket_state(item).ok());
+        w.failure(current.as_ref())
+            .unwrap_or_else(|| ConditionFailure::BucketChanged {
+                dimension: w.dimension().clone(),
+                current: current.map(Box::new),
+            })
     }
 
     async fn commit_one_bucket(&self, w: BucketWrite) -> Result<(), CommitError> {
@@ -370,9 +412,9 @@ impl DynamoStore {
                     tracing::debug!(dimension = %w.dimension(), "a resent write had applied");
                     Ok(())
                 }
-                Some(UpdateItemError::ConditionalCheckFailedException(c)) => Err(
-                    CommitError::Condition(self.changed(w.dimension(), c.item())),
-                ),
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    Err(CommitError::Condition(self.changed(&w, c.item())))
+                }
                 Some(UpdateItemError::TransactionConflictException(_)) => {
                     Err(CommitError::TransactionConflict)
                 }
@@ -542,6 +584,7 @@ impl DynamoStore {
         let e = match result {
             Ok(out) => {
                 self.count_capacity(Units::Write, out.consumed_capacity());
+                self.count_capacity(Units::TransactionWrite, out.consumed_capacity());
                 return Ok(());
             }
             Err(e) => e,
@@ -556,12 +599,9 @@ impl DynamoStore {
             _ => return Err(self.err(e).into()),
         };
         match cancelled(&reasons) {
-            Cancelled::Condition(i) if i < commit.buckets.len() => {
-                let w = &commit.buckets[i];
-                Err(CommitError::Condition(
-                    self.changed(w.dimension(), reasons[i].item()),
-                ))
-            }
+            Cancelled::Condition(i) if i < commit.buckets.len() => Err(CommitError::Condition(
+                self.changed(&commit.buckets[i], reasons[i].item()),
+            )),
             Cancelled::Condition(i) => {
                 let lease = commit.leases.get(i - commit.buckets.len()).ok_or_else(|| {
                     StoreError::Service {
@@ -590,6 +630,92 @@ impl DynamoStore {
             }
             .into()),
         }
+    }
+
+    /// Creates a bucket row that must not exist yet.
+    async fn create_bucket(&self, state: &BucketState) -> Result<bool, StoreError> {
+        self.count_call();
+        let result = self
+            .client
+            .put_item()
+            .table_name(self.table.as_ref())
+            .set_item(Some(row::bucket_item(&BucketState {
+                held: Vec::new(),
+                ..state.clone()
+            })))
+            .condition_expression(NOT_EXISTS)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                self.count_capacity(Units::Write, out.consumed_capacity());
+                Ok(true)
+            }
+            Err(e) => match e.as_service_error() {
+                // A resend of a put that had applied finds the row it wrote.
+                Some(PutItemError::ConditionalCheckFailedException(c))
+                    if c.item().is_some_and(|item| is_own_write(item, state)) =>
+                {
+                    Ok(true)
+                }
+                Some(PutItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                _ => Err(self.err(e)),
+            },
+        }
+    }
+
+    /// The lease rows holding slots of `dimension`, from the sparse index.
+    async fn slot_lease_rows(
+        &self,
+        dimension: &Dimension,
+        limit: usize,
+    ) -> Result<Vec<LeaseRecord>, StoreError> {
+        if self.slots_index_missing() {
+            return Ok(Vec::new());
+        }
+        self.count_call();
+        let out = self
+            .client
+            .query()
+            .table_name(self.table.as_ref())
+            .index_name(row::SLOTS_INDEX)
+            .key_condition_expression("#d = :d")
+            .expression_attribute_names("#d", row::SLOT_DIMENSION)
+            .expression_attribute_values(":d", row::s(dimension.as_str()))
+            .scan_index_forward(true)
+            .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                use aws_sdk_dynamodb::error::ProvideErrorMetadata as _;
+                // A query of an index still being built fails on DynamoDB Local with an
+                // internal failure: the index's status says whether that is the cause.
+                let unbuilt = error::is_missing_index(&e)
+                    || (matches!(e.code(), Some("InternalFailure" | "InternalServerError"))
+                        && self.slots_index_building().await?);
+                if unbuilt {
+                    tracing::debug!(error = %e, "the slots index cannot be queried (yet)");
+                    self.note_slots_index_missing();
+                    return Ok(Vec::new());
+                }
+                return Err(self.err(e));
+            }
+        };
+        self.count_capacity(Units::Read, out.consumed_capacity());
+        let mut leases = Vec::with_capacity(out.items().len());
+        for item in out.items() {
+            match row::lease_record(item) {
+                Ok(lease) if lease.dimension == *dimension => leases.push(lease),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "a slot lease row sluice cannot read"),
+            }
+        }
+        Ok(leases)
     }
 }
 
@@ -627,6 +753,8 @@ fn capacity_milliunits(c: &ConsumedCapacity) -> u64 {
 enum Units {
     Read,
     Write,
+    /// Also counted as `Write`.
+    TransactionWrite,
 }
 
 /// The idempotency token of one transaction call: random, and reused by the SDK for every
@@ -729,68 +857,93 @@ impl Store for DynamoStore {
     }
 
     async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
-        let found = self
-            .batch_get(keys.iter().map(|k| k.as_str().to_owned()).collect())
-            .await?;
+        // A lease is in a row of its own or kept in its bucket's row: read both.
+        let mut wanted: Vec<String> = keys.iter().map(|k| k.as_str().to_owned()).collect();
+        wanted.extend(
+            keys.iter()
+                .filter_map(|k| k.dimension())
+                .map(|d| d.as_str().to_owned()),
+        );
+        wanted.sort();
+        wanted.dedup();
+        let found = self.batch_get(wanted).await?;
         keys.iter()
-            .map(|k| found.get(k.as_str()).map(row::lease_record).transpose())
+            .map(|k| {
+                if let Some(item) = found.get(k.as_str()) {
+                    return row::lease_record(item).map(Some);
+                }
+                let Some(item) = k.dimension().and_then(|d| found.get(d.as_str())) else {
+                    return Ok(None);
+                };
+                let bucket = row::bucket_state(item)?;
+                Ok(bucket
+                    .held_lease(k.unique())
+                    .map(|h| LeaseRecord::held_in(&bucket, h)))
+            })
             .collect()
     }
 
-    /// A query of the sparse index [`row::SLOTS_INDEX`]: one page of at most `limit` slot
-    /// leases of `dimension`, earliest expiry first, whatever else the table holds. The
-    /// index is eventually consistent (a lease written or deleted a moment ago may be
-    /// missing or still listed): callers use the answer as a hint and condition every
-    /// write on the rows themselves. A table without the index (created by another tool)
-    /// answers no lease, with a warning saying how to add it, and is asked again a minute
-    /// later.
+    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
+        for chunk in ids.chunks(FORGET_MAX) {
+            let names: HashMap<String, String> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (format!("#h{i}"), row::held_name(id)))
+                .collect();
+            let update = format!(
+                "REMOVE {}",
+                (0..chunk.len())
+                    .map(|i| format!("#h{i}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            self.count_call();
+            let result = self
+                .client
+                .update_item()
+                .table_name(self.table.as_ref())
+                .set_key(Some(row::key(dimension.as_str())))
+                .update_expression(update)
+                // Never create a row for a bucket that is gone.
+                .condition_expression(EXISTS)
+                .set_expression_attribute_names(Some(names))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            match result {
+                Ok(out) => self.count_capacity(Units::Write, out.consumed_capacity()),
+                Err(e) => match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(_)) => return Ok(()),
+                    _ => return Err(self.err(e)),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// A query of the sparse index [`row::SLOTS_INDEX`] (one page of at most `limit` slot
+    /// lease rows of `dimension`, earliest expiry first, whatever else the table holds) and,
+    /// beside it, a consistent read of the bucket row for the leases it keeps. The index is
+    /// eventually consistent (a lease row written or deleted a moment ago may be missing or
+    /// still listed): callers use the answer as a hint and condition every write on the
+    /// rows themselves. A table without the index (created by another tool) answers no
+    /// lease row, with a warning saying how to add it, and is asked again a minute later.
     async fn slot_leases(
         &self,
         dimension: &Dimension,
         limit: usize,
     ) -> Result<Vec<LeaseRecord>, StoreError> {
-        if self.slots_index_missing() {
-            return Ok(Vec::new());
-        }
-        self.count_call();
-        let out = self
-            .client
-            .query()
-            .table_name(self.table.as_ref())
-            .index_name(row::SLOTS_INDEX)
-            .key_condition_expression("#d = :d")
-            .expression_attribute_names("#d", row::SLOT_DIMENSION)
-            .expression_attribute_values(":d", row::s(dimension.as_str()))
-            .scan_index_forward(true)
-            .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = match out {
-            Ok(out) => out,
-            Err(e) => {
-                use aws_sdk_dynamodb::error::ProvideErrorMetadata as _;
-                // A query of an index still being built fails on DynamoDB Local with an
-                // internal failure: the index's status says whether that is the cause.
-                let unbuilt = error::is_missing_index(&e)
-                    || (matches!(e.code(), Some("InternalFailure" | "InternalServerError"))
-                        && self.slots_index_building().await?);
-                if unbuilt {
-                    tracing::debug!(error = %e, "the slots index cannot be queried (yet)");
-                    self.note_slots_index_missing();
-                    return Ok(Vec::new());
-                }
-                return Err(self.err(e));
-            }
-        };
-        self.count_capacity(Units::Read, out.consumed_capacity());
-        let mut leases = Vec::with_capacity(out.items().len());
-        for item in out.items() {
-            match row::lease_record(item) {
-                Ok(lease) if lease.dimension == *dimension => leases.push(lease),
-                Ok(_) => {}
-                Err(e) => tracing::debug!(error = %e, "a slot lease row sluice cannot read"),
-            }
+        let (rows, bucket) = tokio::join!(
+            self.slot_lease_rows(dimension, limit),
+            self.read_buckets(std::slice::from_ref(dimension))
+        );
+        let mut leases = rows?;
+        if let Some(Some(bucket)) = bucket?.pop()
+            && bucket.bucket.limit_type().restores_on_release()
+        {
+            leases.extend(bucket.held.iter().map(|h| LeaseRecord::held_in(&bucket, h)));
+            leases.sort_by_key(|l| l.expires_at);
+            leases.truncate(limit);
         }
         Ok(leases)
     }
@@ -814,20 +967,49 @@ impl Store for DynamoStore {
                 row::n(t.as_secs_ceil() + row::TTL_GRACE_SECS),
             );
         }
+        // Bucket rows too, for the leases they keep.
+        match &filter.dimension {
+            Some(d) => {
+                expression = format!("({expression}) OR vendor_dimension = :bucket");
+                values.insert(":bucket".to_owned(), row::s(d.as_str()));
+            }
+            None => {
+                expression = format!("({expression}) OR NOT begins_with(vendor_dimension, :lease)");
+            }
+        }
         let items = self.scan(&expression, values, names).await?;
         let mut scan = LeaseScan {
             leases: Vec::with_capacity(items.len()),
             unreadable: Vec::new(),
         };
+        let matches = |lease: &LeaseRecord| {
+            filter.expired_before.is_none_or(|t| lease.expires_at < t)
+                && filter
+                    .dimension
+                    .as_ref()
+                    .is_none_or(|d| &lease.dimension == d)
+        };
         for item in &items {
+            let is_lease_row = matches!(
+                item.get(row::KEY),
+                Some(AttributeValue::S(k)) if k.starts_with(LEASE_PREFIX)
+            );
+            if !is_lease_row {
+                match row::bucket_state(item) {
+                    Ok(bucket) => scan.leases.extend(
+                        bucket
+                            .held
+                            .iter()
+                            .map(|h| LeaseRecord::held_in(&bucket, h))
+                            .filter(|l| matches(l)),
+                    ),
+                    Err(e) => tracing::debug!(error = %e, "a bucket row sluice cannot read"),
+                }
+                continue;
+            }
             match row::lease_record(item) {
                 Ok(lease) => {
-                    if filter.expired_before.is_none_or(|t| lease.expires_at < t)
-                        && filter
-                            .dimension
-                            .as_ref()
-                            .is_none_or(|d| &lease.dimension == d)
-                    {
+                    if matches(&lease) {
                         scan.leases.push(lease);
                     }
                 }
@@ -852,37 +1034,62 @@ impl Store for DynamoStore {
         state
             .validate()
             .map_err(|e| StoreError::invalid_bucket(state.dimension.as_str(), &e))?;
-        let mut request = self
-            .client
-            .put_item()
-            .table_name(self.table.as_ref())
-            .set_item(Some(row::bucket_item(state)))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        request = match expected {
-            None => request.condition_expression(NOT_EXISTS),
-            Some(expected) => {
-                let (condition, values, names) = row::same_row(expected);
-                request
-                    .condition_expression(condition)
-                    .set_expression_attribute_names(Some(names))
-                    .set_expression_attribute_values(Some(values))
-            }
+        let Some(expected) = expected else {
+            return self.create_bucket(state).await;
         };
+        // An update, not a put: the leases the row keeps stay, holding their tokens.
+        let (condition, mut values, mut names) = row::same_row(expected);
+        let item = row::bucket_item(&BucketState {
+            held: Vec::new(),
+            ..state.clone()
+        });
+        let mut sets = Vec::new();
+        for (i, (name, value)) in item.into_iter().filter(|(k, _)| k != row::KEY).enumerate() {
+            names.insert(format!("#d{i}"), name);
+            values.insert(format!(":d{i}"), value);
+            sets.push(format!("#d{i} = :d{i}"));
+        }
+        let mut update = format!("SET {}", sets.join(", "));
+        let mut removes = Vec::new();
+        if state.bucket.keeps_leases() {
+            names.insert("#lean".to_owned(), row::LEAN.to_owned());
+            removes.push("#lean");
+        }
+        if state.write_id.is_none() {
+            names.insert("#wid".to_owned(), row::WRITE_ID.to_owned());
+            removes.push("#wid");
+        }
+        if !removes.is_empty() {
+            update.push_str(" REMOVE ");
+            update.push_str(&removes.join(", "));
+        }
         self.count_call();
-        match request.send().await {
+        let result = self
+            .client
+            .update_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(row::key(state.dimension.as_str())))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
             Ok(out) => {
                 self.count_capacity(Units::Write, out.consumed_capacity());
                 Ok(true)
             }
             Err(e) => match e.as_service_error() {
-                // A resend of a put that had applied finds the row it wrote.
-                Some(PutItemError::ConditionalCheckFailedException(c))
+                // A resend of an update that had applied finds the row it wrote.
+                Some(UpdateItemError::ConditionalCheckFailedException(c))
                     if c.item().is_some_and(|item| is_own_write(item, state)) =>
                 {
                     Ok(true)
                 }
-                Some(PutItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(false),
                 _ => Err(self.err(e)),
             },
         }

@@ -15,6 +15,12 @@
 //! delete an expired lease before the reconciler has given its cost back. Seed leases
 //! without `expires_at` expire at their `ttl`.
 //!
+//! A bucket row may also keep leases itself (sluice's fast path): one attribute per lease,
+//! named `lease#{unique}` like the unique part of a lease row's key, holding the list
+//! `[cost N, created_at N, expires_at N, caller S]` (times in unix seconds with a
+//! millisecond fraction). Other SDKs ignore these attributes and keep them when they update
+//! the row; their tokens are taken from `tokens` like any lease's.
+//!
 //! Rows from other SDKs may carry more decimal places than sluice keeps; they are rounded
 //! in the direction that can never over-grant (fewer tokens, slower refill, a later refill
 //! timestamp).
@@ -23,10 +29,10 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::bucket::{Bucket, BucketState, LimitType};
+use crate::bucket::{Bucket, BucketState, HeldLease, LimitType};
 use crate::clock::UnixMillis;
 use crate::decimal::{self, Rounding};
-use crate::dimension::Dimension;
+use crate::dimension::{Dimension, LEASE_PREFIX};
 use crate::store::{LeaseKey, LeaseRecord, StoreError};
 use crate::tokens::{RefillRate, Tokens};
 
@@ -90,7 +96,66 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     if let Some(id) = state.write_id {
         item.insert(WRITE_ID.to_owned(), write_id(id));
     }
+    for h in &state.held {
+        item.insert(held_name(&h.id), held_value(h));
+    }
     item
+}
+
+/// The attribute of a bucket row that keeps the lease `id`.
+pub(crate) fn held_name(id: &str) -> String {
+    format!("{LEASE_PREFIX}{id}")
+}
+
+/// A kept lease as stored: `[cost, created_at, expires_at, caller]`.
+pub(crate) fn held_value(h: &HeldLease) -> AttributeValue {
+    AttributeValue::L(vec![
+        n(h.cost),
+        n(h.created_at),
+        n(h.expires_at),
+        s(h.caller.as_str()),
+    ])
+}
+
+/// Reads the lease kept in the attribute `name` of a bucket row.
+fn held_lease(r: &Reader<'_>, name: &str, value: &AttributeValue) -> Result<HeldLease, StoreError> {
+    let id = name.strip_prefix(LEASE_PREFIX).unwrap_or(name);
+    let bad = || {
+        r.corrupt(format!(
+            "`{name}` must be a list [cost N, created_at N, expires_at N, caller S], found {}",
+            kind(value)
+        ))
+    };
+    let AttributeValue::L(parts) = value else {
+        return Err(bad());
+    };
+    let [
+        AttributeValue::N(cost),
+        AttributeValue::N(created),
+        AttributeValue::N(expires),
+        AttributeValue::S(caller),
+    ] = parts.as_slice()
+    else {
+        return Err(bad());
+    };
+    if id.is_empty() {
+        return Err(r.corrupt(format!("`{name}` names no lease")));
+    }
+    let cost = Tokens::parse_rounded(cost, Rounding::Floor)
+        .ok()
+        .filter(|c| !c.is_negative() && *c <= Tokens::MAX)
+        .ok_or_else(|| {
+            r.corrupt(format!(
+                "`{name}`: the cost must be between 0 and 10^18, found {cost}"
+            ))
+        })?;
+    Ok(HeldLease {
+        id: id.to_owned(),
+        cost,
+        created_at: r.time(created, name, Rounding::Floor)?,
+        expires_at: r.time(expires, name, Rounding::Ceil)?,
+        caller: caller.clone(),
+    })
 }
 
 /// A write id as stored.
@@ -327,6 +392,12 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
             )));
         }
     };
+    let mut held = Vec::new();
+    for (name, value) in item {
+        if name.starts_with(LEASE_PREFIX) {
+            held.push(held_lease(&r, name, value)?);
+        }
+    }
     let bucket = Bucket::new(limit_type, capacity, refill_rate).with_cost_per_call(cost_per_call);
     let state = BucketState {
         dimension,
@@ -335,6 +406,7 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
         last_refill_at,
         version,
         write_id,
+        held,
     };
     // A row that cannot be a bucket (a `requests` row that never refills, a lean
     // `concurrent` one, values beyond every bound) is refused, never used.
@@ -385,6 +457,7 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
         created_at,
         expires_at,
         caller,
+        in_bucket: false,
     })
 }
 
@@ -548,6 +621,7 @@ mod tests {
             created_at: UnixMillis::new(1_709_550_100_250),
             expires_at: UnixMillis::new(1_709_550_160_250),
             caller: "audit-service".to_owned(),
+            in_bucket: false,
         };
         let item = lease_item(&lease);
         assert_eq!(item[TTL], n((1_709_550_161 + TTL_GRACE_SECS).to_string()));
