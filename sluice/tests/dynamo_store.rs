@@ -133,6 +133,7 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
         .unwrap();
 
     let bucket = get_raw(&store, &dim).await.unwrap();
+    let kept = format!("lease#{}", lease.id().unique());
     let mut names: Vec<&str> = bucket.keys().map(String::as_str).collect();
     names.sort();
     assert_eq!(
@@ -141,6 +142,7 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
             "capacity",
             "cost_per_call",
             "last_refill_at",
+            kept.as_str(),
             "limit_type",
             "refill_rate",
             "tokens",
@@ -148,6 +150,17 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
             "version",
             "write_id"
         ]
+    );
+    // The fast path keeps the grant's lease in the row: [cost, created_at, expires_at,
+    // caller], times in seconds with the milliseconds.
+    assert_eq!(
+        bucket[&kept],
+        AttributeValue::L(vec![
+            n("1.5"),
+            n(&format!("{t}.125")),
+            n(&format!("{}.125", t + 60)),
+            s("interop-test"),
+        ])
     );
     assert_eq!(bucket["vendor_dimension"], s(&dim));
     assert_eq!(bucket["capacity"], n("100"));
@@ -164,6 +177,26 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
         n(&format!("{}", (t * 1_000 + 125) * 1_000 + 1))
     );
 
+    assert!(
+        lease.id().keys()[0]
+            .as_str()
+            .starts_with(&format!("lease#{dim}#"))
+    );
+    lease.release().await.unwrap();
+    assert!(!get_raw(&store, &dim).await.unwrap().contains_key(&kept));
+    // A lease in a row of its own (the seed's protocol, other SDKs, a row keeping as many
+    // leases as it may): the seed's lease row.
+    let rows = Sluice::builder()
+        .store(store.clone())
+        .clock(clock.clone())
+        .caller("interop-test")
+        .leases_per_row(0)
+        .build()
+        .unwrap();
+    let lease = rows
+        .acquire(Acquire::with_cost(&dim, "1.5".parse::<Tokens>().unwrap()))
+        .await
+        .unwrap();
     let key = lease.id().keys()[0].as_str().to_owned();
     assert!(key.starts_with(&format!("lease#{dim}#")));
     let row = get_raw(&store, &key).await.unwrap();
@@ -1094,8 +1127,9 @@ async fn a_single_write_resent_after_a_lost_answer_is_not_applied_twice() {
         Err(sluice::store::CommitError::Condition(_))
     ));
 
-    // The same for a whole-row `PutItem` (a redefinition).
-    let (proxied, puts) = answer_losing_proxy_for(endpoint, "PutItem").await;
+    // The same for a redefinition (an `UpdateItem` of the whole definition, which keeps
+    // the leases the row keeps).
+    let (proxied, puts) = answer_losing_proxy_for(endpoint, "UpdateItem").await;
     let store = DynamoStore::new(dynamo::client(&proxied), direct.table());
     let redefined = sluice::BucketState {
         version: after.version + 1,
