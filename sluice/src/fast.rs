@@ -447,7 +447,7 @@ impl Sluice {
             // back are not.
             let needs_row = !acquires.is_empty() || releases.iter().any(|r| r.part.restores);
             if !needs_row {
-                self.forget_released(&dimension, releases).await;
+                self.forget_released(lane, &dimension, releases).await;
                 return;
             }
             let remembered = lane.memory().row().cloned();
@@ -518,7 +518,7 @@ impl Sluice {
                 && releases.iter().all(|r| !r.part.restores)
             {
                 // Only releases that give nothing back: no new version for them.
-                self.forget_released(&dimension, std::mem::take(&mut releases))
+                self.forget_released(lane, &dimension, std::mem::take(&mut releases))
                     .await;
             }
             if granted.is_empty() && releases.is_empty() && reclaimed.is_empty() {
@@ -575,12 +575,31 @@ impl Sluice {
                 .held
                 .len()
                 .saturating_sub(releases.len() + reclaimed.len());
+            // The row may keep fewer than remembered (releases elsewhere remove leases
+            // without a new version, so memory only ever counts too many): before giving a
+            // grant a lease row of its own, look at the row.
+            let room = self.config().leases_per_row;
+            if !lean && !fresh && room > 0 && kept_in_row + granted.len() > room {
+                match self.read_into(lane, &dimension).await {
+                    Ok(row) => {
+                        fresh = row.is_some();
+                        acquires = jobs_of(granted, refused);
+                        continue;
+                    }
+                    Err(e) => {
+                        fail_all(jobs_of(granted, refused), releases, || {
+                            Error::Store(e.clone_lossy())
+                        });
+                        return;
+                    }
+                }
+            }
             let mut issued = Vec::with_capacity(granted.len());
             for (a, cost) in &granted {
                 let expires_at = now.saturating_add(a.ttl);
                 let kept = if lean {
                     Kept::Nowhere
-                } else if kept_in_row < self.config().leases_per_row {
+                } else if kept_in_row < room {
                     kept_in_row += 1;
                     Kept::InBucket
                 } else {
@@ -639,7 +658,7 @@ impl Sluice {
                     .into_iter()
                     .partition(|r| r.part.kept == Kept::InBucket && !r.part.restores);
                 releases = rest;
-                self.forget_released(&dimension, forgets).await;
+                self.forget_released(lane, &dimension, forgets).await;
             }
             let write =
                 BucketWrite::new(row.clone(), after.tokens, after.last_refill_at).with_held(held);
@@ -830,7 +849,7 @@ impl Sluice {
     /// Removes the leases of releases that give nothing back from the row that keeps them,
     /// with no condition and no new version (see
     /// [`Store::forget_held`](crate::store::Store::forget_held)), and answers them.
-    async fn forget_released(&self, dimension: &Dimension, releases: Vec<ReleaseJob>) {
+    async fn forget_released(&self, lane: &Lane, dimension: &Dimension, releases: Vec<ReleaseJob>) {
         if releases.is_empty() {
             return;
         }
@@ -839,6 +858,9 @@ impl Sluice {
             .map(|r| r.part.key.unique().to_owned())
             .collect();
         let forgotten = self.store().forget_held(dimension, &ids).await;
+        if forgotten.is_ok() {
+            lane.memory().drop_held(&ids);
+        }
         for r in releases {
             let _ = r.reply.send(
                 forgotten

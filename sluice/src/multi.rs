@@ -2,19 +2,19 @@
 //! transaction.
 //!
 //! An acquire on `openai#rpm` and `openai#tpm` takes each dimension through its own lane
-//! (see [`fast`](crate::fast)), one after the other: each take is the conditional write of
-//! that one bucket row, carrying its lease in the row, batched with whatever else this
-//! client is writing to that row. When a later dimension is short, the dimensions already
-//! taken are given back at once, each exactly once (the give-back removes the lease it
-//! created, on condition that it is still there), and then the caller gets the RetryIn:
-//! all or nothing as the caller sees it, and never more than the buckets hold. An acquire
-//! dropped half-way gives back what it took in the background.
+//! (see [`fast`](crate::fast)): each take is the conditional write of that one bucket row,
+//! carrying its lease in the row, batched with whatever else this client is writing to
+//! that row. The dimensions this client last saw short are taken first, one at a time in
+//! name order (at the limit the bottleneck refuses before anything is taken); the others
+//! are taken together. When one is short, the dimensions already taken are given back,
+//! each exactly once (the give-back removes the lease it created, on condition that it is
+//! still there), and then the caller gets the RetryIn: all or nothing as the caller sees
+//! it, and never more than the buckets hold. An acquire dropped half-way gives back what it
+//! took in the background.
 //!
 //! The price is a brief hold: between its take and its give-back (one write), a dimension
 //! taken for a request that is then refused shows other clients fewer tokens than it will
-//! have. The order keeps it rare: the dimensions this client last saw short are taken
-//! first (at the limit, the bottleneck refuses before anything was taken), then the others
-//! in name order, the same order for every client.
+//! have.
 
 use std::time::Duration;
 
@@ -25,6 +25,24 @@ use crate::clock::UnixMillis;
 use crate::error::Error;
 use crate::lease::{Lease, LeaseId, LeasePart};
 use crate::remembered::Recall;
+
+/// One dimension taken for a request not yet granted whole.
+struct Taken {
+    holding: Holding,
+    attempts: u32,
+    created_at: UnixMillis,
+    expires_at: UnixMillis,
+}
+
+/// Of two reasons to refuse one request, the one to answer: any error before a RetryIn, the
+/// longer of two RetryIns.
+fn worse(a: Option<Error>, b: Error) -> Error {
+    match (a, b) {
+        (Some(Error::RetryIn(x)), Error::RetryIn(y)) => Error::RetryIn(x.max(y)),
+        (Some(Error::RetryIn(_)) | None, b) => b,
+        (Some(a), _) => a,
+    }
+}
 
 /// Parts taken for a request not yet granted whole: given back if it never is, also when
 /// the caller drops the acquire half-way.
@@ -88,80 +106,124 @@ impl Sluice {
         if let Some(wait) = denied {
             return Err(self.refused(&wanted, &[], now, wait));
         }
-        // The dimensions last seen short first, then the others in name order.
-        let mut order: Vec<usize> = (0..wanted.len()).collect();
-        order.sort_by_cached_key(|&i| {
-            let w = &wanted[i];
-            let short = self
-                .lanes()
-                .lane(&w.dimension)
-                .memory()
-                .row()
-                .is_some_and(|row| {
-                    !matches!(
-                        row.take(w.cost(row.bucket.cost_per_call()), now),
-                        Take::Granted { .. }
-                    )
-                });
-            (!short, w.dimension.clone())
-        });
-        let mut holding = Holding {
-            client: self.clone(),
-            parts: Vec::with_capacity(wanted.len()),
-            expires_at: now.saturating_add(ttl),
-        };
-        let mut taken: Vec<Option<LeasePart>> = vec![None; wanted.len()];
-        let mut attempts = 0;
-        let mut created_at = now;
-        let mut expires_at = None;
-        for i in order {
+        // The dimensions last seen short go first, one by one in name order (at the limit
+        // the bottleneck refuses before anything is taken); the others are taken together.
+        let mut first: Vec<usize> = (0..wanted.len())
+            .filter(|&i| {
+                let w = &wanted[i];
+                self.lanes()
+                    .lane(&w.dimension)
+                    .memory()
+                    .row()
+                    .is_some_and(|row| {
+                        !matches!(
+                            row.take(w.cost(row.bucket.cost_per_call()), now),
+                            Take::Granted { .. }
+                        )
+                    })
+            })
+            .collect();
+        first.sort_by(|&a, &b| wanted[a].dimension.cmp(&wanted[b].dimension));
+        let together: Vec<usize> = (0..wanted.len()).filter(|i| !first.contains(i)).collect();
+        let expires_by = now.saturating_add(ttl);
+        let mut taken: Vec<Option<Taken>> = (0..wanted.len()).map(|_| None).collect();
+        let mut refusal: Option<Error> = None;
+        for &i in &first {
             match self
-                .acquire_fast(wanted[i].clone(), ttl, fresh_after, false)
+                .take_one(&wanted[i], ttl, fresh_after, expires_by)
                 .await
             {
-                Ok(lease) => {
-                    attempts += lease.attempts;
-                    created_at = created_at.max(lease.created_at);
-                    expires_at = Some(
-                        expires_at
-                            .map_or(lease.expires_at, |e: UnixMillis| e.min(lease.expires_at)),
-                    );
-                    let parts = lease.into_parts();
-                    holding.parts.extend(parts.iter().cloned());
-                    taken[i] = parts.into_iter().next();
-                }
+                Ok(t) => taken[i] = Some(t),
                 Err(error) => {
-                    // Give back what this request took (riding on the lanes' writes) before
-                    // answering: when the caller sees the refusal, nothing is held.
-                    let parts = holding.take();
-                    if !parts.is_empty() {
-                        // It finishes even if the caller goes away meanwhile.
-                        let (client, expires_at) = (self.clone(), holding.expires_at);
-                        crate::detach::Detached::new(async move {
-                            client.give_back_parts(parts, expires_at).await;
-                        })
-                        .await;
-                    }
-                    return Err(match error {
-                        Error::RetryIn(wait) => {
-                            let took: Vec<bool> = taken.iter().map(Option::is_some).collect();
-                            self.refused(&wanted, &took, self.now(), wait)
-                        }
-                        other => other,
-                    });
+                    refusal = Some(error);
+                    break;
                 }
             }
         }
-        holding.take();
-        let parts: Vec<LeasePart> = taken.into_iter().flatten().collect();
+        if refusal.is_none() {
+            // Each take is held as soon as it is granted: a caller going away half-way has
+            // it given back.
+            let results = futures::future::join_all(
+                together
+                    .iter()
+                    .map(|&i| self.take_one(&wanted[i], ttl, fresh_after, expires_by)),
+            )
+            .await;
+            for (&i, result) in together.iter().zip(results) {
+                match result {
+                    Ok(t) => taken[i] = Some(t),
+                    Err(error) => refusal = Some(worse(refusal.take(), error)),
+                }
+            }
+        }
+        let took: Vec<bool> = taken.iter().map(Option::is_some).collect();
+        if let Some(error) = refusal {
+            // Give back what this request took (riding on the lanes' writes) before
+            // answering: when the caller sees the refusal, nothing is held.
+            let parts: Vec<LeasePart> = taken
+                .iter_mut()
+                .flatten()
+                .flat_map(|t| t.holding.take())
+                .collect();
+            if !parts.is_empty() {
+                // It finishes even if the caller goes away meanwhile.
+                let client = self.clone();
+                crate::detach::Detached::new(async move {
+                    client.give_back_parts(parts, expires_by).await;
+                })
+                .await;
+            }
+            return Err(match error {
+                Error::RetryIn(wait) => self.refused(&wanted, &took, self.now(), wait),
+                other => other,
+            });
+        }
+        let taken: Vec<Taken> = taken.into_iter().flatten().collect();
+        let attempts = taken.iter().map(|t| t.attempts).sum();
+        let created_at = taken.iter().map(|t| t.created_at).max().unwrap_or(now);
+        let expires_at = taken
+            .iter()
+            .map(|t| t.expires_at)
+            .min()
+            .unwrap_or(expires_by);
+        // The parts in the order the request named them.
+        let mut parts: Vec<LeasePart> = taken
+            .into_iter()
+            .flat_map(|mut t| t.holding.take())
+            .collect();
+        parts.sort_by_key(|p| wanted.iter().position(|w| w.dimension == p.dimension));
         let id = LeaseId::new(parts.iter().map(|p| p.key.clone()).collect());
         Ok(Lease {
             client: self.clone(),
             id,
             parts,
             created_at,
-            expires_at: expires_at.unwrap_or(holding.expires_at),
+            expires_at,
             attempts,
+        })
+    }
+
+    /// One dimension of a several-dimension acquire, held (given back if dropped) from the
+    /// moment it is granted.
+    async fn take_one(
+        &self,
+        wanted: &Wanted,
+        ttl: Duration,
+        fresh_after: Option<UnixMillis>,
+        expires_by: UnixMillis,
+    ) -> Result<Taken, Error> {
+        let lease = self
+            .acquire_fast(wanted.clone(), ttl, fresh_after, false)
+            .await?;
+        Ok(Taken {
+            attempts: lease.attempts,
+            created_at: lease.created_at,
+            expires_at: lease.expires_at,
+            holding: Holding {
+                client: self.clone(),
+                parts: lease.into_parts(),
+                expires_at: expires_by,
+            },
         })
     }
 

@@ -265,3 +265,44 @@ async fn each_kept_lease_costs_about_sixty_bytes_and_the_row_stays_within_the_bo
             .any(|k| k.starts_with("lease#"))
     );
 }
+
+#[tokio::test]
+async fn a_client_that_keeps_releasing_its_leases_never_needs_a_transaction() {
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let sluice = Sluice::builder()
+        .store(store.clone())
+        .caller("loop")
+        .build()
+        .unwrap();
+    let dim = format!("{}#rpm", vendor());
+    sluice
+        .put_bucket(
+            &dim,
+            Bucket::requests(RefillRate::per_second(1_000_000)).with_capacity(1_000_000),
+        )
+        .await
+        .unwrap();
+    let before = store.stats();
+    // Far more cycles than the row keeps leases: each release must leave the row (and this
+    // client's memory of it) with room for the next.
+    let cycles = 3 * sluice.config().leases_per_row as u64;
+    for _ in 0..cycles {
+        sluice
+            .acquire(dim.as_str())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let after = store.stats();
+    assert_eq!(
+        after.transaction_write_milliunits, before.transaction_write_milliunits,
+        "no grant fell back to a lease row"
+    );
+    // One write to take, one to release (the client knows the row it created).
+    assert_eq!(after.calls - before.calls, 2 * cycles);
+    assert!(after.write_milliunits - before.write_milliunits <= 2_000 * cycles);
+}

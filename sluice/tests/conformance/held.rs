@@ -147,6 +147,37 @@ pub async fn leases_beyond_the_row_limit_get_rows_of_their_own(env: Env) {
     assert!(row(&env, "concurrent").await.held.is_empty());
 }
 
+pub async fn leases_released_elsewhere_make_room_in_the_row_again(env: Env) {
+    requests(&env, "rpm", 10, 1).await;
+    let dim = env.dim("rpm");
+    let a = client_keeping(&env, "a", 2);
+    let b = client_keeping(&env, "b", 2);
+    let theirs = vec![
+        b.acquire(dim.as_str()).await.unwrap(),
+        b.acquire(dim.as_str()).await.unwrap(),
+    ];
+    // The row keeps two: A's grant gets a lease row of its own.
+    let first = a.acquire(dim.as_str()).await.unwrap();
+    let in_bucket = |lease: &sluice::Lease, listed: &[LeaseRecord]| {
+        listed
+            .iter()
+            .find(|l| l.key == lease.id().keys()[0])
+            .is_some_and(|l| l.in_bucket)
+    };
+    assert!(!in_bucket(&first, &leases(&env, "rpm").await));
+    // B releases its leases: removed from the row with no new version, so A still
+    // remembers the row keeping them; A finds the room all the same.
+    for lease in theirs {
+        lease.release().await.unwrap();
+    }
+    let second = a.acquire(dim.as_str()).await.unwrap();
+    assert_eq!(in_bucket(&second, &leases(&env, "rpm").await), fast(&env));
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    assert_eq!(env.available("rpm").await, Tokens::new(6));
+    assert!(leases(&env, "rpm").await.is_empty());
+}
+
 pub async fn a_redefinition_keeps_the_leases_a_row_keeps(env: Env) {
     let dim = env.dim("concurrent");
     env.sluice

@@ -193,6 +193,7 @@ macro_rules! suite {
             a_grant_keeps_its_lease_where_one_write_carries_it,
             releasing_a_kept_lease_leaves_other_clients_writes_valid,
             leases_beyond_the_row_limit_get_rows_of_their_own,
+            leases_released_elsewhere_make_room_in_the_row_again,
             a_redefinition_keeps_the_leases_a_row_keeps,
             an_expired_kept_slot_is_reclaimed_once_by_a_short_bucket_or_the_reconciler,
             a_pair_refused_on_one_dimension_holds_nothing_on_the_other,
