@@ -441,6 +441,8 @@ impl Sluice {
         let mut looked_again: u32 = 0;
         // Whether the remembered row was confirmed by the store during this write.
         let mut fresh = false;
+        // Whether the last attempt lost a race to another writer.
+        let mut lost = false;
         loop {
             attempts += 1;
             // The row is needed to grant, or to give slots back; releases that give nothing
@@ -571,10 +573,14 @@ impl Sluice {
             let mut held = Vec::with_capacity(granted.len() + releases.len());
             // What the row keeps after this write's releases; new leases join while there
             // is room, the rest get rows of their own.
+            let released_from_row = releases
+                .iter()
+                .filter(|r| r.part.kept == Kept::InBucket)
+                .count();
             let mut kept_in_row = row
                 .held
                 .len()
-                .saturating_sub(releases.len() + reclaimed.len());
+                .saturating_sub(released_from_row + reclaimed.len());
             // The row may keep fewer than remembered (releases elsewhere remove leases
             // without a new version, so memory only ever counts too many): before giving a
             // grant a lease row of its own, look at the row.
@@ -737,6 +743,7 @@ impl Sluice {
                 })) => {
                     tracing::debug!(%dimension, attempts, "lost the race: retrying from the current row");
                     crate::metrics::contention_retry(dimension.as_str());
+                    lost = true;
                     match current {
                         Some(current) => {
                             lane.memory().learn(*current, now);
@@ -800,6 +807,11 @@ impl Sluice {
                 }
             }
             acquires = jobs_of(granted, refused);
+            if std::mem::take(&mut lost) {
+                // Requests that queued while this write lost a race join its retry: under
+                // contention from other processes, each write carries more.
+                join_queued(lane, &mut acquires, &mut releases);
+            }
         }
     }
 
@@ -961,6 +973,30 @@ impl Sluice {
         answer_each(slots, |a| a.reply, || Error::RetryIn(wait));
         Some(again)
     }
+}
+
+/// Moves the requests waiting in `lane`'s queue that can ride on the bucket write into
+/// this write's batch, as far as it has room; the others stay queued.
+fn join_queued(lane: &Lane, acquires: &mut Vec<AcquireJob>, releases: &mut Vec<ReleaseJob>) {
+    let mut queue = lock(&lane.queue);
+    if queue.is_empty() {
+        return;
+    }
+    let mut stay = Vec::with_capacity(queue.len());
+    for Queued { ticket, job, _room } in queue.drain(..) {
+        match job {
+            Job::Acquire(a) if a.reply.is_closed() => {}
+            Job::Acquire(a) if acquires.len() < MAX_BATCH => acquires.push(a),
+            Job::Release(r)
+                if (r.part.restores || r.part.kept != Kept::Row)
+                    && releases.len() < MAX_RELEASES =>
+            {
+                releases.push(r);
+            }
+            job => stay.push(Queued { ticket, job, _room }),
+        }
+    }
+    *queue = stay;
 }
 
 /// `after` (the row refilled to `now`) with `restored` given back, then as many of

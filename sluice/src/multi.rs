@@ -149,10 +149,29 @@ impl Sluice {
                     .map(|&i| self.take_one(&wanted[i], ttl, fresh_after, expires_by)),
             )
             .await;
+            let mut refused_for_now = Vec::new();
             for (&i, result) in together.iter().zip(results) {
                 match result {
                     Ok(t) => taken[i] = Some(t),
-                    Err(error) => refusal = Some(worse(refusal.take(), error)),
+                    Err(error) => {
+                        if matches!(error, Error::RetryIn(_)) {
+                            refused_for_now.push(i);
+                        }
+                        refusal = Some(worse(refusal.take(), error));
+                    }
+                }
+            }
+            if refusal
+                .as_ref()
+                .is_some_and(|e| !matches!(e, Error::RetryIn(_)))
+            {
+                // The caller is told something else (the cost can never be granted, the
+                // store failed): no denial window opens on the dimensions refused for now.
+                for i in refused_for_now {
+                    self.lanes()
+                        .lane(&wanted[i].dimension)
+                        .memory()
+                        .withdraw_denials();
                 }
             }
         }

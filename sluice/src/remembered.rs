@@ -136,6 +136,12 @@ impl Remembered {
         }
     }
 
+    /// Closes the denial window: a refusal the store gave for part of a request that was
+    /// answered otherwise (its caller got another error) is not a denial anyone was told.
+    pub(crate) fn withdraw_denials(&mut self) {
+        self.denials_until = None;
+    }
+
     /// The leases `ids` are no longer kept in the row (released without a new version).
     pub(crate) fn drop_held(&mut self, ids: &[String]) {
         if let Some(row) = self.row.as_mut() {
