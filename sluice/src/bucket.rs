@@ -333,7 +333,7 @@ pub struct BucketState {
     /// included.
     pub write_id: Option<u64>,
     /// The leases kept in the row itself (sluice's fast path keeps a grant's lease where
-    /// the grant's one write carries it), in no particular order. Their tokens are already
+    /// the grant's one write carries it), in id order. Their tokens are already
     /// taken from `tokens`, like those of lease rows. Releasing a lease that gives nothing
     /// back removes it without changing the version, so two rows that differ only here are
     /// the same row for a write's condition (see [`same_row`](Self::same_row)).

@@ -49,6 +49,9 @@ const MAX_BATCH: usize = 64;
 /// The most releases one write carries (`1 + MAX_BATCH + MAX_RELEASES` = 100 items).
 const MAX_RELEASES: usize = 35;
 
+/// The most expired kept leases one write gives back.
+const MAX_RECLAIMED: usize = 32;
+
 /// The most requests waiting on one lane; a caller beyond it waits for room.
 pub(crate) const MAX_QUEUED: usize = 1_024;
 
@@ -507,6 +510,11 @@ impl Sluice {
                     .filter(|h| h.expires_at <= now)
                     .filter(|h| !releases.iter().any(|r| r.part.key.unique() == h.id))
                     .collect();
+                // The earliest first, and a bounded number per write (the write's
+                // expressions must stay within DynamoDB's limits; the rest come back in
+                // later writes or from the reconciler).
+                reclaimed.sort_by_key(|h| h.expires_at);
+                reclaimed.truncate(MAX_RECLAIMED);
                 if !reclaimed.is_empty() {
                     let back = reclaimed.iter().fold(released, |sum, h| sum + h.cost);
                     (after, granted, refused) =

@@ -24,7 +24,7 @@ use crate::client::Sluice;
 use crate::clock::UnixMillis;
 use crate::error::Error;
 use crate::lease::{Lease, LeaseId, LeasePart};
-use crate::remembered::Recall;
+use crate::remembered::{MIN_RETRY_IN, Recall};
 
 /// One dimension taken for a request not yet granted whole.
 struct Taken {
@@ -104,7 +104,7 @@ impl Sluice {
             })
             .max();
         if let Some(wait) = denied {
-            return Err(self.refused(&wanted, &[], now, wait));
+            return Err(self.refused(&wanted, &[], now, wait, fresh_after));
         }
         // The dimensions last seen short go first, one by one in name order (at the limit
         // the bottleneck refuses before anything is taken); the others are taken together.
@@ -128,6 +128,9 @@ impl Sluice {
         let expires_by = now.saturating_add(ttl);
         let mut taken: Vec<Option<Taken>> = (0..wanted.len()).map(|_| None).collect();
         let mut refusal: Option<Error> = None;
+        // When the longest RetryIn seen so far ends: the answer counts down from it, however
+        // long the other takes and the give-back took.
+        let mut retry_at = now;
         for &i in &first {
             match self
                 .take_one(&wanted[i], ttl, fresh_after, expires_by)
@@ -135,6 +138,9 @@ impl Sluice {
             {
                 Ok(t) => taken[i] = Some(t),
                 Err(error) => {
+                    if let Error::RetryIn(wait) = error {
+                        retry_at = retry_at.max(self.now().saturating_add(wait));
+                    }
                     refusal = Some(error);
                     break;
                 }
@@ -154,8 +160,9 @@ impl Sluice {
                 match result {
                     Ok(t) => taken[i] = Some(t),
                     Err(error) => {
-                        if matches!(error, Error::RetryIn(_)) {
+                        if let Error::RetryIn(wait) = error {
                             refused_for_now.push(i);
+                            retry_at = retry_at.max(self.now().saturating_add(wait));
                         }
                         refusal = Some(worse(refusal.take(), error));
                     }
@@ -193,7 +200,11 @@ impl Sluice {
                 .await;
             }
             return Err(match error {
-                Error::RetryIn(wait) => self.refused(&wanted, &took, self.now(), wait),
+                Error::RetryIn(_) => {
+                    let now = self.now();
+                    let wait = retry_at.saturating_since(now).max(MIN_RETRY_IN);
+                    self.refused(&wanted, &took, now, wait, fresh_after)
+                }
                 other => other,
             });
         }
@@ -250,14 +261,21 @@ impl Sluice {
     /// longest of it and of the waits memory may answer on the others, except those this
     /// request took (`took`; they are being given back). The caller may be back when it
     /// runs out, asking every dimension again: each remembers that.
-    fn refused(&self, wanted: &[Wanted], took: &[bool], now: UnixMillis, wait: Duration) -> Error {
+    fn refused(
+        &self,
+        wanted: &[Wanted],
+        took: &[bool],
+        now: UnixMillis,
+        wait: Duration,
+        fresh_after: Option<UnixMillis>,
+    ) -> Error {
         let mut longest = wait;
         for (i, w) in wanted.iter().enumerate() {
             if took.get(i).copied().unwrap_or(false) {
                 continue;
             }
             let lane = self.lanes().lane(&w.dimension);
-            if let Recall::Denied(other) = lane.memory().recall(w, now, None) {
+            if let Recall::Denied(other) = lane.memory().recall(w, now, fresh_after) {
                 longest = longest.max(other);
             }
         }

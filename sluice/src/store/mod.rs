@@ -123,7 +123,9 @@ impl LeaseRecord {
 /// [`BucketWrite`] and applied with it, on the same condition plus its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeldWrite {
-    /// Keep a new lease in the row, on condition that none has its id.
+    /// Keep a new lease in the row. Its id must be none of the expected row's: since every
+    /// new lease comes with a new version, the write's own condition then guarantees that
+    /// the stored row has none with it either (a store may check it as well).
     Add(HeldLease),
     /// Remove a lease, on condition that it is still there (a release that gives its cost
     /// back, a reclaimed lease: exactly once).
@@ -166,8 +168,11 @@ impl HeldWrite {
     pub fn apply(&self, held: &mut Vec<HeldLease>) {
         match self {
             HeldWrite::Add(h) => {
-                held.retain(|x| x.id != h.id);
-                held.push(h.clone());
+                // Kept in id order, as a store reads them.
+                match held.binary_search_by(|x| x.id.cmp(&h.id)) {
+                    Ok(i) => held[i] = h.clone(),
+                    Err(i) => held.insert(i, h.clone()),
+                }
             }
             HeldWrite::Remove(id) | HeldWrite::Forget(id) => held.retain(|x| x.id != *id),
             HeldWrite::SetCost { id, cost } => {

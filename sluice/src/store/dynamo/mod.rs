@@ -335,10 +335,11 @@ impl DynamoStore {
             let name = format!("#h{i}");
             names.insert(name.clone(), row::held_name(change.id()));
             match change {
+                // No condition of its own: the row is exactly the one the write was computed
+                // from (adds always come with a new version), and the id is none of its.
                 HeldWrite::Add(h) => {
                     update.push_str(&format!(", {name} = :h{i}"));
                     values.insert(format!(":h{i}"), row::held_value(h));
-                    condition.push_str(&format!(" AND attribute_not_exists({name})"));
                 }
                 HeldWrite::Remove(_) => {
                     removes.push(name.clone());

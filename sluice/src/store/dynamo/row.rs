@@ -398,6 +398,8 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
             held.push(held_lease(&r, name, value)?);
         }
     }
+    // In id order, whatever order the attributes came in: the same row reads the same.
+    held.sort_by(|a, b| a.id.cmp(&b.id));
     let bucket = Bucket::new(limit_type, capacity, refill_rate).with_cost_per_call(cost_per_call);
     let state = BucketState {
         dimension,
