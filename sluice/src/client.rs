@@ -341,7 +341,7 @@ impl Sluice {
 
     /// An acquire that, with `fresh_after`, takes a denial only from a row learned since
     /// then (a waiting caller's retry: its wait began at that time).
-    async fn acquire_after(
+    pub(crate) async fn acquire_after(
         &self,
         request: Acquire,
         fresh_after: Option<UnixMillis>,

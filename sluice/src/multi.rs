@@ -300,3 +300,178 @@ impl Sluice {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::acquire::Acquire;
+    use crate::bucket::{Bucket, BucketState};
+    use crate::clock::ManualClock;
+    use crate::dimension::Dimension;
+    use crate::store::{
+        Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, MemoryStore, Store,
+        StoreError,
+    };
+    use crate::tokens::RefillRate;
+
+    fn client(store: Arc<dyn Store>, clock: &ManualClock) -> Sluice {
+        Sluice::builder()
+            .store_arc(store)
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_waiting_callers_pair_takes_no_other_dimensions_window_from_before_its_wait() {
+        let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let sluice = client(store.clone(), &clock);
+        let slow = Bucket::requests(RefillRate::new(1, Duration::from_secs(10))).with_capacity(1);
+        sluice
+            .put_bucket(
+                "pair#a",
+                Bucket::requests(RefillRate::per_second(1)).with_capacity(1),
+            )
+            .await
+            .unwrap();
+        sluice.put_bucket("pair#b", slow.clone()).await.unwrap();
+        // This client empties b: its own write opens a 10 s window on b.
+        sluice
+            .acquire("pair#b")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        // Elsewhere b is created again, full: this client has not seen it.
+        let other = client(store, &clock);
+        other.delete_bucket("pair#b").await.unwrap();
+        other.put_bucket("pair#b", slow).await.unwrap();
+        sluice
+            .acquire("pair#a")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        clock.advance(Duration::from_millis(1));
+        // A waiting caller's retry, its wait begun now: a is short for 999 ms; b's window
+        // is from before the wait and must not lengthen the answer to 10 s.
+        let waited_from = sluice.now();
+        let answer = sluice
+            .acquire_after(Acquire::new("pair#a").and("pair#b"), Some(waited_from))
+            .await
+            .unwrap_err();
+        assert_eq!(answer.retry_in(), Some(Duration::from_millis(999)));
+    }
+
+    /// A store whose clock moves on while it writes a dimension's give-back.
+    #[derive(Debug)]
+    struct SlowGiveBack {
+        inner: MemoryStore,
+        clock: ManualClock,
+        slow: Dimension,
+    }
+
+    #[async_trait::async_trait]
+    impl Store for SlowGiveBack {
+        async fn read_buckets(
+            &self,
+            dimensions: &[Dimension],
+        ) -> Result<Vec<Option<BucketState>>, StoreError> {
+            self.inner.read_buckets(dimensions).await
+        }
+        async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+            let gives_back = commit.buckets.iter().any(|w| {
+                *w.dimension() == self.slow
+                    && w.held
+                        .iter()
+                        .any(|h| matches!(h, crate::store::HeldWrite::Remove(_)))
+            });
+            if gives_back {
+                self.clock.advance(Duration::from_millis(400));
+            }
+            self.inner.commit(commit).await
+        }
+        async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+            self.inner.delete_leases(keys).await
+        }
+        async fn read_leases(
+            &self,
+            keys: &[LeaseKey],
+        ) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+            self.inner.read_leases(keys).await
+        }
+        async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
+            self.inner.scan_leases(filter).await
+        }
+        async fn forget_held(
+            &self,
+            dimension: &Dimension,
+            ids: &[String],
+        ) -> Result<(), StoreError> {
+            self.inner.forget_held(dimension, ids).await
+        }
+        async fn put_bucket(
+            &self,
+            state: &BucketState,
+            expected: Option<&BucketState>,
+        ) -> Result<bool, StoreError> {
+            self.inner.put_bucket(state, expected).await
+        }
+        async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
+            self.inner.list_buckets().await
+        }
+        async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
+            self.inner.delete_bucket(dimension).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pairs_retry_in_counts_down_while_the_give_back_is_written() {
+        let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+        let store = Arc::new(SlowGiveBack {
+            inner: MemoryStore::new(),
+            clock: clock.clone(),
+            slow: "pair#a".parse().unwrap(),
+        });
+        let sluice = client(store.clone(), &clock);
+        sluice
+            .put_bucket(
+                "pair#a",
+                Bucket::requests(RefillRate::per_second(100)).with_capacity(100),
+            )
+            .await
+            .unwrap();
+        sluice
+            .put_bucket(
+                "pair#b",
+                Bucket::requests(RefillRate::per_second(1)).with_capacity(1),
+            )
+            .await
+            .unwrap();
+        // Another client empties b; this one has not seen it and takes a and b together.
+        let other = client(store, &clock);
+        let _held = other.acquire("pair#b").await.unwrap();
+        let started = sluice.now();
+        let answer = sluice
+            .acquire(Acquire::new("pair#a").and("pair#b"))
+            .await
+            .unwrap_err();
+        // b is back 1 s after it was found short; giving a back took 400 ms of that.
+        assert!(sluice.now().saturating_since(started) >= Duration::from_millis(400));
+        assert_eq!(answer.retry_in(), Some(Duration::from_millis(600)));
+        assert_eq!(
+            sluice
+                .bucket("pair#a")
+                .await
+                .unwrap()
+                .unwrap()
+                .available(sluice.now()),
+            crate::tokens::Tokens::new(100)
+        );
+    }
+}
