@@ -17,7 +17,7 @@ use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::fast::Lanes;
 use crate::lease::{Kept, Lease, LeaseId, LeasePart};
-use crate::remembered::{MIN_RETRY_IN, Recall};
+use crate::remembered::MIN_RETRY_IN;
 use crate::snapshot::Snapshot;
 use crate::store::{
     BucketWrite, Commit, CommitError, ConditionFailure, HeldWrite, LeaseFilter, LeaseKey,
@@ -266,14 +266,6 @@ pub(crate) enum SlotOutlook {
     BackBy(Option<UnixMillis>),
 }
 
-/// The rows a multi-dimension acquire computed from, which of them the store confirmed
-/// during it, and which refused.
-struct Rows<'a> {
-    rows: &'a [BucketState],
-    fresh: &'a [bool],
-    refused: &'a [usize],
-}
-
 /// Slot leases read per page when a short `concurrent` bucket looks for expired ones.
 const SLOT_PAGE: usize = 100;
 /// Pages read at most per look: a bucket with more expired leases than this gives the
@@ -365,7 +357,7 @@ impl Sluice {
                     .await
             }
             Ok(one) => {
-                self.acquire_resolved(&one, ttl, fresh_after)
+                self.acquire_resolved(&one, ttl)
                     .instrument(span.clone())
                     .await
             }
@@ -375,7 +367,7 @@ impl Sluice {
                     .await
             }
             Err(many) => {
-                self.acquire_resolved(&many, ttl, fresh_after)
+                self.acquire_resolved(&many, ttl)
                     .instrument(span.clone())
                     .await
             }
@@ -400,14 +392,9 @@ impl Sluice {
 
     /// An acquire on the seed's protocol: every attempt reads the rows, then writes every
     /// bucket it names and the lease rows in one atomic write. A refusal comes from the rows
-    /// just read, or from memory inside its denial window (see
-    /// [`remembered`](crate::remembered)).
-    async fn acquire_resolved(
-        &self,
-        wanted: &[Wanted],
-        ttl: Duration,
-        fresh_after: Option<UnixMillis>,
-    ) -> Result<Lease, Error> {
+    /// just read (or handed back by a failed condition), never from memory, so a waiting
+    /// caller's rows are always fresh.
+    async fn acquire_resolved(&self, wanted: &[Wanted], ttl: Duration) -> Result<Lease, Error> {
         let dimensions: Vec<Dimension> = wanted.iter().map(|w| w.dimension.clone()).collect();
         let mut unique = new_unique();
         let max_retries = self.inner.config.max_retries;
@@ -416,11 +403,8 @@ impl Sluice {
         let mut conflicts: u32 = 0;
         let mut looked_again: u32 = 0;
         let mut contended = None;
-        // The rows in hand, and whether the store confirmed each during this acquire.
-        let (mut rows, mut fresh) = (
-            self.read_rows(&dimensions).await?,
-            vec![true; dimensions.len()],
-        );
+        // The rows in hand, each confirmed by the store during this acquire.
+        let mut rows = self.read_rows(&dimensions).await?;
         loop {
             attempt += 1;
             let now = self.now();
@@ -464,38 +448,8 @@ impl Sluice {
                 });
             }
             if !refused.is_empty() {
-                // (A cost above the capacity of a row in hand that the store did not confirm
-                // now is never answered: the capacity may have been raised.)
-                let unconfirmed = refused.iter().any(|&i| {
-                    let row = &rows[i];
-                    !fresh[i]
-                        && (matches!(
-                            row.take(wanted[i].cost(row.bucket.cost_per_call()), now),
-                            Take::ExceedsCapacity
-                        ) || !matches!(
-                            self.recall(&wanted[i], now, fresh_after),
-                            Recall::Denied(_)
-                        ))
-                });
-                if unconfirmed {
-                    // A refusal memory may not give: read the rows, then decide.
-                    rows = self.read_rows(&dimensions).await?;
-                    fresh = vec![true; rows.len()];
-                    attempt -= 1;
-                    continue;
-                }
                 match self
-                    .refusal(
-                        wanted,
-                        Rows {
-                            rows: &rows,
-                            fresh: &fresh,
-                            refused: &refused,
-                        },
-                        now,
-                        fresh_after,
-                        looked_again,
-                    )
+                    .refusal(wanted, &rows, &refused, now, looked_again)
                     .await?
                 {
                     Some(refusal) => return Err(refusal),
@@ -503,7 +457,6 @@ impl Sluice {
                         // Expired leases were given back: read the rows again.
                         looked_again += 1;
                         rows = self.read_rows(&dimensions).await?;
-                        fresh = vec![true; rows.len()];
                         continue;
                     }
                 }
@@ -547,7 +500,6 @@ impl Sluice {
                         (Some(i), Some(current)) => {
                             self.inner.lanes.learn((*current).clone(), now);
                             rows[i] = *current;
-                            fresh[i] = true;
                             true
                         }
                         _ => false,
@@ -601,33 +553,18 @@ impl Sluice {
             }
             // The next attempt reads the rows first.
             rows = self.read_rows(&dimensions).await?;
-            fresh = vec![true; rows.len()];
         }
     }
 
-    /// What memory may answer to `wanted` (see [`Recall`]).
-    fn recall(&self, wanted: &Wanted, now: UnixMillis, fresh_after: Option<UnixMillis>) -> Recall {
-        self.inner
-            .lanes
-            .lane(&wanted.dimension)
-            .memory()
-            .recall(wanted, now, fresh_after)
-    }
-
-    /// The refusal of a multi-dimension (or seed-protocol) acquire, from rows that are
-    /// either confirmed by the store (`fresh`) or may answer from memory: the capacity
-    /// error, or the longest wait. `None`: expired leases of a short `concurrent` bucket
-    /// were given back, and the acquire should look again.
+    /// The refusal of a seed-protocol acquire, from rows the store just confirmed: the
+    /// capacity error, or the longest wait. `None`: expired leases of a short `concurrent`
+    /// bucket were given back, and the acquire should look again.
     async fn refusal(
         &self,
         wanted: &[Wanted],
-        Rows {
-            rows,
-            fresh,
-            refused,
-        }: Rows<'_>,
+        rows: &[BucketState],
+        refused: &[usize],
         now: UnixMillis,
-        fresh_after: Option<UnixMillis>,
         looked_again: u32,
     ) -> Result<Option<Error>, Error> {
         for &i in refused {
@@ -644,32 +581,25 @@ impl Sluice {
         for &i in refused {
             let row = &rows[i];
             let lane = self.inner.lanes.lane(&row.dimension);
-            let wait = if !fresh[i] {
-                match lane.memory().recall(&wanted[i], now, fresh_after) {
-                    Recall::Denied(wait) => wait,
-                    _ => MIN_RETRY_IN,
+            let wait = match row.take(wanted[i].cost(row.bucket.cost_per_call()), now) {
+                Take::Short { wait: Some(wait) } => {
+                    let wait = wait.max(MIN_RETRY_IN);
+                    lane.memory().confirm_short(now, wait);
+                    wait
                 }
-            } else {
-                match row.take(wanted[i].cost(row.bucket.cost_per_call()), now) {
-                    Take::Short { wait: Some(wait) } => {
-                        let wait = wait.max(MIN_RETRY_IN);
-                        lane.memory().confirm_short(now, wait);
-                        wait
-                    }
-                    Take::Short { wait: None } => {
-                        let known = lane.memory().slots_back(now, self.inner.config.slot_poll);
-                        let back = match known {
-                            Some(back) => back,
-                            None => match self.slot_outlook(row, now, looked_again).await? {
-                                SlotOutlook::LookAgain => return Ok(None),
-                                SlotOutlook::BackBy(back) => back,
-                            },
-                        };
-                        lane.memory()
-                            .confirm_slots_short(now, back, self.inner.config.slot_poll)
-                    }
-                    _ => MIN_RETRY_IN,
+                Take::Short { wait: None } => {
+                    let known = lane.memory().slots_back(now, self.inner.config.slot_poll);
+                    let back = match known {
+                        Some(back) => back,
+                        None => match self.slot_outlook(row, now, looked_again).await? {
+                            SlotOutlook::LookAgain => return Ok(None),
+                            SlotOutlook::BackBy(back) => back,
+                        },
+                    };
+                    lane.memory()
+                        .confirm_slots_short(now, back, self.inner.config.slot_poll)
                 }
+                _ => MIN_RETRY_IN,
             };
             retry_in = retry_in.max(wait);
         }

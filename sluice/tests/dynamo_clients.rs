@@ -5,6 +5,8 @@
 
 mod dynamo;
 
+use dynamo::{n, s};
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -17,14 +19,6 @@ use sluice::{
     Acquire, Bucket, DynamoStore, Error, ManualClock, RefillRate, SLOTS_INDEX, Sluice, Tokens,
     UnixMillis,
 };
-
-fn s(v: &str) -> AttributeValue {
-    AttributeValue::S(v.to_owned())
-}
-
-fn n(v: &str) -> AttributeValue {
-    AttributeValue::N(v.to_owned())
-}
 
 fn vendor() -> String {
     format!("clients{:08x}", rand::random::<u32>())

@@ -6,19 +6,13 @@
 
 mod dynamo;
 
+use dynamo::{n, s};
+
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
 use sluice::store::{LeaseFilter, Store as _};
 use sluice::{Bucket, DynamoStore, ManualClock, RefillRate, Sluice, Tokens, UnixMillis};
-
-fn s(v: &str) -> AttributeValue {
-    AttributeValue::S(v.to_owned())
-}
-
-fn n(v: &str) -> AttributeValue {
-    AttributeValue::N(v.to_owned())
-}
 
 fn vendor() -> String {
     format!("held{:08x}", rand::random::<u32>())

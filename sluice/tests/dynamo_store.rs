@@ -4,6 +4,8 @@
 mod conformance;
 mod dynamo;
 
+use dynamo::{n, s};
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,14 +23,6 @@ async fn dynamo_store() -> Option<Arc<dyn Store>> {
 }
 
 conformance::suite!(dynamo_store);
-
-fn s(v: &str) -> AttributeValue {
-    AttributeValue::S(v.to_owned())
-}
-
-fn n(v: &str) -> AttributeValue {
-    AttributeValue::N(v.to_owned())
-}
 
 fn vendor() -> String {
     format!("interop{:08x}", rand::random::<u32>())

@@ -82,3 +82,13 @@ pub fn future_secs() -> i64 {
         .as_secs() as i64;
     now + 86_400
 }
+
+/// A string attribute value.
+pub fn s(v: &str) -> aws_sdk_dynamodb::types::AttributeValue {
+    aws_sdk_dynamodb::types::AttributeValue::S(v.to_owned())
+}
+
+/// A number attribute value, as written.
+pub fn n(v: &str) -> aws_sdk_dynamodb::types::AttributeValue {
+    aws_sdk_dynamodb::types::AttributeValue::N(v.to_owned())
+}
