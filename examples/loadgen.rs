@@ -251,7 +251,7 @@ const PREFETCH_HOLD: Duration = Duration::from_millis(100);
 
 async fn child(args: Args, kind: String) {
     let store = store(&args).await;
-    let mut builder = Sluice::builder().store(store.clone()).config(Config {
+    let mut builder = sluice::SluiceBuilder::from_config(Config {
         caller: "loadgen".to_owned(),
         protocol: if kind.starts_with("seed") {
             Protocol::Seed
@@ -264,7 +264,8 @@ async fn child(args: Args, kind: String) {
             sluice::DEFAULT_LEASES_PER_ROW
         },
         ..Config::default()
-    });
+    })
+    .store(store.clone());
     if kind == "prefetch" {
         builder = builder.prefetch(
             args.dimension.parse().expect("dimension"),

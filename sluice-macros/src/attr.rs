@@ -170,27 +170,24 @@ fn set_once<T>(slot: &mut Option<T>, value: T, span: Span, name: &str) -> syn::R
     Ok(())
 }
 
-/// The same rules as `sluice::Dimension`, checked at compile time.
+/// The rules of `sluice::Dimension` (the `sluice-dimension` crate), checked at compile
+/// time.
 fn validate_dimension(lit: &LitStr) -> syn::Result<()> {
+    use sluice_dimension::Broken;
     let s = lit.value();
-    let fail = |why: &str| {
-        Err(syn::Error::new(
-            lit.span(),
-            format!("invalid dimension `{s}`: {why}"),
-        ))
+    let why = match sluice_dimension::check(&s) {
+        Ok(()) => return Ok(()),
+        Err(Broken::Empty) => "it is empty; expected `{vendor}#{metric}`, e.g. `openai#rpm`",
+        Err(Broken::TooLong) => "it is longer than 1024 bytes",
+        Err(Broken::Whitespace) => "it contains whitespace",
+        Err(Broken::Reserved) => "`lease#` is reserved for lease rows",
+        Err(Broken::EmptyVendor | Broken::EmptyMetric) => {
+            "vendor and metric must not be empty; expected `{vendor}#{metric}`"
+        }
+        Err(_) => "expected exactly one `#` between vendor and metric, e.g. `openai#rpm`",
     };
-    if s.is_empty() {
-        return fail("it is empty; expected `{vendor}#{metric}`, e.g. `openai#rpm`");
-    }
-    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return fail("it contains whitespace");
-    }
-    if s.starts_with("lease#") {
-        return fail("`lease#` is reserved for lease rows");
-    }
-    match s.split('#').collect::<Vec<_>>().as_slice() {
-        [vendor, metric] if !vendor.is_empty() && !metric.is_empty() => Ok(()),
-        [_, _] => fail("vendor and metric must not be empty; expected `{vendor}#{metric}`"),
-        _ => fail("expected exactly one `#` between vendor and metric, e.g. `openai#rpm`"),
-    }
+    Err(syn::Error::new(
+        lit.span(),
+        format!("invalid dimension `{s}`: {why}"),
+    ))
 }

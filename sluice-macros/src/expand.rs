@@ -155,8 +155,7 @@ fn wrapper(args: &Args, output: &Type, body: TokenStream) -> TokenStream {
     // Spanned on the return type, so an error type without `From<sluice::Error>` is
     // reported there.
     let convert = |error: TokenStream| quote_spanned!(output.span()=> <#output as #krate::__private::FromSluiceError>::from_sluice_error(#error));
-    let lease_error = convert(quote_spanned!(site=> __sluice_error));
-    let acquire_error = convert(quote_spanned!(site=> __sluice_error));
+    let slot_error = convert(quote_spanned!(site=> __sluice_error));
     let global_error = convert(quote_spanned!(site=> __sluice_error));
     let client = match &args.client {
         Some(expr) => {
@@ -183,8 +182,11 @@ fn wrapper(args: &Args, output: &Type, body: TokenStream) -> TokenStream {
         };
     }
     let timeout = match &args.timeout {
-        Some(e) => duration(e, site),
-        None => quote_spanned!(site=> __sluice_client.config().lease_ttl),
+        Some(e) => {
+            let e = duration(e, site);
+            quote_spanned!(site=> ::core::option::Option::Some(#e))
+        }
+        None => quote_spanned!(site=> ::core::option::Option::None),
     };
     let wait = match &args.wait {
         Some(e) => duration(e, site),
@@ -193,7 +195,7 @@ fn wrapper(args: &Args, output: &Type, body: TokenStream) -> TokenStream {
     quote_spanned! {site=>
         #client
         let __sluice_request = #request;
-        let __sluice_timeout: ::core::time::Duration = #timeout;
+        let __sluice_timeout: ::core::option::Option<::core::time::Duration> = #timeout;
         let __sluice_wait: ::core::time::Duration = #wait;
         let __sluice_body = async move {
             let __sluice_result: #output = #body;
@@ -201,16 +203,11 @@ fn wrapper(args: &Args, output: &Type, body: TokenStream) -> TokenStream {
             __sluice_result
         };
         match __sluice_client
-            .acquire_within(__sluice_request.ttl(__sluice_timeout), __sluice_wait)
+            .slot_within(__sluice_request, __sluice_timeout, __sluice_wait, || __sluice_body)
             .await
         {
-            ::core::result::Result::Ok(__sluice_lease) => {
-                match __sluice_lease.run(__sluice_timeout, __sluice_body).await {
-                    ::core::result::Result::Ok(__sluice_result) => __sluice_result,
-                    ::core::result::Result::Err(__sluice_error) => #lease_error,
-                }
-            }
-            ::core::result::Result::Err(__sluice_error) => #acquire_error,
+            ::core::result::Result::Ok(__sluice_result) => __sluice_result,
+            ::core::result::Result::Err(__sluice_error) => #slot_error,
         }
     }
 }

@@ -198,25 +198,37 @@ impl Middleware for SluiceMiddleware {
             .sluice()
             .await
             .map_err(reqwest_middleware::Error::middleware)?;
-        let ttl = self.lease_ttl.unwrap_or(client.config().lease_ttl);
         let acquire = limits
             .iter()
-            .fold(Acquire::default(), |a, l| l.add_to(a, &request))
-            .ttl(ttl);
-        let lease = match client.acquire_within(acquire, self.wait).await {
-            Ok(lease) => lease,
-            Err(sluice::Error::UnknownDimension(dimension)) if self.pass_unknown => {
-                tracing::warn!(%dimension, url = %request.url(), "no bucket defined; sending without a slot");
-                return next.run(request, extensions).await;
-            }
-            Err(error) => return Err(reqwest_middleware::Error::middleware(error)),
-        };
+            .fold(Acquire::default(), |a, l| l.add_to(a, &request));
+        // The request is handed on only once granted; kept here until then, so that a
+        // dimension without a bucket can still let it through (`pass_unknown`).
+        let mut unsent = Some(request);
+        let unknown_next = next.clone();
+        let body_extensions = &mut *extensions;
+        let sent = client
+            .slot_within(acquire, self.lease_ttl, self.wait, || {
+                let request = unsent.take();
+                async move {
+                    match request {
+                        Some(request) => next.run(request, body_extensions).await,
+                        None => Err(reqwest_middleware::Error::middleware(HandedOn)),
+                    }
+                }
+            })
+            .await;
         // The slot is released as soon as the response headers are in (or the request
         // failed or ran past the lease), before the feedback below.
-        let response = lease
-            .run(ttl, next.run(request, extensions))
-            .await
-            .map_err(reqwest_middleware::Error::middleware)??;
+        let response = match (sent, unsent) {
+            (Ok(response), _) => response?,
+            (Err(sluice::Error::UnknownDimension(dimension)), Some(request))
+                if self.pass_unknown =>
+            {
+                tracing::warn!(%dimension, url = %request.url(), "no bucket defined; sending without a slot");
+                return unknown_next.run(request, extensions).await;
+            }
+            (Err(error), _) => return Err(reqwest_middleware::Error::middleware(error)),
+        };
         if self.feedback {
             let vendor = VendorLimits::from_headers(response.headers(), SystemTime::now());
             if let Some(pause) = self
@@ -231,6 +243,18 @@ impl Middleware for SluiceMiddleware {
         Ok(response)
     }
 }
+
+/// The request was handed on already: a slot's body is made once, so this never happens.
+#[derive(Debug)]
+struct HandedOn;
+
+impl std::fmt::Display for HandedOn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request was already handed on")
+    }
+}
+
+impl std::error::Error for HandedOn {}
 
 /// A delay rounded up to the millisecond, at least 1 ms (as every RetryIn is).
 fn ceil_millis(d: Duration) -> Duration {

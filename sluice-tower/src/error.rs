@@ -12,29 +12,57 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// Returned (boxed) by [`SluiceService`](crate::SluiceService) instead of calling the inner
 /// service. Find it in a [`BoxError`] with [`retry_in`](crate::retry_in) or
 /// `downcast_ref::<RetryIn>()`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Its [`source`](StdError::source) is the [`sluice::Error::RetryIn`] it stands for, so
+/// [`sluice::Error::find_retry_in`] finds it too.
+#[derive(Debug)]
 pub struct RetryIn {
-    delay: Duration,
+    /// Always a [`sluice::Error::RetryIn`].
+    source: sluice::Error,
 }
 
 impl RetryIn {
     pub(crate) fn new(delay: Duration) -> Self {
-        RetryIn { delay }
+        RetryIn {
+            source: sluice::Error::RetryIn(delay),
+        }
     }
 
     /// The exact wait before the request can be granted (rounded up to the millisecond).
     pub fn retry_in(&self) -> Duration {
-        self.delay
+        self.source.retry_in().unwrap_or_default()
     }
 }
+
+impl Clone for RetryIn {
+    fn clone(&self) -> Self {
+        RetryIn::new(self.retry_in())
+    }
+}
+
+impl PartialEq for RetryIn {
+    fn eq(&self, other: &Self) -> bool {
+        self.retry_in() == other.retry_in()
+    }
+}
+
+impl Eq for RetryIn {}
 
 impl fmt::Display for RetryIn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rate limited: retry in {} ms", self.delay.as_millis())
+        write!(
+            f,
+            "rate limited: retry in {} ms",
+            self.retry_in().as_millis()
+        )
     }
 }
 
-impl StdError for RetryIn {}
+impl StdError for RetryIn {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&self.source)
+    }
+}
 
 /// Converts a sluice error to the service's error: a RetryIn becomes [`RetryIn`], anything
 /// else stays a `sluice::Error`.
@@ -56,18 +84,5 @@ pub(crate) fn from_sluice(e: sluice::Error) -> BoxError {
 /// assert_eq!(sluice_tower::retry_in(&*e), Some(Duration::from_millis(1_200)));
 /// ```
 pub fn retry_in(error: &(dyn StdError + 'static)) -> Option<Duration> {
-    let mut current = Some(error);
-    while let Some(e) = current {
-        if let Some(r) = e.downcast_ref::<RetryIn>() {
-            return Some(r.retry_in());
-        }
-        if let Some(d) = e
-            .downcast_ref::<sluice::Error>()
-            .and_then(sluice::Error::retry_in)
-        {
-            return Some(d);
-        }
-        current = e.source();
-    }
-    None
+    sluice::Error::find_retry_in(error)
 }

@@ -73,12 +73,10 @@ where
                     Some(c) => c,
                     None => Sluice::global().await.map_err(from_sluice)?,
                 };
-                let timeout = timeout.unwrap_or(client.config().lease_ttl);
-                let lease = client
-                    .acquire_within(acquire.ttl(timeout), wait)
+                match client
+                    .slot_within(acquire, timeout, wait, move || inner.call(request))
                     .await
-                    .map_err(from_sluice)?;
-                match lease.run(timeout, inner.call(request)).await {
+                {
                     Ok(Ok(response)) => Ok(response),
                     Ok(Err(e)) => Err(e.into()),
                     Err(e) => Err(from_sluice(e)),

@@ -16,6 +16,12 @@ pub const DEFAULT_SLOT_POLL: Duration = Duration::from_millis(300);
 /// Default most leases a bucket row keeps itself (`SLUICE_LEASES_PER_ROW`; see
 /// [`Config::leases_per_row`]).
 pub const DEFAULT_LEASES_PER_ROW: usize = 32;
+/// Default deadline of one store call, its retries included (`SLUICE_STORE_TIMEOUT_MS`;
+/// see [`Config::store_timeout`]).
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default deadline of one attempt of a store call (`SLUICE_STORE_ATTEMPT_TIMEOUT_MS`; see
+/// [`Config::store_attempt_timeout`]).
+pub const DEFAULT_STORE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The most [`Config::leases_per_row`] may be: the row must stay well within DynamoDB's
 /// 400 KB item limit.
 pub const MAX_LEASES_PER_ROW: usize = 1_000;
@@ -60,6 +66,8 @@ pub enum ConfigError {
 /// | `SLUICE_PROTOCOL` | `fast` or `seed` (see [`Protocol`]) | `fast` |
 /// | `SLUICE_SLOT_POLL_MS` | slot poll interval, milliseconds (see [`Config::slot_poll`]) | 300 |
 /// | `SLUICE_LEASES_PER_ROW` | most leases a bucket row keeps itself (see [`Config::leases_per_row`]) | 32 |
+/// | `SLUICE_STORE_TIMEOUT_MS` | deadline of one store call, retries included, milliseconds (see [`Config::store_timeout`]) | 3000 |
+/// | `SLUICE_STORE_ATTEMPT_TIMEOUT_MS` | deadline of one attempt of a store call, milliseconds | 1000 |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The DynamoDB table, if any.
@@ -89,6 +97,15 @@ pub struct Config {
     /// A grant beyond it gets a lease row of its own, written with the bucket in one
     /// transaction. `0`: every lease in a row of its own. At most [`MAX_LEASES_PER_ROW`].
     pub leases_per_row: usize,
+    /// The longest one call to the store may take, its retries included: a store that
+    /// stops answering makes a call fail with [`StoreError::Timeout`](crate::store::StoreError::Timeout)
+    /// after this long, not after the SDK's own limits. Applied to the DynamoDB client
+    /// [`DynamoStore::from_config`](crate::DynamoStore::from_config) builds (a client
+    /// passed to `DynamoStore::new` keeps its own settings). At least 1 ms.
+    pub store_timeout: Duration,
+    /// The longest one attempt of a store call may take before the SDK tries again (within
+    /// [`store_timeout`](Self::store_timeout)). At least 1 ms and at most `store_timeout`.
+    pub store_attempt_timeout: Duration,
 }
 
 /// Local prefetch for a hot dimension whose bucket is in lean mode: when this client
@@ -175,6 +192,8 @@ impl Default for Config {
             prefetch: HashMap::new(),
             slot_poll: DEFAULT_SLOT_POLL,
             leases_per_row: DEFAULT_LEASES_PER_ROW,
+            store_timeout: DEFAULT_STORE_TIMEOUT,
+            store_attempt_timeout: DEFAULT_STORE_ATTEMPT_TIMEOUT,
         }
     }
 }
@@ -215,15 +234,15 @@ impl Config {
                 reason: "expected a whole number, 0 or more",
             })?;
         }
-        if let Some(v) = non_empty("SLUICE_SLOT_POLL_MS") {
-            let ms: u64 = v.trim().parse().ok().filter(|ms| *ms >= 1).ok_or_else(|| {
-                ConfigError::Invalid {
-                    variable: "SLUICE_SLOT_POLL_MS",
-                    value: v.clone(),
-                    reason: "expected a whole number of milliseconds, at least 1",
-                }
-            })?;
-            config.slot_poll = Duration::from_millis(ms);
+        let millis = |variable| millis(variable, non_empty(variable));
+        if let Some(poll) = millis("SLUICE_SLOT_POLL_MS")? {
+            config.slot_poll = poll;
+        }
+        if let Some(timeout) = millis("SLUICE_STORE_TIMEOUT_MS")? {
+            config.store_timeout = timeout;
+        }
+        if let Some(timeout) = millis("SLUICE_STORE_ATTEMPT_TIMEOUT_MS")? {
+            config.store_attempt_timeout = timeout;
         }
         if let Some(v) = non_empty("SLUICE_LEASES_PER_ROW") {
             config.leases_per_row = v
@@ -257,6 +276,81 @@ impl Config {
         }
         Ok(config)
     }
+
+    /// Checks what the environment cannot express wrongly but code can: a TTL and a slot
+    /// poll interval of at least a millisecond, at most [`MAX_LEASES_PER_ROW`], and
+    /// prefetches of a positive number of tokens held at least a millisecond. Every client
+    /// is built through it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.lease_ttl < Duration::from_millis(1) {
+            return Err(ConfigError::Invalid {
+                variable: "SLUICE_LEASE_TTL",
+                value: format!("{:?}", self.lease_ttl),
+                reason: "the lease TTL must be at least one millisecond",
+            });
+        }
+        if self.leases_per_row > MAX_LEASES_PER_ROW {
+            return Err(ConfigError::Invalid {
+                variable: "SLUICE_LEASES_PER_ROW",
+                value: self.leases_per_row.to_string(),
+                reason: "at most 1000 leases per bucket row",
+            });
+        }
+        if self.slot_poll < Duration::from_millis(1) {
+            return Err(ConfigError::Invalid {
+                variable: "SLUICE_SLOT_POLL_MS",
+                value: format!("{:?}", self.slot_poll),
+                reason: "the slot poll interval must be at least one millisecond",
+            });
+        }
+        if self.store_timeout < Duration::from_millis(1) {
+            return Err(ConfigError::Invalid {
+                variable: "SLUICE_STORE_TIMEOUT_MS",
+                value: format!("{:?}", self.store_timeout),
+                reason: "the store timeout must be at least one millisecond",
+            });
+        }
+        if self.store_attempt_timeout < Duration::from_millis(1)
+            || self.store_attempt_timeout > self.store_timeout
+        {
+            return Err(ConfigError::Invalid {
+                variable: "SLUICE_STORE_ATTEMPT_TIMEOUT_MS",
+                value: format!("{:?}", self.store_attempt_timeout),
+                reason: "an attempt's timeout must be at least one millisecond and at most the store timeout",
+            });
+        }
+        for (dimension, p) in &self.prefetch {
+            if p.tokens() <= Tokens::ZERO
+                || p.tokens() > Tokens::MAX
+                || p.hold() < Duration::from_millis(1)
+            {
+                return Err(ConfigError::Invalid {
+                    variable: "prefetch",
+                    value: format!("{dimension}: {} tokens, hold {:?}", p.tokens(), p.hold()),
+                    reason: "prefetch needs a positive number of tokens and a hold of at least one millisecond",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A duration in whole milliseconds, at least 1, from `variable`'s value (if set).
+fn millis(variable: &'static str, value: Option<String>) -> Result<Option<Duration>, ConfigError> {
+    let Some(v) = value else {
+        return Ok(None);
+    };
+    let ms: u64 =
+        v.trim()
+            .parse()
+            .ok()
+            .filter(|ms| *ms >= 1)
+            .ok_or_else(|| ConfigError::Invalid {
+                variable,
+                value: v.clone(),
+                reason: "expected a whole number of milliseconds, at least 1",
+            })?;
+    Ok(Some(Duration::from_millis(ms)))
 }
 
 fn default_caller() -> String {
@@ -339,5 +433,41 @@ mod tests {
         assert!(e.to_string().contains("SLUICE_LEASE_TTL=\"1m\""), "{e}");
         assert!(Config::from_lookup(env(&[("SLUICE_LEASE_TTL", "0")])).is_err());
         assert!(Config::from_lookup(env(&[("SLUICE_MAX_RETRIES", "-1")])).is_err());
+    }
+
+    #[test]
+    fn store_timeouts_come_from_the_environment_and_are_validated() {
+        let c = Config::from_lookup(env(&[])).unwrap();
+        assert_eq!(
+            (c.store_timeout, c.store_attempt_timeout),
+            (DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_ATTEMPT_TIMEOUT)
+        );
+        assert_eq!(c.validate(), Ok(()));
+        let c = Config::from_lookup(env(&[
+            ("SLUICE_STORE_TIMEOUT_MS", "800"),
+            ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "250"),
+        ]))
+        .unwrap();
+        assert_eq!(c.store_timeout, Duration::from_millis(800));
+        assert_eq!(c.store_attempt_timeout, Duration::from_millis(250));
+        for (variable, value) in [
+            ("SLUICE_STORE_TIMEOUT_MS", "0"),
+            ("SLUICE_STORE_TIMEOUT_MS", "soon"),
+            ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "-1"),
+        ] {
+            let e = Config::from_lookup(env(&[(variable, value)])).unwrap_err();
+            assert!(e.to_string().contains(variable), "{e}");
+        }
+        // An attempt may not outlast the whole call.
+        let c = Config::from_lookup(env(&[
+            ("SLUICE_STORE_TIMEOUT_MS", "500"),
+            ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "900"),
+        ]))
+        .unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(
+            e.to_string().contains("SLUICE_STORE_ATTEMPT_TIMEOUT_MS"),
+            "{e}"
+        );
     }
 }

@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 /// The prefix that marks lease rows; no dimension may start with it.
-pub(crate) const LEASE_PREFIX: &str = "lease#";
+pub(crate) use sluice_dimension::LEASE_PREFIX;
 
 /// A validated `{vendor}#{metric}` name, such as `openai#rpm` or `elevenlabs#concurrent`.
 ///
@@ -57,29 +57,18 @@ pub enum DimensionError {
 impl Dimension {
     /// Validates `s` as a dimension.
     pub fn new(s: &str) -> Result<Self, DimensionError> {
-        if s.is_empty() {
-            return Err(DimensionError::Empty);
-        }
-        if s.len() > 1024 {
-            return Err(DimensionError::TooLong(s.to_owned()));
-        }
-        if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(DimensionError::Whitespace(s.to_owned()));
-        }
-        if s.starts_with(LEASE_PREFIX) {
-            return Err(DimensionError::Reserved(s.to_owned()));
-        }
-        let mut parts = s.split('#');
-        let (vendor, metric) = match (parts.next(), parts.next(), parts.next()) {
-            (Some(v), Some(m), None) => (v, m),
-            _ => return Err(DimensionError::Separator(s.to_owned())),
-        };
-        if vendor.is_empty() {
-            return Err(DimensionError::EmptyVendor(s.to_owned()));
-        }
-        if metric.is_empty() {
-            return Err(DimensionError::EmptyMetric(s.to_owned()));
-        }
+        use sluice_dimension::Broken;
+        let owned = || s.to_owned();
+        sluice_dimension::check(s).map_err(|broken| match broken {
+            Broken::Empty => DimensionError::Empty,
+            Broken::TooLong => DimensionError::TooLong(owned()),
+            Broken::Whitespace => DimensionError::Whitespace(owned()),
+            Broken::Reserved => DimensionError::Reserved(owned()),
+            Broken::EmptyVendor => DimensionError::EmptyVendor(owned()),
+            Broken::EmptyMetric => DimensionError::EmptyMetric(owned()),
+            // `Separator`, and any rule added later.
+            _ => DimensionError::Separator(owned()),
+        })?;
         Ok(Dimension(Arc::from(s)))
     }
 

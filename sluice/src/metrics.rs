@@ -23,13 +23,12 @@
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::reconcile::ReconcileReport;
 use crate::store::StoreError;
 use crate::tokens::Tokens;
 
 /// Records an acquire's outcome and latency.
 /// `dimension` is moved into the label: one allocation per acquire, made by the caller.
-pub(crate) fn acquired(dimension: String, result: &Result<crate::Lease, Error>, elapsed: Duration) {
+pub(crate) fn acquired<T>(dimension: String, result: &Result<T, Error>, elapsed: Duration) {
     let outcome = match result {
         Ok(_) => {
             metrics::counter!("sluice_grants_total", "dimension" => dimension).increment(1);
@@ -65,21 +64,26 @@ pub(crate) fn batch(grants: usize) {
 }
 
 /// Records a reconcile pass.
-pub(crate) fn reconciled(report: &ReconcileReport, elapsed: Duration) {
+/// What one reconcile pass did, as counted.
+pub(crate) struct Reconciled {
+    pub(crate) restored: usize,
+    pub(crate) skipped: usize,
+    pub(crate) healed: usize,
+    pub(crate) errors: usize,
+    pub(crate) tokens_restored: Tokens,
+}
+
+pub(crate) fn reconciled(pass: Reconciled, elapsed: Duration) {
     metrics::counter!("sluice_reconcile_passes_total").increment(1);
-    metrics::counter!("sluice_reconcile_leases_restored_total")
-        .increment(report.leases_restored as u64);
-    metrics::counter!("sluice_reconcile_leases_skipped_total")
-        .increment(report.leases_skipped as u64);
-    metrics::counter!("sluice_reconcile_buckets_healed_total")
-        .increment(report.buckets_healed as u64);
-    metrics::counter!("sluice_reconcile_errors_total").increment(report.errors.len() as u64);
+    metrics::counter!("sluice_reconcile_leases_restored_total").increment(pass.restored as u64);
+    metrics::counter!("sluice_reconcile_leases_skipped_total").increment(pass.skipped as u64);
+    metrics::counter!("sluice_reconcile_buckets_healed_total").increment(pass.healed as u64);
+    metrics::counter!("sluice_reconcile_errors_total").increment(pass.errors as u64);
     metrics::histogram!("sluice_reconcile_tokens_restored")
-        .record(tokens_f64(report.tokens_restored));
+        .record(tokens_f64(pass.tokens_restored));
     metrics::histogram!("sluice_reconcile_duration_seconds").record(elapsed.as_secs_f64());
 }
 
-/// Tokens as a float, for reporting only (accounting never uses floats).
 #[allow(clippy::float_arithmetic)]
 fn tokens_f64(tokens: Tokens) -> f64 {
     tokens.as_nanos() as f64 / 1e9

@@ -36,7 +36,7 @@ async fn a_table_name_asks_for_connect_when_built_without_io() {
         (name == "SLUICE_TABLE_NAME").then(|| "vendor-buckets-pre".to_owned())
     })
     .unwrap();
-    match Sluice::builder().config(config).build() {
+    match sluice::SluiceBuilder::from_config(config).build() {
         Err(Error::Config(e)) => assert!(e.to_string().contains("vendor-buckets-pre"), "{e}"),
         other => panic!("expected a configuration error, got {other:?}"),
     }

@@ -284,3 +284,120 @@ async fn a_refused_connection_is_unavailable() {
     );
     assert!(e.to_string().contains("could not be reached"), "{e}");
 }
+
+/// The keys of `dimensions` as DynamoDB hands them back unprocessed.
+fn unprocessed_keys(
+    dimensions: &[&str],
+) -> std::collections::HashMap<String, aws_sdk_dynamodb::types::KeysAndAttributes> {
+    let keys = dimensions
+        .iter()
+        .map(|d| {
+            [(
+                "vendor_dimension".to_owned(),
+                AttributeValue::S((*d).into()),
+            )]
+            .into_iter()
+            .collect()
+        })
+        .collect();
+    let keys = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+        .set_keys(Some(keys))
+        .consistent_read(true)
+        .build()
+        .unwrap();
+    [("buckets".to_owned(), keys)].into_iter().collect()
+}
+
+fn dimensions(names: &[&str]) -> Vec<sluice::Dimension> {
+    names
+        .iter()
+        .map(|d| sluice::Dimension::new(d).unwrap())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn keys_a_batch_read_leaves_unprocessed_are_read_again_after_a_pause() {
+    use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
+    let mut tpm = bucket_item("3");
+    tpm.insert(
+        "vendor_dimension".into(),
+        AttributeValue::S("openai#tpm".into()),
+    );
+    let read = mock!(Client::batch_get_item)
+        .sequence()
+        .output(move || {
+            BatchGetItemOutput::builder()
+                .responses("buckets", vec![bucket_item("3")])
+                .set_unprocessed_keys(Some(unprocessed_keys(&["openai#tpm"])))
+                .build()
+        })
+        .output(move || {
+            BatchGetItemOutput::builder()
+                .responses("buckets", vec![tpm.clone()])
+                .build()
+        })
+        .build();
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&read]);
+    let store = DynamoStore::new(client, "buckets");
+    let started = tokio::time::Instant::now();
+    let rows = store
+        .read_buckets(&dimensions(&["openai#rpm", "openai#tpm"]))
+        .await
+        .unwrap();
+    assert!(rows.iter().all(Option::is_some), "{rows:?}");
+    assert_eq!(read.num_calls(), 2);
+    assert!(
+        started.elapsed() >= Duration::from_micros(12_500),
+        "the resend waited for a backoff"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_read_left_unprocessed_round_after_round_is_throttled_after_a_bound() {
+    use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
+    let read = mock!(Client::batch_get_item).then_output(|| {
+        BatchGetItemOutput::builder()
+            .set_unprocessed_keys(Some(unprocessed_keys(&["openai#rpm", "openai#tpm"])))
+            .build()
+    });
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&read]);
+    let store = DynamoStore::new(client, "buckets");
+    let e = store
+        .read_buckets(&dimensions(&["openai#rpm", "openai#tpm"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Throttled { .. }), "{e:?}");
+    assert_eq!(read.num_calls(), 8, "eight rounds, then throttled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_delete_left_unprocessed_round_after_round_is_throttled_after_a_bound() {
+    use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemOutput;
+    use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
+    let key = LeaseKey::parse("lease#openai#rpm#abc").unwrap();
+    let write = mock!(Client::batch_write_item).then_output(|| {
+        let delete = DeleteRequest::builder()
+            .key(
+                "vendor_dimension",
+                AttributeValue::S("lease#openai#rpm#abc".into()),
+            )
+            .build()
+            .unwrap();
+        BatchWriteItemOutput::builder()
+            .unprocessed_items(
+                "buckets",
+                vec![WriteRequest::builder().delete_request(delete).build()],
+            )
+            .build()
+    });
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&write]);
+    let store = DynamoStore::new(client, "buckets");
+    let started = tokio::time::Instant::now();
+    let e = store.delete_leases(&[key]).await.unwrap_err();
+    assert!(matches!(e, StoreError::Throttled { .. }), "{e:?}");
+    assert_eq!(write.num_calls(), 8, "eight rounds, then throttled");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "each resend waited for a backoff"
+    );
+}

@@ -92,19 +92,18 @@ fn main() {
 
 fn client(endpoint: &str, table: &str, caller: &str, mode: &str, requests: &str) -> Sluice {
     // `config` replaces the whole configuration: it comes before `prefetch`.
-    let builder = Sluice::builder()
-        .store(DynamoStore::new(dynamo::client(endpoint), table))
-        .clock(SystemClock)
-        .config(Config {
-            caller: caller.to_owned(),
-            lease_ttl: Duration::from_secs(300),
-            protocol: if mode == "seed" {
-                Protocol::Seed
-            } else {
-                Protocol::Fast
-            },
-            ..Config::default()
-        });
+    let builder = sluice::SluiceBuilder::from_config(Config {
+        caller: caller.to_owned(),
+        lease_ttl: Duration::from_secs(300),
+        protocol: if mode == "seed" {
+            Protocol::Seed
+        } else {
+            Protocol::Fast
+        },
+        ..Config::default()
+    })
+    .store(DynamoStore::new(dynamo::client(endpoint), table))
+    .clock(SystemClock);
     let builder = if mode == "prefetch" {
         builder.prefetch(
             requests.parse().unwrap(),

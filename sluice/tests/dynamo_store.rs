@@ -426,8 +426,7 @@ async fn connect_uses_the_configured_table_and_endpoint() {
         endpoint_url: Some(endpoint),
         ..Config::default()
     };
-    let sluice = Sluice::builder()
-        .config(config.clone())
+    let sluice = sluice::SluiceBuilder::from_config(config.clone())
         .connect()
         .await
         .unwrap();
@@ -450,7 +449,7 @@ async fn connect_uses_the_configured_table_and_endpoint() {
     );
     assert!(get_raw(&raw, &dim).await.is_some());
     assert!(matches!(
-        Sluice::builder().config(config).build(),
+        sluice::SluiceBuilder::from_config(config).build(),
         Err(Error::Config(_))
     ));
 }
@@ -462,15 +461,14 @@ async fn calls_and_write_units_per_grant_in_each_protocol_and_mode() {
     };
     let clock = ManualClock::new(UnixMillis::from_secs(dynamo::future_secs()));
     let client = |protocol: Protocol| {
-        Sluice::builder()
-            .store(store.clone())
-            .clock(clock.clone())
-            .config(Config {
-                protocol,
-                ..Config::default()
-            })
-            .build()
-            .unwrap()
+        sluice::SluiceBuilder::from_config(Config {
+            protocol,
+            ..Config::default()
+        })
+        .store(store.clone())
+        .clock(clock.clone())
+        .build()
+        .unwrap()
     };
     let calls = || store.stats().calls;
     let vendor = vendor();

@@ -335,24 +335,23 @@ impl World {
             .enumerate()
             .map(|(i, mode)| {
                 let calls = Arc::new(AtomicU64::new(0));
-                let builder = Sluice::builder()
-                    .config(Config {
-                        caller: format!("client-{i}"),
-                        lease_ttl: Duration::from_secs(5),
-                        max_retries: 20,
-                        protocol: if *mode == Mode::Seed {
-                            Protocol::Seed
-                        } else {
-                            Protocol::Fast
-                        },
-                        slot_poll: SLOT_POLL,
-                        ..Config::default()
-                    })
-                    .store(ClientStore {
-                        inner: store.clone(),
-                        calls: calls.clone(),
-                    })
-                    .clock(clock.clone());
+                let builder = sluice::SluiceBuilder::from_config(Config {
+                    caller: format!("client-{i}"),
+                    lease_ttl: Duration::from_secs(5),
+                    max_retries: 20,
+                    protocol: if *mode == Mode::Seed {
+                        Protocol::Seed
+                    } else {
+                        Protocol::Fast
+                    },
+                    slot_poll: SLOT_POLL,
+                    ..Config::default()
+                })
+                .store(ClientStore {
+                    inner: store.clone(),
+                    calls: calls.clone(),
+                })
+                .clock(clock.clone());
                 let builder = if *mode == Mode::Prefetch {
                     builder.prefetch(L.parse().unwrap(), Prefetch::new(PREFETCH, HOLD))
                 } else {

@@ -73,8 +73,7 @@ impl Rows {
     /// Checks that the rows a commit leaves are valid, before anything changes.
     fn check_written(commit: &Commit) -> Result<(), StoreError> {
         for w in &commit.buckets {
-            w.validate()
-                .map_err(|e| StoreError::invalid_bucket(w.dimension().as_str(), &e))?;
+            StoreError::check_write(w)?;
         }
         Ok(())
     }
@@ -219,9 +218,7 @@ impl Store for MemoryStore {
         state: &BucketState,
         expected: Option<&BucketState>,
     ) -> Result<bool, StoreError> {
-        state
-            .validate()
-            .map_err(|e| StoreError::invalid_bucket(state.dimension.as_str(), &e))?;
+        StoreError::check_row(state)?;
         let mut rows = self.rows();
         let stored = rows.buckets.get(&state.dimension);
         let held = match (stored, expected) {

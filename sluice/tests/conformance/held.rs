@@ -37,19 +37,18 @@ async fn leases(env: &Env, metric: &str) -> Vec<LeaseRecord> {
 
 /// A client of `env` keeping at most `per_row` leases in a bucket row.
 pub fn client_keeping(env: &Env, caller: &str, per_row: usize) -> Sluice {
-    Sluice::builder()
-        .store_arc(env.store.clone())
-        .clock(env.clock.clone())
-        .config(Config {
-            caller: caller.to_owned(),
-            lease_ttl: Duration::from_secs(60),
-            max_retries: 50,
-            protocol: env.sluice.config().protocol,
-            leases_per_row: per_row,
-            ..Config::default()
-        })
-        .build()
-        .unwrap()
+    sluice::SluiceBuilder::from_config(Config {
+        caller: caller.to_owned(),
+        lease_ttl: Duration::from_secs(60),
+        max_retries: 50,
+        protocol: env.sluice.config().protocol,
+        leases_per_row: per_row,
+        ..Config::default()
+    })
+    .store_arc(env.store.clone())
+    .clock(env.clock.clone())
+    .build()
+    .unwrap()
 }
 
 fn fast(env: &Env) -> bool {
@@ -350,10 +349,9 @@ pub async fn a_pair_dropped_half_way_gives_back_what_it_took(env: Env) {
         open: gate_open,
         arrived: tokio::sync::Notify::new(),
     });
-    let client = Sluice::builder()
+    let client = sluice::SluiceBuilder::from_config(env.sluice.config().clone())
         .store_arc(gate.clone())
         .clock(env.clock.clone())
-        .config(env.sluice.config().clone())
         .build()
         .unwrap();
     let pair = Acquire::new(env.dim("rpm")).and_cost(env.dim("tpm"), 100);

@@ -60,18 +60,17 @@ impl Env {
         caller: &str,
         protocol: Protocol,
     ) -> Sluice {
-        Sluice::builder()
-            .store_arc(store.clone())
-            .clock(clock.clone())
-            .config(Config {
-                caller: caller.to_owned(),
-                lease_ttl: Duration::from_secs(60),
-                max_retries: 50,
-                protocol,
-                ..Config::default()
-            })
-            .build()
-            .expect("client builds")
+        sluice::SluiceBuilder::from_config(Config {
+            caller: caller.to_owned(),
+            lease_ttl: Duration::from_secs(60),
+            max_retries: 50,
+            protocol,
+            ..Config::default()
+        })
+        .store_arc(store.clone())
+        .clock(clock.clone())
+        .build()
+        .expect("client builds")
     }
 
     /// This test's dimension with `metric`.

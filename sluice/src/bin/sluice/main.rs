@@ -9,6 +9,7 @@ mod show;
 
 use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser as _;
 use sluice::store::StoreError;
@@ -119,8 +120,7 @@ async fn connect(cli: &Cli) -> Result<(Sluice, DynamoStore), Failure> {
     let store = DynamoStore::from_config(&config)
         .await
         .map_err(|e| Failure::usage(e.to_string()))?;
-    let sluice = Sluice::builder()
-        .config(config)
+    let sluice = sluice::SluiceBuilder::from_config(config)
         .store(store.clone())
         .build()?;
     Ok((sluice, store))
@@ -135,121 +135,21 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             } else {
                 println!("table {} already exists", store.table());
             }
+            Ok(())
         }
-        Command::Bucket(command) => bucket(&sluice, command).await?,
+        Command::Bucket(command) => bucket(&sluice, command).await,
         Command::Apply {
             file,
             dry_run,
             prune,
-        } => {
-            let text = std::fs::read_to_string(&file)
-                .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
-            let wanted = apply::parse(&text)
-                .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
-            let current = sluice.buckets().await?;
-            let changes = apply::plan(&wanted, &current, prune);
-            for change in &changes {
-                println!("{change}");
-            }
-            let writes = changes.iter().filter(|c| c.writes()).count();
-            if dry_run {
-                println!("dry run: {writes} change(s), nothing applied");
-                return Ok(());
-            }
-            for change in &changes {
-                match change {
-                    apply::Change::Create(d, b)
-                    | apply::Change::Update {
-                        dimension: d,
-                        to: b,
-                        ..
-                    } => {
-                        sluice.put_bucket(d.as_str(), b.clone()).await?;
-                    }
-                    apply::Change::Extra {
-                        dimension,
-                        delete: true,
-                    } => {
-                        sluice.delete_bucket(dimension.as_str()).await?;
-                    }
-                    apply::Change::Extra { .. } | apply::Change::Unchanged(_) => {}
-                }
-            }
-            println!("applied {writes} change(s)");
-        }
+        } => apply_file(&sluice, &file, dry_run, prune).await,
         Command::Status {
             dimensions,
             json,
             watch,
             count,
-        } => {
-            let mut shown: u64 = 0;
-            loop {
-                let mut snapshots = sluice.snapshots().await?;
-                if !dimensions.is_empty() {
-                    for d in &dimensions {
-                        let d = sluice::Dimension::new(d).map_err(Error::from)?;
-                        if !snapshots.iter().any(|s| s.dimension == d) {
-                            return Err(Error::UnknownDimension(d).into());
-                        }
-                    }
-                    snapshots.retain(|s| dimensions.iter().any(|d| d == s.dimension.as_str()));
-                }
-                if json {
-                    let all: Vec<_> = snapshots.iter().map(show::snapshot_json).collect();
-                    println!("{}", serde_json::Value::Array(all));
-                } else {
-                    if watch.is_some() && std::io::stdout().is_terminal() {
-                        print!("\x1b[2J\x1b[H");
-                    }
-                    if watch.is_some() {
-                        println!("{} at {}", store.table(), sluice.now());
-                    }
-                    print!("{}", show::status_table(&snapshots));
-                }
-                let _ = std::io::stdout().flush();
-                shown += 1;
-                match watch {
-                    Some(every) if count.is_none_or(|c| shown < c) => {
-                        tokio::time::sleep(every).await
-                    }
-                    _ => break,
-                }
-            }
-        }
-        Command::Reconcile { every, count, json } => {
-            let mut passes: u64 = 0;
-            loop {
-                let report = sluice.reconcile().await?;
-                if json {
-                    println!("{}", show::report_json(&report));
-                } else {
-                    println!("{report}");
-                    for e in &report.errors {
-                        println!("  error: {e}");
-                    }
-                }
-                let _ = std::io::stdout().flush();
-                passes += 1;
-                match every {
-                    Some(every) if count.is_none_or(|c| passes < c) => {
-                        tokio::time::sleep(every).await;
-                    }
-                    _ => {
-                        if !report.errors.is_empty() {
-                            return Err(Failure {
-                                code: exit::FAILURE,
-                                message: format!(
-                                    "{} error(s) in the last pass",
-                                    report.errors.len()
-                                ),
-                            });
-                        }
-                        break;
-                    }
-                }
-            }
-        }
+        } => status(&sluice, &store, &dimensions, json, watch, count).await,
+        Command::Reconcile { every, count, json } => reconcile(&sluice, every, count, json).await,
         Command::Acquire {
             dimension,
             cost,
@@ -271,46 +171,183 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 None => Acquire::new(&dimension),
             }
             .ttl(ttl);
-            let lease = match sluice.acquire_within(request, wait).await {
-                Ok(lease) => lease,
-                Err(Error::RetryIn(delay)) => {
-                    println!(
-                        "retry in {} ({} ms)",
-                        humantime::format_duration(delay),
-                        delay.as_millis()
-                    );
-                    return Err(Failure {
-                        code: exit::RETRY,
-                        message: format!(
-                            "{dimension} is short; retry in {}",
-                            humantime::format_duration(delay)
-                        ),
-                    });
-                }
-                Err(e) => return Err(e.into()),
-            };
-            println!(
-                "granted {} (cost {}, expires in {})",
-                lease.id(),
-                lease.cost(&dimension).unwrap_or_default(),
-                humantime::format_duration(show::millis(lease.remaining()))
-            );
-            let _ = std::io::stdout().flush();
-            if keep {
-                std::mem::forget(lease);
-                println!("kept: the lease expires unreleased");
-                return Ok(());
-            }
-            if !hold.is_zero() {
-                tokio::select! {
-                    () = tokio::time::sleep(hold) => {}
-                    _ = tokio::signal::ctrl_c() => println!("interrupted"),
-                }
-            }
-            lease.release().await?;
-            println!("released");
+            acquire(&sluice, &dimension, request, wait, hold, keep).await
         }
     }
+}
+
+/// `sluice apply`: the plan from the bucket file, then its writes.
+async fn apply_file(
+    sluice: &Sluice,
+    file: &std::path::Path,
+    dry_run: bool,
+    prune: bool,
+) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
+    let wanted =
+        apply::parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
+    let current = sluice.buckets().await?;
+    let changes = apply::plan(&wanted, &current, prune);
+    for change in &changes {
+        println!("{change}");
+    }
+    let writes = changes.iter().filter(|c| c.writes()).count();
+    if dry_run {
+        println!("dry run: {writes} change(s), nothing applied");
+        return Ok(());
+    }
+    for change in &changes {
+        match change {
+            apply::Change::Create(d, b)
+            | apply::Change::Update {
+                dimension: d,
+                to: b,
+                ..
+            } => {
+                sluice.put_bucket(d.as_str(), b.clone()).await?;
+            }
+            apply::Change::Extra {
+                dimension,
+                delete: true,
+            } => {
+                sluice.delete_bucket(dimension.as_str()).await?;
+            }
+            apply::Change::Extra { .. } | apply::Change::Unchanged(_) => {}
+        }
+    }
+    println!("applied {writes} change(s)");
+    Ok(())
+}
+
+/// `sluice status`: the buckets' snapshots, once or every `watch`.
+async fn status(
+    sluice: &Sluice,
+    store: &DynamoStore,
+    dimensions: &[String],
+    json: bool,
+    watch: Option<Duration>,
+    count: Option<u64>,
+) -> Result<(), Failure> {
+    let mut shown: u64 = 0;
+    loop {
+        let mut snapshots = sluice.snapshots().await?;
+        if !dimensions.is_empty() {
+            for d in dimensions {
+                let d = sluice::Dimension::new(d).map_err(Error::from)?;
+                if !snapshots.iter().any(|s| s.dimension == d) {
+                    return Err(Error::UnknownDimension(d).into());
+                }
+            }
+            snapshots.retain(|s| dimensions.iter().any(|d| d == s.dimension.as_str()));
+        }
+        if json {
+            let all: Vec<_> = snapshots.iter().map(show::snapshot_json).collect();
+            println!("{}", serde_json::Value::Array(all));
+        } else {
+            if watch.is_some() && std::io::stdout().is_terminal() {
+                print!("\x1b[2J\x1b[H");
+            }
+            if watch.is_some() {
+                println!("{} at {}", store.table(), sluice.now());
+            }
+            print!("{}", show::status_table(&snapshots));
+        }
+        let _ = std::io::stdout().flush();
+        shown += 1;
+        match watch {
+            Some(every) if count.is_none_or(|c| shown < c) => tokio::time::sleep(every).await,
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+/// `sluice reconcile`: one pass, or one every `every`.
+async fn reconcile(
+    sluice: &Sluice,
+    every: Option<Duration>,
+    count: Option<u64>,
+    json: bool,
+) -> Result<(), Failure> {
+    let mut passes: u64 = 0;
+    loop {
+        let report = sluice.reconcile().await?;
+        if json {
+            println!("{}", show::report_json(&report));
+        } else {
+            println!("{report}");
+            for e in &report.errors {
+                println!("  error: {e}");
+            }
+        }
+        let _ = std::io::stdout().flush();
+        passes += 1;
+        match every {
+            Some(every) if count.is_none_or(|c| passes < c) => {
+                tokio::time::sleep(every).await;
+            }
+            _ => {
+                if !report.errors.is_empty() {
+                    return Err(Failure {
+                        code: exit::FAILURE,
+                        message: format!("{} error(s) in the last pass", report.errors.len()),
+                    });
+                }
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `sluice acquire`: takes a lease, holds it, then releases (or keeps) it.
+async fn acquire(
+    sluice: &Sluice,
+    dimension: &str,
+    request: Acquire,
+    wait: Duration,
+    hold: Duration,
+    keep: bool,
+) -> Result<(), Failure> {
+    let lease = match sluice.acquire_within(request, wait).await {
+        Ok(lease) => lease,
+        Err(Error::RetryIn(delay)) => {
+            println!(
+                "retry in {} ({} ms)",
+                humantime::format_duration(delay),
+                delay.as_millis()
+            );
+            return Err(Failure {
+                code: exit::RETRY,
+                message: format!(
+                    "{dimension} is short; retry in {}",
+                    humantime::format_duration(delay)
+                ),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    println!(
+        "granted {} (cost {}, expires in {})",
+        lease.id(),
+        lease.cost(dimension).unwrap_or_default(),
+        humantime::format_duration(show::millis(lease.remaining()))
+    );
+    let _ = std::io::stdout().flush();
+    if keep {
+        std::mem::forget(lease);
+        println!("kept: the lease expires unreleased");
+        return Ok(());
+    }
+    if !hold.is_zero() {
+        tokio::select! {
+            () = tokio::time::sleep(hold) => {}
+            _ = tokio::signal::ctrl_c() => println!("interrupted"),
+        }
+    }
+    lease.release().await?;
+    println!("released");
     Ok(())
 }
 

@@ -15,6 +15,26 @@ use crate::store::StoreError;
 /// How long to wait for a new table to become active.
 const ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The slots index's definition on an SDK builder: a new table's index and an index added
+/// to a table have the same setters but no common type.
+macro_rules! slots_index {
+    ($builder:expr) => {
+        $builder
+            .index_name(row::SLOTS_INDEX)
+            .key_schema(key(row::SLOT_DIMENSION, KeyType::Hash)?)
+            .key_schema(key(row::EXPIRES_AT, KeyType::Range)?)
+            .projection(all())
+    };
+}
+
+/// The attributes the slots index is keyed on.
+fn slots_index_attributes() -> Result<Vec<AttributeDefinition>, StoreError> {
+    Ok(vec![
+        attribute(row::SLOT_DIMENSION, ScalarAttributeType::S)?,
+        attribute(row::EXPIRES_AT, ScalarAttributeType::N)?,
+    ])
+}
+
 impl DynamoStore {
     /// Creates the table if it does not exist: partition key `vendor_dimension` (S),
     /// on-demand billing, TTL on the `ttl` attribute, and the sparse index
@@ -30,16 +50,16 @@ impl DynamoStore {
             .client
             .create_table()
             .table_name(self.table.as_ref())
-            .attribute_definitions(attribute(row::KEY, ScalarAttributeType::S)?)
-            .attribute_definitions(attribute(row::SLOT_DIMENSION, ScalarAttributeType::S)?)
-            .attribute_definitions(attribute(row::EXPIRES_AT, ScalarAttributeType::N)?)
+            .set_attribute_definitions(Some(
+                [
+                    vec![attribute(row::KEY, ScalarAttributeType::S)?],
+                    slots_index_attributes()?,
+                ]
+                .concat(),
+            ))
             .key_schema(key(row::KEY, KeyType::Hash)?)
             .global_secondary_indexes(
-                aws_sdk_dynamodb::types::GlobalSecondaryIndex::builder()
-                    .index_name(row::SLOTS_INDEX)
-                    .key_schema(key(row::SLOT_DIMENSION, KeyType::Hash)?)
-                    .key_schema(key(row::EXPIRES_AT, KeyType::Range)?)
-                    .projection(all())
+                slots_index!(aws_sdk_dynamodb::types::GlobalSecondaryIndex::builder())
                     .build()
                     .map_err(build_error)?,
             )
@@ -68,19 +88,25 @@ impl DynamoStore {
         Ok(created)
     }
 
+    /// The table's description.
+    pub(super) async fn describe(
+        &self,
+    ) -> Result<aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput, StoreError> {
+        self.count_call();
+        self.client
+            .describe_table()
+            .table_name(self.table.as_ref())
+            .send()
+            .await
+            .map_err(|e| self.err(e))
+    }
+
     /// Waits until the table is active. Returns whether it has the slots index (active or
     /// still being built).
     async fn wait_active(&self) -> Result<bool, StoreError> {
         let deadline = tokio::time::Instant::now() + ACTIVE_TIMEOUT;
         loop {
-            self.count_call();
-            let out = self
-                .client
-                .describe_table()
-                .table_name(self.table.as_ref())
-                .send()
-                .await
-                .map_err(|e| self.err(e))?;
+            let out = self.describe().await?;
             let table = out.table();
             let index = table
                 .map(|t| t.global_secondary_indexes())
@@ -107,16 +133,11 @@ impl DynamoStore {
             .client
             .update_table()
             .table_name(self.table.as_ref())
-            .attribute_definitions(attribute(row::SLOT_DIMENSION, ScalarAttributeType::S)?)
-            .attribute_definitions(attribute(row::EXPIRES_AT, ScalarAttributeType::N)?)
+            .set_attribute_definitions(Some(slots_index_attributes()?))
             .global_secondary_index_updates(
                 GlobalSecondaryIndexUpdate::builder()
                     .create(
-                        CreateGlobalSecondaryIndexAction::builder()
-                            .index_name(row::SLOTS_INDEX)
-                            .key_schema(key(row::SLOT_DIMENSION, KeyType::Hash)?)
-                            .key_schema(key(row::EXPIRES_AT, KeyType::Range)?)
-                            .projection(all())
+                        slots_index!(CreateGlobalSecondaryIndexAction::builder())
                             .build()
                             .map_err(build_error)?,
                     )

@@ -3,7 +3,7 @@
 
 use std::sync::RwLock;
 
-use crate::client::Sluice;
+use super::Sluice;
 use crate::error::Error;
 
 static GLOBAL: RwLock<Option<Sluice>> = RwLock::new(None);

@@ -54,7 +54,12 @@ use crate::clock::UnixMillis;
 use crate::tokens::Tokens;
 
 /// The shortest RetryIn: a denial never says "now".
-pub(crate) const MIN_RETRY_IN: Duration = Duration::from_millis(1);
+const MIN_RETRY_IN: Duration = Duration::from_millis(1);
+
+/// `wait` as a RetryIn: at least [`MIN_RETRY_IN`].
+pub(crate) fn retry_in(wait: Duration) -> Duration {
+    wait.max(MIN_RETRY_IN)
+}
 
 /// The most outstanding denials memory keeps track of; beyond it, denials come from the
 /// store until it is consulted again.
@@ -185,14 +190,14 @@ impl Remembered {
             Take::Granted { .. } => Recall::Serves,
             Take::ExceedsCapacity => Recall::Unconfirmed,
             Take::Short { .. } if !in_window => Recall::Unconfirmed,
-            Take::Short { wait: Some(wait) } => Recall::Denied(wait.max(MIN_RETRY_IN)),
+            Take::Short { wait: Some(wait) } => Recall::Denied(retry_in(wait)),
             Take::Short { wait: None } => {
                 let back = self
                     .slots_back
                     .and_then(|(_, back)| back)
                     .filter(|t| *t > now);
                 let until = back.or(self.denials_until).unwrap_or(now);
-                Recall::Denied(until.saturating_since(now).max(MIN_RETRY_IN))
+                Recall::Denied(retry_in(until.saturating_since(now)))
             }
         }
     }
@@ -273,9 +278,10 @@ impl Remembered {
 /// The RetryIn of a `concurrent` bucket found short at `now`: until the earliest live lease
 /// expires, or the poll interval when no live lease showed.
 pub(crate) fn slot_retry_in(back: Option<UnixMillis>, now: UnixMillis, poll: Duration) -> Duration {
-    back.filter(|t| *t > now)
-        .map_or(poll, |t| t.saturating_since(now))
-        .max(MIN_RETRY_IN)
+    retry_in(
+        back.filter(|t| *t > now)
+            .map_or(poll, |t| t.saturating_since(now)),
+    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,95 @@
+//! The rules of a sluice dimension name, in one place: the `sluice` crate checks names with
+//! them at run time (`sluice::Dimension::new`) and the `#[rate_limited]` attribute at
+//! compile time, each in its own words.
+//!
+//! A dimension is `{vendor}#{metric}`: a non-empty vendor and metric separated by exactly
+//! one `#`, at most [`MAX_LEN`] bytes, no whitespace or control characters, and not
+//! starting with [`LEASE_PREFIX`] (the prefix of lease rows in the shared table).
+//!
+//! ```
+//! use sluice_dimension::{Broken, check};
+//!
+//! assert_eq!(check("openai#rpm"), Ok(()));
+//! assert_eq!(check("openai"), Err(Broken::Separator));
+//! assert_eq!(check("lease#x"), Err(Broken::Reserved));
+//! ```
+
+#![forbid(unsafe_code)]
+
+/// The prefix that marks lease rows; no dimension may start with it.
+pub const LEASE_PREFIX: &str = "lease#";
+
+/// The longest dimension, in bytes: its lease rows' keys must stay within DynamoDB's
+/// 2048-byte partition key.
+pub const MAX_LEN: usize = 1024;
+
+/// The first rule a name breaks, in the order they are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Broken {
+    /// The name is empty.
+    Empty,
+    /// The name is longer than [`MAX_LEN`] bytes.
+    TooLong,
+    /// The name contains whitespace or a control character.
+    Whitespace,
+    /// The name starts with [`LEASE_PREFIX`].
+    Reserved,
+    /// There is no `#`, or more than one.
+    Separator,
+    /// The vendor part is empty.
+    EmptyVendor,
+    /// The metric part is empty.
+    EmptyMetric,
+}
+
+/// Checks `name` against the rules; the first one it breaks.
+pub fn check(name: &str) -> Result<(), Broken> {
+    if name.is_empty() {
+        return Err(Broken::Empty);
+    }
+    if name.len() > MAX_LEN {
+        return Err(Broken::TooLong);
+    }
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Broken::Whitespace);
+    }
+    if name.starts_with(LEASE_PREFIX) {
+        return Err(Broken::Reserved);
+    }
+    let mut parts = name.split('#');
+    let (vendor, metric) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(v), Some(m), None) => (v, m),
+        _ => return Err(Broken::Separator),
+    };
+    if vendor.is_empty() {
+        return Err(Broken::EmptyVendor);
+    }
+    if metric.is_empty() {
+        return Err(Broken::EmptyMetric);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_rule_is_checked_in_order() {
+        assert_eq!(check(""), Err(Broken::Empty));
+        assert_eq!(check(&"a#".repeat(600)), Err(Broken::TooLong));
+        assert_eq!(check("open ai#rpm"), Err(Broken::Whitespace));
+        assert_eq!(check("a#b\u{7}"), Err(Broken::Whitespace));
+        assert_eq!(check("lease#rpm"), Err(Broken::Reserved));
+        assert_eq!(check("a#b#c"), Err(Broken::Separator));
+        assert_eq!(check("openai"), Err(Broken::Separator));
+        assert_eq!(check("#rpm"), Err(Broken::EmptyVendor));
+        assert_eq!(check("openai#"), Err(Broken::EmptyMetric));
+        assert_eq!(check(&format!("v#{}", "m".repeat(MAX_LEN - 2))), Ok(()));
+        assert_eq!(
+            check(&format!("v#{}", "m".repeat(MAX_LEN - 1))),
+            Err(Broken::TooLong)
+        );
+    }
+}

@@ -1,0 +1,308 @@
+//! A bucket's definition: what it counts, how much it holds, how fast it refills.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::clock::UnixMillis;
+use crate::tokens::{NANOS_PER_TOKEN, RefillRate, Tokens};
+
+/// What a bucket counts, which decides how its tokens come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LimitType {
+    /// Requests per period: tokens refill over time and stay consumed on release.
+    Requests,
+    /// Tokens (e.g. LLM tokens) per period: like `Requests`, usually with a larger cost.
+    Tokens,
+    /// Calls in flight: tokens never refill over time; release gives them back.
+    Concurrent,
+}
+
+impl LimitType {
+    /// The name stored in rows: `requests`, `tokens` or `concurrent`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LimitType::Requests => "requests",
+            LimitType::Tokens => "tokens",
+            LimitType::Concurrent => "concurrent",
+        }
+    }
+
+    /// Whether release gives the lease's tokens back.
+    pub const fn restores_on_release(self) -> bool {
+        matches!(self, LimitType::Concurrent)
+    }
+
+    /// Whether tokens come back over time (`requests`, `tokens`), rather than only through
+    /// releases (`concurrent`).
+    pub const fn refills(self) -> bool {
+        !matches!(self, LimitType::Concurrent)
+    }
+}
+
+impl fmt::Display for LimitType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `limit_type` that is not one of `requests`, `tokens`, `concurrent`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown limit type `{0}`; expected `requests`, `tokens` or `concurrent`")]
+pub struct UnknownLimitType(pub String);
+
+impl FromStr for LimitType {
+    type Err = UnknownLimitType;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "requests" => Ok(LimitType::Requests),
+            "tokens" => Ok(LimitType::Tokens),
+            "concurrent" => Ok(LimitType::Concurrent),
+            other => Err(UnknownLimitType(other.to_owned())),
+        }
+    }
+}
+
+/// The definition of a bucket: what an operator configures for a dimension.
+///
+/// ```
+/// use sluice::{Bucket, LimitType, RefillRate, Tokens};
+///
+/// // OpenAI: 500 requests per minute, 2,000,000 tokens per minute.
+/// let rpm = Bucket::requests(RefillRate::per_minute(500));
+/// assert_eq!(rpm.capacity(), Tokens::new(500));
+/// let tpm = Bucket::tokens(RefillRate::per_minute(2_000_000));
+/// assert_eq!(tpm.limit_type(), LimitType::Tokens);
+///
+/// // ElevenLabs: 10 calls in flight.
+/// let concurrent = Bucket::concurrent(10);
+/// assert!(concurrent.refill_rate().is_zero());
+///
+/// // A burst of 50 on top of a sustained 10 per second, and a call that costs 2.
+/// let burst = Bucket::requests(RefillRate::per_second(10))
+///     .with_capacity(50)
+///     .with_cost_per_call(2);
+/// assert!(burst.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    pub(super) limit_type: LimitType,
+    pub(super) capacity: Tokens,
+    pub(super) refill_rate: RefillRate,
+    pub(super) cost_per_call: Tokens,
+    pub(super) leases: bool,
+}
+
+/// Why a bucket definition is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BucketError {
+    /// Capacity is zero, negative, or above [`Tokens::MAX`].
+    #[error("capacity must be positive and at most 10^18, got {0}")]
+    Capacity(Tokens),
+    /// Refill rate is negative or above [`RefillRate::MAX`].
+    #[error("refill rate must be between 0 and 10^15 per second, got {0}")]
+    RefillRate(RefillRate),
+    /// A requests or tokens bucket that never refills.
+    #[error("a `{0}` bucket needs a positive refill rate")]
+    NoRefill(LimitType),
+    /// A concurrent bucket with a refill rate.
+    #[error("a `concurrent` bucket does not refill over time; its refill rate must be 0")]
+    ConcurrentRefill,
+    /// A concurrent bucket in lean mode.
+    #[error("a `concurrent` bucket cannot be lean: its slots come back through lease rows")]
+    LeanConcurrent,
+    /// Cost per call is negative or above capacity.
+    #[error("cost per call must be between 0 and the capacity {capacity}, got {cost}")]
+    CostPerCall {
+        /// The cost per call given.
+        cost: Tokens,
+        /// The bucket's capacity.
+        capacity: Tokens,
+    },
+    /// A stored bucket's tokens are beyond [`Tokens::MAX`] either way.
+    #[error("tokens must be between -10^18 and 10^18, got {0}")]
+    Tokens(Tokens),
+    /// A stored bucket's refill timestamp is before the epoch or after the year 9999.
+    #[error("the refill timestamp must be between 1970 and 9999, got {0}")]
+    RefillTimestamp(UnixMillis),
+    /// A stored bucket's version is above [`MAX_VERSION`].
+    #[error("version must be at most {max}, got {0}", max = MAX_VERSION)]
+    Version(u64),
+}
+
+impl BucketError {
+    /// The stored attribute the problem is in.
+    pub fn attribute(&self) -> &'static str {
+        match self {
+            BucketError::Capacity(_) => "capacity",
+            BucketError::RefillRate(_)
+            | BucketError::NoRefill(_)
+            | BucketError::ConcurrentRefill => "refill_rate",
+            BucketError::LeanConcurrent => "lean",
+            BucketError::CostPerCall { .. } => "cost_per_call",
+            BucketError::Tokens(_) => "tokens",
+            BucketError::RefillTimestamp(_) => "last_refill_at",
+            BucketError::Version(_) => "version",
+        }
+    }
+}
+
+/// The largest version a bucket row may carry: 2^53 - 1, the largest integer every SDK
+/// sharing the table (JavaScript's numbers included) holds exactly.
+pub const MAX_VERSION: u64 = (1 << 53) - 1;
+
+/// The latest refill timestamp a row may carry: the last millisecond of the year 9999.
+pub(super) const MAX_TIMESTAMP: UnixMillis = UnixMillis::new(253_402_300_799_999);
+
+/// Whether a refill timestamp is one a row may carry: from 1970 to the year 9999.
+pub(crate) fn timestamp_in_range(t: UnixMillis) -> bool {
+    (UnixMillis::EPOCH..=MAX_TIMESTAMP).contains(&t)
+}
+
+/// The version a bucket sluice creates starts at: its creation time in milliseconds,
+/// times 1,000. A bucket deleted and created again so continues above the versions its
+/// predecessor reached (one row takes at most about 1,000 writes per second), and a
+/// writer that remembers the old row never finds its version again.
+pub(crate) fn first_version(now: UnixMillis) -> u64 {
+    u64::try_from(now.as_millis())
+        .unwrap_or(0)
+        .saturating_mul(1_000)
+        .min(MAX_VERSION / 2)
+}
+
+impl Bucket {
+    /// A bucket of any type. Prefer the typed constructors.
+    pub fn new(
+        limit_type: LimitType,
+        capacity: impl Into<Tokens>,
+        refill_rate: RefillRate,
+    ) -> Self {
+        Bucket {
+            limit_type,
+            capacity: capacity.into(),
+            refill_rate,
+            cost_per_call: Tokens::new(1),
+            leases: true,
+        }
+    }
+
+    /// A `requests` bucket refilling at `rate`, with a capacity of one minute's refill
+    /// (at least one second's), rounded to whole tokens. Change it with
+    /// [`with_capacity`](Self::with_capacity).
+    pub fn requests(rate: RefillRate) -> Self {
+        Bucket::new(LimitType::Requests, default_capacity(rate), rate)
+    }
+
+    /// A `tokens` bucket refilling at `rate`, with a capacity of one minute's refill,
+    /// rounded to whole tokens. Change it with [`with_capacity`](Self::with_capacity).
+    pub fn tokens(rate: RefillRate) -> Self {
+        Bucket::new(LimitType::Tokens, default_capacity(rate), rate)
+    }
+
+    /// A `concurrent` bucket: at most `slots` calls in flight.
+    pub fn concurrent(slots: u64) -> Self {
+        Bucket::new(LimitType::Concurrent, slots, RefillRate::ZERO)
+    }
+
+    /// Sets the capacity (the burst size).
+    pub fn with_capacity(mut self, capacity: impl Into<Tokens>) -> Self {
+        self.capacity = capacity.into();
+        self
+    }
+
+    /// Sets the tokens an acquire takes when it names no cost.
+    pub fn with_cost_per_call(mut self, cost: impl Into<Tokens>) -> Self {
+        self.cost_per_call = cost.into();
+        self
+    }
+
+    /// Lean mode, for `requests` and `tokens` buckets: a grant is one conditional write of
+    /// the bucket row and nothing else: no lease row, and releasing costs no call.
+    ///
+    /// The trade-off: a caller that crashes after a grant is never refunded (there is no
+    /// lease for the reconciler to find), which for `requests` and `tokens` only means the
+    /// quota it took stays used, as it would have if the call had gone out. `concurrent`
+    /// buckets cannot be lean: their slots come back through leases.
+    ///
+    /// ```
+    /// use sluice::{Bucket, RefillRate};
+    ///
+    /// let rpm = Bucket::requests(RefillRate::per_minute(500)).lean();
+    /// assert!(!rpm.keeps_leases());
+    /// assert!(Bucket::concurrent(10).lean().validate().is_err());
+    /// ```
+    pub fn lean(mut self) -> Self {
+        self.leases = false;
+        self
+    }
+
+    /// Whether grants write lease rows (`false` in [lean mode](Self::lean)).
+    pub fn keeps_leases(&self) -> bool {
+        self.leases
+    }
+
+    /// What the bucket counts.
+    pub fn limit_type(&self) -> LimitType {
+        self.limit_type
+    }
+
+    /// The most tokens the bucket holds.
+    pub fn capacity(&self) -> Tokens {
+        self.capacity
+    }
+
+    /// Tokens added per second (zero for `concurrent` buckets).
+    pub fn refill_rate(&self) -> RefillRate {
+        self.refill_rate
+    }
+
+    /// Tokens an acquire takes when it names no cost.
+    pub fn cost_per_call(&self) -> Tokens {
+        self.cost_per_call
+    }
+
+    /// Checks the definition for values that cannot work.
+    pub fn validate(&self) -> Result<(), BucketError> {
+        if self.capacity <= Tokens::ZERO || self.capacity > Tokens::MAX {
+            return Err(BucketError::Capacity(self.capacity));
+        }
+        if self.refill_rate < RefillRate::ZERO || self.refill_rate > RefillRate::MAX {
+            return Err(BucketError::RefillRate(self.refill_rate));
+        }
+        match self.limit_type {
+            LimitType::Concurrent if !self.refill_rate.is_zero() => {
+                return Err(BucketError::ConcurrentRefill);
+            }
+            LimitType::Concurrent if !self.leases => {
+                return Err(BucketError::LeanConcurrent);
+            }
+            LimitType::Requests | LimitType::Tokens if self.refill_rate.is_zero() => {
+                return Err(BucketError::NoRefill(self.limit_type));
+            }
+            _ => {}
+        }
+        if self.cost_per_call < Tokens::ZERO || self.cost_per_call > self.capacity {
+            return Err(BucketError::CostPerCall {
+                cost: self.cost_per_call,
+                capacity: self.capacity,
+            });
+        }
+        Ok(())
+    }
+
+    /// The refill rate that actually applies: `concurrent` buckets never refill over time,
+    /// whatever a row says.
+    pub(crate) fn effective_rate(&self) -> RefillRate {
+        match self.limit_type {
+            LimitType::Concurrent => RefillRate::ZERO,
+            _ => self.refill_rate.max(RefillRate::ZERO),
+        }
+    }
+}
+
+fn default_capacity(rate: RefillRate) -> Tokens {
+    // One minute of refill, rounded to whole tokens, and never less than one token.
+    let per_minute = rate.as_nanos_per_second() * 60;
+    let rounded = (per_minute + NANOS_PER_TOKEN / 2) / NANOS_PER_TOKEN * NANOS_PER_TOKEN;
+    Tokens::from_nanos(rounded.max(NANOS_PER_TOKEN))
+}

@@ -1,0 +1,16 @@
+//! Buckets: their definitions, their stored state, and the pure arithmetic on them.
+//!
+//! Nothing in this module does I/O. All arithmetic is on integers: tokens in billionths,
+//! time in milliseconds, rates in billionths of a token per second.
+
+mod definition;
+mod refill;
+mod state;
+
+pub use definition::{Bucket, BucketError, LimitType, MAX_VERSION, UnknownLimitType};
+pub(crate) use definition::{first_version, timestamp_in_range};
+pub use refill::refill;
+pub use state::{BucketState, HeldLease, Take};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,276 @@
+//! A bucket as stored, and the pure arithmetic of taking, restoring and charging tokens.
+
+use std::time::Duration;
+
+use super::refill::{grid_ms, refill, wait_until_available};
+use super::{Bucket, BucketError, MAX_VERSION, timestamp_in_range};
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::tokens::{RefillRate, Tokens};
+
+/// A bucket as stored: its definition plus the changing state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketState {
+    /// The dimension the bucket limits.
+    pub dimension: Dimension,
+    /// The bucket's definition.
+    pub bucket: Bucket,
+    /// Tokens at `last_refill_at` (may be negative: debt).
+    pub tokens: Tokens,
+    /// When refill was last accounted for.
+    pub last_refill_at: UnixMillis,
+    /// Bumped by every write; writes are conditioned on it.
+    pub version: u64,
+    /// The id of the sluice write that produced this row (`None`: no sluice write has
+    /// touched it since it was written whole by another tool). Every sluice write stamps a
+    /// new random one; other SDKs leave it as it is and bump the version. The version and
+    /// this id together name the row exactly: a write conditioned on both fails when the
+    /// row is anything else, a bucket deleted and created again at a repeated version
+    /// included.
+    pub write_id: Option<u64>,
+    /// The leases kept in the row itself (sluice's fast path keeps a grant's lease where
+    /// the grant's one write carries it), in id order. Their tokens are already
+    /// taken from `tokens`, like those of lease rows. Releasing a lease that gives nothing
+    /// back removes it without changing the version, so two rows that differ only here are
+    /// the same row for a write's condition (see [`same_row`](Self::same_row)).
+    pub held: Vec<HeldLease>,
+}
+
+/// A lease kept in its bucket's row (see [`BucketState::held`]): what a lease row would
+/// say, without the row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLease {
+    /// The lease's unique id: its key is `lease#{dimension}#{id}`, as a lease row's would be.
+    pub id: String,
+    /// The tokens taken.
+    pub cost: Tokens,
+    /// When the lease was taken.
+    pub created_at: UnixMillis,
+    /// When the lease expires and becomes the reconciler's to give back.
+    pub expires_at: UnixMillis,
+    /// Who took it (`SLUICE_CALLER`).
+    pub caller: String,
+}
+
+/// The outcome of trying to take tokens from a bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Take {
+    /// Granted: the bucket's tokens and refill timestamp after the take.
+    Granted {
+        /// Tokens after the take.
+        tokens: Tokens,
+        /// Refill timestamp after the take.
+        last_refill_at: UnixMillis,
+    },
+    /// Not enough tokens now; with a refill rate, the exact wait until there are.
+    Short {
+        /// The wait, rounded up to the millisecond; `None` when the bucket does not
+        /// refill over time (`concurrent`), so only a release can help.
+        wait: Option<Duration>,
+    },
+    /// The cost is above the bucket's capacity: it can never be granted.
+    ExceedsCapacity,
+}
+
+impl BucketState {
+    /// A new bucket, full, at `now`.
+    pub fn full(dimension: Dimension, bucket: Bucket, now: UnixMillis) -> Self {
+        BucketState {
+            tokens: bucket.capacity(),
+            dimension,
+            bucket,
+            last_refill_at: now,
+            version: 0,
+            write_id: None,
+            held: Vec::new(),
+        }
+    }
+
+    /// Whether `other` is the same row for a write's condition: everything but the
+    /// [`held`](Self::held) leases, which a release that gives nothing back removes
+    /// without a new version.
+    pub fn same_row(&self, other: &BucketState) -> bool {
+        self.dimension == other.dimension
+            && self.bucket == other.bucket
+            && self.tokens == other.tokens
+            && self.last_refill_at == other.last_refill_at
+            && self.version == other.version
+            && self.write_id == other.write_id
+    }
+
+    /// The lease with the unique id `id` kept in the row, if any.
+    pub fn held_lease(&self, id: &str) -> Option<&HeldLease> {
+        self.held.iter().find(|h| h.id == id)
+    }
+
+    /// Checks a stored row: its definition is valid (see [`Bucket::validate`]) and its
+    /// tokens, refill timestamp and version are within bounds. A store refuses to keep a
+    /// row that fails this, and reports one it reads as corrupt.
+    ///
+    /// ```
+    /// use sluice::{Bucket, BucketError, BucketState, RefillRate, Tokens, UnixMillis};
+    ///
+    /// let now = UnixMillis::from_secs(1_700_000_000);
+    /// let mut row = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_second(1)), now);
+    /// assert!(row.validate().is_ok());
+    /// row.tokens = Tokens::MAX + Tokens::new(1);
+    /// assert_eq!(row.validate().unwrap_err().attribute(), "tokens");
+    /// # Ok::<(), sluice::DimensionError>(())
+    /// ```
+    pub fn validate(&self) -> Result<(), BucketError> {
+        self.bucket.validate()?;
+        if !self.tokens.is_within_bounds() {
+            return Err(BucketError::Tokens(self.tokens));
+        }
+        if !timestamp_in_range(self.last_refill_at) {
+            return Err(BucketError::RefillTimestamp(self.last_refill_at));
+        }
+        if self.version > MAX_VERSION {
+            return Err(BucketError::Version(self.version));
+        }
+        Ok(())
+    }
+
+    /// Tokens and refill timestamp at `now`, after lazy refill.
+    pub fn refilled(&self, now: UnixMillis) -> (Tokens, UnixMillis) {
+        refill(
+            self.tokens,
+            self.last_refill_at,
+            self.bucket.capacity(),
+            self.bucket.effective_rate(),
+            now,
+        )
+    }
+
+    /// This row as it stands at `now`: refilled, nothing else changed.
+    pub fn refilled_row(&self, now: UnixMillis) -> BucketState {
+        let (tokens, last_refill_at) = self.refilled(now);
+        BucketState {
+            tokens,
+            last_refill_at,
+            ..self.clone()
+        }
+    }
+
+    /// Tokens available at `now`.
+    pub fn available(&self, now: UnixMillis) -> Tokens {
+        self.refilled(now).0
+    }
+
+    /// Tries to take `cost` tokens at `now`.
+    pub fn take(&self, cost: Tokens, now: UnixMillis) -> Take {
+        if cost > self.bucket.capacity() {
+            return Take::ExceedsCapacity;
+        }
+        let (tokens, last) = self.refilled(now);
+        if tokens >= cost {
+            return Take::Granted {
+                tokens: tokens - cost,
+                last_refill_at: last,
+            };
+        }
+        Take::Short {
+            wait: wait_until_available(tokens, last, self.bucket.effective_rate(), cost, now),
+        }
+    }
+
+    /// Tokens and refill timestamp after giving back `amount` at `now` (release of a
+    /// concurrent slot, or reconciliation), capped at capacity.
+    pub fn restored(&self, amount: Tokens, now: UnixMillis) -> (Tokens, UnixMillis) {
+        let (tokens, last) = self.refilled(now);
+        (
+            (tokens + amount).min(self.bucket.capacity()).max(tokens),
+            last,
+        )
+    }
+
+    /// Tokens and refill timestamp after charging `delta` more at `now` (a lease's
+    /// adjustment). The result may be negative (debt); a negative `delta` refunds, capped at
+    /// capacity.
+    ///
+    /// Debt stops at [`Tokens::MAX`] below zero.
+    pub fn charged(&self, delta: Tokens, now: UnixMillis) -> (Tokens, UnixMillis) {
+        let (tokens, last) = self.refilled(now);
+        if delta >= Tokens::ZERO {
+            (tokens.saturating_sub(delta), last)
+        } else {
+            (
+                (tokens - delta).min(self.bucket.capacity()).max(tokens),
+                last,
+            )
+        }
+    }
+
+    /// Tokens and refill timestamp after lowering the bucket to at most `limit` tokens at
+    /// `now` (a vendor said only that many remain), or `None` when it already holds no more
+    /// than that: tightening never makes a bucket looser.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, BucketState, RefillRate, Tokens, UnixMillis};
+    ///
+    /// let now = UnixMillis::from_secs(1_700_000_000);
+    /// let bucket = Bucket::requests(RefillRate::per_second(10)).with_capacity(10);
+    /// let full = BucketState::full("openai#rpm".parse()?, bucket, now);
+    /// assert_eq!(full.lowered_to(Tokens::new(3), now), Some((Tokens::new(3), now)));
+    /// assert_eq!(full.lowered_to(Tokens::new(20), now), None);
+    /// # Ok::<(), sluice::DimensionError>(())
+    /// ```
+    pub fn lowered_to(&self, limit: Tokens, now: UnixMillis) -> Option<(Tokens, UnixMillis)> {
+        let (tokens, last) = self.refilled(now);
+        (limit < tokens).then_some((limit, last))
+    }
+
+    /// Tokens and refill timestamp after emptying a refilling bucket for `pause` from `now`
+    /// (a vendor answered 429 with that delay): nothing is granted before `now + pause`, when
+    /// exactly `cost_per_call` is available, and refill goes on at the bucket's rate after
+    /// that. `None` for a bucket that does not refill, or one already at least this strict.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, BucketState, RefillRate, Take, UnixMillis};
+    ///
+    /// let now = UnixMillis::from_secs(1_700_000_000);
+    /// let mut state = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_second(10)), now);
+    /// (state.tokens, state.last_refill_at) = state.emptied_for(Duration::from_secs(7), now).unwrap();
+    /// assert_eq!(state.take(1.into(), now), Take::Short { wait: Some(Duration::from_secs(7)) });
+    /// # Ok::<(), sluice::DimensionError>(())
+    /// ```
+    pub fn emptied_for(&self, pause: Duration, now: UnixMillis) -> Option<(Tokens, UnixMillis)> {
+        let rate = self.bucket.effective_rate();
+        if rate <= RefillRate::ZERO {
+            return None;
+        }
+        let (tokens, last) = self.refilled(now);
+        let ready_at = now.saturating_add(pause);
+        // Refill only counts whole grid steps: round the span up so that the bucket holds
+        // `cost_per_call` no earlier than `ready_at`.
+        let grid = grid_ms(rate);
+        let span = i128::from(ready_at.as_millis().saturating_sub(last.as_millis()).max(0));
+        let grid = i128::from(grid);
+        let span = (span + grid - 1) / grid * grid;
+        // A pause so long that its refill overflows refills any bucket many times over.
+        let refill_by_then = span
+            .checked_mul(rate.as_nanos_per_second())
+            .map_or(Tokens::MAX, |n| {
+                Tokens::from_nanos(n / 1_000).min(Tokens::MAX)
+            });
+        let target = self.bucket.cost_per_call().saturating_sub(refill_by_then);
+        (target < tokens).then_some((target, last))
+    }
+
+    /// The time until the bucket is full, if it refills over time; zero when full.
+    pub fn time_to_full(&self, now: UnixMillis) -> Option<Duration> {
+        let (tokens, last) = self.refilled(now);
+        if tokens >= self.bucket.capacity() {
+            return Some(Duration::ZERO);
+        }
+        wait_until_available(
+            tokens,
+            last,
+            self.bucket.effective_rate(),
+            self.bucket.capacity(),
+            now,
+        )
+    }
+}

@@ -1,0 +1,229 @@
+//! Administration: defining buckets, looking at them, releasing leases by id, tightening
+//! and reconciling.
+
+use crate::bucket::{Bucket, BucketState, LimitType, first_version};
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::grant::LeaseId;
+use crate::ids::new_write_id;
+use crate::protocol::reconcile::{self, ReconcileReport};
+use crate::protocol::release;
+use crate::protocol::tighten::{self, Tighten};
+use crate::retry::Budget;
+use crate::snapshot::Snapshot;
+use crate::store::{LeaseFilter, LeaseRecord};
+use crate::tokens::Tokens;
+
+use super::Sluice;
+
+impl Sluice {
+    /// What an operator wants to know about a dimension right now.
+    pub async fn snapshot(&self, dimension: &str) -> Result<Snapshot, Error> {
+        let dimension = Dimension::new(dimension)?;
+        let row = self
+            .core
+            .read_existing(std::slice::from_ref(&dimension))
+            .await?
+            .remove(0);
+        let leases = self
+            .core
+            .store
+            .list_leases(&LeaseFilter {
+                dimension: Some(dimension),
+                expired_before: None,
+            })
+            .await?;
+        Ok(Snapshot::of(&row, &leases, self.now()))
+    }
+
+    /// Snapshots of every bucket, sorted by dimension, from one listing of buckets and one
+    /// of leases (the operator's `status`).
+    pub async fn snapshots(&self) -> Result<Vec<Snapshot>, Error> {
+        let mut rows = self.core.store.list_buckets().await?;
+        rows.sort_by(|a, b| a.dimension.as_str().cmp(b.dimension.as_str()));
+        let mut leases: std::collections::HashMap<Dimension, Vec<LeaseRecord>> =
+            std::collections::HashMap::new();
+        for lease in self.core.store.list_leases(&LeaseFilter::default()).await? {
+            leases
+                .entry(lease.dimension.clone())
+                .or_default()
+                .push(lease);
+        }
+        let now = self.now();
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let held = leases.get(&row.dimension).map_or(&[][..], Vec::as_slice);
+                Snapshot::of(row, held, now)
+            })
+            .collect())
+    }
+
+    /// Defines or redefines the bucket of `dimension`.
+    ///
+    /// A new bucket starts full, at a version above any its dimension had before (see
+    /// [`MAX_VERSION`](crate::MAX_VERSION)). Redefining a `requests` or `tokens` bucket keeps
+    /// the tokens it holds now (capped at the new capacity), so changing a limit never hands
+    /// out a fresh burst; redefining a `concurrent` one keeps the slots held, so its free
+    /// slots move with the capacity (4 slots with 1 held, lowered to 2: 1 free). Other
+    /// clients see the new definition at their next write or read of the row.
+    pub async fn put_bucket(&self, dimension: &str, bucket: Bucket) -> Result<BucketState, Error> {
+        let dimension = Dimension::new(dimension)?;
+        bucket.validate().map_err(|source| Error::InvalidBucket {
+            dimension: dimension.clone(),
+            source,
+        })?;
+        let mut budget = Budget::new(self.core.config.max_retries);
+        loop {
+            let now = self.now();
+            let current = self.core.read_one(&dimension).await?;
+            let state = redefined(current.as_ref(), &dimension, &bucket, now);
+            if self.core.store.put_bucket(&state, current.as_ref()).await? {
+                self.core.lanes.learn_written(state.clone(), now);
+                return Ok(state);
+            }
+            if !budget.lose() {
+                return Err(Error::Contention {
+                    dimension,
+                    attempts: budget.lost(),
+                });
+            }
+            let lost = budget.lost();
+            budget.back_off(lost).await;
+        }
+    }
+
+    /// The stored bucket of `dimension`, if any.
+    pub async fn bucket(&self, dimension: &str) -> Result<Option<BucketState>, Error> {
+        let dimension = Dimension::new(dimension)?;
+        Ok(self.core.read_one(&dimension).await?)
+    }
+
+    /// Every stored bucket.
+    pub async fn buckets(&self) -> Result<Vec<BucketState>, Error> {
+        Ok(self.core.store.list_buckets().await?)
+    }
+
+    /// Deletes the bucket of `dimension`; returns whether it existed.
+    pub async fn delete_bucket(&self, dimension: &str) -> Result<bool, Error> {
+        let dimension = Dimension::new(dimension)?;
+        self.core.lanes.forget(&dimension);
+        Ok(self.core.store.delete_bucket(&dimension).await?)
+    }
+
+    /// Lease rows matching `filter` (e.g. the expired ones).
+    pub async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, Error> {
+        Ok(self.core.store.list_leases(filter).await?)
+    }
+
+    /// Releases a lease by id, e.g. one taken by another process. Returns whether any of its
+    /// rows still existed (`false`: already released or reconciled).
+    pub async fn release_id(&self, id: &LeaseId) -> Result<bool, Error> {
+        release::release_id(&self.core, id).await
+    }
+
+    /// Makes the bucket of `dimension` stricter, for every process sharing it, with one
+    /// conditional write. Returns whether the bucket changed (`false`: it was already at
+    /// least this strict, or the report does not apply to its limit type). Tokens this
+    /// client [prefetched](crate::Prefetch) for the dimension are dropped either way.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, ManualClock, RefillRate, Sluice, Tighten, UnixMillis};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    /// let sluice = Sluice::builder().clock(clock).build()?;
+    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_second(10))).await?;
+    ///
+    /// // The vendor answered 429 with `retry-after: 7`: every client now waits 7 s.
+    /// assert!(sluice.tighten("openai#rpm", Tighten::PauseFor(Duration::from_secs(7))).await?);
+    /// assert_eq!(
+    ///     sluice.acquire("openai#rpm").await.unwrap_err().retry_in(),
+    ///     Some(Duration::from_secs(7))
+    /// );
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn tighten(&self, dimension: &str, how: Tighten) -> Result<bool, Error> {
+        tighten::tighten(&self.core, Dimension::new(dimension)?, how).await
+    }
+
+    /// One reconcile pass, as the seed's scheduled reconciler runs it every 5 minutes.
+    ///
+    /// 1. Every lease past its expiry (a caller that crashed or overran) is ended with one
+    ///    atomic write per lease: its cost goes back to its bucket, capped at capacity, and
+    ///    the lease row is deleted on condition that it still exists. A release or another
+    ///    reconciler racing on the same lease wins or loses as a whole, so the cost comes
+    ///    back exactly once. Idempotent: a second pass finds nothing.
+    /// 2. Every `concurrent` bucket is checked against its lease rows: its tokens must be
+    ///    `capacity - sum of lease costs`. A lease deleted without giving its slot back
+    ///    (DynamoDB's TTL sweeper, a manual delete) would otherwise lose that slot forever;
+    ///    the bucket is rewritten on condition that its version has not moved since it was
+    ///    read (any acquire or release moves it), so healing never races a grant. A bucket
+    ///    with a lease row the store cannot read is only ever lowered, never raised.
+    ///
+    /// Returns `Err` only when the pass cannot start (e.g. a missing table); failures on
+    /// single leases or buckets are in the report's `errors`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Acquire, Bucket, ManualClock, Sluice, UnixMillis};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    /// let sluice = Sluice::builder().clock(clock.clone()).build()?;
+    /// sluice.put_bucket("elevenlabs#concurrent", Bucket::concurrent(2)).await?;
+    ///
+    /// // A caller takes a slot and "crashes": the lease is never released.
+    /// let lease = sluice.acquire(Acquire::new("elevenlabs#concurrent").ttl(Duration::from_secs(30))).await?;
+    /// std::mem::forget(lease);
+    ///
+    /// clock.advance(Duration::from_secs(31));
+    /// let report = sluice.reconcile().await?;
+    /// assert_eq!(report.leases_restored, 1);
+    /// assert!(sluice.reconcile().await?.is_noop());
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn reconcile(&self) -> Result<ReconcileReport, Error> {
+        reconcile::reconcile(&self.core).await
+    }
+}
+
+/// The row that defines `bucket` on `dimension` over `current`. A new bucket starts full,
+/// above any version a predecessor reached. A redefinition keeps the tokens held now,
+/// capped at the new capacity; for a `concurrent` bucket, the slots held stay held and the
+/// free ones move with the capacity (below zero when more are held than it allows).
+fn redefined(
+    current: Option<&BucketState>,
+    dimension: &Dimension,
+    bucket: &Bucket,
+    now: UnixMillis,
+) -> BucketState {
+    let Some(cur) = current else {
+        return BucketState {
+            version: first_version(now),
+            write_id: Some(new_write_id()),
+            ..BucketState::full(dimension.clone(), bucket.clone(), now)
+        };
+    };
+    let (tokens, last_refill_at) = cur.refilled(now);
+    let tokens = if cur.bucket.limit_type() == LimitType::Concurrent
+        && bucket.limit_type() == LimitType::Concurrent
+    {
+        (tokens + bucket.capacity() - cur.bucket.capacity())
+            .min(bucket.capacity())
+            .max(-Tokens::MAX)
+    } else {
+        tokens.min(bucket.capacity())
+    };
+    BucketState {
+        dimension: dimension.clone(),
+        tokens,
+        bucket: bucket.clone(),
+        last_refill_at,
+        version: cur.version.saturating_add(1),
+        write_id: Some(new_write_id()),
+        held: Vec::new(),
+    }
+}

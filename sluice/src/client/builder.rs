@@ -1,0 +1,179 @@
+//! Building a client: from defaults, the environment or a [`Config`], with a store and a
+//! clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Config, ConfigError, Prefetch};
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::shared::Core;
+use crate::store::{MemoryStore, Store};
+
+use super::Sluice;
+
+/// Builds a [`Sluice`] client.
+///
+/// ```
+/// use std::time::Duration;
+/// use sluice::{ManualClock, MemoryStore, Sluice, UnixMillis};
+///
+/// let sluice = Sluice::builder()
+///     .store(MemoryStore::new())
+///     .clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000)))
+///     .lease_ttl(Duration::from_secs(30))
+///     .max_retries(3)
+///     .caller("audit-service")
+///     .build()?;
+/// # let _ = sluice;
+/// # Ok::<(), sluice::Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct SluiceBuilder {
+    config: Config,
+    store: Option<Arc<dyn Store>>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl SluiceBuilder {
+    /// A builder starting from the environment's configuration (see [`Config::from_env`]).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(SluiceBuilder::from_config(Config::from_env()?))
+    }
+
+    /// A builder starting from `config`; the other methods change it from there.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Config, SluiceBuilder};
+    ///
+    /// let config = Config { max_retries: 2, ..Config::default() };
+    /// let sluice = SluiceBuilder::from_config(config).lease_ttl(Duration::from_secs(5)).build()?;
+    /// assert_eq!((sluice.config().max_retries, sluice.config().lease_ttl), (2, Duration::from_secs(5)));
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn from_config(config: Config) -> Self {
+        SluiceBuilder {
+            config,
+            ..SluiceBuilder::default()
+        }
+    }
+
+    /// The store to use (default: a new [`MemoryStore`]).
+    pub fn store(self, store: impl Store) -> Self {
+        self.store_arc(Arc::new(store))
+    }
+
+    /// The store to use, already shared.
+    pub fn store_arc(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The clock to use (default: [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// The default lease TTL (`SLUICE_LEASE_TTL`).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.config.lease_ttl = ttl;
+        self
+    }
+
+    /// Retries of a write lost to another writer (`SLUICE_MAX_RETRIES`).
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.config.max_retries = retries;
+        self
+    }
+
+    /// The `caller` written on lease rows (`SLUICE_CALLER`).
+    pub fn caller(mut self, caller: impl Into<String>) -> Self {
+        self.config.caller = caller.into();
+        self
+    }
+
+    /// How long a short `concurrent` bucket is remembered, and the longest a waiting caller
+    /// sleeps on one before looking again (`SLUICE_SLOT_POLL_MS`, see
+    /// [`Config::slot_poll`]).
+    pub fn slot_poll(mut self, interval: Duration) -> Self {
+        self.config.slot_poll = interval;
+        self
+    }
+
+    /// Sets the most live leases a bucket row keeps itself on the fast path (see
+    /// [`Config::leases_per_row`]; `0`: every lease in a row of its own).
+    ///
+    /// ```
+    /// let sluice = sluice::Sluice::builder().leases_per_row(0).build()?;
+    /// assert_eq!(sluice.config().leases_per_row, 0);
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn leases_per_row(mut self, leases: usize) -> Self {
+        self.config.leases_per_row = leases;
+        self
+    }
+
+    /// The longest one store call may take, its retries included, and one attempt of it
+    /// (`SLUICE_STORE_TIMEOUT_MS`, `SLUICE_STORE_ATTEMPT_TIMEOUT_MS`; see
+    /// [`Config::store_timeout`]). Applied to the DynamoDB client
+    /// [`connect`](Self::connect) builds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let sluice = sluice::Sluice::builder()
+    ///     .store_timeouts(Duration::from_millis(800), Duration::from_millis(300))
+    ///     .build()?;
+    /// assert_eq!(sluice.config().store_timeout, Duration::from_millis(800));
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn store_timeouts(mut self, call: Duration, attempt: Duration) -> Self {
+        self.config.store_timeout = call;
+        self.config.store_attempt_timeout = attempt;
+        self
+    }
+
+    /// Prefetches tokens of the lean bucket `dimension` (see [`Prefetch`] for the
+    /// overshoot bound this accepts).
+    pub fn prefetch(mut self, dimension: Dimension, prefetch: Prefetch) -> Self {
+        self.config.prefetch.insert(dimension, prefetch);
+        self
+    }
+
+    /// The configuration as set so far.
+    pub fn config_ref(&self) -> &Config {
+        &self.config
+    }
+
+    /// Builds the client, connecting to DynamoDB when the configuration names a table and
+    /// no store was given (credentials and region from the standard AWS chain).
+    pub async fn connect(self) -> Result<Sluice, Error> {
+        #[cfg(feature = "dynamodb")]
+        if self.store.is_none() && self.config.table_name.is_some() {
+            let store = crate::store::DynamoStore::from_config(&self.config).await?;
+            return self.store(store).build();
+        }
+        self.build()
+    }
+
+    /// Builds the client without I/O.
+    ///
+    /// Without an explicit store, a new [`MemoryStore`] is used; a table name in the
+    /// configuration then asks for [`connect`](Self::connect) instead.
+    pub fn build(self) -> Result<Sluice, Error> {
+        self.config.validate()?;
+        let store = match (self.store, &self.config.table_name) {
+            (Some(store), _) => store,
+            (None, Some(table)) if cfg!(feature = "dynamodb") => {
+                return Err(ConfigError::NeedsConnect(table.clone()).into());
+            }
+            (None, Some(table)) => return Err(ConfigError::NoDynamoDb(table.clone()).into()),
+            (None, None) => Arc::new(MemoryStore::new()),
+        };
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        Ok(Sluice::from_core(Core::new(store, clock, self.config)))
+    }
+}

@@ -1,0 +1,360 @@
+//! The [`Sluice`] façade: acquiring, waiting, slots and administration, each handed to
+//! the protocol the client was built with ([`protocol`](crate::protocol)).
+
+mod admin;
+mod builder;
+mod global;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng as _;
+
+pub use builder::SluiceBuilder;
+
+use crate::acquire::{Acquire, Wanted};
+use crate::clock::UnixMillis;
+use crate::config::Config;
+use crate::error::Error;
+use crate::lease::Lease;
+use crate::protocol;
+use crate::shared::Core;
+use crate::store::{MemoryStore, Store};
+
+/// The shortest wait of a waiting caller (a RetryIn is at least a millisecond).
+const MIN_NAP: Duration = Duration::from_millis(1);
+
+/// A client of the shared buckets: hands out leases or an exact [`Error::RetryIn`].
+///
+/// Cloning is cheap and clones share everything (store, clock, configuration), so one
+/// quota is never split between clones.
+///
+/// ```
+/// use std::time::Duration;
+/// use sluice::{Bucket, RefillRate, Sluice};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let sluice = Sluice::in_memory();
+/// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(500))).await?;
+///
+/// // Acquire and release by hand...
+/// let lease = sluice.acquire("openai#rpm").await?;
+/// lease.release().await?;
+///
+/// // ...or let a slot do it, whatever happens in the body.
+/// let answer = sluice
+///     .slot("openai#rpm", Duration::from_secs(30), async { "vendor response" })
+///     .await?;
+/// assert_eq!(answer, "vendor response");
+/// # Ok::<(), sluice::Error>(()) }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Sluice {
+    core: Arc<Core>,
+}
+
+impl fmt::Debug for Sluice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.fmt(f)
+    }
+}
+
+impl Sluice {
+    fn from_core(core: Core) -> Sluice {
+        Sluice {
+            core: Arc::new(core),
+        }
+    }
+
+    /// The state this client shares with its clones and leases.
+    #[cfg(test)]
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    /// A builder with default settings (not read from the environment).
+    pub fn builder() -> SluiceBuilder {
+        SluiceBuilder::default()
+    }
+
+    /// A client on a new, empty in-memory store with default settings.
+    pub fn in_memory() -> Sluice {
+        Sluice::builder()
+            .store(MemoryStore::new())
+            .build()
+            .unwrap_or_else(|_| unreachable!("a memory store with the default TTL always builds"))
+    }
+
+    /// A client configured from the environment (`SLUICE_*`, see [`Config`]): the DynamoDB
+    /// store when `SLUICE_TABLE_NAME` is set, else a new in-memory store.
+    pub async fn from_env() -> Result<Sluice, Error> {
+        SluiceBuilder::from_env()?.connect().await
+    }
+
+    /// The client's configuration.
+    pub fn config(&self) -> &Config {
+        &self.core.config
+    }
+
+    /// The client's store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.core.store
+    }
+
+    /// The current time by the client's clock.
+    pub fn now(&self) -> UnixMillis {
+        self.core.now()
+    }
+
+    /// Takes tokens from one or several dimensions, all or nothing, and returns the lease
+    /// that holds them; or [`Error::RetryIn`] with the exact wait when a bucket is short
+    /// (for several short buckets, the longest wait).
+    ///
+    /// Accepts a dimension (`"openai#rpm"`, taking its `cost_per_call`) or an [`Acquire`].
+    /// What the RetryIn promises, with other processes sharing the bucket, is written in
+    /// [`Error::RetryIn`]. An acquire dropped by its caller is never granted, or its grant
+    /// is given back at once.
+    pub async fn acquire(&self, request: impl Into<Acquire>) -> Result<Lease, Error> {
+        self.acquire_after(&request.into(), None).await
+    }
+
+    /// An acquire that, with `fresh_after`, takes a denial only from a row learned since
+    /// then (a waiting caller's retry: its wait began at that time).
+    pub(crate) async fn acquire_after(
+        &self,
+        request: &Acquire,
+        fresh_after: Option<UnixMillis>,
+    ) -> Result<Lease, Error> {
+        let wanted = request.resolve()?;
+        let span = tracing::debug_span!(
+            "sluice.acquire",
+            dimensions = %DisplayDims(&wanted),
+            outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+            retry_in_ms = tracing::field::Empty,
+        );
+        let started = std::time::Instant::now();
+        let label = DisplayDims(&wanted).to_string();
+        let ttl = request.ttl_value().unwrap_or(self.core.config.lease_ttl);
+        let path = protocol::Path::of(&self.core, wanted);
+        let result = protocol::acquire(&self.core, path, ttl, fresh_after, &span)
+            .await
+            .map(|grant| Lease::new(self.core.clone(), grant));
+        crate::metrics::acquired(label, &result, started.elapsed());
+        match &result {
+            Ok(lease) => {
+                span.record("outcome", "granted");
+                span.record("attempts", lease.attempts());
+            }
+            Err(Error::RetryIn(d)) => {
+                span.record("outcome", "retry_in");
+                span.record("retry_in_ms", d.as_millis() as u64);
+            }
+            Err(e) => {
+                span.record("outcome", "error");
+                tracing::debug!(parent: &span, error = %e, "acquire failed");
+            }
+        }
+        result
+    }
+
+    /// Runs `body` while holding capacity on `request`: acquires, runs, releases.
+    ///
+    /// `timeout` is both the lease's TTL and the body's deadline: a body still running then
+    /// is dropped and the slot returns [`Error::Timeout`]. The lease is released on every
+    /// path: when the body finishes, when it times out, when it panics (the panic then
+    /// continues), and when the slot's future is dropped (released in the background).
+    pub async fn slot<F>(
+        &self,
+        request: impl Into<Acquire>,
+        timeout: Duration,
+        body: F,
+    ) -> Result<F::Output, Error>
+    where
+        F: Future,
+    {
+        self.slot_within(request, Some(timeout), Duration::ZERO, || body)
+            .await
+    }
+
+    /// The one entry point for "acquire, run, release", which [`slot`](Self::slot), the
+    /// `try_slot` forms, `#[rate_limited]` and the layers all use: acquires `request`,
+    /// waiting up to `max_wait` for capacity (see [`acquire_within`](Self::acquire_within)),
+    /// then makes the body with `body` (only once granted: nothing of it starts on a
+    /// refusal), runs it under the lease, and releases it on every path (see
+    /// [`slot`](Self::slot)).
+    ///
+    /// `timeout` is both the lease's TTL and the body's deadline; `None` takes the
+    /// configured [`lease_ttl`](Config::lease_ttl).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, Sluice};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sluice = Sluice::in_memory();
+    /// sluice.put_bucket("elevenlabs#concurrent", Bucket::concurrent(1)).await?;
+    /// let out = sluice
+    ///     .slot_within("elevenlabs#concurrent", None, Duration::from_secs(1), || async { 7 })
+    ///     .await?;
+    /// assert_eq!(out, 7);
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn slot_within<F>(
+        &self,
+        request: impl Into<Acquire>,
+        timeout: Option<Duration>,
+        max_wait: Duration,
+        body: impl FnOnce() -> F,
+    ) -> Result<F::Output, Error>
+    where
+        F: Future,
+    {
+        let timeout = timeout.unwrap_or(self.core.config.lease_ttl);
+        let lease = self
+            .acquire_within(request.into().ttl(timeout), max_wait)
+            .await?;
+        lease.run(timeout, body()).await
+    }
+
+    /// Like [`acquire`](Self::acquire), but on [`Error::RetryIn`] sleeps the exact delay
+    /// and asks again, as long as the total time slept stays within `max_wait`. The last
+    /// RetryIn is returned when the next wait would go past the bound.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, RefillRate, Sluice};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+    /// let sluice = Sluice::builder().clock(sluice::TokioClock::starting_at(sluice::UnixMillis::from_secs(1_700_000_000))).build()?;
+    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_second(10)).with_capacity(1)).await?;
+    /// sluice.acquire("openai#rpm").await?.release().await?;
+    /// // The next token is 100 ms away: waiting up to a second gets it.
+    /// let lease = sluice.acquire_within("openai#rpm", Duration::from_secs(1)).await?;
+    /// # lease.release().await?;
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn acquire_within(
+        &self,
+        request: impl Into<Acquire>,
+        max_wait: Duration,
+    ) -> Result<Lease, Error> {
+        let request = request.into();
+        let mut waited = Duration::ZERO;
+        let mut fresh_after = None;
+        loop {
+            match self.acquire_after(&request, fresh_after).await {
+                // Every wait is at least a millisecond: no time left for one.
+                Err(Error::RetryIn(delay)) if waited + MIN_NAP > max_wait => {
+                    return Err(Error::RetryIn(delay));
+                }
+                Err(Error::RetryIn(delay)) => {
+                    // A slot may come back before its RetryIn (released elsewhere): look
+                    // again after at most a jittered poll interval.
+                    let slots = request
+                        .resolve()?
+                        .iter()
+                        .any(|w| self.core.lanes.holds_slots(&w.dimension));
+                    let nap = if slots {
+                        delay.min(self.poll_nap())
+                    } else {
+                        delay
+                    };
+                    if waited + nap > max_wait {
+                        return Err(Error::RetryIn(delay));
+                    }
+                    tracing::debug!(delay_ms = nap.as_millis() as u64, "waiting for capacity");
+                    // What the store says after the wait, not what was remembered before it.
+                    fresh_after = Some(self.now());
+                    tokio::time::sleep(nap).await;
+                    waited += nap;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A wait of half to all of the slot poll interval, drawn at random so that waiting
+    /// processes do not look at the store all at once.
+    fn poll_nap(&self) -> Duration {
+        let poll = self.core.config.slot_poll;
+        let half = poll / 2;
+        let jitter = rand::rng().random_range(0..=(poll - half).as_micros() as u64);
+        (half + Duration::from_micros(jitter)).max(MIN_NAP)
+    }
+
+    /// Like [`try_slot`](Self::try_slot), waiting up to `max_wait` for capacity first (see
+    /// [`acquire_within`](Self::acquire_within)).
+    pub async fn try_slot_within<F, T, E>(
+        &self,
+        request: impl Into<Acquire>,
+        timeout: Duration,
+        max_wait: Duration,
+        body: F,
+    ) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        self.slot_within(request, Some(timeout), max_wait, || body)
+            .await?
+    }
+
+    /// Like [`slot`](Self::slot) for a body that returns `Result<T, E>`: sluice's own
+    /// errors (RetryIn, timeout, …) are converted into `E`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, Sluice};
+    ///
+    /// #[derive(Debug)]
+    /// enum AppError { Sluice(sluice::Error), Vendor(String) }
+    /// impl From<sluice::Error> for AppError {
+    ///     fn from(e: sluice::Error) -> Self { AppError::Sluice(e) }
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sluice = Sluice::in_memory();
+    /// sluice.put_bucket("elevenlabs#concurrent", Bucket::concurrent(2)).await.unwrap();
+    /// let out: Result<u32, AppError> = sluice
+    ///     .try_slot("elevenlabs#concurrent", Duration::from_secs(30), async { Ok(42) })
+    ///     .await;
+    /// assert_eq!(out.unwrap(), 42);
+    /// # });
+    /// ```
+    pub async fn try_slot<F, T, E>(
+        &self,
+        request: impl Into<Acquire>,
+        timeout: Duration,
+        body: F,
+    ) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        self.try_slot_within(request, timeout, Duration::ZERO, body)
+            .await
+    }
+}
+
+struct DisplayDims<'a>(&'a [Wanted]);
+
+impl fmt::Display for DisplayDims<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, w) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(w.dimension.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+const _: () = {
+    const fn is_send_sync<T: Send + Sync>() {}
+    is_send_sync::<Sluice>();
+    is_send_sync::<Lease>();
+};

@@ -1,0 +1,96 @@
+//! The protocols, one file per path, as plain functions over the shared
+//! [`Core`](crate::shared::Core):
+//!
+//! | file | what |
+//! |---|---|
+//! | [`seed`] | the seed's protocol: read, then one atomic write of every bucket and lease row |
+//! | [`fast`] | one dimension, one conditional write per grant, from the remembered row |
+//! | [`lane`], [`batch`] | the lanes' writers: requests on one row ride on one write |
+//! | [`refusals`], [`slots`] | RetryIn and capacity errors; a short `concurrent` bucket's outlook |
+//! | [`multi`] | several dimensions on the fast path, without a transaction |
+//! | [`prefetch`] | lean buckets' tokens taken ahead |
+//! | [`release`], [`ending`] | releasing, giving back and reclaiming leases |
+//! | [`adjust`] | correcting a lease's cost |
+//! | [`tighten`] | making a bucket stricter from the vendor's report |
+//! | [`reconcile`] | the reconciler |
+
+pub(crate) mod adjust;
+mod batch;
+pub(crate) mod ending;
+mod fast;
+mod lane;
+mod multi;
+mod prefetch;
+pub(crate) mod reconcile;
+mod refusals;
+pub(crate) mod release;
+mod seed;
+mod slots;
+pub(crate) mod tighten;
+
+use std::sync::Arc;
+
+use std::time::Duration;
+
+use crate::acquire::Wanted;
+use crate::clock::UnixMillis;
+use crate::config::Protocol;
+use crate::error::Error;
+use crate::grant::Grant;
+use crate::shared::Core;
+
+/// The path an acquire takes, chosen once from the configured protocol and the number of
+/// dimensions. The caller awaits each path's own future (see [`Path::acquire`]'s callers):
+/// a future holding all three would be as large as the largest and cost its copy on every
+/// acquire.
+pub(crate) enum Path {
+    /// One dimension on the fast path.
+    Fast(Wanted),
+    /// Several dimensions on the fast path.
+    Multi(Vec<Wanted>),
+    /// Any number of dimensions on the seed's protocol.
+    Seed(Vec<Wanted>),
+}
+
+impl Path {
+    /// The path of `wanted` on `core`'s protocol.
+    pub(crate) fn of(core: &Core, wanted: Vec<Wanted>) -> Path {
+        match (core.config.protocol, <[Wanted; 1]>::try_from(wanted)) {
+            (Protocol::Fast, Ok([one])) => Path::Fast(one),
+            (Protocol::Fast, Err(many)) => Path::Multi(many),
+            (_, Ok(one)) => Path::Seed(one.into()),
+            (_, Err(many)) => Path::Seed(many),
+        }
+    }
+}
+
+/// Acquires on `path`; with `fresh_after`, a denial is taken only from a row learned since
+/// then (a waiting caller's retry: its wait began at that time). Each arm is its own future,
+/// instrumented with `span`.
+pub(crate) async fn acquire(
+    core: &Arc<Core>,
+    path: Path,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+    span: &tracing::Span,
+) -> Result<Grant, Error> {
+    use tracing::Instrument as _;
+    match path {
+        Path::Fast(one) => {
+            fast::acquire(core, one, ttl, fresh_after, true)
+                .instrument(span.clone())
+                .await
+        }
+        // Boxed: the single-dimension fast path's future stays small.
+        Path::Multi(many) => {
+            Box::pin(multi::acquire(core, many, ttl, fresh_after))
+                .instrument(span.clone())
+                .await
+        }
+        Path::Seed(all) => {
+            Box::pin(seed::acquire(core, &all, ttl))
+                .instrument(span.clone())
+                .await
+        }
+    }
+}

@@ -1,0 +1,498 @@
+//! Several dimensions on the fast path: one single-item conditional write per bucket, no
+//! transaction.
+//!
+//! An acquire on `openai#rpm` and `openai#tpm` takes each dimension through its own lane
+//! (see [`fast`](super::fast)): each take is the conditional write of that one bucket row,
+//! carrying its lease in the row, batched with whatever else this client is writing to
+//! that row. The dimensions this client last saw short are taken first, one at a time in
+//! name order (at the limit the bottleneck refuses before anything is taken); the others
+//! are taken together. When one is short, the dimensions already taken are given back,
+//! each exactly once (the give-back removes the lease it created, on condition that it is
+//! still there), and then the caller gets the RetryIn: all or nothing as the caller sees
+//! it, and never more than the buckets hold. An acquire dropped half-way gives back what it
+//! took in the background.
+//!
+//! The price is a brief hold: between its take and its give-back (one write), a dimension
+//! taken for a request that is then refused shows other clients fewer tokens than it will
+//! have.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::acquire::Wanted;
+use crate::bucket::Take;
+use crate::clock::UnixMillis;
+use crate::error::Error;
+use crate::grant::{Grant, LeasePart};
+use crate::shared::Core;
+use crate::shared::remembered::{Recall, retry_in};
+
+use super::fast;
+use super::release::{give_back_parts, in_background};
+
+/// One dimension taken for a request not yet granted whole.
+struct Taken {
+    holding: Holding,
+    attempts: u32,
+    created_at: UnixMillis,
+    expires_at: UnixMillis,
+}
+
+/// Parts taken for a request not yet granted whole: given back if it never is, also when
+/// the caller drops the acquire half-way.
+struct Holding {
+    core: Arc<Core>,
+    parts: Vec<LeasePart>,
+    expires_at: UnixMillis,
+}
+
+impl Holding {
+    fn take(&mut self) -> Vec<LeasePart> {
+        std::mem::take(&mut self.parts)
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        let parts = self.take();
+        if !parts.is_empty() {
+            in_background(&self.core, parts, self.expires_at, true);
+        }
+    }
+}
+
+/// What the takes of one request came to so far.
+struct Takes {
+    taken: Vec<Option<Taken>>,
+    refusal: Option<Error>,
+    /// When the longest RetryIn seen so far ends: the answer counts down from it, however
+    /// long the other takes and the give-back took.
+    retry_at: UnixMillis,
+}
+
+impl Takes {
+    /// Takes in the outcome of dimension `i`'s take; whether it was granted.
+    fn record(&mut self, core: &Core, i: usize, outcome: Result<Taken, Error>) -> bool {
+        match outcome {
+            Ok(t) => {
+                self.taken[i] = Some(t);
+                true
+            }
+            Err(error) => {
+                if let Error::RetryIn(wait) = error {
+                    self.retry_at = self.retry_at.max(core.now().saturating_add(wait));
+                }
+                self.refusal = Some(worse(self.refusal.take(), error));
+                false
+            }
+        }
+    }
+}
+
+/// An acquire on several dimensions on the fast path.
+pub(crate) async fn acquire(
+    core: &Arc<Core>,
+    wanted: Vec<Wanted>,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+) -> Result<Grant, Error> {
+    let now = core.now();
+    // Denials memory may answer for the whole request, with no call.
+    let denied = wanted
+        .iter()
+        .filter_map(
+            |w| match core.lane(&w.dimension).memory().recall(w, now, fresh_after) {
+                Recall::Denied(wait) => Some(wait),
+                _ => None,
+            },
+        )
+        .max();
+    if let Some(wait) = denied {
+        return Err(refused(core, &wanted, &[], now, wait, fresh_after));
+    }
+    let expires_by = now.saturating_add(ttl);
+    let mut takes = Takes {
+        taken: (0..wanted.len()).map(|_| None).collect(),
+        refusal: None,
+        retry_at: now,
+    };
+    // The dimensions last seen short go first, one by one in name order (at the limit the
+    // bottleneck refuses before anything is taken); the others are taken together.
+    let (first, together) = order(core, &wanted, now);
+    for &i in &first {
+        let outcome = take_one(core, &wanted[i], ttl, fresh_after, expires_by).await;
+        if !takes.record(core, i, outcome) {
+            break;
+        }
+    }
+    if takes.refusal.is_none() {
+        take_together(
+            core,
+            &wanted,
+            &together,
+            &mut takes,
+            ttl,
+            fresh_after,
+            expires_by,
+        )
+        .await;
+    }
+    let took: Vec<bool> = takes.taken.iter().map(Option::is_some).collect();
+    if let Some(error) = takes.refusal.take() {
+        return Err(refuse(core, &wanted, takes, &took, error, expires_by, fresh_after).await);
+    }
+    Ok(granted(&wanted, takes.taken, now, expires_by))
+}
+
+/// The dimensions to take one by one first (those this client last saw short, in name
+/// order), and those to take together.
+fn order(core: &Core, wanted: &[Wanted], now: UnixMillis) -> (Vec<usize>, Vec<usize>) {
+    let mut first: Vec<usize> = (0..wanted.len())
+        .filter(|&i| {
+            let w = &wanted[i];
+            core.lane(&w.dimension).memory().row().is_some_and(|row| {
+                !matches!(
+                    row.take(w.cost(row.bucket.cost_per_call()), now),
+                    Take::Granted { .. }
+                )
+            })
+        })
+        .collect();
+    first.sort_by(|&a, &b| wanted[a].dimension.cmp(&wanted[b].dimension));
+    let together = (0..wanted.len()).filter(|i| !first.contains(i)).collect();
+    (first, together)
+}
+
+/// Takes the dimensions `together` at once. Each take is held as soon as it is granted:
+/// a caller going away half-way has it given back.
+async fn take_together(
+    core: &Arc<Core>,
+    wanted: &[Wanted],
+    together: &[usize],
+    takes: &mut Takes,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+    expires_by: UnixMillis,
+) {
+    let outcomes = futures::future::join_all(
+        together
+            .iter()
+            .map(|&i| take_one(core, &wanted[i], ttl, fresh_after, expires_by)),
+    )
+    .await;
+    let mut refused_for_now = Vec::new();
+    for (&i, outcome) in together.iter().zip(outcomes) {
+        let for_now = matches!(outcome, Err(Error::RetryIn(_)));
+        if !takes.record(core, i, outcome) && for_now {
+            refused_for_now.push(i);
+        }
+    }
+    if takes
+        .refusal
+        .as_ref()
+        .is_some_and(|e| !matches!(e, Error::RetryIn(_)))
+    {
+        // The caller is told something else (the cost can never be granted, the store
+        // failed): no denial window opens on the dimensions refused for now.
+        for i in refused_for_now {
+            core.lane(&wanted[i].dimension).memory().withdraw_denials();
+        }
+    }
+}
+
+/// Gives back what a refused request took (riding on the lanes' writes) before answering:
+/// when the caller sees the refusal, nothing is held. The answer to give.
+async fn refuse(
+    core: &Arc<Core>,
+    wanted: &[Wanted],
+    mut takes: Takes,
+    took: &[bool],
+    error: Error,
+    expires_by: UnixMillis,
+    fresh_after: Option<UnixMillis>,
+) -> Error {
+    let parts: Vec<LeasePart> = takes
+        .taken
+        .iter_mut()
+        .flatten()
+        .flat_map(|t| t.holding.take())
+        .collect();
+    if !parts.is_empty() {
+        // It finishes even if the caller goes away meanwhile.
+        let core = core.clone();
+        crate::detach::Detached::new(async move {
+            give_back_parts(&core, parts, expires_by).await;
+        })
+        .await;
+    }
+    match error {
+        Error::RetryIn(_) => {
+            let now = core.now();
+            let wait = retry_in(takes.retry_at.saturating_since(now));
+            refused(core, wanted, took, now, wait, fresh_after)
+        }
+        other => other,
+    }
+}
+
+/// The grant of a request every dimension of which was taken.
+fn granted(
+    wanted: &[Wanted],
+    taken: Vec<Option<Taken>>,
+    now: UnixMillis,
+    expires_by: UnixMillis,
+) -> Grant {
+    let taken: Vec<Taken> = taken.into_iter().flatten().collect();
+    let attempts = taken.iter().map(|t| t.attempts).sum();
+    let created_at = taken.iter().map(|t| t.created_at).max().unwrap_or(now);
+    let expires_at = taken
+        .iter()
+        .map(|t| t.expires_at)
+        .min()
+        .unwrap_or(expires_by);
+    // The parts in the order the request named them.
+    let mut parts: Vec<LeasePart> = taken
+        .into_iter()
+        .flat_map(|mut t| t.holding.take())
+        .collect();
+    parts.sort_by_key(|p| wanted.iter().position(|w| w.dimension == p.dimension));
+    Grant::new(parts, created_at, expires_at, attempts)
+}
+
+/// One dimension of a several-dimension acquire, held (given back if dropped) from the
+/// moment it is granted.
+async fn take_one(
+    core: &Arc<Core>,
+    wanted: &Wanted,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+    expires_by: UnixMillis,
+) -> Result<Taken, Error> {
+    let grant = fast::acquire(core, wanted.clone(), ttl, fresh_after, false).await?;
+    Ok(Taken {
+        attempts: grant.attempts,
+        created_at: grant.created_at,
+        expires_at: grant.expires_at,
+        holding: Holding {
+            core: core.clone(),
+            parts: grant.parts,
+            expires_at: expires_by,
+        },
+    })
+}
+
+/// Of two reasons to refuse one request, the one to answer: any error before a RetryIn, the
+/// longer of two RetryIns.
+fn worse(a: Option<Error>, b: Error) -> Error {
+    match (a, b) {
+        (Some(Error::RetryIn(x)), Error::RetryIn(y)) => Error::RetryIn(x.max(y)),
+        (Some(Error::RetryIn(_)) | None, b) => b,
+        (Some(a), _) => a,
+    }
+}
+
+/// The RetryIn of a several-dimension request refused for `wait` on one dimension: the
+/// longest of it and of the waits memory may answer on the others, except those this
+/// request took (`took`; they are being given back). The caller may be back when it runs
+/// out, asking every dimension again: each remembers that.
+fn refused(
+    core: &Core,
+    wanted: &[Wanted],
+    took: &[bool],
+    now: UnixMillis,
+    wait: Duration,
+    fresh_after: Option<UnixMillis>,
+) -> Error {
+    let mut longest = wait;
+    for (i, w) in wanted.iter().enumerate() {
+        if took.get(i).copied().unwrap_or(false) {
+            continue;
+        }
+        if let Recall::Denied(other) = core.lane(&w.dimension).memory().recall(w, now, fresh_after)
+        {
+            longest = longest.max(other);
+        }
+    }
+    for w in wanted {
+        core.lane(&w.dimension)
+            .memory()
+            .answered(now.saturating_add(longest));
+    }
+    Error::RetryIn(longest)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::Sluice;
+    use crate::acquire::Acquire;
+    use crate::bucket::{Bucket, BucketState};
+    use crate::clock::ManualClock;
+    use crate::dimension::Dimension;
+    use crate::store::{
+        Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, MemoryStore, Store,
+        StoreError,
+    };
+    use crate::tokens::RefillRate;
+
+    fn client(store: Arc<dyn Store>, clock: &ManualClock) -> Sluice {
+        Sluice::builder()
+            .store_arc(store)
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_waiting_callers_pair_takes_no_other_dimensions_window_from_before_its_wait() {
+        let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let sluice = client(store.clone(), &clock);
+        let slow = Bucket::requests(RefillRate::new(1, Duration::from_secs(10))).with_capacity(1);
+        sluice
+            .put_bucket(
+                "pair#a",
+                Bucket::requests(RefillRate::per_second(1)).with_capacity(1),
+            )
+            .await
+            .unwrap();
+        sluice.put_bucket("pair#b", slow.clone()).await.unwrap();
+        // This client empties b: its own write opens a 10 s window on b.
+        sluice
+            .acquire("pair#b")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        // Elsewhere b is created again, full: this client has not seen it.
+        let other = client(store, &clock);
+        other.delete_bucket("pair#b").await.unwrap();
+        other.put_bucket("pair#b", slow).await.unwrap();
+        sluice
+            .acquire("pair#a")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        clock.advance(Duration::from_millis(1));
+        // A waiting caller's retry, its wait begun now: a is short for 999 ms; b's window
+        // is from before the wait and must not lengthen the answer to 10 s.
+        let waited_from = sluice.now();
+        let answer = sluice
+            .acquire_after(&Acquire::new("pair#a").and("pair#b"), Some(waited_from))
+            .await
+            .unwrap_err();
+        assert_eq!(answer.retry_in(), Some(Duration::from_millis(999)));
+    }
+
+    /// A store whose clock moves on while it writes a dimension's give-back.
+    #[derive(Debug)]
+    struct SlowGiveBack {
+        inner: MemoryStore,
+        clock: ManualClock,
+        slow: Dimension,
+    }
+
+    #[async_trait::async_trait]
+    impl Store for SlowGiveBack {
+        async fn read_buckets(
+            &self,
+            dimensions: &[Dimension],
+        ) -> Result<Vec<Option<BucketState>>, StoreError> {
+            self.inner.read_buckets(dimensions).await
+        }
+        async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+            let gives_back = commit.buckets.iter().any(|w| {
+                *w.dimension() == self.slow
+                    && w.held
+                        .iter()
+                        .any(|h| matches!(h, crate::store::HeldWrite::Remove(_)))
+            });
+            if gives_back {
+                self.clock.advance(Duration::from_millis(400));
+            }
+            self.inner.commit(commit).await
+        }
+        async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+            self.inner.delete_leases(keys).await
+        }
+        async fn read_leases(
+            &self,
+            keys: &[LeaseKey],
+        ) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+            self.inner.read_leases(keys).await
+        }
+        async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
+            self.inner.scan_leases(filter).await
+        }
+        async fn forget_held(
+            &self,
+            dimension: &Dimension,
+            ids: &[String],
+        ) -> Result<(), StoreError> {
+            self.inner.forget_held(dimension, ids).await
+        }
+        async fn put_bucket(
+            &self,
+            state: &BucketState,
+            expected: Option<&BucketState>,
+        ) -> Result<bool, StoreError> {
+            self.inner.put_bucket(state, expected).await
+        }
+        async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
+            self.inner.list_buckets().await
+        }
+        async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
+            self.inner.delete_bucket(dimension).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pairs_retry_in_counts_down_while_the_give_back_is_written() {
+        let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+        let store = Arc::new(SlowGiveBack {
+            inner: MemoryStore::new(),
+            clock: clock.clone(),
+            slow: "pair#a".parse().unwrap(),
+        });
+        let sluice = client(store.clone(), &clock);
+        sluice
+            .put_bucket(
+                "pair#a",
+                Bucket::requests(RefillRate::per_second(100)).with_capacity(100),
+            )
+            .await
+            .unwrap();
+        sluice
+            .put_bucket(
+                "pair#b",
+                Bucket::requests(RefillRate::per_second(1)).with_capacity(1),
+            )
+            .await
+            .unwrap();
+        // Another client empties b; this one has not seen it and takes a and b together.
+        let other = client(store, &clock);
+        let _held = other.acquire("pair#b").await.unwrap();
+        let started = sluice.now();
+        let answer = sluice
+            .acquire(Acquire::new("pair#a").and("pair#b"))
+            .await
+            .unwrap_err();
+        // b is back 1 s after it was found short; giving a back took 400 ms of that.
+        assert!(sluice.now().saturating_since(started) >= Duration::from_millis(400));
+        assert_eq!(answer.retry_in(), Some(Duration::from_millis(600)));
+        assert_eq!(
+            sluice
+                .bucket("pair#a")
+                .await
+                .unwrap()
+                .unwrap()
+                .available(sluice.now()),
+            crate::tokens::Tokens::new(100)
+        );
+    }
+}

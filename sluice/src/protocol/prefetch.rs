@@ -1,0 +1,61 @@
+//! Prefetch: a lean bucket's grant may take tokens ahead for this client, and later
+//! single-dimension acquires take from them with no call (see [`Prefetch`](crate::Prefetch)
+//! for the overshoot bound this accepts).
+
+use std::time::Duration;
+
+use crate::acquire::Wanted;
+use crate::bucket::{BucketState, Take};
+use crate::clock::UnixMillis;
+use crate::grant::{Grant, Kept, LeasePart};
+use crate::ids::new_unique;
+use crate::shared::Core;
+use crate::shared::remembered::Remembered;
+use crate::store::LeaseKey;
+use crate::tokens::Tokens;
+
+/// A grant from the tokens this client prefetched for `wanted`'s lean bucket, if they are
+/// fresh and enough.
+pub(super) fn take(
+    memory: &mut Remembered,
+    wanted: &Wanted,
+    now: UnixMillis,
+    ttl: Duration,
+) -> Option<Grant> {
+    let cost = memory.take_prefetched(wanted, now)?;
+    let part = LeasePart {
+        key: LeaseKey::new(&wanted.dimension, &new_unique()),
+        dimension: wanted.dimension.clone(),
+        cost,
+        restores: false,
+        kept: Kept::Nowhere,
+    };
+    Some(Grant::new(vec![part], now, now.saturating_add(ttl), 0))
+}
+
+/// Takes the prefetch configured for `row`'s dimension from `after` (the row as a lean
+/// grant's write leaves it), only from plenty: the bucket must still hold as much again
+/// afterwards. The tokens taken and until when they may be used.
+pub(super) fn ride(
+    core: &Core,
+    row: &BucketState,
+    after: &mut BucketState,
+    now: UnixMillis,
+) -> Option<(Tokens, UnixMillis)> {
+    if row.bucket.keeps_leases() {
+        return None;
+    }
+    let p = core.config.prefetch.get(&row.dimension)?;
+    let Take::Granted {
+        tokens,
+        last_refill_at,
+    } = after.take(p.tokens(), now)
+    else {
+        return None;
+    };
+    if tokens < p.tokens() {
+        return None;
+    }
+    (after.tokens, after.last_refill_at) = (tokens, last_refill_at);
+    Some((p.tokens(), now.saturating_add(p.hold())))
+}

@@ -1,0 +1,205 @@
+//! The reconciler: gives back what crashed callers took, and heals `concurrent` buckets.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::bucket::{BucketState, LimitType};
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::shared::Core;
+use crate::store::{BucketWrite, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord};
+use crate::tokens::Tokens;
+
+use super::ending::reclaim;
+
+/// What one reconcile pass did.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct ReconcileReport {
+    /// Expired leases found.
+    pub leases_seen: usize,
+    /// Expired leases this pass ended, giving their cost back.
+    pub leases_restored: usize,
+    /// Tokens those leases gave back (before the capacity cap).
+    pub tokens_restored: Tokens,
+    /// Expired leases already ended by someone else (a late release, another reconciler).
+    pub leases_skipped: usize,
+    /// `concurrent` buckets checked against their live leases.
+    pub buckets_checked: usize,
+    /// `concurrent` buckets whose tokens were recomputed from their leases.
+    pub buckets_healed: usize,
+    /// Tokens those recomputations added (negative: removed).
+    pub tokens_healed: Tokens,
+    /// `concurrent` buckets left for the next pass because they changed while checked.
+    pub buckets_busy: usize,
+    /// `concurrent` buckets holding fewer tokens than their readable leases account for,
+    /// left as they are because a lease row on them could not be read: what it holds is
+    /// unknown, and raising the bucket could grant a slot that is still taken.
+    pub buckets_not_raised: usize,
+    /// What went wrong, per lease or bucket; the pass goes on past each.
+    pub errors: Vec<ReconcileError>,
+}
+
+impl ReconcileReport {
+    /// Whether the pass changed nothing at all.
+    pub fn is_noop(&self) -> bool {
+        self.leases_restored == 0 && self.buckets_healed == 0
+    }
+}
+
+impl fmt::Display for ReconcileReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} expired leases: {} restored ({} tokens), {} already gone; {} concurrent buckets checked: {} healed ({} tokens), {} busy, {} not raised (unreadable leases); {} errors",
+            self.leases_seen,
+            self.leases_restored,
+            self.tokens_restored,
+            self.leases_skipped,
+            self.buckets_checked,
+            self.buckets_healed,
+            self.tokens_healed,
+            self.buckets_busy,
+            self.buckets_not_raised,
+            self.errors.len()
+        )
+    }
+}
+
+/// One failure inside a reconcile pass.
+#[derive(Debug)]
+pub struct ReconcileError {
+    /// The lease key or dimension it concerns.
+    pub subject: String,
+    /// What went wrong.
+    pub error: Error,
+}
+
+impl fmt::Display for ReconcileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.subject, self.error)
+    }
+}
+
+/// One reconcile pass (see [`Sluice::reconcile`](crate::Sluice::reconcile)).
+pub(crate) async fn reconcile(core: &Core) -> Result<ReconcileReport, Error> {
+    let started = std::time::Instant::now();
+    let mut report = ReconcileReport::default();
+    let expired = core
+        .store
+        .list_leases(&LeaseFilter {
+            dimension: None,
+            expired_before: Some(core.now()),
+        })
+        .await?;
+    report.leases_seen = expired.len();
+    for lease in expired {
+        restore_expired(core, lease, &mut report).await;
+    }
+    heal_concurrent(core, &mut report).await?;
+    crate::metrics::reconciled(
+        crate::metrics::Reconciled {
+            restored: report.leases_restored,
+            skipped: report.leases_skipped,
+            healed: report.buckets_healed,
+            errors: report.errors.len(),
+            tokens_restored: report.tokens_restored,
+        },
+        started.elapsed(),
+    );
+    if report.is_noop() && report.errors.is_empty() {
+        tracing::debug!(%report, "reconcile pass");
+    } else {
+        tracing::info!(%report, "reconcile pass");
+    }
+    Ok(report)
+}
+
+async fn restore_expired(core: &Core, lease: LeaseRecord, report: &mut ReconcileReport) {
+    let (key, cost, caller) = (lease.key.clone(), lease.cost, lease.caller.clone());
+    match reclaim(core, vec![lease]).await {
+        Ok(0) => report.leases_skipped += 1,
+        Ok(_) => {
+            tracing::debug!(lease = %key, %cost, %caller, "restored an expired lease");
+            report.leases_restored += 1;
+            report.tokens_restored += cost;
+        }
+        Err(error) => report.errors.push(ReconcileError {
+            subject: key.to_string(),
+            error,
+        }),
+    }
+}
+
+async fn heal_concurrent(core: &Core, report: &mut ReconcileReport) -> Result<(), Error> {
+    // Buckets first, leases second: a bucket's version is read before any lease it
+    // could be missing, and the write below is conditioned on that version.
+    let buckets: Vec<BucketState> = core
+        .store
+        .list_buckets()
+        .await?
+        .into_iter()
+        .filter(|b| b.bucket.limit_type() == LimitType::Concurrent)
+        .collect();
+    if buckets.is_empty() {
+        return Ok(());
+    }
+    let scan = core.store.scan_leases(&LeaseFilter::default()).await?;
+    let mut held: HashMap<Dimension, Tokens> = HashMap::new();
+    for lease in scan.leases {
+        *held.entry(lease.dimension).or_default() += lease.cost;
+    }
+    // Dimensions with a lease row of unknown content; `None`: a row whose key does not
+    // even say which dimension (it could be any).
+    let unknown: Vec<Option<Dimension>> = scan
+        .unreadable
+        .iter()
+        .map(|key| LeaseKey::parse(key).and_then(|k| k.dimension()))
+        .collect();
+    for row in buckets {
+        report.buckets_checked += 1;
+        let leased = held.get(&row.dimension).copied().unwrap_or_default();
+        let expected = row.bucket.capacity() - leased;
+        if row.tokens == expected {
+            continue;
+        }
+        if expected > row.tokens
+            && unknown
+                .iter()
+                .any(|d| d.as_ref().is_none_or(|d| *d == row.dimension))
+        {
+            tracing::warn!(
+                dimension = %row.dimension,
+                tokens = %row.tokens,
+                "concurrent bucket holds fewer tokens than its readable leases account for, \
+                 but a lease row on it cannot be read; not raising it"
+            );
+            report.buckets_not_raised += 1;
+            continue;
+        }
+        let commit = Commit {
+            buckets: vec![BucketWrite::new(row.clone(), expected, row.last_refill_at)],
+            leases: Vec::new(),
+        };
+        match core.store.commit(commit).await {
+            Ok(()) => {
+                tracing::warn!(
+                    dimension = %row.dimension,
+                    was = %row.tokens,
+                    now = %expected,
+                    "concurrent bucket did not match its leases; recomputed"
+                );
+                report.buckets_healed += 1;
+                report.tokens_healed += expected - row.tokens;
+            }
+            Err(CommitError::Condition(_) | CommitError::TransactionConflict) => {
+                report.buckets_busy += 1;
+            }
+            Err(CommitError::Store(e)) => report.errors.push(ReconcileError {
+                subject: row.dimension.to_string(),
+                error: e.into(),
+            }),
+        }
+    }
+    Ok(())
+}

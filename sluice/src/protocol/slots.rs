@@ -1,0 +1,153 @@
+//! Refusals, the same for every protocol: the capacity error, a refilling bucket's exact
+//! wait, or a short `concurrent` bucket's outlook from its leases (giving back, exactly
+//! once each, the expired ones found on the way).
+
+use std::time::Duration;
+
+use crate::bucket::{BucketState, Take};
+use crate::clock::UnixMillis;
+use crate::error::Error;
+use crate::shared::Core;
+use crate::shared::remembered::retry_in;
+use crate::tokens::Tokens;
+
+use super::ending::reclaim;
+
+/// Slot leases read per page when a short `concurrent` bucket looks for expired ones.
+const SLOT_PAGE: usize = 100;
+/// Pages read at most per look: a bucket with more expired leases than this gives the
+/// rest back at its next shortage (or the reconciler does).
+const SLOT_PAGES: usize = 10;
+/// How many times one acquire looks again at a short `concurrent` bucket because another
+/// client gave back the expired leases it found (the bucket changed under it); after that
+/// it answers from the leases it sees. A lagging index may show deleted leases for a moment.
+const MAX_LOOKS_AGAIN: u32 = 3;
+
+/// Why a confirmed row refuses a request.
+pub(crate) enum Refusal {
+    /// The cost can never be granted.
+    Exceeds(Error),
+    /// Wait this long (already at least a millisecond, and remembered as the row's).
+    Wait(Duration),
+    /// Expired leases of a short `concurrent` bucket were given back: look again.
+    LookAgain,
+}
+
+/// Why `row`, which the store just confirmed, refuses `cost` at `now` (`None`: it grants).
+/// A refilling bucket opens its denial window; a short `concurrent` one answers from
+/// memory within the poll interval, else from its leases.
+pub(crate) async fn refusal(
+    core: &Core,
+    row: &BucketState,
+    cost: Tokens,
+    now: UnixMillis,
+    looked_again: u32,
+) -> Result<Option<Refusal>, Error> {
+    match row.take(cost, now) {
+        Take::Granted { .. } => Ok(None),
+        Take::Short { wait: None } => slots_short(core, row, now, looked_again).await.map(Some),
+        _ => Ok(refused_now(core, row, cost, now)),
+    }
+}
+
+/// [`refusal`] for what the row alone answers: the capacity error, or a refilling
+/// bucket's exact wait (`None` for anything else).
+pub(crate) fn refused_now(
+    core: &Core,
+    row: &BucketState,
+    cost: Tokens,
+    now: UnixMillis,
+) -> Option<Refusal> {
+    match row.take(cost, now) {
+        Take::ExceedsCapacity => Some(Refusal::Exceeds(Error::CostExceedsCapacity {
+            dimension: row.dimension.clone(),
+            cost,
+            capacity: row.bucket.capacity(),
+        })),
+        Take::Short { wait: Some(wait) } => {
+            let wait = retry_in(wait);
+            core.lane(&row.dimension).memory().confirm_short(now, wait);
+            Some(Refusal::Wait(wait))
+        }
+        _ => None,
+    }
+}
+
+/// The refusal of a short `concurrent` bucket (whatever the cost): from memory within the
+/// poll interval, else from its leases.
+pub(crate) async fn slots_short(
+    core: &Core,
+    row: &BucketState,
+    now: UnixMillis,
+    looked_again: u32,
+) -> Result<Refusal, Error> {
+    let lane = core.lane(&row.dimension);
+    let poll = core.config.slot_poll;
+    let known = lane.memory().slots_back(now, poll);
+    let back = match known {
+        Some(back) => back,
+        None => match slot_outlook(core, row, now, looked_again).await? {
+            SlotOutlook::LookAgain => return Ok(Refusal::LookAgain),
+            SlotOutlook::BackBy(back) => back,
+        },
+    };
+    Ok(Refusal::Wait(
+        lane.memory().confirm_slots_short(now, back, poll),
+    ))
+}
+
+/// What a short `concurrent` bucket's leases say.
+enum SlotOutlook {
+    /// Expired leases were given back (by this call or, meanwhile, another client): the
+    /// bucket changed, look again.
+    LookAgain,
+    /// A slot comes back for sure when the earliest live lease expires (`None`: no live
+    /// lease showed).
+    BackBy(Option<UnixMillis>),
+}
+
+/// What the leases of a short `concurrent` bucket say: when a slot comes back for sure
+/// (the earliest live lease expiry), after giving back, exactly once each, the expired
+/// leases found on the way (the reconciler's work). Reads the dimension's slot leases
+/// earliest expiry first, a page at a time, never the whole table.
+///
+/// `looked_again`: how many times this acquire already looked again; from
+/// [`MAX_LOOKS_AGAIN`] on, expired leases another client gave back first no longer send
+/// it looking again.
+async fn slot_outlook(
+    core: &Core,
+    row: &BucketState,
+    now: UnixMillis,
+    looked_again: u32,
+) -> Result<SlotOutlook, Error> {
+    let dimension = &row.dimension;
+    let mut reclaimed = 0;
+    let mut found_expired = false;
+    let mut back = None;
+    // Every lease on the dimension, those the row keeps and lease rows alike (another
+    // SDK's, one from before the bucket was created again), earliest expiry first.
+    for _ in 0..SLOT_PAGES {
+        let page = core.store.slot_leases(dimension, SLOT_PAGE).await?;
+        let more = page.len() >= SLOT_PAGE;
+        let (expired, live): (Vec<_>, Vec<_>) = page.into_iter().partition(|l| l.expires_at <= now);
+        if !expired.is_empty() {
+            found_expired = true;
+            reclaimed += reclaim(core, expired).await?;
+        }
+        if !live.is_empty() || !more {
+            back = live.first().map(|l| l.expires_at);
+            break;
+        }
+    }
+    if reclaimed > 0 {
+        return Ok(SlotOutlook::LookAgain);
+    }
+    if found_expired && looked_again < MAX_LOOKS_AGAIN {
+        // Another client gave them back first: the bucket may hold their slots now.
+        let current = core.read_one(dimension).await?;
+        if current.as_ref() != Some(row) {
+            return Ok(SlotOutlook::LookAgain);
+        }
+    }
+    Ok(SlotOutlook::BackBy(back))
+}

@@ -1,0 +1,132 @@
+//! Making a shared bucket stricter from what the vendor itself reports.
+
+use std::time::Duration;
+
+use crate::bucket::{BucketState, LimitType};
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::ids::new_unique;
+use crate::retry::Budget;
+use crate::shared::Core;
+use crate::store::{
+    BucketWrite, Commit, CommitError, ConditionFailure, LeaseKey, LeaseRecord, LeaseWrite,
+    StoreError,
+};
+use crate::tokens::Tokens;
+
+/// What the vendor reported about a limit, as a way to make its bucket stricter.
+///
+/// Tightening never makes a bucket looser: a report that allows more than the bucket holds
+/// changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Tighten {
+    /// At most this many tokens are left now (e.g. `x-ratelimit-remaining-requests`). Only
+    /// refilling (`requests`/`tokens`) buckets take this; a `concurrent` bucket ignores it.
+    AtMost(Tokens),
+    /// Grant nothing for this long (e.g. a 429 with `retry-after`). A refilling bucket is
+    /// emptied so that `cost_per_call` is available exactly when the pause ends; a
+    /// `concurrent` bucket gets a cool-down lease holding all its slots until then, which
+    /// the usual expiry handling gives back.
+    PauseFor(Duration),
+}
+
+/// The caller recorded on cool-down leases.
+pub const COOLDOWN_CALLER: &str = "sluice-cooldown";
+
+/// Makes the bucket of `dimension` stricter, for every process sharing it, with one
+/// conditional write (see [`Sluice::tighten`](crate::Sluice::tighten)).
+pub(crate) async fn tighten(
+    core: &Core,
+    dimension: Dimension,
+    how: Tighten,
+) -> Result<bool, Error> {
+    // The vendor said stop: tokens this client took ahead are not granted any more.
+    core.lane(&dimension).memory().set_prefetched(None);
+    let mut budget = Budget::new(core.config.max_retries);
+    loop {
+        let row = core
+            .read_one(&dimension)
+            .await?
+            .ok_or_else(|| Error::UnknownDimension(dimension.clone()))?;
+        let now = core.now();
+        let Some(commit) = tightening(&row, how, now) else {
+            return Ok(false);
+        };
+        let written = commit.buckets.first().map(BucketWrite::after);
+        match core.store.commit(commit).await {
+            Ok(()) => {
+                if let Some(row) = written {
+                    core.lanes.learn_written(row, now);
+                }
+                tracing::info!(%dimension, ?how, "bucket tightened from the vendor's report");
+                return Ok(true);
+            }
+            Err(CommitError::Condition(failure @ ConditionFailure::LeaseMissing(_))) => {
+                return Err(StoreError::impossible(&failure).into());
+            }
+            // A lost race or a (vanishingly unlikely) key collision: look again.
+            Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {
+                if !budget.lose() {
+                    return Err(Error::Contention {
+                        dimension,
+                        attempts: budget.lost(),
+                    });
+                }
+            }
+            Err(CommitError::Store(e)) => return Err(e.into()),
+        }
+        let lost = budget.lost();
+        budget.back_off(lost).await;
+    }
+}
+
+/// The commit that makes `row` as strict as `how` says at `now`; `None` when it already is
+/// (or the report does not apply to its limit type).
+fn tightening(row: &BucketState, how: Tighten, now: UnixMillis) -> Option<Commit> {
+    let concurrent = row.bucket.limit_type() == LimitType::Concurrent;
+    let lowered = match (how, concurrent) {
+        (Tighten::AtMost(limit), false) => {
+            row.lowered_to(limit.clamp(Tokens::ZERO, Tokens::MAX), now)
+        }
+        (Tighten::PauseFor(pause), false) => row.emptied_for(pause, now),
+        _ => None,
+    };
+    let dimension = &row.dimension;
+    Some(match (how, concurrent, lowered) {
+        (_, false, Some((tokens, last_refill_at))) => Commit {
+            buckets: vec![BucketWrite::new(row.clone(), tokens, last_refill_at)],
+            leases: Vec::new(),
+        },
+        (Tighten::AtMost(_), _, _) | (Tighten::PauseFor(_), false, None) => {
+            return None;
+        }
+        (Tighten::PauseFor(pause), true, _) => {
+            if pause.is_zero() {
+                return None;
+            }
+            // Hold every slot until the pause ends. Slots in use now come back to
+            // a bucket that stays short; at expiry, the cool-down lease is given
+            // back like any expired lease, exactly once.
+            let capacity = row.bucket.capacity();
+            Commit {
+                buckets: vec![BucketWrite::new(
+                    row.clone(),
+                    row.tokens.saturating_sub(capacity),
+                    row.last_refill_at.max(now),
+                )],
+                leases: vec![LeaseWrite::Create(LeaseRecord {
+                    slot: true,
+                    key: LeaseKey::new(dimension, &format!("cooldown-{}", new_unique())),
+                    dimension: dimension.clone(),
+                    cost: capacity,
+                    created_at: now,
+                    expires_at: now.saturating_add(pause),
+                    caller: COOLDOWN_CALLER.to_owned(),
+                    in_bucket: false,
+                })],
+            }
+        }
+    })
+}

@@ -1,0 +1,236 @@
+//! Each client's lanes: per dimension, what it remembers of the bucket row and the
+//! requests waiting for the fast path's next write to that row.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::acquire::Wanted;
+use crate::bucket::BucketState;
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::grant::{Grant, Kept, LeasePart};
+use crate::shared::remembered::Remembered;
+use crate::store::StoreError;
+
+/// The most requests waiting on one lane; a caller beyond it waits for room.
+pub(crate) const MAX_QUEUED: usize = 1_024;
+
+/// The most requests one write grants: one bucket update plus their lease rows and the
+/// released ones stay within DynamoDB's 100 items per transaction.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// The most releases one write carries (`1 + MAX_BATCH + MAX_RELEASES` = 100 items).
+pub(crate) const MAX_RELEASES: usize = 35;
+
+/// The most lanes a client keeps: one that cycles through more dimensions than this
+/// forgets the idle ones rather than growing without bound.
+pub(crate) const MAX_LANES: usize = 4096;
+
+/// The lanes of one client, by dimension.
+#[derive(Debug, Default)]
+pub(crate) struct Lanes {
+    pub(crate) lanes: Mutex<HashMap<Dimension, Arc<Lane>>>,
+}
+
+impl Lanes {
+    pub(crate) fn lane(&self, dimension: &Dimension) -> Arc<Lane> {
+        let mut lanes = lock(&self.lanes);
+        if let Some(lane) = lanes.get(dimension) {
+            return lane.clone();
+        }
+        if lanes.len() >= MAX_LANES {
+            // Forget the idle lanes (only the map holds them: no job queued, no write in
+            // flight). Their dimensions cost one read again when next used.
+            lanes.retain(|_, lane| Arc::strong_count(lane) > 1);
+        }
+        let lane = Arc::new(Lane::default());
+        lanes.insert(dimension.clone(), lane.clone());
+        lane
+    }
+
+    /// Takes `row`, just learned from the store, as the truth about its dimension.
+    pub(crate) fn learn(&self, row: BucketState, now: UnixMillis) {
+        self.lane(&row.dimension).memory().learn(row, now);
+    }
+
+    /// Takes `row`, which this client's own write just produced, as the truth about its
+    /// dimension (see [`Remembered::learn_written`]).
+    pub(crate) fn learn_written(&self, row: BucketState, now: UnixMillis) {
+        self.lane(&row.dimension).memory().learn_written(row, now);
+    }
+
+    /// Forgets what this client knew of `dimension`.
+    pub(crate) fn forget(&self, dimension: &Dimension) {
+        if let Some(lane) = lock(&self.lanes).get(dimension) {
+            lane.memory().forget();
+        }
+    }
+
+    /// Whether `dimension` is, as far as this client knows, a `concurrent` bucket.
+    pub(crate) fn holds_slots(&self, dimension: &Dimension) -> bool {
+        lock(&self.lanes)
+            .get(dimension)
+            .is_some_and(|lane| lane.memory().holds_slots())
+    }
+}
+
+/// One request waiting on a lane.
+pub(crate) struct Queued {
+    /// Which caller queued it.
+    pub(crate) ticket: u64,
+    pub(crate) job: Job,
+    /// Its place in the lane's bounded queue.
+    pub(crate) _room: tokio::sync::OwnedSemaphorePermit,
+}
+
+pub(crate) enum Job {
+    Acquire(AcquireJob),
+    Release(ReleaseJob),
+}
+
+pub(crate) struct AcquireJob {
+    pub(crate) wanted: Wanted,
+    pub(crate) ttl: Duration,
+    /// A waiting caller's wait began then: it takes a denial only from a row learned since.
+    pub(crate) fresh_after: Option<UnixMillis>,
+    /// Whether this is the whole request (not one dimension of several).
+    pub(crate) alone: bool,
+    pub(crate) reply: Reply<Grant>,
+}
+
+pub(crate) struct ReleaseJob {
+    pub(crate) part: LeasePart,
+    /// Answered once the row is gone (deleted by this write, or already released or
+    /// reconciled).
+    pub(crate) reply: Reply<()>,
+}
+
+pub(crate) type Reply<T> = tokio::sync::oneshot::Sender<Result<T, Error>>;
+
+impl std::fmt::Debug for Queued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, dimension) = match &self.job {
+            Job::Acquire(a) => ("acquire", &a.wanted.dimension),
+            Job::Release(r) => ("release", &r.part.dimension),
+        };
+        f.debug_struct("Queued")
+            .field("ticket", &self.ticket)
+            .field(kind, dimension)
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Lane {
+    pub(crate) tickets: std::sync::atomic::AtomicU64,
+    memory: Mutex<Remembered>,
+    pub(crate) queue: Mutex<Vec<Queued>>,
+    /// Room in the queue, so that it stays bounded.
+    pub(crate) room: Arc<tokio::sync::Semaphore>,
+    pub(crate) writer: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Lane {
+            tickets: std::sync::atomic::AtomicU64::default(),
+            memory: Mutex::default(),
+            queue: Mutex::default(),
+            room: Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED)),
+            writer: Arc::default(),
+        }
+    }
+}
+
+impl Lane {
+    /// What this client remembers of the lane's bucket row.
+    pub(crate) fn memory(&self) -> MutexGuard<'_, Remembered> {
+        lock(&self.memory)
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Takes a caller's job out of its lane's queue when the caller goes away before a writer
+/// took it.
+pub(crate) struct Dequeue<'a> {
+    pub(crate) lane: &'a Lane,
+    pub(crate) ticket: u64,
+    /// Whether the job may still be in the queue (not once it was answered).
+    pub(crate) queued: bool,
+}
+
+impl Drop for Dequeue<'_> {
+    fn drop(&mut self) {
+        if self.queued {
+            lock(&self.lane.queue).retain(|q| q.ticket != self.ticket);
+        }
+    }
+}
+
+/// Moves the requests waiting in `lane`'s queue that can ride on the bucket write into
+/// this write's batch, as far as it has room; the others stay queued.
+pub(crate) fn join_queued(
+    lane: &Lane,
+    acquires: &mut Vec<AcquireJob>,
+    releases: &mut Vec<ReleaseJob>,
+) {
+    let mut queue = lock(&lane.queue);
+    if queue.is_empty() {
+        return;
+    }
+    let mut stay = Vec::with_capacity(queue.len());
+    for Queued { ticket, job, _room } in queue.drain(..) {
+        match job {
+            Job::Acquire(a) if a.reply.is_closed() => {}
+            Job::Acquire(a) if acquires.len() < MAX_BATCH => acquires.push(a),
+            Job::Release(r)
+                if (r.part.restores || r.part.kept != Kept::Row)
+                    && releases.len() < MAX_RELEASES =>
+            {
+                releases.push(r);
+            }
+            job => stay.push(Queued { ticket, job, _room }),
+        }
+    }
+    *queue = stay;
+}
+
+/// Answers each job with the same outcome (a store error copied for each).
+pub(crate) fn answer_all<J>(
+    jobs: Vec<J>,
+    reply: impl Fn(J) -> Reply<()>,
+    outcome: &Result<(), StoreError>,
+) {
+    for job in jobs {
+        let _ = reply(job).send(match outcome {
+            Ok(()) => Ok(()),
+            Err(e) => Err(Error::Store(e.clone_lossy())),
+        });
+    }
+}
+
+/// Answers each job with an error made by `error`.
+pub(crate) fn answer_each<J, T>(
+    jobs: Vec<J>,
+    reply: impl Fn(J) -> Reply<T>,
+    error: impl Fn() -> Error,
+) {
+    for job in jobs {
+        let _ = reply(job).send(Err(error()));
+    }
+}
+
+/// Answers every acquire and release of a write with the same failure.
+pub(crate) fn fail_all(
+    acquires: Vec<AcquireJob>,
+    releases: Vec<ReleaseJob>,
+    error: impl Fn() -> Error,
+) {
+    answer_each(acquires, |a| a.reply, &error);
+    answer_each(releases, |r| r.reply, &error);
+}

@@ -1,0 +1,133 @@
+//! The one state every protocol works on: the store, the clock, the configuration and
+//! what this client remembers of each bucket row (its lanes). Protocols borrow it; a
+//! [`Lease`](crate::Lease) holds it, not the client façade.
+
+pub(crate) mod lanes;
+pub mod remembered;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::bucket::BucketState;
+use crate::clock::{Clock, UnixMillis};
+use crate::config::Config;
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::store::{Store, StoreError};
+
+use self::lanes::{Lane, Lanes};
+
+/// The state shared by a client, its clones and its leases.
+pub(crate) struct Core {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config: Config,
+    /// What this client knows of each dimension's row, and the fast path's queues.
+    pub(crate) lanes: Lanes,
+}
+
+impl fmt::Debug for Core {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sluice")
+            .field("store", &self.store)
+            .field("clock", &self.clock)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Core {
+    pub(crate) fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: Config) -> Core {
+        Core {
+            store,
+            clock,
+            config,
+            lanes: Lanes::default(),
+        }
+    }
+
+    /// The current time by the client's clock.
+    pub(crate) fn now(&self) -> UnixMillis {
+        self.clock.now()
+    }
+
+    /// The lane of `dimension`.
+    pub(crate) fn lane(&self, dimension: &Dimension) -> Arc<Lane> {
+        self.lanes.lane(dimension)
+    }
+
+    /// Reads the bucket row of `dimension`, if any.
+    pub(crate) async fn read_one(
+        &self,
+        dimension: &Dimension,
+    ) -> Result<Option<BucketState>, StoreError> {
+        Ok(self
+            .store
+            .read_buckets(std::slice::from_ref(dimension))
+            .await?
+            .remove(0))
+    }
+
+    /// Reads the bucket row of `dimension` and takes it as what its lane remembers (as of
+    /// when the read was sent: nothing later is known of the row); a missing bucket is
+    /// forgotten.
+    pub(crate) async fn read_into(
+        &self,
+        lane: &Lane,
+        dimension: &Dimension,
+    ) -> Result<Option<BucketState>, StoreError> {
+        let sent = self.now();
+        let row = self.read_one(dimension).await?;
+        let mut memory = lane.memory();
+        match &row {
+            Some(row) => memory.learn(row.clone(), sent),
+            None => memory.forget(),
+        }
+        Ok(row)
+    }
+
+    /// Reads the buckets of `dimensions`, all of which must exist, and remembers them (as
+    /// of when the read was sent). A bucket found missing is forgotten.
+    pub(crate) async fn read_rows(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<Vec<BucketState>, Error> {
+        let sent = self.now();
+        let rows = self.store.read_buckets(dimensions).await?;
+        let mut found = Vec::with_capacity(rows.len());
+        for (row, d) in rows.into_iter().zip(dimensions) {
+            let Some(row) = row else {
+                self.lanes.forget(d);
+                return Err(Error::UnknownDimension(d.clone()));
+            };
+            self.lanes.learn(row.clone(), sent);
+            found.push(row);
+        }
+        Ok(found)
+    }
+
+    /// Reads the buckets of `dimensions`, all of which must exist.
+    pub(crate) async fn read_existing(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<Vec<BucketState>, Error> {
+        let rows = self.store.read_buckets(dimensions).await?;
+        rows.into_iter()
+            .zip(dimensions)
+            .map(|(row, d)| row.ok_or_else(|| Error::UnknownDimension(d.clone())))
+            .collect()
+    }
+
+    /// The row of `dimension` as this client remembers it, or read when it remembers
+    /// none.
+    pub(crate) async fn remembered_row(&self, dimension: &Dimension) -> Result<BucketState, Error> {
+        let remembered = self.lane(dimension).memory().row().cloned();
+        match remembered {
+            Some(row) => Ok(row),
+            None => Ok(self
+                .read_rows(std::slice::from_ref(dimension))
+                .await?
+                .remove(0)),
+        }
+    }
+}

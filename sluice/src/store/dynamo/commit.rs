@@ -1,0 +1,358 @@
+//! Conditional writes: a [`Commit`] touching one row is a single conditional write, one
+//! touching several a `TransactWriteItems`. Both are built from the same descriptions of
+//! each write, and their failures map to the same [`ConditionFailure`]s.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, ConsumedCapacity, Delete, Put, ReturnConsumedCapacity,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
+
+use super::error::{Cancelled, cancelled};
+use super::row::{self, Item};
+use super::{DynamoStore, EXISTS, NOT_EXISTS, Units, build_error, is_own_write};
+use crate::store::{
+    BucketWrite, Commit, CommitError, ConditionFailure, HeldWrite, LeaseWrite, StoreError,
+};
+
+const BUCKET_UPDATE: &str = "SET #t = :tokens, #l = :last, #v = :next, #w = :wid";
+const SET_COST: &str = "SET #cost = :cost";
+
+/// Sets a write's parts on an SDK builder. A single-item call (`UpdateItem`, `PutItem`,
+/// `DeleteItem`) and a transaction's item (`Update`, `Put`, `Delete`) have the same setters
+/// but no common type: each write is described once, here.
+macro_rules! bucket_update {
+    ($builder:expr, $table:expr, $u:expr) => {
+        $builder
+            .table_name($table)
+            .set_key(Some($u.key))
+            .update_expression($u.update)
+            .condition_expression($u.condition)
+            .set_expression_attribute_names(Some($u.names))
+            .set_expression_attribute_values(Some($u.values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+    };
+}
+
+/// See [`bucket_update`]: a new lease row, which must not exist yet.
+macro_rules! lease_create {
+    ($builder:expr, $table:expr, $record:expr) => {
+        $builder
+            .table_name($table)
+            .set_item(Some(row::lease_item($record)))
+            .condition_expression(NOT_EXISTS)
+    };
+}
+
+/// See [`bucket_update`]: a lease row's delete, on condition that it still exists.
+macro_rules! lease_delete {
+    ($builder:expr, $table:expr, $key:expr) => {
+        $builder
+            .table_name($table)
+            .set_key(Some(row::key($key.as_str())))
+            .condition_expression(EXISTS)
+    };
+}
+
+/// See [`bucket_update`]: a lease row's new cost, on condition that it still exists.
+macro_rules! lease_set_cost {
+    ($builder:expr, $table:expr, $key:expr, $cost:expr) => {
+        $builder
+            .table_name($table)
+            .set_key(Some(row::key($key.as_str())))
+            .update_expression(SET_COST)
+            .condition_expression(EXISTS)
+            .expression_attribute_names("#cost", row::COST)
+            .expression_attribute_values(":cost", row::n($cost))
+    };
+}
+
+/// The parts of a bucket write's `UpdateItem`.
+struct BucketUpdate {
+    key: Item,
+    update: String,
+    condition: String,
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+/// The condition a lease write failed on, whichever way it was sent.
+fn lease_failure(w: &LeaseWrite) -> ConditionFailure {
+    match w {
+        LeaseWrite::Create(r) => ConditionFailure::LeaseExists(r.key.clone()),
+        LeaseWrite::Delete(k) | LeaseWrite::SetCost { key: k, .. } => {
+            ConditionFailure::LeaseMissing(k.clone())
+        }
+    }
+}
+
+impl DynamoStore {
+    /// The parts of a bucket write's `UpdateItem`: key, update, condition (the stored row
+    /// is exactly the expected one), names and values. A write whose row would not be
+    /// valid is refused before anything is sent.
+    fn bucket_update(w: &BucketWrite) -> Result<BucketUpdate, StoreError> {
+        let key = w.dimension().as_str();
+        StoreError::check_write(w)?;
+        let (mut condition, mut values, mut names) = row::same_row(&w.expected);
+        names.insert("#t".to_owned(), row::TOKENS.to_owned());
+        names.insert("#l".to_owned(), row::LAST_REFILL_AT.to_owned());
+        names.insert("#v".to_owned(), row::VERSION.to_owned());
+        names.insert("#w".to_owned(), row::WRITE_ID.to_owned());
+        values.insert(":tokens".to_owned(), row::n(w.tokens));
+        values.insert(":last".to_owned(), row::n(w.last_refill_at));
+        values.insert(":next".to_owned(), row::n(w.expected.version + 1));
+        values.insert(":wid".to_owned(), row::write_id(w.write_id));
+        let mut update = BUCKET_UPDATE.to_owned();
+        let mut removes = Vec::new();
+        for (i, change) in w.held.iter().enumerate() {
+            let name = format!("#h{i}");
+            names.insert(name.clone(), row::held_name(change.id()));
+            match change {
+                // No condition of its own: the row is exactly the one the write was computed
+                // from (adds always come with a new version), and the id is none of its.
+                HeldWrite::Add(h) => {
+                    update.push_str(&format!(", {name} = :h{i}"));
+                    values.insert(format!(":h{i}"), row::held_value(h));
+                }
+                HeldWrite::Remove(_) => {
+                    removes.push(name.clone());
+                    condition.push_str(&format!(" AND attribute_exists({name})"));
+                }
+                HeldWrite::Forget(_) => removes.push(name),
+                HeldWrite::SetCost { cost, .. } => {
+                    update.push_str(&format!(", {name}[0] = :h{i}"));
+                    values.insert(format!(":h{i}"), row::n(cost));
+                    condition.push_str(&format!(" AND attribute_exists({name})"));
+                }
+            }
+        }
+        if !removes.is_empty() {
+            update.push_str(" REMOVE ");
+            update.push_str(&removes.join(", "));
+        }
+        Ok(BucketUpdate {
+            key: row::key(key),
+            update,
+            condition,
+            names,
+            values,
+        })
+    }
+
+    /// Why `w`'s condition failed, from the row as it stood (`old`): another row, or a kept
+    /// lease that was not as the write expected.
+    fn changed(&self, w: &BucketWrite, old: Option<&Item>) -> ConditionFailure {
+        let current = old.and_then(|item| row::bucket_state(item).ok());
+        w.failure(current.as_ref())
+            .unwrap_or_else(|| ConditionFailure::BucketChanged {
+                dimension: w.dimension().clone(),
+                current: current.map(Box::new),
+            })
+    }
+
+    pub(super) async fn commit_writes(&self, mut commit: Commit) -> Result<(), CommitError> {
+        match (commit.buckets.len(), commit.leases.len()) {
+            (0, 0) => Ok(()),
+            (1, 0) => self.commit_one_bucket(commit.buckets.remove(0)).await,
+            (0, 1) => self.commit_one_lease(commit.leases.remove(0)).await,
+            _ => self.commit_transaction(commit).await,
+        }
+    }
+
+    async fn commit_one_bucket(&self, w: BucketWrite) -> Result<(), CommitError> {
+        let u = Self::bucket_update(&w)?;
+        self.count_call();
+        let sent = bucket_update!(self.client.update_item(), self.table.as_ref(), u)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map(|out| self.count_capacity(Units::Write, out.consumed_capacity()));
+        let Err(e) = sent else {
+            return Ok(());
+        };
+        match e.as_service_error() {
+            // The SDK resent this write after losing the answer to one that applied: the
+            // row the condition found is the one this write produced.
+            Some(UpdateItemError::ConditionalCheckFailedException(c))
+                if c.item().is_some_and(|item| is_own_write(item, &w.after())) =>
+            {
+                tracing::debug!(dimension = %w.dimension(), "a resent write had applied");
+                Ok(())
+            }
+            Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                Err(CommitError::Condition(self.changed(&w, c.item())))
+            }
+            _ => Err(self.single_item_error(e, None)),
+        }
+    }
+
+    /// A single-item write's failure other than its bucket's condition: `failure` when
+    /// the condition did not hold, a transaction conflict, or the store's error.
+    fn single_item_error<E, R>(
+        &self,
+        e: SdkError<E, R>,
+        failure: Option<ConditionFailure>,
+    ) -> CommitError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug + Send + Sync + 'static,
+    {
+        match (e.code(), failure) {
+            (Some("ConditionalCheckFailedException"), Some(failure)) => {
+                CommitError::Condition(failure)
+            }
+            (Some("TransactionConflictException"), _) => CommitError::TransactionConflict,
+            _ => self.err(e).into(),
+        }
+    }
+
+    async fn commit_one_lease(&self, w: LeaseWrite) -> Result<(), CommitError> {
+        self.count_call();
+        let table = self.table.as_ref();
+        let failed = |w: &LeaseWrite| Some(lease_failure(w));
+        let consumed: Option<ConsumedCapacity> = match &w {
+            LeaseWrite::Create(record) => {
+                lease_create!(self.client.put_item(), table, record)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| self.single_item_error(e, failed(&w)))?
+                    .consumed_capacity
+            }
+            LeaseWrite::Delete(key) => {
+                lease_delete!(self.client.delete_item(), table, key)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| self.single_item_error(e, failed(&w)))?
+                    .consumed_capacity
+            }
+            LeaseWrite::SetCost { key, cost } => {
+                lease_set_cost!(self.client.update_item(), table, key, cost)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| self.single_item_error(e, failed(&w)))?
+                    .consumed_capacity
+            }
+        };
+        self.count_capacity(Units::Write, consumed.as_ref());
+        Ok(())
+    }
+
+    /// The transaction item of a bucket write.
+    fn bucket_item(&self, w: &BucketWrite) -> Result<TransactWriteItem, StoreError> {
+        let u = Self::bucket_update(w)?;
+        let update = bucket_update!(Update::builder(), self.table.as_ref(), u)
+            .build()
+            .map_err(build_error)?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// The transaction item of a lease write.
+    fn lease_item(&self, w: &LeaseWrite) -> Result<TransactWriteItem, StoreError> {
+        let table = self.table.as_ref();
+        let item = TransactWriteItem::builder();
+        Ok(match w {
+            LeaseWrite::Create(record) => item.put(
+                lease_create!(Put::builder(), table, record)
+                    .build()
+                    .map_err(build_error)?,
+            ),
+            LeaseWrite::Delete(key) => item.delete(
+                lease_delete!(Delete::builder(), table, key)
+                    .build()
+                    .map_err(build_error)?,
+            ),
+            LeaseWrite::SetCost { key, cost } => item.update(
+                lease_set_cost!(Update::builder(), table, key, cost)
+                    .build()
+                    .map_err(build_error)?,
+            ),
+        }
+        .build())
+    }
+
+    async fn commit_transaction(&self, commit: Commit) -> Result<(), CommitError> {
+        let mut items = Vec::with_capacity(commit.len());
+        for w in &commit.buckets {
+            items.push(self.bucket_item(w)?);
+        }
+        for w in &commit.leases {
+            items.push(self.lease_item(w)?);
+        }
+        self.count_call();
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .client_request_token(request_token())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        let e = match result {
+            Ok(out) => {
+                self.count_capacity(Units::Write, out.consumed_capacity());
+                self.count_capacity(Units::TransactionWrite, out.consumed_capacity());
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        let reasons = match e.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                c.cancellation_reasons().to_vec()
+            }
+            Some(TransactWriteItemsError::TransactionInProgressException(_)) => {
+                return Err(CommitError::TransactionConflict);
+            }
+            _ => return Err(self.err(e).into()),
+        };
+        Err(self.cancelled(&commit, &reasons, e))
+    }
+
+    /// Why a transaction was cancelled, from its reasons.
+    fn cancelled(
+        &self,
+        commit: &Commit,
+        reasons: &[CancellationReason],
+        e: SdkError<TransactWriteItemsError, aws_sdk_dynamodb::config::http::HttpResponse>,
+    ) -> CommitError {
+        match cancelled(reasons) {
+            Cancelled::Condition(i) if i < commit.buckets.len() => {
+                CommitError::Condition(self.changed(&commit.buckets[i], reasons[i].item()))
+            }
+            Cancelled::Condition(i) => match commit.leases.get(i - commit.buckets.len()) {
+                Some(lease) => CommitError::Condition(lease_failure(lease)),
+                None => StoreError::service(format!(
+                    "transaction cancelled on item {i}, beyond the {} sent",
+                    commit.len()
+                ))
+                .into(),
+            },
+            Cancelled::Conflict => CommitError::TransactionConflict,
+            Cancelled::Throttled => StoreError::Throttled {
+                source: Some(Box::new(e)),
+            }
+            .into(),
+            Cancelled::Other(why) => StoreError::Service {
+                message: format!("transaction cancelled: {why}"),
+                source: Some(Box::new(e)),
+            }
+            .into(),
+        }
+    }
+}
+
+/// The idempotency token of one transaction call: random, and reused by the SDK for every
+/// resend of that call. When a transaction committed but its answer was lost, DynamoDB
+/// recognises the resent token and reports success instead of a failed condition, so the
+/// caller never takes tokens twice or leaves an orphan lease row. Another caller (or a
+/// later call) committing the same content gets a token of its own, so DynamoDB never
+/// mistakes it for a resend: two reconcilers racing on one lease are told apart.
+fn request_token() -> String {
+    crate::ids::new_unique()
+}

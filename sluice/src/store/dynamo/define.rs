@@ -1,0 +1,122 @@
+//! Defining a bucket: creating its row, or redefining it in place (the leases the row
+//! keeps stay, holding their tokens). A resend of a definition whose answer was lost is
+//! recognised by its own write id.
+
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    ConsumedCapacity, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+};
+
+use super::row::{self, Item};
+use super::{DynamoStore, NOT_EXISTS, Units, is_own_write};
+use crate::bucket::BucketState;
+use crate::store::StoreError;
+
+/// Why a definition write was not applied.
+enum Refused {
+    /// Its condition did not hold; the row as it stood, when returned.
+    Condition(Option<Item>),
+    Store(StoreError),
+}
+
+impl DynamoStore {
+    /// Writes `state` over `expected` (`None`: a row that must not exist yet); whether it
+    /// applied.
+    pub(super) async fn define(
+        &self,
+        state: &BucketState,
+        expected: Option<&BucketState>,
+    ) -> Result<bool, StoreError> {
+        StoreError::check_row(state)?;
+        let item = row::bucket_item(&BucketState {
+            held: Vec::new(),
+            ..state.clone()
+        });
+        self.count_call();
+        let sent = match expected {
+            None => self.create(item).await,
+            Some(expected) => self.redefine(state, expected, item).await,
+        };
+        match sent {
+            Ok(consumed) => {
+                self.count_capacity(Units::Write, consumed.as_ref());
+                Ok(true)
+            }
+            // A resend of a write that had applied finds the row it wrote.
+            Err(Refused::Condition(Some(item))) if is_own_write(&item, state) => Ok(true),
+            Err(Refused::Condition(_)) => Ok(false),
+            Err(Refused::Store(e)) => Err(e),
+        }
+    }
+
+    async fn create(&self, item: Item) -> Result<Option<ConsumedCapacity>, Refused> {
+        let out = self
+            .client
+            .put_item()
+            .table_name(self.table.as_ref())
+            .set_item(Some(item))
+            .condition_expression(NOT_EXISTS)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| match e.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(c)) => {
+                    Refused::Condition(c.item().cloned())
+                }
+                _ => Refused::Store(self.err(e)),
+            })?;
+        Ok(out.consumed_capacity)
+    }
+
+    /// An update, not a put: the leases the row keeps stay.
+    async fn redefine(
+        &self,
+        state: &BucketState,
+        expected: &BucketState,
+        item: Item,
+    ) -> Result<Option<ConsumedCapacity>, Refused> {
+        let (condition, mut values, mut names) = row::same_row(expected);
+        let mut sets = Vec::new();
+        for (i, (name, value)) in item.into_iter().filter(|(k, _)| k != row::KEY).enumerate() {
+            names.insert(format!("#d{i}"), name);
+            values.insert(format!(":d{i}"), value);
+            sets.push(format!("#d{i} = :d{i}"));
+        }
+        let mut update = format!("SET {}", sets.join(", "));
+        let mut removes = Vec::new();
+        if state.bucket.keeps_leases() {
+            names.insert("#lean".to_owned(), row::LEAN.to_owned());
+            removes.push("#lean");
+        }
+        if state.write_id.is_none() {
+            names.insert("#wid".to_owned(), row::WRITE_ID.to_owned());
+            removes.push("#wid");
+        }
+        if !removes.is_empty() {
+            update.push_str(" REMOVE ");
+            update.push_str(&removes.join(", "));
+        }
+        let out = self
+            .client
+            .update_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(row::key(state.dimension.as_str())))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    Refused::Condition(c.item().cloned())
+                }
+                _ => Refused::Store(self.err(e)),
+            })?;
+        Ok(out.consumed_capacity)
+    }
+}

@@ -1,0 +1,289 @@
+//! Lease rows and the leases bucket rows keep: reading, listing, scanning, the slot
+//! index, and the unconditional removals of leases that give nothing back.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, DeleteRequest, ReturnConsumedCapacity, WriteRequest,
+};
+
+use super::row;
+use super::{
+    BATCH_ROUNDS, BATCH_WRITE_MAX, DynamoStore, EXISTS, FORGET_MAX, Units, build_error, error,
+};
+use crate::dimension::{Dimension, LEASE_PREFIX};
+use crate::retry::Rounds;
+use crate::store::{LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, Store as _, StoreError};
+
+impl DynamoStore {
+    pub(super) async fn delete_lease_rows(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        for chunk in keys.chunks(BATCH_WRITE_MAX) {
+            let mut requests: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|k| {
+                    DeleteRequest::builder()
+                        .set_key(Some(row::key(k.as_str())))
+                        .build()
+                        .map(|d| WriteRequest::builder().delete_request(d).build())
+                        .map_err(build_error)
+                })
+                .collect::<Result<_, _>>()?;
+            let mut rounds = Rounds::new(BATCH_ROUNDS);
+            while !requests.is_empty() {
+                // DynamoDB hands back what it could not write now (throughput): resend only
+                // that, after a pause, and give up after a bound.
+                if !rounds.next().await {
+                    return Err(StoreError::Throttled { source: None });
+                }
+                self.count_call();
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(self.table.as_ref(), requests)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| self.err(e))?;
+                self.count_capacity(Units::Write, out.consumed_capacity());
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut u| u.remove(self.table.as_ref()))
+                    .unwrap_or_default();
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn read_lease_rows(
+        &self,
+        keys: &[LeaseKey],
+    ) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+        // A lease is in a row of its own or kept in its bucket's row: read both.
+        let mut wanted: Vec<String> = keys.iter().map(|k| k.as_str().to_owned()).collect();
+        wanted.extend(
+            keys.iter()
+                .filter_map(|k| k.dimension())
+                .map(|d| d.as_str().to_owned()),
+        );
+        wanted.sort();
+        wanted.dedup();
+        let found = self.batch_get(wanted).await?;
+        keys.iter()
+            .map(|k| {
+                if let Some(item) = found.get(k.as_str()) {
+                    return row::lease_record(item).map(Some);
+                }
+                let Some(item) = k.dimension().and_then(|d| found.get(d.as_str())) else {
+                    return Ok(None);
+                };
+                let bucket = row::bucket_state(item)?;
+                Ok(bucket
+                    .held_lease(k.unique())
+                    .map(|h| LeaseRecord::held_in(&bucket, h)))
+            })
+            .collect()
+    }
+
+    pub(super) async fn forget_kept(
+        &self,
+        dimension: &Dimension,
+        ids: &[String],
+    ) -> Result<(), StoreError> {
+        for chunk in ids.chunks(FORGET_MAX) {
+            let names: HashMap<String, String> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (format!("#h{i}"), row::held_name(id)))
+                .collect();
+            let update = format!(
+                "REMOVE {}",
+                (0..chunk.len())
+                    .map(|i| format!("#h{i}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            self.count_call();
+            let result = self
+                .client
+                .update_item()
+                .table_name(self.table.as_ref())
+                .set_key(Some(row::key(dimension.as_str())))
+                .update_expression(update)
+                // Never create a row for a bucket that is gone.
+                .condition_expression(EXISTS)
+                .set_expression_attribute_names(Some(names))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            match result {
+                Ok(out) => self.count_capacity(Units::Write, out.consumed_capacity()),
+                Err(e) => match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(_)) => return Ok(()),
+                    _ => return Err(self.err(e)),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// A query of the sparse index [`row::SLOTS_INDEX`] (one page of at most `limit` slot
+    /// lease rows of `dimension`, earliest expiry first, whatever else the table holds) and,
+    /// beside it, a consistent read of the bucket row for the leases it keeps. The index is
+    /// eventually consistent (a lease row written or deleted a moment ago may be missing or
+    /// still listed): callers use the answer as a hint and condition every write on the
+    /// rows themselves. A table without the index (created by another tool) answers no
+    /// lease row, with a warning saying how to add it, and is asked again a minute later.
+    pub(super) async fn slot_lease_list(
+        &self,
+        dimension: &Dimension,
+        limit: usize,
+    ) -> Result<Vec<LeaseRecord>, StoreError> {
+        let (rows, bucket) = tokio::join!(
+            self.slot_lease_rows(dimension, limit),
+            self.read_buckets(std::slice::from_ref(dimension))
+        );
+        let mut leases = rows?;
+        if let Some(Some(bucket)) = bucket?.pop()
+            && bucket.bucket.limit_type().restores_on_release()
+        {
+            leases.extend(bucket.held.iter().map(|h| LeaseRecord::held_in(&bucket, h)));
+            leases.sort_by_key(|l| l.expires_at);
+            leases.truncate(limit);
+        }
+        Ok(leases)
+    }
+
+    pub(super) async fn scan_lease_rows(
+        &self,
+        filter: &LeaseFilter,
+    ) -> Result<LeaseScan, StoreError> {
+        let mut expression = "begins_with(vendor_dimension, :lease)".to_owned();
+        let mut values = HashMap::from([(":lease".to_owned(), row::s(LEASE_PREFIX))]);
+        let mut names = HashMap::new();
+        if let Some(d) = &filter.dimension {
+            expression.push_str(" AND #dimension = :dimension");
+            names.insert("#dimension".to_owned(), row::DIMENSION.to_owned());
+            values.insert(":dimension".to_owned(), row::s(d.as_str()));
+        }
+        if let Some(t) = filter.expired_before {
+            // `ttl` is a reserved word. A lease that expired before `t` has a ttl of at most
+            // ceil(t) plus the grace sluice adds; the exact expiry is checked below.
+            expression.push_str(" AND #ttl <= :ttl");
+            names.insert("#ttl".to_owned(), row::TTL.to_owned());
+            values.insert(
+                ":ttl".to_owned(),
+                row::n(t.as_secs_ceil() + row::TTL_GRACE_SECS),
+            );
+        }
+        // Bucket rows too, for the leases they keep.
+        match &filter.dimension {
+            Some(d) => {
+                expression = format!("({expression}) OR vendor_dimension = :bucket");
+                values.insert(":bucket".to_owned(), row::s(d.as_str()));
+            }
+            None => {
+                expression = format!("({expression}) OR NOT begins_with(vendor_dimension, :lease)");
+            }
+        }
+        let items = self.scan(&expression, values, names).await?;
+        let mut scan = LeaseScan {
+            leases: Vec::with_capacity(items.len()),
+            unreadable: Vec::new(),
+        };
+        let matches = |lease: &LeaseRecord| {
+            filter.expired_before.is_none_or(|t| lease.expires_at < t)
+                && filter
+                    .dimension
+                    .as_ref()
+                    .is_none_or(|d| &lease.dimension == d)
+        };
+        for item in &items {
+            let is_lease_row = matches!(
+                item.get(row::KEY),
+                Some(AttributeValue::S(k)) if k.starts_with(LEASE_PREFIX)
+            );
+            if !is_lease_row {
+                match row::bucket_state(item) {
+                    Ok(bucket) => scan.leases.extend(
+                        bucket
+                            .held
+                            .iter()
+                            .map(|h| LeaseRecord::held_in(&bucket, h))
+                            .filter(|l| matches(l)),
+                    ),
+                    Err(e) => tracing::debug!(error = %e, "a bucket row sluice cannot read"),
+                }
+                continue;
+            }
+            match row::lease_record(item) {
+                Ok(lease) => {
+                    if matches(&lease) {
+                        scan.leases.push(lease);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "a lease row sluice cannot read");
+                    let key = match item.get(row::KEY) {
+                        Some(AttributeValue::S(k)) => k.clone(),
+                        _ => String::new(),
+                    };
+                    scan.unreadable.push(key);
+                }
+            }
+        }
+        Ok(scan)
+    }
+
+    /// The lease rows holding slots of `dimension`, from the sparse index.
+    pub(super) async fn slot_lease_rows(
+        &self,
+        dimension: &Dimension,
+        limit: usize,
+    ) -> Result<Vec<LeaseRecord>, StoreError> {
+        if self.slots_index_missing() {
+            return Ok(Vec::new());
+        }
+        self.count_call();
+        let out = self
+            .client
+            .query()
+            .table_name(self.table.as_ref())
+            .index_name(row::SLOTS_INDEX)
+            .key_condition_expression("#d = :d")
+            .expression_attribute_names("#d", row::SLOT_DIMENSION)
+            .expression_attribute_values(":d", row::s(dimension.as_str()))
+            .scan_index_forward(true)
+            .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                use aws_sdk_dynamodb::error::ProvideErrorMetadata as _;
+                // A query of an index still being built fails on DynamoDB Local with an
+                // internal failure: the index's status says whether that is the cause.
+                let unbuilt = error::is_missing_index(&e)
+                    || (matches!(e.code(), Some("InternalFailure" | "InternalServerError"))
+                        && self.slots_index_building().await?);
+                if unbuilt {
+                    tracing::debug!(error = %e, "the slots index cannot be queried (yet)");
+                    self.note_slots_index_missing();
+                    return Ok(Vec::new());
+                }
+                return Err(self.err(e));
+            }
+        };
+        self.count_capacity(Units::Read, out.consumed_capacity());
+        let mut leases = Vec::with_capacity(out.items().len());
+        for item in out.items() {
+            match row::lease_record(item) {
+                Ok(lease) if lease.dimension == *dimension => leases.push(lease),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "a slot lease row sluice cannot read"),
+            }
+        }
+        Ok(leases)
+    }
+}

@@ -1,0 +1,201 @@
+use super::*;
+
+fn seed_row() -> Item {
+    HashMap::from([
+        (KEY.to_owned(), s("openai#rpm")),
+        (CAPACITY.to_owned(), n("100")),
+        (TOKENS.to_owned(), n("47.0")),
+        (REFILL_RATE.to_owned(), n("1.667")),
+        (LAST_REFILL_AT.to_owned(), n("1709550002")),
+        (COST_PER_CALL.to_owned(), n("1")),
+        (LIMIT_TYPE.to_owned(), s("requests")),
+        (VERSION.to_owned(), n("42")),
+    ])
+}
+
+#[test]
+fn reads_the_seed_example_row_exactly() {
+    let b = bucket_state(&seed_row()).unwrap();
+    assert_eq!(b.dimension.as_str(), "openai#rpm");
+    assert_eq!(b.bucket.capacity(), Tokens::new(100));
+    assert_eq!(b.tokens, Tokens::new(47));
+    assert_eq!(b.bucket.refill_rate().to_string(), "1.667");
+    assert_eq!(b.last_refill_at, UnixMillis::from_secs(1_709_550_002));
+    assert_eq!(b.version, 42);
+    assert_eq!(b.write_id, None);
+    assert_eq!(bucket_state(&bucket_item(&b)).unwrap(), b);
+    let stamped = BucketState {
+        write_id: Some(0x00ab_cdef_0123_4567),
+        ..b
+    };
+    let item = bucket_item(&stamped);
+    assert_eq!(item[WRITE_ID], s("00abcdef01234567"));
+    assert_eq!(bucket_state(&item).unwrap(), stamped);
+}
+
+#[test]
+fn float_noise_from_other_sdks_rounds_toward_fewer_tokens() {
+    let mut row = seed_row();
+    row.insert(TOKENS.to_owned(), n("46.666666666666664"));
+    row.insert(REFILL_RATE.to_owned(), n("1.6666666666666667"));
+    row.insert(LAST_REFILL_AT.to_owned(), n("1709550002.1234567"));
+    let b = bucket_state(&row).unwrap();
+    assert_eq!(b.tokens.to_string(), "46.666666666");
+    assert_eq!(b.bucket.refill_rate().to_string(), "1.666666666");
+    assert_eq!(b.last_refill_at, UnixMillis::new(1_709_550_002_124));
+}
+
+type Mutation = Box<dyn Fn(&mut Item)>;
+
+/// Each mutated seed row is refused as corrupt, naming the attribute and the reason.
+fn assert_named(cases: Vec<(&str, Mutation)>) {
+    for (expected, mutate) in cases {
+        let mut row = seed_row();
+        mutate(&mut row);
+        let e = bucket_state(&row).unwrap_err();
+        assert!(
+            matches!(e, StoreError::CorruptRow { ref key, .. } if key == "openai#rpm"),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains(expected),
+            "`{e}` should mention `{expected}`"
+        );
+    }
+}
+
+#[test]
+fn malformed_rows_are_named_with_the_reason() {
+    let cases: Vec<(&str, Mutation)> = vec![
+        (
+            "missing attribute `tokens`",
+            Box::new(|r| {
+                r.remove(TOKENS);
+            }),
+        ),
+        (
+            "`capacity` must be a number (N), found a string (S)",
+            Box::new(|r| {
+                r.insert(CAPACITY.to_owned(), s("100"));
+            }),
+        ),
+        (
+            "`capacity` must be positive",
+            Box::new(|r| {
+                r.insert(CAPACITY.to_owned(), n("-5"));
+            }),
+        ),
+        (
+            "unknown limit type `bursty`",
+            Box::new(|r| {
+                r.insert(LIMIT_TYPE.to_owned(), s("bursty"));
+            }),
+        ),
+        (
+            "`version` must be a whole number",
+            Box::new(|r| {
+                r.insert(VERSION.to_owned(), n("4.5"));
+            }),
+        ),
+        (
+            "`tokens`: `abc` is not a decimal number",
+            Box::new(|r| {
+                r.insert(TOKENS.to_owned(), n("abc"));
+            }),
+        ),
+        (
+            "`refill_rate` must not be negative",
+            Box::new(|r| {
+                r.insert(REFILL_RATE.to_owned(), n("-1"));
+            }),
+        ),
+    ];
+    assert_named(cases);
+}
+
+#[test]
+fn rows_beyond_a_buckets_bounds_are_named_with_the_reason() {
+    let cases: Vec<(&str, Mutation)> = vec![
+        (
+            "`refill_rate`: a `requests` bucket needs a positive refill rate",
+            Box::new(|r| {
+                r.insert(REFILL_RATE.to_owned(), n("0"));
+            }),
+        ),
+        (
+            "`lean`: a `concurrent` bucket cannot be lean",
+            Box::new(|r| {
+                r.insert(LIMIT_TYPE.to_owned(), s("concurrent"));
+                r.insert(REFILL_RATE.to_owned(), n("0"));
+                r.insert(LEAN.to_owned(), AttributeValue::Bool(true));
+            }),
+        ),
+        (
+            "`version`: version must be at most 9007199254740991",
+            Box::new(|r| {
+                r.insert(VERSION.to_owned(), n("18446744073709551615"));
+            }),
+        ),
+        (
+            "`tokens`: tokens must be between",
+            Box::new(|r| {
+                r.insert(TOKENS.to_owned(), n("-2000000000000000000"));
+            }),
+        ),
+        (
+            "`capacity`: capacity must be positive and at most 10^18",
+            Box::new(|r| {
+                r.insert(CAPACITY.to_owned(), n("2e18"));
+            }),
+        ),
+        (
+            "`write_id` must be 16 hex digits",
+            Box::new(|r| {
+                r.insert(WRITE_ID.to_owned(), s("xyz"));
+            }),
+        ),
+    ];
+    assert_named(cases);
+}
+
+#[test]
+fn lease_rows_round_trip_and_seed_leases_without_expires_at_use_ttl() {
+    let d = Dimension::new("openai#rpm").unwrap();
+    let lease = LeaseRecord {
+        slot: false,
+        key: LeaseKey::new(&d, "a3f8c910"),
+        dimension: d,
+        cost: Tokens::new(1),
+        created_at: UnixMillis::new(1_709_550_100_250),
+        expires_at: UnixMillis::new(1_709_550_160_250),
+        caller: "audit-service".to_owned(),
+        in_bucket: false,
+    };
+    let item = lease_item(&lease);
+    assert_eq!(item[TTL], n((1_709_550_161 + TTL_GRACE_SECS).to_string()));
+    assert_eq!(lease_record(&item).unwrap(), lease);
+    assert!(!item.contains_key(SLOT_DIMENSION));
+    // A slot lease carries its dimension as the key of the slots index.
+    let slot = LeaseRecord {
+        slot: true,
+        ..lease.clone()
+    };
+    let slot_item = lease_item(&slot);
+    assert_eq!(slot_item[SLOT_DIMENSION], s("openai#rpm"));
+    assert_eq!(lease_record(&slot_item).unwrap(), slot);
+    let mut negative = item.clone();
+    negative.insert(COST.to_owned(), n("-1"));
+    assert!(
+        lease_record(&negative)
+            .unwrap_err()
+            .to_string()
+            .contains("`cost`")
+    );
+    let mut seed = item.clone();
+    seed.remove(EXPIRES_AT);
+    seed.insert(TTL.to_owned(), n("1709550160"));
+    assert_eq!(
+        lease_record(&seed).unwrap().expires_at,
+        UnixMillis::from_secs(1_709_550_160)
+    );
+}

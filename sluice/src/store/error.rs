@@ -1,0 +1,166 @@
+//! Failures of the store itself.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use super::{BucketWrite, ConditionFailure};
+use crate::bucket::BucketState;
+
+/// A boxed error from a store's underlying client.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// A failure of the store itself (as opposed to a condition that did not hold).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The table does not exist.
+    #[error(
+        "table `{table}` does not exist; create it with `sluice table create` or `DynamoStore::create_table`"
+    )]
+    TableNotFound {
+        /// The table's name.
+        table: String,
+    },
+    /// The store is throttling requests.
+    #[error(
+        "the store is throttling requests (provisioned throughput or request rate exceeded); retry later"
+    )]
+    Throttled {
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The store did not answer in time.
+    #[error("the store did not answer in time")]
+    Timeout {
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// A row exists but cannot be read as a bucket or lease.
+    #[error("row `{key}` is not a valid sluice row: {reason}")]
+    CorruptRow {
+        /// The row's key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store could not be reached.
+    #[error("the store could not be reached: {message}")]
+    Unavailable {
+        /// What happened.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The store answered with an error.
+    #[error("the store failed: {message}")]
+    Service {
+        /// What happened.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl StoreError {
+    /// Whether retrying the same request later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Throttled { .. }
+                | StoreError::Timeout { .. }
+                | StoreError::Unavailable { .. }
+        )
+    }
+}
+
+impl StoreError {
+    /// A failure the store reported in words.
+    pub(crate) fn service(message: impl Into<String>) -> StoreError {
+        StoreError::Service {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A store that reports a condition failure the writes it was given cannot have is
+    /// broken: a lease missing while creating it, one existing while deleting it.
+    pub(crate) fn impossible(failure: &ConditionFailure) -> StoreError {
+        StoreError::service(match failure {
+            ConditionFailure::LeaseMissing(key) => {
+                format!("store reported missing lease `{key}` while creating it")
+            }
+            ConditionFailure::LeaseExists(key) => {
+                format!("store reported existing lease `{key}` while deleting it")
+            }
+            ConditionFailure::BucketChanged { dimension, .. } => {
+                format!("store reported bucket `{dimension}` changed where no bucket was written")
+            }
+        })
+    }
+
+    /// `Ok` for a row that passes [`BucketState::validate`], else its
+    /// [`invalid_bucket`](Self::invalid_bucket) error.
+    pub(crate) fn check_row(state: &BucketState) -> Result<(), StoreError> {
+        state
+            .validate()
+            .map_err(|e| StoreError::invalid_bucket(state.dimension.as_str(), &e))
+    }
+
+    /// `Ok` for a write whose row passes [`BucketWrite::validate`].
+    pub(crate) fn check_write(w: &BucketWrite) -> Result<(), StoreError> {
+        w.validate()
+            .map_err(|e| StoreError::invalid_bucket(w.dimension().as_str(), &e))
+    }
+
+    /// A bucket row that fails [`BucketState::validate`], naming the attribute.
+    pub(crate) fn invalid_bucket(key: &str, error: &crate::bucket::BucketError) -> StoreError {
+        StoreError::CorruptRow {
+            key: key.to_owned(),
+            reason: format!("`{}`: {error}", error.attribute()),
+        }
+    }
+
+    /// The same error for another waiter: same variant and fields, the underlying source
+    /// kept as its message.
+    pub(crate) fn clone_lossy(&self) -> StoreError {
+        let source = |s: &Option<BoxError>| -> Option<BoxError> {
+            s.as_ref()
+                .map(|e| Box::new(Message(e.to_string())) as BoxError)
+        };
+        match self {
+            StoreError::TableNotFound { table } => StoreError::TableNotFound {
+                table: table.clone(),
+            },
+            StoreError::Throttled { source: s } => StoreError::Throttled { source: source(s) },
+            StoreError::Timeout { source: s } => StoreError::Timeout { source: source(s) },
+            StoreError::CorruptRow { key, reason } => StoreError::CorruptRow {
+                key: key.clone(),
+                reason: reason.clone(),
+            },
+            StoreError::Unavailable { message, source: s } => StoreError::Unavailable {
+                message: message.clone(),
+                source: source(s),
+            },
+            StoreError::Service { message, source: s } => StoreError::Service {
+                message: message.clone(),
+                source: source(s),
+            },
+        }
+    }
+}
+
+/// An error carried as its message.
+#[derive(Debug)]
+struct Message(String);
+
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl StdError for Message {}

@@ -1,0 +1,262 @@
+//! The conditional writes of a [`Commit`], and why one did not apply.
+
+use crate::bucket::{BucketState, HeldLease};
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::tokens::Tokens;
+
+use super::{LeaseKey, LeaseRecord, StoreError};
+
+/// A change to the leases kept in a bucket row ([`BucketState::held`]), part of a
+/// [`BucketWrite`] and applied with it, on the same condition plus its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeldWrite {
+    /// Keep a new lease in the row. Its id must be none of the expected row's: since every
+    /// new lease comes with a new version, the write's own condition then guarantees that
+    /// the stored row has none with it either (a store may check it as well).
+    Add(HeldLease),
+    /// Remove a lease, on condition that it is still there (a release that gives its cost
+    /// back, a reclaimed lease: exactly once).
+    Remove(String),
+    /// Remove a lease if it is still there, with no condition (a release that gives
+    /// nothing back).
+    Forget(String),
+    /// Change a lease's cost, on condition that it is still there (an adjustment).
+    SetCost {
+        /// The lease's id.
+        id: String,
+        /// The new cost.
+        cost: Tokens,
+    },
+}
+
+impl HeldWrite {
+    /// The id of the lease this change touches.
+    pub fn id(&self) -> &str {
+        match self {
+            HeldWrite::Add(h) => &h.id,
+            HeldWrite::Remove(id) | HeldWrite::Forget(id) | HeldWrite::SetCost { id, .. } => id,
+        }
+    }
+
+    /// The condition of this change that `row` fails, if any.
+    pub fn failure(&self, row: &BucketState) -> Option<ConditionFailure> {
+        let exists = row.held_lease(self.id()).is_some();
+        let key = || LeaseKey::new(&row.dimension, self.id());
+        match self {
+            HeldWrite::Add(_) if exists => Some(ConditionFailure::LeaseExists(key())),
+            HeldWrite::Remove(_) | HeldWrite::SetCost { .. } if !exists => {
+                Some(ConditionFailure::LeaseMissing(key()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Applies this change to `held`.
+    pub fn apply(&self, held: &mut Vec<HeldLease>) {
+        match self {
+            HeldWrite::Add(h) => {
+                // Kept in id order, as a store reads them.
+                match held.binary_search_by(|x| x.id.cmp(&h.id)) {
+                    Ok(i) => held[i] = h.clone(),
+                    Err(i) => held.insert(i, h.clone()),
+                }
+            }
+            HeldWrite::Remove(id) | HeldWrite::Forget(id) => held.retain(|x| x.id != *id),
+            HeldWrite::SetCost { id, cost } => {
+                if let Some(h) = held.iter_mut().find(|h| h.id == *id) {
+                    h.cost = *cost;
+                }
+            }
+        }
+    }
+}
+
+/// One bucket row's part of a [`Commit`]: set the new tokens and refill timestamp, on
+/// condition that the stored row is still exactly `expected`, the row the write was
+/// computed from. The stored version becomes `expected.version + 1`, and the row's
+/// [`write_id`](BucketState::write_id) this write's own.
+///
+/// What "exactly" means is the store's to check: the in-memory store compares the whole
+/// row; DynamoDB compares the version and the write id, or, for a row no sluice write has
+/// touched, the version, tokens, refill timestamp and definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketWrite {
+    /// The row as the writer saw it.
+    pub expected: BucketState,
+    /// The new token count.
+    pub tokens: Tokens,
+    /// The new refill timestamp.
+    pub last_refill_at: UnixMillis,
+    /// The id this write stamps on the row.
+    pub write_id: u64,
+    /// Changes to the leases kept in the row, applied with the write.
+    pub held: Vec<HeldWrite>,
+}
+
+impl BucketWrite {
+    /// A write of `tokens` and `last_refill_at` over the row `expected`.
+    pub fn new(expected: BucketState, tokens: Tokens, last_refill_at: UnixMillis) -> Self {
+        BucketWrite {
+            expected,
+            tokens,
+            last_refill_at,
+            write_id: crate::ids::new_write_id(),
+            held: Vec::new(),
+        }
+    }
+
+    /// A write over the row `expected` to the tokens and refill timestamp of `to`, as
+    /// computed from it ([`BucketState::refilled`], [`restored`](BucketState::restored),
+    /// [`charged`](BucketState::charged), …).
+    pub(crate) fn of(expected: BucketState, to: (Tokens, UnixMillis)) -> Self {
+        BucketWrite::new(expected, to.0, to.1)
+    }
+
+    /// This write, also making `changes` to the leases kept in the row.
+    pub fn with_held(mut self, changes: Vec<HeldWrite>) -> Self {
+        self.held = changes;
+        self
+    }
+
+    /// The bucket's dimension.
+    pub fn dimension(&self) -> &Dimension {
+        &self.expected.dimension
+    }
+
+    /// The version the row gets, or `None` when the expected one is already at
+    /// [`MAX_VERSION`](crate::bucket::MAX_VERSION) (a store refuses such a write).
+    pub fn next_version(&self) -> Option<u64> {
+        self.expected
+            .version
+            .checked_add(1)
+            .filter(|v| *v <= crate::bucket::MAX_VERSION)
+    }
+
+    /// Checks that the row this write leaves is one a store may keep (the definition is the
+    /// expected row's): its version, tokens and refill timestamp within bounds.
+    pub fn validate(&self) -> Result<(), crate::bucket::BucketError> {
+        use crate::bucket::BucketError;
+        if self.next_version().is_none() {
+            return Err(BucketError::Version(
+                self.expected.version.saturating_add(1),
+            ));
+        }
+        if !self.tokens.is_within_bounds() {
+            return Err(BucketError::Tokens(self.tokens));
+        }
+        if !crate::bucket::timestamp_in_range(self.last_refill_at) {
+            return Err(BucketError::RefillTimestamp(self.last_refill_at));
+        }
+        Ok(())
+    }
+
+    /// The row as it stands once this write is applied.
+    pub fn after(&self) -> BucketState {
+        let mut held = self.expected.held.clone();
+        for change in &self.held {
+            change.apply(&mut held);
+        }
+        BucketState {
+            tokens: self.tokens,
+            last_refill_at: self.last_refill_at,
+            version: self.expected.version.saturating_add(1),
+            write_id: Some(self.write_id),
+            held,
+            ..self.expected.clone()
+        }
+    }
+
+    /// The condition `stored` fails for this write, if any: a different row, or a change to
+    /// its kept leases whose own condition does not hold.
+    pub fn failure(&self, stored: Option<&BucketState>) -> Option<ConditionFailure> {
+        match stored {
+            Some(row) if row.same_row(&self.expected) => {
+                self.held.iter().find_map(|c| c.failure(row))
+            }
+            current => Some(ConditionFailure::BucketChanged {
+                dimension: self.dimension().clone(),
+                current: current.cloned().map(Box::new),
+            }),
+        }
+    }
+}
+
+/// One lease row's part of a [`Commit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseWrite {
+    /// Create the row, on condition that it does not exist.
+    Create(LeaseRecord),
+    /// Delete the row, on condition that it exists.
+    Delete(LeaseKey),
+    /// Change the row's cost, on condition that it exists.
+    SetCost {
+        /// The row's key.
+        key: LeaseKey,
+        /// The new cost.
+        cost: Tokens,
+    },
+}
+
+impl LeaseWrite {
+    /// The key of the row this write touches.
+    pub fn key(&self) -> &LeaseKey {
+        match self {
+            LeaseWrite::Create(r) => &r.key,
+            LeaseWrite::Delete(k) | LeaseWrite::SetCost { key: k, .. } => k,
+        }
+    }
+}
+
+/// An all-or-nothing set of conditional writes: every condition holds and every write is
+/// applied, or nothing changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Commit {
+    /// Bucket rows to update.
+    pub buckets: Vec<BucketWrite>,
+    /// Lease rows to create, delete or change.
+    pub leases: Vec<LeaseWrite>,
+}
+
+impl Commit {
+    /// The number of rows the commit touches.
+    pub fn len(&self) -> usize {
+        self.buckets.len() + self.leases.len()
+    }
+
+    /// Whether the commit touches nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The condition of a [`Commit`] that did not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConditionFailure {
+    /// The bucket's version changed (another writer won) or the bucket is gone.
+    BucketChanged {
+        /// The bucket's dimension.
+        dimension: Dimension,
+        /// The row as it stands now, when the store returns it (`None`: gone, or unknown).
+        current: Option<Box<BucketState>>,
+    },
+    /// A lease row to create already exists.
+    LeaseExists(LeaseKey),
+    /// A lease row to delete or change no longer exists.
+    LeaseMissing(LeaseKey),
+}
+
+/// Why a [`Commit`] was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// A condition did not hold; nothing was written.
+    #[error("commit condition failed: {0:?}")]
+    Condition(ConditionFailure),
+    /// The store refused the write because another transaction on the same rows was in
+    /// progress (DynamoDB's `TransactionConflict`); nothing was written, retrying may work.
+    #[error("another transaction on the same rows was in progress")]
+    TransactionConflict,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
