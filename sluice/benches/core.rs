@@ -25,6 +25,7 @@ fn state() -> BucketState {
         last_refill_at: UnixMillis::from_secs(1_700_000_000),
         version: 7,
         write_id: Some(42),
+        recent_writes: sluice::RecentWrites::default(),
         held: Vec::new(),
     }
 }

@@ -88,6 +88,10 @@ pub(crate) enum Kept {
     Row,
     /// In its bucket's row ([`BucketState::held`](crate::BucketState::held)).
     InBucket,
+    /// Nowhere in the store: granted from this process's local bucket while the store
+    /// could not answer (the `open` failure policy). Nothing to release; an adjustment
+    /// charges the local bucket.
+    Local,
 }
 
 impl Kept {
@@ -104,7 +108,7 @@ impl Kept {
 impl LeasePart {
     /// Whether there is a lease to end.
     pub(crate) fn is_kept(&self) -> bool {
-        self.kept != Kept::Nowhere
+        !matches!(self.kept, Kept::Nowhere | Kept::Local)
     }
 }
 

@@ -11,7 +11,7 @@ use futures::FutureExt as _;
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
-use crate::grant::{Grant, LeaseId, LeasePart};
+use crate::grant::{Grant, Kept, LeaseId, LeasePart};
 use crate::protocol::{adjust, release};
 use crate::shared::Core;
 use crate::tokens::Tokens;
@@ -28,12 +28,19 @@ pub struct Lease {
     /// The state it is released through: the client's, not the client.
     core: Arc<Core>,
     grant: Grant,
+    /// Adjustments whose write lost its answer: the next adjustment of the same dimension
+    /// learns first what became of them, so a caller's retry never applies one twice.
+    unsettled: Vec<adjust::Unsettled>,
 }
 
 impl Lease {
     /// The lease of `grant`, from now on released when dropped.
     pub(crate) fn new(core: Arc<Core>, grant: Grant) -> Lease {
-        Lease { core, grant }
+        Lease {
+            core,
+            grant,
+            unsettled: Vec::new(),
+        }
     }
 
     /// The lease's id.
@@ -81,7 +88,10 @@ impl Lease {
     /// Releasing a lease that has already expired and been reconciled changes nothing.
     ///
     /// A release whose caller stops waiting (a timeout around it, a cancelled request)
-    /// still happens: it finishes on its own.
+    /// still happens: it finishes on its own. One that fails because the store is down,
+    /// slow or throttling returns that error and goes on in the background, with backoff,
+    /// until it succeeds or the lease expires (a release is idempotent, so a retry never
+    /// gives a slot back twice).
     pub async fn release(mut self) -> Result<(), Error> {
         let parts = self.take_rows();
         if parts.is_empty() {
@@ -90,10 +100,12 @@ impl Lease {
         let (sent, outcome) = tokio::sync::oneshot::channel();
         let (core, expires_at) = (self.core.clone(), self.grant.expires_at);
         crate::detach::Detached::new(async move {
-            let result = release::release_parts(&core, parts, expires_at).await;
-            if let Err(Err(error)) = sent.send(result) {
-                tracing::warn!(%error, "a release nobody waited for failed; the lease will expire and be reconciled");
-            }
+            release::release_until_done(&core, parts, expires_at, |result| {
+                if let Err(Err(error)) = sent.send(result) {
+                    tracing::warn!(%error, "a release nobody waited for failed; retrying until its lease expires");
+                }
+            })
+            .await;
         })
         .await;
         outcome.await.unwrap_or_else(|_| {
@@ -117,7 +129,7 @@ impl Lease {
         let value = match outcome {
             Err(_elapsed) => {
                 if let Err(error) = release {
-                    tracing::warn!(%error, "release after timeout failed; the lease will expire and be reconciled");
+                    tracing::warn!(%error, "release after timeout failed; retried in the background until the lease expires");
                 }
                 return Err(Error::Timeout(timeout));
             }
@@ -125,8 +137,8 @@ impl Lease {
             Ok(Ok(value)) => value,
         };
         if let Err(error) = release {
-            // The body's work is done and must not be lost; the lease will expire.
-            tracing::warn!(%error, "release after the slot's body failed; the lease will expire and be reconciled");
+            // The body's work is done and must not be lost; the release goes on.
+            tracing::warn!(%error, "release after the slot's body failed; retried in the background until the lease expires");
         }
         Ok(value)
     }
@@ -154,9 +166,16 @@ impl Lease {
                 cost: actual,
             });
         }
-        adjust::adjust_part(&self.core, part, actual).await?;
-        part.cost = actual;
-        Ok(())
+        if part.kept == Kept::Local {
+            // Granted locally while the store could not answer: so is its correction.
+            let now = self.core.now();
+            self.core
+                .fallback
+                .charge(&part.dimension, actual - part.cost, now);
+            part.cost = actual;
+            return Ok(());
+        }
+        adjust::adjust_part(&self.core, part, actual, &mut self.unsettled).await
     }
 }
 

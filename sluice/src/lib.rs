@@ -58,15 +58,15 @@ mod tokens;
 
 pub use acquire::{Acquire, MAX_DIMENSIONS};
 pub use bucket::{
-    Bucket, BucketError, BucketState, HeldLease, LimitType, MAX_VERSION, Take, UnknownLimitType,
-    refill,
+    Bucket, BucketError, BucketState, HeldLease, LimitType, MAX_VERSION, RECENT_WRITES,
+    RECENT_WRITES_WITH_LEASES, RecentWrites, Take, UnknownLimitType, refill,
 };
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};
 pub use config::{
     Config, ConfigError, DEFAULT_LEASE_TTL, DEFAULT_LEASES_PER_ROW, DEFAULT_MAX_RETRIES,
-    DEFAULT_SLOT_POLL, DEFAULT_STORE_ATTEMPT_TIMEOUT, DEFAULT_STORE_TIMEOUT, MAX_LEASES_PER_ROW,
-    Prefetch, Protocol,
+    DEFAULT_OPEN_PERCENT, DEFAULT_SLOT_POLL, DEFAULT_STORE_ATTEMPT_TIMEOUT, DEFAULT_STORE_TIMEOUT,
+    FailurePolicy, MAX_LEASES_PER_ROW, Prefetch, Protocol,
 };
 pub use decimal::{DecimalError, Rounding};
 pub use dimension::{Dimension, DimensionError};

@@ -10,6 +10,8 @@
 //! | `sluice_contention_retries_total` | counter | `dimension` | commits lost to another writer and retried |
 //! | `sluice_acquire_duration_seconds` | histogram | `outcome` (`granted`, `retry_in`, `error`) | acquire latency |
 //! | `sluice_grants_per_write` | histogram | | grants carried by one fast-path write |
+//! | `sluice_fail_open_grants_total` | counter | `dimension` | grants from a local bucket while the store could not answer ([`FailurePolicy::Open`](crate::FailurePolicy::Open)) |
+//! | `sluice_lost_answers_total` | counter | `dimension`, `outcome` (`applied`, `not_applied`, `unknown`) | writes whose answer was lost, and what the row then told of them |
 //! | `sluice_reconcile_passes_total` | counter | | reconcile passes |
 //! | `sluice_reconcile_leases_restored_total` | counter | | expired leases given back |
 //! | `sluice_reconcile_leases_skipped_total` | counter | | expired leases already gone |
@@ -63,6 +65,28 @@ pub(crate) fn batch(grants: usize) {
     metrics::histogram!("sluice_grants_per_write").record(grants as f64);
 }
 
+/// Records a grant from a local bucket of the `open` failure policy.
+pub(crate) fn fail_open_grant(dimension: &str) {
+    metrics::counter!("sluice_fail_open_grants_total", "dimension" => dimension.to_owned())
+        .increment(1);
+}
+
+/// Records a write whose answer was lost, and what became of it.
+pub(crate) fn lost_answer(dimension: &str, outcome: crate::bucket::WriteOutcome) {
+    use crate::bucket::WriteOutcome;
+    let outcome = match outcome {
+        WriteOutcome::Applied => "applied",
+        WriteOutcome::NotApplied => "not_applied",
+        WriteOutcome::Unknown => "unknown",
+    };
+    metrics::counter!(
+        "sluice_lost_answers_total",
+        "dimension" => dimension.to_owned(),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
 /// Records a reconcile pass.
 /// What one reconcile pass did, as counted.
 pub(crate) struct Reconciled {
@@ -110,6 +134,7 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
             StoreError::Timeout { .. } => "store_timeout",
             StoreError::CorruptRow { .. } => "store_corrupt_row",
             StoreError::Unavailable { .. } => "store_unavailable",
+            StoreError::OutcomeUnknown { .. } => "store_outcome_unknown",
             StoreError::Service { .. } => "store_service",
         },
     }

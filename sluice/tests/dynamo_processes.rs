@@ -21,8 +21,10 @@
 
 mod dynamo;
 
+use dynamo::worker::Worker;
+
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -198,31 +200,6 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str, mode: &s
     std::io::stdout().flush().unwrap();
 }
 
-struct Worker {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<std::process::ChildStdout>,
-    caller: String,
-}
-
-impl Worker {
-    fn expect_line(&mut self, prefix: &str) -> String {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        assert!(
-            line.starts_with(prefix),
-            "{}: expected `{prefix}…`, got {line:?}",
-            self.caller
-        );
-        line.trim()[prefix.len()..].trim().to_owned()
-    }
-
-    fn say(&mut self, text: &str) {
-        writeln!(self.stdin, "{text}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-}
-
 async fn parent(mode: &str) -> Option<()> {
     let store = dynamo::store().await?;
     let endpoint = dynamo::endpoint()?;
@@ -249,22 +226,10 @@ async fn parent(mode: &str) -> Option<()> {
         .await
         .unwrap();
 
-    let exe = std::env::current_exe().unwrap();
     let mut workers: Vec<Worker> = (0..PROCESSES)
         .map(|i| {
             let caller = format!("worker-{i}");
-            let mut child = Command::new(&exe)
-                .args(["--child", &endpoint, table, &vendor, &caller, mode])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
-            Worker {
-                stdin: child.stdin.take().unwrap(),
-                stdout: BufReader::new(child.stdout.take().unwrap()),
-                child,
-                caller,
-            }
+            Worker::spawn(&caller, &[&endpoint, table, &vendor, &caller, mode])
         })
         .collect();
     for w in &mut workers {
@@ -440,7 +405,7 @@ async fn parent(mode: &str) -> Option<()> {
         let released: u64 = w.expect_line("released").parse().unwrap();
         let granted = reports.iter().find(|(c, _, _)| c == &w.caller).unwrap().1;
         assert_eq!(released, granted);
-        assert!(w.child.wait().unwrap().success(), "{} failed", w.caller);
+        assert!(w.finish(), "{} failed", w.caller);
     }
     for dimension in [&requests, &tpm] {
         assert!(

@@ -138,6 +138,7 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
             "last_refill_at",
             kept.as_str(),
             "limit_type",
+            "recent_writes",
             "refill_rate",
             "tokens",
             "vendor_dimension",
@@ -145,6 +146,12 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
             "write_id"
         ]
     );
+    // sluice's `recent_writes`: 8 bytes, then 16 per write listed (here: the
+    // definition's and the grant's).
+    let AttributeValue::B(recent) = &bucket["recent_writes"] else {
+        panic!("recent_writes is binary: {:?}", bucket["recent_writes"]);
+    };
+    assert_eq!(recent.as_ref().len(), 8 + 2 * 16);
     // The fast path keeps the grant's lease in the row: [cost, created_at, expires_at,
     // caller], times in seconds with the milliseconds.
     assert_eq!(
@@ -1126,6 +1133,14 @@ async fn a_single_write_resent_after_a_lost_answer_is_not_applied_twice() {
     let redefined = sluice::BucketState {
         version: after.version + 1,
         write_id: Some(7),
+        recent_writes: sluice::RecentWrites {
+            writes: [
+                after.recent_writes.writes.as_slice(),
+                &[(7, after.last_refill_at)],
+            ]
+            .concat(),
+            forgotten: after.recent_writes.forgotten,
+        },
         ..after.clone()
     };
     assert!(store.put_bucket(&redefined, Some(&after)).await.unwrap());

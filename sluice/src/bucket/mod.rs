@@ -4,12 +4,15 @@
 //! time in milliseconds, rates in billionths of a token per second.
 
 mod definition;
+mod recent;
 mod refill;
 mod state;
 
 pub use definition::{Bucket, BucketError, LimitType, MAX_VERSION, UnknownLimitType};
 pub(crate) use definition::{first_version, timestamp_in_range};
+pub use recent::{RECENT_WRITES, RECENT_WRITES_WITH_LEASES, RecentWrites};
 pub use refill::refill;
+pub(crate) use state::WriteOutcome;
 pub use state::{BucketState, HeldLease, Take};
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::recent::{RECENT_WRITES, RECENT_WRITES_WITH_LEASES, RecentWrites};
 use super::refill::{grid_ms, refill, wait_until_available};
 use super::{Bucket, BucketError, MAX_VERSION, timestamp_in_range};
 use crate::clock::UnixMillis;
@@ -28,6 +29,11 @@ pub struct BucketState {
     /// row is anything else, a bucket deleted and created again at a repeated version
     /// included.
     pub write_id: Option<u64>,
+    /// The last sluice writes that produced this row and its predecessors: a writer whose
+    /// answer was lost learns from it whether its write applied, even once other writers
+    /// have moved the row on (see [`RecentWrites`]). Other SDKs leave it as it is; a row
+    /// written whole by another tool has none.
+    pub recent_writes: RecentWrites,
     /// The leases kept in the row itself (sluice's fast path keeps a grant's lease where
     /// the grant's one write carries it), in id order. Their tokens are already
     /// taken from `tokens`, like those of lease rows. Releasing a lease that gives nothing
@@ -50,6 +56,17 @@ pub struct HeldLease {
     pub expires_at: UnixMillis,
     /// Who took it (`SLUICE_CALLER`).
     pub caller: String,
+}
+
+/// What became of a write whose answer was lost (see [`BucketState::outcome_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteOutcome {
+    /// It applied: its effect is in the row.
+    Applied,
+    /// It did not apply, and never will.
+    NotApplied,
+    /// The row no longer tells: too many writes since.
+    Unknown,
 }
 
 /// The outcome of trying to take tokens from a bucket.
@@ -82,13 +99,15 @@ impl BucketState {
             last_refill_at: now,
             version: 0,
             write_id: None,
+            recent_writes: RecentWrites::default(),
             held: Vec::new(),
         }
     }
 
     /// Whether `other` is the same row for a write's condition: everything but the
     /// [`held`](Self::held) leases, which a release that gives nothing back removes
-    /// without a new version.
+    /// without a new version (and the [`recent_writes`](Self::recent_writes), which
+    /// follow from the write id).
     pub fn same_row(&self, other: &BucketState) -> bool {
         self.dimension == other.dimension
             && self.bucket == other.bucket
@@ -101,6 +120,44 @@ impl BucketState {
     /// The lease with the unique id `id` kept in the row, if any.
     pub fn held_lease(&self, id: &str) -> Option<&HeldLease> {
         self.held.iter().find(|h| h.id == id)
+    }
+
+    /// Whether the sluice write `write_id` is listed among the last that led to this row:
+    /// it applied (see [`RecentWrites`]).
+    pub fn wrote(&self, write_id: u64) -> bool {
+        self.recent_writes.contains(write_id)
+    }
+
+    /// The [`recent_writes`](Self::recent_writes) of the row a write `write_id` made at
+    /// `at` over this one leaves.
+    pub(crate) fn recent_after(&self, write_id: u64, at: UnixMillis) -> RecentWrites {
+        self.recent_writes.after(write_id, at, self.recent_limit())
+    }
+
+    /// How many writes this row lists: [`RECENT_WRITES`] for a lean bucket,
+    /// [`RECENT_WRITES_WITH_LEASES`] for one that keeps leases.
+    pub(crate) fn recent_limit(&self) -> usize {
+        if self.bucket.keeps_leases() {
+            RECENT_WRITES_WITH_LEASES
+        } else {
+            RECENT_WRITES
+        }
+    }
+
+    /// What became of the write `write_id`, made at `at` to give this bucket `version`,
+    /// judged from this row, read after it (see [`RecentWrites`]).
+    pub(crate) fn outcome_of(&self, write_id: u64, version: u64, at: UnixMillis) -> WriteOutcome {
+        let listed = self.recent_writes.writes.len() as u64;
+        if self.wrote(write_id) {
+            WriteOutcome::Applied
+        } else if self.version < version
+            || self.version - version < listed.min(self.recent_limit() as u64)
+            || self.recent_writes.forgotten < at
+        {
+            WriteOutcome::NotApplied
+        } else {
+            WriteOutcome::Unknown
+        }
     }
 
     /// Checks a stored row: its definition is valid (see [`Bucket::validate`]) and its

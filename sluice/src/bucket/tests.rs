@@ -21,6 +21,7 @@ fn state(capacity: i64, rate: RefillRate, tokens: Tokens) -> BucketState {
         last_refill_at: UnixMillis::new(1_000_000),
         version: 0,
         write_id: None,
+        recent_writes: RecentWrites::default(),
         held: Vec::new(),
     }
 }
@@ -164,6 +165,7 @@ fn deepest() -> BucketState {
         last_refill_at: UnixMillis::EPOCH,
         version: MAX_VERSION,
         write_id: None,
+        recent_writes: RecentWrites::default(),
         held: Vec::new(),
     }
 }
@@ -334,7 +336,7 @@ proptest! {
             bucket: Bucket::new(LimitType::Tokens, cap, rate),
             tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
             last_refill_at: UnixMillis::new(1_700_000_000_000),
-            version: 3, write_id: None, held: Vec::new(),
+            version: 3, write_id: None, recent_writes: RecentWrites::default(), held: Vec::new(),
         };
         let cost = Tokens::from_nanos((cap.as_nanos() * i128::from(cost_pct) / 100).max(1));
         let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
@@ -369,7 +371,7 @@ proptest! {
             bucket: Bucket::new(LimitType::Requests, cap, rate),
             tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
             last_refill_at: UnixMillis::new(1_700_000_000_000),
-            version: 3, write_id: None, held: Vec::new(),
+            version: 3, write_id: None, recent_writes: RecentWrites::default(), held: Vec::new(),
         };
         let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
         let pause = Duration::from_millis(pause_ms);
@@ -398,4 +400,81 @@ proptest! {
             }
         }
     }
+}
+
+proptest! {
+    /// A write whose answer was lost, settled from the row read afterwards: never said to
+    /// have applied when it did not, nor not to have when it did, whatever the writers'
+    /// clocks say; and known either way while fewer writes followed it than the row lists.
+    #[test]
+    fn a_row_tells_what_became_of_a_lost_write(
+        writes in proptest::collection::vec((0i64..3, -50i64..50), 1..80),
+        applied in any::<bool>(),
+        lean in any::<bool>(),
+        position in 0usize..80,
+        skew in -50i64..50,
+    ) {
+        let position = position % writes.len();
+        let mut row = state(10, RefillRate::per_second(1), Tokens::new(10));
+        if lean {
+            row.bucket = row.bucket.lean();
+        }
+        row.version = 1;
+        let limit = row.recent_limit();
+        let ours = u64::MAX;
+        // Real time goes on; each writer's clock is off by its own amount.
+        let mut real = 1_000i64;
+        let mut ours_at = None;
+        let mut after_ours = 0u64;
+        for (i, (step, off)) in writes.iter().enumerate() {
+            if i == position {
+                let mine = UnixMillis::new(real + skew);
+                ours_at = Some((row.version + 1, mine));
+                if applied {
+                    row.recent_writes = row.recent_after(ours, mine);
+                    row.version += 1;
+                }
+            }
+            real += step;
+            row.recent_writes = row.recent_after(i as u64, UnixMillis::new(real + off));
+            row.version += 1;
+            if i >= position {
+                after_ours += 1;
+            }
+            prop_assert!(row.recent_writes.writes.len() <= limit);
+        }
+        let (version, mine) = ours_at.unwrap();
+        let outcome = row.outcome_of(ours, version, mine);
+        if applied {
+            prop_assert_ne!(outcome, WriteOutcome::NotApplied);
+            if after_ours < limit as u64 {
+                prop_assert_eq!(outcome, WriteOutcome::Applied);
+            }
+        } else {
+            prop_assert_ne!(outcome, WriteOutcome::Applied);
+            if after_ours < limit as u64 {
+                prop_assert_eq!(outcome, WriteOutcome::NotApplied);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_write_from_a_long_stale_row_is_known_not_to_have_applied() {
+    let mut row = state(10, RefillRate::per_second(1), Tokens::new(10));
+    // Our copy is at version 1; 100 writes by clocks behind ours follow it.
+    for id in 0..100u64 {
+        row.recent_writes = row.recent_after(id, UnixMillis::new(1_000 + id as i64));
+        row.version += 1;
+    }
+    assert!(row.recent_writes.forgotten < UnixMillis::new(2_000));
+    assert_eq!(
+        row.outcome_of(u64::MAX, 2, UnixMillis::new(2_000)),
+        WriteOutcome::NotApplied
+    );
+    // The same write at a time the forgotten writes reach: it may have been one of them.
+    assert_eq!(
+        row.outcome_of(u64::MAX, 2, UnixMillis::new(1_050)),
+        WriteOutcome::Unknown
+    );
 }

@@ -1,7 +1,7 @@
 //! Administration: defining buckets, looking at them, releasing leases by id, tightening
 //! and reconciling.
 
-use crate::bucket::{Bucket, BucketState, LimitType, first_version};
+use crate::bucket::{Bucket, BucketState, LimitType, RecentWrites, first_version};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
@@ -201,13 +201,16 @@ fn redefined(
     now: UnixMillis,
 ) -> BucketState {
     let Some(cur) = current else {
+        let write_id = new_write_id();
         return BucketState {
             version: first_version(now),
-            write_id: Some(new_write_id()),
+            write_id: Some(write_id),
+            recent_writes: RecentWrites::default().after(write_id, now, 1),
             ..BucketState::full(dimension.clone(), bucket.clone(), now)
         };
     };
     let (tokens, last_refill_at) = cur.refilled(now);
+    let write_id = new_write_id();
     let tokens = if cur.bucket.limit_type() == LimitType::Concurrent
         && bucket.limit_type() == LimitType::Concurrent
     {
@@ -223,7 +226,8 @@ fn redefined(
         bucket: bucket.clone(),
         last_refill_at,
         version: cur.version.saturating_add(1),
-        write_id: Some(new_write_id()),
+        write_id: Some(write_id),
+        recent_writes: cur.recent_after(write_id, last_refill_at),
         held: Vec::new(),
     }
 }

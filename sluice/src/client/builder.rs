@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
-use crate::config::{Config, ConfigError, Prefetch};
+use crate::config::{Config, ConfigError, FailurePolicy, Prefetch};
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::shared::Core;
@@ -140,6 +140,31 @@ impl SluiceBuilder {
     /// overshoot bound this accepts).
     pub fn prefetch(mut self, dimension: Dimension, prefetch: Prefetch) -> Self {
         self.config.prefetch.insert(dimension, prefetch);
+        self
+    }
+
+    /// What acquires do when the store cannot answer (see [`FailurePolicy`];
+    /// `SLUICE_FAILURE_POLICY`).
+    ///
+    /// ```
+    /// use sluice::{FailurePolicy, Sluice};
+    ///
+    /// let sluice = Sluice::builder()
+    ///     .failure_policy(FailurePolicy::Open { percent: 20 })
+    ///     .failure_policy_for("openai#tpm".parse()?, FailurePolicy::Closed)
+    ///     .build()?;
+    /// assert_eq!(sluice.config().failure_policy_of(&"openai#rpm".parse()?), FailurePolicy::Open { percent: 20 });
+    /// assert_eq!(sluice.config().failure_policy_of(&"openai#tpm".parse()?), FailurePolicy::Closed);
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.config.failure_policy = policy;
+        self
+    }
+
+    /// The failure policy of one dimension, over the client's.
+    pub fn failure_policy_for(mut self, dimension: Dimension, policy: FailurePolicy) -> Self {
+        self.config.failure_policies.insert(dimension, policy);
         self
     }
 

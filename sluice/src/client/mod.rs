@@ -138,10 +138,20 @@ impl Sluice {
         let started = std::time::Instant::now();
         let label = DisplayDims(&wanted).to_string();
         let ttl = request.ttl_value().unwrap_or(self.core.config.lease_ttl);
-        let path = protocol::Path::of(&self.core, wanted);
-        let result = protocol::acquire(&self.core, path, ttl, fresh_after, &span)
+        let result = if self.core.config.may_fail_open() {
+            Box::pin(protocol::open::acquire(
+                &self.core,
+                wanted,
+                ttl,
+                fresh_after,
+                &span,
+            ))
             .await
-            .map(|grant| Lease::new(self.core.clone(), grant));
+        } else {
+            let path = protocol::Path::of(&self.core, wanted);
+            protocol::acquire(&self.core, path, ttl, fresh_after, &span).await
+        };
+        let result = result.map(|grant| Lease::new(self.core.clone(), grant));
         crate::metrics::acquired(label, &result, started.elapsed());
         match &result {
             Ok(lease) => {

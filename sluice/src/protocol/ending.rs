@@ -31,7 +31,13 @@ pub(crate) async fn give_back(core: &Core, mut parts: Vec<LeasePart>) -> Result<
     end_parts(core, parts, None).await
 }
 
-/// [`give_back`] for a grant its caller never received.
+/// Attempts of a background give-back whose store keeps failing.
+const GIVE_BACK_ATTEMPTS: u32 = 8;
+
+/// [`give_back`] for a grant its caller never received (gone away, or told the write
+/// failed when it may have applied), in a task of its own. A give-back that fails because
+/// the store is down, slow or lost the answer is tried again with backoff when that is
+/// harmless: every part is a kept lease, whose ending happens once whatever the attempts.
 pub(crate) fn give_back_in_background(core: &Arc<Core>, parts: Vec<LeasePart>) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
@@ -40,9 +46,24 @@ pub(crate) fn give_back_in_background(core: &Arc<Core>, parts: Vec<LeasePart>) {
         return;
     };
     let core = core.clone();
+    let idempotent = parts.iter().all(LeasePart::is_kept);
     handle.spawn(async move {
-        if let Err(error) = give_back(&core, parts).await {
-            tracing::warn!(%error, "giving back an abandoned grant failed; its leases expire and are reconciled");
+        let mut backoff = Backoff::new();
+        for attempt in 1..=GIVE_BACK_ATTEMPTS {
+            match give_back(&core, parts.clone()).await {
+                Ok(_) => return,
+                Err(Error::Store(e))
+                    if idempotent && (e.is_transient() || e.unsure())
+                        && attempt < GIVE_BACK_ATTEMPTS =>
+                {
+                    tracing::debug!(error = %e, attempt, "giving back a grant failed; retrying");
+                    backoff.sleep(attempt).await;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "giving back a grant failed; its leases expire and are reconciled");
+                    return;
+                }
+            }
         }
     });
 }
@@ -105,7 +126,7 @@ async fn end_chunk(
                 .map(|p| LeaseWrite::Delete(p.key.clone()))
                 .collect(),
         };
-        let dimension = match core.store.commit(commit).await {
+        let dimension = match core.commit(commit).await {
             Ok(()) => {
                 for row in written {
                     core.lanes.learn_written(row, now);

@@ -11,6 +11,7 @@
 //! | [`prefetch`] | lean buckets' tokens taken ahead |
 //! | [`release`], [`ending`] | releasing, giving back and reclaiming leases |
 //! | [`adjust`] | correcting a lease's cost |
+//! | [`open`] | the `open` failure policy: local grants while the store cannot answer |
 //! | [`tighten`] | making a bucket stricter from the vendor's report |
 //! | [`reconcile`] | the reconciler |
 
@@ -20,6 +21,7 @@ pub(crate) mod ending;
 mod fast;
 mod lane;
 mod multi;
+pub(crate) mod open;
 mod prefetch;
 pub(crate) mod reconcile;
 mod refusals;

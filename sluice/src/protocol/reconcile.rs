@@ -181,7 +181,7 @@ async fn heal_concurrent(core: &Core, report: &mut ReconcileReport) -> Result<()
             buckets: vec![BucketWrite::new(row.clone(), expected, row.last_refill_at)],
             leases: Vec::new(),
         };
-        match core.store.commit(commit).await {
+        match core.commit(commit).await {
             Ok(()) => {
                 tracing::warn!(
                     dimension = %row.dimension,

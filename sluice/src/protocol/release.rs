@@ -8,6 +8,7 @@ use crate::clock::UnixMillis;
 use crate::config::Protocol;
 use crate::error::Error;
 use crate::grant::{LeaseId, LeasePart};
+use crate::retry::Backoff;
 use crate::shared::Core;
 use crate::store::LeaseRecord;
 
@@ -20,15 +21,17 @@ use super::fast;
 /// lease expires. The seed's protocol ends them all in one transaction.
 pub(crate) async fn release_parts(
     core: &Arc<Core>,
-    parts: Vec<LeasePart>,
+    parts: &[LeasePart],
     expires_at: UnixMillis,
 ) -> Result<(), Error> {
     if core.config.protocol != Protocol::Fast {
-        return end_parts(core, parts, Some(expires_at)).await.map(drop);
+        return end_parts(core, parts.to_vec(), Some(expires_at))
+            .await
+            .map(drop);
     }
-    let released = futures::future::join_all(parts.into_iter().map(|part| async move {
+    let released = futures::future::join_all(parts.iter().map(|part| async move {
         match fast::release(core, part.clone()).await {
-            Err(Error::Contention { .. }) => end_parts(core, vec![part], Some(expires_at))
+            Err(Error::Contention { .. }) => end_parts(core, vec![part.clone()], Some(expires_at))
                 .await
                 .map(drop),
             done => done,
@@ -36,6 +39,72 @@ pub(crate) async fn release_parts(
     }))
     .await;
     released.into_iter().collect()
+}
+
+/// Whether ending `parts` after it failed so is worth trying again: the store was down,
+/// slow, throttling or lost the answer. Ending a kept lease is idempotent (a part already
+/// ended counts as ended), so it is retried whatever became of the failed write; a lean
+/// part's give-back is a plain refund, retried only when it certainly did not apply.
+fn worth_retrying(error: &Error, parts: &[LeasePart]) -> bool {
+    let idempotent = parts.iter().all(LeasePart::is_kept);
+    match error {
+        Error::Contention { .. } => true,
+        Error::Store(e) if e.unsure() => idempotent,
+        Error::Store(e) => e.is_transient(),
+        _ => false,
+    }
+}
+
+/// Releases `parts`; when that fails for a passing reason, tells `first` and goes on
+/// trying with backoff until the release succeeds or the lease expires (after which the
+/// reconciler ends it). `first` hears the first attempt's outcome either way.
+pub(crate) async fn release_until_done(
+    core: &Arc<Core>,
+    parts: Vec<LeasePart>,
+    expires_at: UnixMillis,
+    first: impl FnOnce(Result<(), Error>),
+) {
+    let result = release_parts(core, &parts, expires_at).await;
+    let retry = matches!(&result, Err(e) if worth_retrying(e, &parts));
+    first(result);
+    if !retry {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(
+            "a release failed outside a tokio runtime; the lease will expire and be reconciled"
+        );
+        return;
+    };
+    runtime.spawn(retry_release(core.clone(), parts, expires_at));
+}
+
+/// Retries a failed release with backoff until it succeeds or the lease expires.
+async fn retry_release(core: Arc<Core>, parts: Vec<LeasePart>, expires_at: UnixMillis) {
+    let core = &core;
+    let mut backoff = Backoff::new();
+    let mut failures: u32 = 1;
+    while core.now() < expires_at {
+        backoff.sleep(failures.min(8)).await;
+        match release_parts(core, &parts, expires_at).await {
+            Ok(()) => {
+                tracing::info!(failures, "a release that had failed went through");
+                return;
+            }
+            Err(e) if worth_retrying(&e, &parts) => {
+                failures += 1;
+                tracing::debug!(error = %e, failures, "a release failed again; retrying");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "a release failed; the lease will expire and be reconciled");
+                return;
+            }
+        }
+    }
+    tracing::warn!(
+        failures,
+        "a release kept failing until its lease expired; the reconciler ends it"
+    );
 }
 
 /// Gives parts of a grant nobody will use back to their buckets through their lanes,
@@ -48,9 +117,12 @@ pub(crate) async fn give_back_parts(
     for part in &mut parts {
         part.restores = true;
     }
-    if let Err(error) = release_parts(core, parts, expires_at).await {
-        tracing::warn!(%error, "giving back tokens a refused acquire took failed; its leases expire and are reconciled");
-    }
+    release_until_done(core, parts, expires_at, |result| {
+        if let Err(error) = result {
+            tracing::warn!(%error, "giving back tokens a refused acquire took failed; retrying while that is safe, else its leases expire and are reconciled");
+        }
+    })
+    .await;
 }
 
 /// Releases `parts` (or, with `give_back`, gives them back) in a task of their own, for a
@@ -72,8 +144,13 @@ pub(crate) fn in_background(
     handle.spawn(async move {
         if give_back {
             give_back_parts(&core, parts, expires_at).await;
-        } else if let Err(error) = release_parts(&core, parts, expires_at).await {
-            tracing::warn!(%error, "background release failed; the lease will expire and be reconciled");
+        } else {
+            release_until_done(&core, parts, expires_at, |result| {
+                if let Err(error) = result {
+                    tracing::warn!(%error, "a background release failed; retrying until its lease expires");
+                }
+            })
+            .await;
         }
     });
 }

@@ -289,7 +289,7 @@ async fn commit_grant(
     let core = core.clone();
     let parts = parts.to_vec();
     Detached::new(async move {
-        let result = core.store.commit(commit).await;
+        let result = core.commit(commit).await;
         if let Err(Ok(())) = sent.send(result) {
             tracing::debug!("the caller went away while its grant was written; giving it back");
             if let Err(error) = give_back(&core, parts).await {

@@ -55,7 +55,7 @@ pub(crate) async fn tighten(
             return Ok(false);
         };
         let written = commit.buckets.first().map(BucketWrite::after);
-        match core.store.commit(commit).await {
+        match core.commit(commit).await {
             Ok(()) => {
                 if let Some(row) = written {
                     core.lanes.learn_written(row, now);

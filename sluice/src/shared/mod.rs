@@ -2,18 +2,19 @@
 //! what this client remembers of each bucket row (its lanes). Protocols borrow it; a
 //! [`Lease`](crate::Lease) holds it, not the client façade.
 
+pub(crate) mod fallback;
 pub(crate) mod lanes;
 pub mod remembered;
 
 use std::fmt;
 use std::sync::Arc;
 
-use crate::bucket::BucketState;
+use crate::bucket::{BucketState, WriteOutcome};
 use crate::clock::{Clock, UnixMillis};
 use crate::config::Config;
 use crate::dimension::Dimension;
 use crate::error::Error;
-use crate::store::{Store, StoreError};
+use crate::store::{BucketWrite, Commit, CommitError, ConditionFailure, Store, StoreError};
 
 use self::lanes::{Lane, Lanes};
 
@@ -24,6 +25,8 @@ pub(crate) struct Core {
     pub(crate) config: Config,
     /// What this client knows of each dimension's row, and the fast path's queues.
     pub(crate) lanes: Lanes,
+    /// The `open` failure policy's local buckets.
+    pub(crate) fallback: fallback::Fallback,
 }
 
 impl fmt::Debug for Core {
@@ -43,6 +46,7 @@ impl Core {
             clock,
             config,
             lanes: Lanes::default(),
+            fallback: fallback::Fallback::default(),
         }
     }
 
@@ -54,6 +58,67 @@ impl Core {
     /// The lane of `dimension`.
     pub(crate) fn lane(&self, dimension: &Dimension) -> Arc<Lane> {
         self.lanes.lane(dimension)
+    }
+
+    /// Applies `commit`. When its answer was lost (a timeout, a lost connection, a server
+    /// error), reads its first bucket row, within what is left of the store timeout, to
+    /// learn whether it applied all the same (a commit is all or nothing, so its bucket
+    /// write tells for the whole; see [`WriteProbe`](crate::store::WriteProbe)):
+    ///
+    /// - it applied: `Ok`;
+    /// - it did not: the row as it stands, as a failed condition (the caller computes its
+    ///   write again from it, as after a lost race);
+    /// - the row no longer tells: [`StoreError::OutcomeUnknown`];
+    /// - the row could not be read in time: the store's error.
+    ///
+    /// Either of the last two may have applied: a caller never takes it as granted, nor
+    /// gives back what it took, unless doing so twice is harmless.
+    pub(crate) async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+        let probe = self
+            .store
+            .loses_answers()
+            .then(|| commit.buckets.first().map(BucketWrite::probe))
+            .flatten();
+        let started = tokio::time::Instant::now();
+        let e = match self.store.commit(commit).await {
+            Err(CommitError::Store(e)) if e.may_have_applied() => e,
+            other => return other,
+        };
+        let Some(probe) = probe else {
+            return Err(e.into());
+        };
+        let left = self.config.store_timeout.saturating_sub(started.elapsed());
+        let read = tokio::time::timeout(left, self.read_one(&probe.dimension)).await;
+        let (outcome, result) = match read {
+            Ok(Ok(Some(row))) => match probe.outcome(&row) {
+                WriteOutcome::Applied => (WriteOutcome::Applied, Ok(())),
+                WriteOutcome::NotApplied => (
+                    WriteOutcome::NotApplied,
+                    Err(CommitError::Condition(ConditionFailure::BucketChanged {
+                        dimension: probe.dimension.clone(),
+                        current: Some(Box::new(row)),
+                    })),
+                ),
+                WriteOutcome::Unknown => (
+                    WriteOutcome::Unknown,
+                    Err(StoreError::OutcomeUnknown {
+                        dimension: probe.dimension.to_string(),
+                    }
+                    .into()),
+                ),
+            },
+            Ok(Ok(None)) => (
+                WriteOutcome::NotApplied,
+                Err(CommitError::Condition(ConditionFailure::BucketChanged {
+                    dimension: probe.dimension.clone(),
+                    current: None,
+                })),
+            ),
+            Ok(Err(_)) | Err(_) => (WriteOutcome::Unknown, Err(e.clone_lossy().into())),
+        };
+        tracing::debug!(dimension = %probe.dimension, ?outcome, error = %e, "a write lost its answer");
+        crate::metrics::lost_answer(probe.dimension.as_str(), outcome);
+        result
     }
 
     /// Reads the bucket row of `dimension`, if any.

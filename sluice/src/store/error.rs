@@ -45,6 +45,17 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A write's answer was lost, the store was asked again, and the row has since moved
+    /// on so far that it no longer tells whether the write applied (see
+    /// [`BucketState::recent_writes`]). sluice then never assumes it applied where that
+    /// could over-grant: a grant is not given; the tokens it took may be lost.
+    #[error(
+        "a write to `{dimension}` lost its answer and the bucket no longer tells whether it applied"
+    )]
+    OutcomeUnknown {
+        /// The bucket's dimension.
+        dimension: String,
+    },
     /// The store could not be reached.
     #[error("the store could not be reached: {message}")]
     Unavailable {
@@ -73,7 +84,24 @@ impl StoreError {
             StoreError::Throttled { .. }
                 | StoreError::Timeout { .. }
                 | StoreError::Unavailable { .. }
+                | StoreError::OutcomeUnknown { .. }
         )
+    }
+
+    /// Whether a write that failed so may still have applied: its answer may have been
+    /// lost (no answer in time, a connection lost after sending, a server error).
+    pub(crate) fn may_have_applied(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Timeout { .. }
+                | StoreError::Unavailable { .. }
+                | StoreError::Service { .. }
+        )
+    }
+
+    /// Whether a write that failed so may have applied, or did for all anyone can tell.
+    pub(crate) fn unsure(&self) -> bool {
+        self.may_have_applied() || matches!(self, StoreError::OutcomeUnknown { .. })
     }
 }
 
@@ -140,6 +168,9 @@ impl StoreError {
             StoreError::CorruptRow { key, reason } => StoreError::CorruptRow {
                 key: key.clone(),
                 reason: reason.clone(),
+            },
+            StoreError::OutcomeUnknown { dimension } => StoreError::OutcomeUnknown {
+                dimension: dimension.clone(),
             },
             StoreError::Unavailable { message, source: s } => StoreError::Unavailable {
                 message: message.clone(),

@@ -103,6 +103,10 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    fn loses_answers(&self) -> bool {
+        false
+    }
+
     async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
         Rows::check_written(&commit)?;
         let mut rows = self.rows();
@@ -118,6 +122,7 @@ impl Store for MemoryStore {
                 b.last_refill_at = w.last_refill_at;
                 b.version = w.expected.version + 1;
                 b.write_id = Some(w.write_id);
+                b.recent_writes = b.recent_after(w.write_id, w.written_at);
                 for change in &w.held {
                     change.apply(&mut b.held);
                 }

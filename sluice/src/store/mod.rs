@@ -27,6 +27,7 @@ mod write;
 
 pub use error::{BoxError, StoreError};
 pub use lease::{LeaseFilter, LeaseKey, LeaseRecord, LeaseScan};
+pub(crate) use write::WriteProbe;
 pub use write::{BucketWrite, Commit, CommitError, ConditionFailure, HeldWrite, LeaseWrite};
 
 use std::fmt;
@@ -118,6 +119,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// [`delete_leases`](Store::delete_leases) for lease rows. A missing bucket or lease is
     /// skipped.
     async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError>;
+
+    /// Whether the store may lose the answer to a write that applied (a network store):
+    /// then the client reads the row after such a failure to learn whether it applied.
+    fn loses_answers(&self) -> bool {
+        true
+    }
 
     /// Lists every bucket row.
     async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError>;

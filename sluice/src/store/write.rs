@@ -1,6 +1,6 @@
 //! The conditional writes of a [`Commit`], and why one did not apply.
 
-use crate::bucket::{BucketState, HeldLease};
+use crate::bucket::{BucketState, HeldLease, WriteOutcome};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::tokens::Tokens;
@@ -92,6 +92,9 @@ pub struct BucketWrite {
     pub write_id: u64,
     /// Changes to the leases kept in the row, applied with the write.
     pub held: Vec<HeldWrite>,
+    /// When the write was made, by this host's clock: the time the row lists it under
+    /// (see [`RecentWrites`](crate::RecentWrites)).
+    pub written_at: UnixMillis,
 }
 
 impl BucketWrite {
@@ -103,6 +106,7 @@ impl BucketWrite {
             last_refill_at,
             write_id: crate::ids::new_write_id(),
             held: Vec::new(),
+            written_at: crate::clock::Clock::now(&crate::clock::SystemClock),
         }
     }
 
@@ -162,6 +166,9 @@ impl BucketWrite {
             last_refill_at: self.last_refill_at,
             version: self.expected.version.saturating_add(1),
             write_id: Some(self.write_id),
+            recent_writes: self
+                .expected
+                .recent_after(self.write_id, self.last_refill_at),
             held,
             ..self.expected.clone()
         }
@@ -178,6 +185,84 @@ impl BucketWrite {
                 dimension: self.dimension().clone(),
                 current: current.cloned().map(Box::new),
             }),
+        }
+    }
+}
+
+/// What a reader of a bucket row needs to learn whether a [`BucketWrite`] whose answer was
+/// lost applied (see [`BucketWrite::probe`]).
+#[derive(Debug, Clone)]
+pub(crate) struct WriteProbe {
+    /// The bucket's dimension.
+    pub(crate) dimension: Dimension,
+    write_id: u64,
+    /// The version the write gives the row.
+    version: u64,
+    /// When it was made.
+    at: UnixMillis,
+    marker: Option<Marker>,
+}
+
+/// A lease change of the write that shows in the row whether it applied, however far the
+/// row has moved on since.
+#[derive(Debug, Clone)]
+enum Marker {
+    /// A lease it keeps in the row: there if it applied (nobody else knows its id).
+    Added(String),
+    /// A lease whose cost it set: at that cost if it applied.
+    CostSet(String, Tokens),
+    /// A lease it removed giving its cost back: gone if it applied (or ended otherwise,
+    /// which gave the cost back as well).
+    Removed(String),
+}
+
+impl WriteProbe {
+    /// What became of the write, judged from `row`, read after it.
+    pub(crate) fn outcome(&self, row: &BucketState) -> WriteOutcome {
+        if row.wrote(self.write_id) {
+            return WriteOutcome::Applied;
+        }
+        let by_version = || row.outcome_of(self.write_id, self.version, self.at);
+        match &self.marker {
+            Some(Marker::Added(id)) if row.held_lease(id).is_some() => WriteOutcome::Applied,
+            Some(Marker::Added(_)) => WriteOutcome::NotApplied,
+            Some(Marker::CostSet(id, cost)) => match row.held_lease(id) {
+                Some(h) if h.cost == *cost => WriteOutcome::Applied,
+                Some(_) => WriteOutcome::NotApplied,
+                None => by_version(),
+            },
+            Some(Marker::Removed(id)) if row.held_lease(id).is_some() => WriteOutcome::NotApplied,
+            Some(Marker::Removed(_)) => WriteOutcome::Applied,
+            None => by_version(),
+        }
+    }
+}
+
+impl BucketWrite {
+    /// What tells whether this write applied, once its answer is lost.
+    pub(crate) fn probe(&self) -> WriteProbe {
+        let added = self.held.iter().find_map(|c| match c {
+            HeldWrite::Add(h) => Some(Marker::Added(h.id.clone())),
+            _ => None,
+        });
+        let cost_set = || {
+            self.held.iter().find_map(|c| match c {
+                HeldWrite::SetCost { id, cost } => Some(Marker::CostSet(id.clone(), *cost)),
+                _ => None,
+            })
+        };
+        let removed = || {
+            self.held.iter().find_map(|c| match c {
+                HeldWrite::Remove(id) => Some(Marker::Removed(id.clone())),
+                _ => None,
+            })
+        };
+        WriteProbe {
+            dimension: self.dimension().clone(),
+            write_id: self.write_id,
+            version: self.expected.version.saturating_add(1),
+            at: self.written_at,
+            marker: added.or_else(cost_set).or_else(removed),
         }
     }
 }

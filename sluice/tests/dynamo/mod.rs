@@ -6,6 +6,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod proxy;
+pub mod worker;
+
 use std::sync::OnceLock;
 
 use aws_sdk_dynamodb::Client;

@@ -263,7 +263,7 @@ impl Write<'_> {
             },
             leases: writes.leases,
         };
-        match self.core.store.commit(commit).await {
+        match self.core.commit(commit).await {
             Ok(()) if !writes.bucket => {
                 answer_all(std::mem::take(&mut self.releases), |r| r.reply, &Ok(()));
                 if plan.refused.is_empty() {
@@ -275,6 +275,9 @@ impl Write<'_> {
             }
             Ok(()) => self.written(written, plan, writes.issued, now).await,
             Err(failure) => {
+                if matches!(&failure, CommitError::Store(e) if e.unsure()) {
+                    self.give_back_unsure(&plan, &writes.issued);
+                }
                 let lost_from = plan.reclaimed;
                 self.acquires = jobs_of(plan.granted, plan.refused);
                 let next = self.failed(failure, &lost_from, now).await;
@@ -390,6 +393,30 @@ impl Write<'_> {
             }
         }
         Next::Again
+    }
+
+    /// The grants of a write that may have applied although its caller hears it failed:
+    /// those with leases are given back in the background (each exactly once, and not at
+    /// all if the write did not apply: its leases are not there). Lean grants cannot be:
+    /// their tokens may be lost, never granted twice.
+    fn give_back_unsure(&self, plan: &Plan, issued: &[(LeaseKey, UnixMillis, Kept)]) {
+        let restores = plan.after.bucket.limit_type().restores_on_release();
+        let parts: Vec<LeasePart> = plan
+            .granted
+            .iter()
+            .zip(issued)
+            .filter(|(_, (_, _, kept))| !matches!(kept, Kept::Nowhere | Kept::Local))
+            .map(|((_, cost), (key, _, kept))| LeasePart {
+                key: key.clone(),
+                dimension: self.dimension.clone(),
+                cost: *cost,
+                restores,
+                kept: *kept,
+            })
+            .collect();
+        if !parts.is_empty() {
+            give_back_in_background(self.core, parts);
+        }
     }
 
     /// A lease this write ends was gone.

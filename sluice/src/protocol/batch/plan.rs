@@ -149,8 +149,9 @@ pub(super) fn writes(
             (Kept::InBucket, true) => held.push(HeldWrite::Remove(id)),
             (Kept::InBucket, false) => held.push(HeldWrite::Forget(id)),
             (Kept::Row, _) => leases.push(LeaseWrite::Delete(r.part.key.clone())),
-            // A grant given back that had no lease (lean, or prefetched).
-            (Kept::Nowhere, _) => {}
+            // A grant given back that had no lease (lean, or prefetched; a local one never
+            // reaches a lane).
+            (Kept::Nowhere | Kept::Local, _) => {}
         }
     }
     held.extend(
@@ -212,7 +213,7 @@ fn new_lease(
             }));
             key
         }
-        Kept::Nowhere => LeaseKey::new(dimension, &new_unique()),
+        Kept::Nowhere | Kept::Local => LeaseKey::new(dimension, &new_unique()),
     }
 }
 

@@ -14,12 +14,13 @@ use aws_sdk_dynamodb::types::{
 
 use super::error::{Cancelled, cancelled};
 use super::row::{self, Item};
-use super::{DynamoStore, EXISTS, NOT_EXISTS, Units, build_error, is_own_write};
+use super::{DynamoStore, EXISTS, NOT_EXISTS, Unanswered, Units, build_error};
+use crate::bucket::WriteOutcome;
 use crate::store::{
     BucketWrite, Commit, CommitError, ConditionFailure, HeldWrite, LeaseWrite, StoreError,
 };
 
-const BUCKET_UPDATE: &str = "SET #t = :tokens, #l = :last, #v = :next, #w = :wid";
+const BUCKET_UPDATE: &str = "SET #t = :tokens, #l = :last, #v = :next, #w = :wid, #rw = :rw";
 const SET_COST: &str = "SET #cost = :cost";
 
 /// Sets a write's parts on an SDK builder. A single-item call (`UpdateItem`, `PutItem`,
@@ -106,6 +107,11 @@ impl DynamoStore {
         values.insert(":last".to_owned(), row::n(w.last_refill_at));
         values.insert(":next".to_owned(), row::n(w.expected.version + 1));
         values.insert(":wid".to_owned(), row::write_id(w.write_id));
+        names.insert("#rw".to_owned(), row::RECENT_WRITES.to_owned());
+        values.insert(
+            ":rw".to_owned(),
+            row::recent_writes(&w.expected.recent_after(w.write_id, w.written_at)),
+        );
         let mut update = BUCKET_UPDATE.to_owned();
         let mut removes = Vec::new();
         for (i, change) in w.held.iter().enumerate() {
@@ -165,9 +171,12 @@ impl DynamoStore {
 
     async fn commit_one_bucket(&self, w: BucketWrite) -> Result<(), CommitError> {
         let u = Self::bucket_update(&w)?;
+        let unanswered = Unanswered::default();
         self.count_call();
         let sent = bucket_update!(self.client.update_item(), self.table.as_ref(), u)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .customize()
+            .interceptor(unanswered.clone())
             .send()
             .await
             .map(|out| self.count_capacity(Units::Write, out.consumed_capacity()));
@@ -175,19 +184,47 @@ impl DynamoStore {
             return Ok(());
         };
         match e.as_service_error() {
-            // The SDK resent this write after losing the answer to one that applied: the
-            // row the condition found is the one this write produced.
-            Some(UpdateItemError::ConditionalCheckFailedException(c))
-                if c.item().is_some_and(|item| is_own_write(item, &w.after())) =>
-            {
-                tracing::debug!(dimension = %w.dimension(), "a resent write had applied");
-                Ok(())
-            }
             Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                Err(CommitError::Condition(self.changed(&w, c.item())))
+                self.condition_failed(&w, c.item(), unanswered.happened())
             }
             _ => Err(self.single_item_error(e, None)),
         }
+    }
+
+    /// A single bucket write whose condition failed. When the SDK resent it after an
+    /// attempt whose answer was lost (`resent`), the first may have applied: the row tells
+    /// (a lease the write added or changed, its recent write ids), even when other writers
+    /// moved it on since, unless the write changed no lease and they moved it too far
+    /// ([`StoreError::OutcomeUnknown`]). A write id is new for every write, so only the
+    /// write itself can be among the recent ones.
+    fn condition_failed(
+        &self,
+        w: &BucketWrite,
+        item: Option<&Item>,
+        resent: bool,
+    ) -> Result<(), CommitError> {
+        let current = item.and_then(|item| row::bucket_state(item).ok());
+        if let Some(row) = &current {
+            if row.wrote(w.write_id) {
+                tracing::debug!(dimension = %w.dimension(), "a resent write had applied");
+                return Ok(());
+            }
+            match w.probe().outcome(row) {
+                WriteOutcome::Applied if resent => {
+                    tracing::debug!(dimension = %w.dimension(), "a resent write had applied");
+                    return Ok(());
+                }
+                WriteOutcome::Unknown if resent => {
+                    tracing::warn!(dimension = %w.dimension(), "a resent write's outcome is unknown");
+                    return Err(StoreError::OutcomeUnknown {
+                        dimension: w.dimension().to_string(),
+                    }
+                    .into());
+                }
+                _ => {}
+            }
+        }
+        Err(CommitError::Condition(self.changed(w, item)))
     }
 
     /// A single-item write's failure other than its bucket's condition: `failure` when

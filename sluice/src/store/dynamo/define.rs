@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::row::{self, Item};
-use super::{DynamoStore, NOT_EXISTS, Units, is_own_write};
+use super::{DynamoStore, NOT_EXISTS, Units};
 use crate::bucket::BucketState;
 use crate::store::StoreError;
 
@@ -29,8 +29,14 @@ impl DynamoStore {
         expected: Option<&BucketState>,
     ) -> Result<bool, StoreError> {
         StoreError::check_row(state)?;
+        // The row remembers the write that defines it, so that a resend recognises it.
+        let recent_writes = match state.write_id {
+            Some(id) if !state.wrote(id) => state.recent_after(id, state.last_refill_at),
+            _ => state.recent_writes.clone(),
+        };
         let item = row::bucket_item(&BucketState {
             held: Vec::new(),
+            recent_writes,
             ..state.clone()
         });
         self.count_call();
@@ -44,7 +50,7 @@ impl DynamoStore {
                 Ok(true)
             }
             // A resend of a write that had applied finds the row it wrote.
-            Err(Refused::Condition(Some(item))) if is_own_write(&item, state) => Ok(true),
+            Err(Refused::Condition(Some(item))) if wrote(&item, state.write_id) => Ok(true),
             Err(Refused::Condition(_)) => Ok(false),
             Err(Refused::Store(e)) => Err(e),
         }
@@ -119,4 +125,9 @@ impl DynamoStore {
             })?;
         Ok(out.consumed_capacity)
     }
+}
+
+/// Whether `item` is a bucket row that remembers the write `write_id`.
+fn wrote(item: &Item, write_id: Option<u64>) -> bool {
+    write_id.is_some_and(|id| row::bucket_state(item).is_ok_and(|row| row.wrote(id)))
 }

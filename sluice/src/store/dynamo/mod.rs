@@ -37,6 +37,12 @@ const BATCH_WRITE_MAX: usize = 25;
 /// with backoff) before it is reported as throttled.
 const BATCH_ROUNDS: u32 = 8;
 
+/// Attempts of one store call by a client [`DynamoStore::from_config`] builds (the SDK's
+/// standard retries, within the store timeout).
+const STORE_ATTEMPTS: u32 = 3;
+/// The first backoff between those attempts (the SDK's default is a second).
+const STORE_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Kept leases removed by one `UpdateItem` of [`Store::forget_held`].
 const FORGET_MAX: usize = 100;
 
@@ -134,7 +140,17 @@ impl DynamoStore {
             .operation_timeout(config.store_timeout)
             .operation_attempt_timeout(config.store_attempt_timeout)
             .build();
-        let aws = loader.timeout_config(timeouts).load().await;
+        // Attempts resent soon: a rate limiter sits in its caller's request path, and a
+        // write whose answer was lost is recognised the more surely the sooner it is resent
+        // (see `RecentWrites`).
+        let retries = aws_sdk_dynamodb::config::retry::RetryConfig::standard()
+            .with_max_attempts(STORE_ATTEMPTS)
+            .with_initial_backoff(STORE_RETRY_BACKOFF);
+        let aws = loader
+            .timeout_config(timeouts)
+            .retry_config(retries)
+            .load()
+            .await;
         Ok(DynamoStore::new(Client::new(&aws), table))
     }
 
@@ -313,14 +329,36 @@ impl DynamoStore {
     }
 }
 
-/// Whether `item` is the row `written` describes, stamped by the very write that produced
-/// it: same write id and version. A write id is new for every write, so only a resend of
-/// that write can find it (DynamoDB applies conditional single-item writes at most once per
-/// call, but the SDK resends a call whose answer was lost).
-fn is_own_write(item: &Item, written: &BucketState) -> bool {
-    written.write_id.is_some()
-        && row::bucket_state(item)
-            .is_ok_and(|row| row.write_id == written.write_id && row.version == written.version)
+/// Notes whether an attempt of a call went unanswered (no answer, or a server error): a
+/// write it carried may have applied although the call's final answer says otherwise.
+#[derive(Debug, Clone, Default)]
+struct Unanswered(Arc<std::sync::atomic::AtomicBool>);
+
+impl Unanswered {
+    fn happened(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl aws_sdk_dynamodb::config::Intercept for Unanswered {
+    fn name(&self) -> &'static str {
+        "sluice::Unanswered"
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
+        _components: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        let answered = context
+            .response()
+            .is_some_and(|r| !r.status().is_server_error());
+        if !answered {
+            self.0.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
 }
 
 /// Consumed capacity in thousandths of a unit (statistics only, never accounting).

@@ -56,6 +56,9 @@ pub(crate) const EXPIRES_AT: &str = "expires_at";
 pub(crate) const LEAN: &str = "lean";
 /// sluice's extra bucket attribute: the id of the sluice write that produced the row.
 pub(crate) const WRITE_ID: &str = "write_id";
+/// sluice's extra attribute on bucket rows: the ids of the last writes
+/// ([`BucketState::recent_writes`]), 8 bytes each, big-endian, in one binary value.
+pub(crate) const RECENT_WRITES: &str = "recent_writes";
 /// sluice's extra lease attribute on slot leases: the partition key of [`SLOTS_INDEX`].
 pub(crate) const SLOT_DIMENSION: &str = "slot_dimension";
 /// The sparse global secondary index over slot leases: partition key `slot_dimension`,
@@ -95,6 +98,12 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     }
     if let Some(id) = state.write_id {
         item.insert(WRITE_ID.to_owned(), write_id(id));
+    }
+    if !state.recent_writes.writes.is_empty() {
+        item.insert(
+            RECENT_WRITES.to_owned(),
+            recent_writes(&state.recent_writes),
+        );
     }
     for h in &state.held {
         item.insert(held_name(&h.id), held_value(h));
@@ -156,11 +165,6 @@ fn held_lease(r: &Reader<'_>, name: &str, value: &AttributeValue) -> Result<Held
         expires_at: r.time(expires, name, Rounding::Ceil)?,
         caller: caller.clone(),
     })
-}
-
-/// A write id as stored.
-pub(crate) fn write_id(id: u64) -> AttributeValue {
-    s(format!("{id:016x}"))
 }
 
 /// The whole lease row.
@@ -355,6 +359,7 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
         }
     };
     let write_id = read_write_id(&r, item)?;
+    let recent_writes = read_recent_writes(&r, item)?;
     let mut held = Vec::new();
     for (name, value) in item {
         if name.starts_with(LEASE_PREFIX) {
@@ -370,6 +375,7 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
         last_refill_at,
         version,
         write_id,
+        recent_writes,
         held,
     };
     // A row that cannot be a bucket (a `requests` row that never refills, a lean
@@ -403,27 +409,6 @@ fn definition(r: &Reader<'_>) -> Result<Bucket, StoreError> {
         )));
     }
     Ok(Bucket::new(limit_type, capacity, refill_rate).with_cost_per_call(cost_per_call))
-}
-
-/// Reads the write id a row carries, if any.
-fn read_write_id(r: &Reader<'_>, item: &Item) -> Result<Option<u64>, StoreError> {
-    Ok(match item.get(WRITE_ID) {
-        None => None,
-        Some(AttributeValue::S(id)) => Some(
-            u64::from_str_radix(id, 16)
-                .ok()
-                .filter(|_| id.len() == 16)
-                .ok_or_else(|| {
-                    r.corrupt(format!("`{WRITE_ID}` must be 16 hex digits, found {id:?}"))
-                })?,
-        ),
-        Some(other) => {
-            return Err(r.corrupt(format!(
-                "`{WRITE_ID}` must be a string (S), found {}",
-                kind(other)
-            )));
-        }
-    })
 }
 
 /// Reads a lease row.
@@ -470,6 +455,11 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
         in_bucket: false,
     })
 }
+
+mod writes;
+
+use writes::{read_recent_writes, read_write_id};
+pub(crate) use writes::{recent_writes, write_id};
 
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::bucket::RecentWrites;
 
 fn seed_row() -> Item {
     HashMap::from([
@@ -26,11 +27,38 @@ fn reads_the_seed_example_row_exactly() {
     assert_eq!(bucket_state(&bucket_item(&b)).unwrap(), b);
     let stamped = BucketState {
         write_id: Some(0x00ab_cdef_0123_4567),
+        recent_writes: RecentWrites::default(),
         ..b
     };
     let item = bucket_item(&stamped);
     assert_eq!(item[WRITE_ID], s("00abcdef01234567"));
     assert_eq!(bucket_state(&item).unwrap(), stamped);
+    let remembering = BucketState {
+        recent_writes: RecentWrites {
+            writes: vec![
+                (1, UnixMillis::new(1_709_550_001_000)),
+                (u64::MAX, UnixMillis::new(1_709_550_002_000)),
+            ],
+            forgotten: UnixMillis::new(1_709_550_000_500),
+        },
+        ..stamped
+    };
+    let item = bucket_item(&remembering);
+    let mut bytes = Vec::new();
+    for word in [
+        1_709_550_000_500u64,
+        1,
+        1_709_550_001_000,
+        u64::MAX,
+        1_709_550_002_000,
+    ] {
+        bytes.extend_from_slice(&word.to_be_bytes());
+    }
+    assert_eq!(
+        item[RECENT_WRITES],
+        AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(bytes))
+    );
+    assert_eq!(bucket_state(&item).unwrap(), remembering);
 }
 
 #[test]
@@ -146,6 +174,39 @@ fn rows_beyond_a_buckets_bounds_are_named_with_the_reason() {
             "`capacity`: capacity must be positive and at most 10^18",
             Box::new(|r| {
                 r.insert(CAPACITY.to_owned(), n("2e18"));
+            }),
+        ),
+        (
+            "`recent_writes` must be 8 bytes and at most 32 writes of 16, found 9 bytes",
+            Box::new(|r| {
+                r.insert(
+                    RECENT_WRITES.to_owned(),
+                    AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![0u8; 9])),
+                );
+            }),
+        ),
+        (
+            "`recent_writes` must be 8 bytes and at most 32 writes of 16, found 536 bytes",
+            Box::new(|r| {
+                r.insert(
+                    RECENT_WRITES.to_owned(),
+                    AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![0u8; 536])),
+                );
+            }),
+        ),
+        (
+            "`recent_writes`: a timestamp out of range",
+            Box::new(|r| {
+                r.insert(
+                    RECENT_WRITES.to_owned(),
+                    AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![0xff; 8])),
+                );
+            }),
+        ),
+        (
+            "`recent_writes` must be binary (B), found a string (S)",
+            Box::new(|r| {
+                r.insert(RECENT_WRITES.to_owned(), s("00"));
             }),
         ),
         (

@@ -6,6 +6,10 @@ use std::time::Duration;
 use crate::dimension::Dimension;
 use crate::tokens::Tokens;
 
+mod choices;
+
+pub use choices::{DEFAULT_OPEN_PERCENT, FailurePolicy, Prefetch, Protocol};
+
 /// Default lease TTL (`SLUICE_LEASE_TTL`), seconds.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 /// Default contention retries before giving up (`SLUICE_MAX_RETRIES`).
@@ -68,6 +72,7 @@ pub enum ConfigError {
 /// | `SLUICE_LEASES_PER_ROW` | most leases a bucket row keeps itself (see [`Config::leases_per_row`]) | 32 |
 /// | `SLUICE_STORE_TIMEOUT_MS` | deadline of one store call, retries included, milliseconds (see [`Config::store_timeout`]) | 3000 |
 /// | `SLUICE_STORE_ATTEMPT_TIMEOUT_MS` | deadline of one attempt of a store call, milliseconds | 1000 |
+/// | `SLUICE_FAILURE_POLICY` | `closed`, `open` or `open:N` when the store cannot answer (see [`FailurePolicy`]) | `closed` |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The DynamoDB table, if any.
@@ -106,78 +111,11 @@ pub struct Config {
     /// The longest one attempt of a store call may take before the SDK tries again (within
     /// [`store_timeout`](Self::store_timeout)). At least 1 ms and at most `store_timeout`.
     pub store_attempt_timeout: Duration,
-}
-
-/// Local prefetch for a hot dimension whose bucket is in lean mode: when this client
-/// writes a grant, it takes `tokens` more in the same write and grants later acquires from
-/// them locally, with no call, for up to `hold`.
-///
-/// It lifts the ceiling of one bucket row (each write carries many grants, across
-/// processes too) at a bounded price:
-///
-/// - **Overshoot**: every token granted from a prefetch was taken from the bucket at most
-///   `hold` earlier, so the grants in any window of length `W` stay within
-///   `capacity + refill_rate × (W + hold)` (instead of `W`), whatever the number of
-///   clients. Choose `hold` so that `refill_rate × hold` is a burst the vendor tolerates.
-/// - **Waste**: prefetched tokens not granted within `hold` (or too few for the next
-///   request) are dropped, never given back: they count as used.
-/// - **No effect at the limit**: a client prefetches only from plenty, when the bucket
-///   still holds at least as much again afterwards, so a bucket near empty is shared
-///   exactly as without prefetch.
-///
-/// Only lean buckets (`requests`, `tokens`) are prefetched: a grant from a bucket with
-/// leases needs its own lease row. Only single-dimension acquires use it.
-///
-/// ```
-/// use std::time::Duration;
-/// use sluice::{Prefetch, Sluice};
-///
-/// let sluice = Sluice::builder()
-///     .prefetch("openai#rpm".parse()?, Prefetch::new(20, Duration::from_millis(250)))
-///     .build()?;
-/// # let _ = sluice;
-/// # Ok::<(), sluice::Error>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Prefetch {
-    tokens: Tokens,
-    hold: Duration,
-}
-
-impl Prefetch {
-    /// Prefetch `tokens` per write, granted locally for up to `hold` (both must be
-    /// positive; [`SluiceBuilder::build`](crate::SluiceBuilder::build) checks).
-    pub fn new(tokens: impl Into<Tokens>, hold: Duration) -> Self {
-        Prefetch {
-            tokens: tokens.into(),
-            hold,
-        }
-    }
-
-    /// Tokens taken per write.
-    pub fn tokens(&self) -> Tokens {
-        self.tokens
-    }
-
-    /// How long prefetched tokens may be granted.
-    pub fn hold(&self) -> Duration {
-        self.hold
-    }
-}
-
-/// How acquires talk to the store (`SLUICE_PROTOCOL`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Protocol {
-    /// One conditional write per grant, from the row this client last saw (one or several
-    /// dimensions); a denial it already knows costs no call; releases and cost adjustments
-    /// write without reading; concurrent acquires and releases on one dimension share a
-    /// write (`fast`, the default).
-    #[default]
-    Fast,
-    /// The seed design's protocol: a consistent read, then the conditional write (`seed`).
-    /// The baseline the fast path is measured against.
-    Seed,
+    /// What an acquire does when the store cannot answer (see [`FailurePolicy`]).
+    pub failure_policy: FailurePolicy,
+    /// The failure policy of particular dimensions, over
+    /// [`failure_policy`](Self::failure_policy); set from code only.
+    pub failure_policies: HashMap<Dimension, FailurePolicy>,
 }
 
 impl Default for Config {
@@ -194,11 +132,30 @@ impl Default for Config {
             leases_per_row: DEFAULT_LEASES_PER_ROW,
             store_timeout: DEFAULT_STORE_TIMEOUT,
             store_attempt_timeout: DEFAULT_STORE_ATTEMPT_TIMEOUT,
+            failure_policy: FailurePolicy::Closed,
+            failure_policies: HashMap::new(),
         }
     }
 }
 
 impl Config {
+    /// The failure policy of `dimension`.
+    pub fn failure_policy_of(&self, dimension: &Dimension) -> FailurePolicy {
+        self.failure_policies
+            .get(dimension)
+            .copied()
+            .unwrap_or(self.failure_policy)
+    }
+
+    /// Whether any dimension fails open.
+    pub(crate) fn may_fail_open(&self) -> bool {
+        self.failure_policy != FailurePolicy::Closed
+            || self
+                .failure_policies
+                .values()
+                .any(|p| *p != FailurePolicy::Closed)
+    }
+
     /// Reads the configuration from the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|name| std::env::var(name).ok())
@@ -269,6 +226,13 @@ impl Config {
                 }
             };
         }
+        if let Some(v) = non_empty("SLUICE_FAILURE_POLICY") {
+            config.failure_policy = v.parse().map_err(|_| ConfigError::Invalid {
+                variable: "SLUICE_FAILURE_POLICY",
+                value: v.clone(),
+                reason: "expected `closed`, `open` or `open:N` (N percent, 1 to 100)",
+            })?;
+        }
         if let Some(v) = non_empty("SLUICE_CALLER") {
             config.caller = v;
         } else if let Some(f) = non_empty("AWS_LAMBDA_FUNCTION_NAME") {
@@ -318,6 +282,19 @@ impl Config {
                 value: format!("{:?}", self.store_attempt_timeout),
                 reason: "an attempt's timeout must be at least one millisecond and at most the store timeout",
             });
+        }
+        let policies = self.failure_policies.iter().map(|(d, p)| (Some(d), p));
+        for (dimension, policy) in policies.chain([(None, &self.failure_policy)]) {
+            if !policy.is_valid() {
+                return Err(ConfigError::Invalid {
+                    variable: "SLUICE_FAILURE_POLICY",
+                    value: format!(
+                        "{policy:?} for {}",
+                        dimension.map_or("the client", |d| d.as_str())
+                    ),
+                    reason: "an open failure policy's share is 1 to 100 percent",
+                });
+            }
         }
         for (dimension, p) in &self.prefetch {
             if p.tokens() <= Tokens::ZERO
@@ -468,6 +445,42 @@ mod tests {
         assert!(
             e.to_string().contains("SLUICE_STORE_ATTEMPT_TIMEOUT_MS"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn the_failure_policy_comes_from_the_environment_and_is_validated() {
+        let c = Config::from_lookup(env(&[])).unwrap();
+        assert_eq!(c.failure_policy, FailurePolicy::Closed);
+        assert!(!c.may_fail_open());
+        for (value, policy) in [
+            ("closed", FailurePolicy::Closed),
+            ("open", FailurePolicy::Open { percent: 10 }),
+            (" open:25% ", FailurePolicy::Open { percent: 25 }),
+            ("open:100", FailurePolicy::Open { percent: 100 }),
+        ] {
+            let c = Config::from_lookup(env(&[("SLUICE_FAILURE_POLICY", value)])).unwrap();
+            assert_eq!(c.failure_policy, policy, "{value}");
+        }
+        for value in ["opened", "open:0", "open:101", "open:ten", "half"] {
+            let e = Config::from_lookup(env(&[("SLUICE_FAILURE_POLICY", value)])).unwrap_err();
+            assert!(e.to_string().contains("SLUICE_FAILURE_POLICY"), "{e}");
+        }
+        // Set from code: validated when the client is built.
+        let d: Dimension = "openai#rpm".parse().unwrap();
+        let mut c = Config::default();
+        c.failure_policies
+            .insert(d.clone(), FailurePolicy::Open { percent: 0 });
+        assert!(c.may_fail_open());
+        let e = c.validate().unwrap_err();
+        assert!(e.to_string().contains("openai#rpm"), "{e}");
+        c.failure_policies.insert(d.clone(), FailurePolicy::Closed);
+        c.failure_policy = FailurePolicy::Open { percent: 30 };
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.failure_policy_of(&d), FailurePolicy::Closed);
+        assert_eq!(
+            c.failure_policy_of(&"openai#tpm".parse().unwrap()),
+            FailurePolicy::Open { percent: 30 }
         );
     }
 }

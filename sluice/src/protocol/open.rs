@@ -1,0 +1,111 @@
+//! The `open` failure policy around an acquire ([`FailurePolicy::Open`]): when the store
+//! cannot answer, a grant from this process's local buckets (see
+//! [`shared::fallback`](crate::shared::fallback)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::acquire::Wanted as Request;
+use crate::bucket::Bucket;
+use crate::clock::UnixMillis;
+use crate::error::Error;
+use crate::grant::{Grant, Kept, LeasePart};
+use crate::ids::new_unique;
+use crate::shared::Core;
+use crate::shared::fallback::{Local, Wanted};
+use crate::store::{LeaseKey, StoreError};
+use crate::tokens::Tokens;
+
+use super::Path;
+
+/// Whether the store failed an acquire in a way the `open` policy covers: it could not
+/// answer (no answer in time, unreachable, throttling, failing). A missing table, a
+/// corrupt row or a lost write's unknown outcome are answers: they stand.
+fn cannot_answer(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Timeout { .. }
+            | StoreError::Unavailable { .. }
+            | StoreError::Throttled { .. }
+            | StoreError::Service { .. }
+    )
+}
+
+/// Acquires `wanted` as [`super::acquire`] does, falling back to the local buckets when
+/// the store cannot answer and every dimension fails open.
+pub(crate) async fn acquire(
+    core: &Arc<Core>,
+    wanted: Vec<Request>,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+    span: &tracing::Span,
+) -> Result<Grant, Error> {
+    if core.fallback.skip_store(core.now())
+        && let Some(local) = local(core, &wanted, ttl)
+    {
+        return local;
+    }
+    let path = Path::of(core, wanted.clone());
+    let result = super::acquire(core, path, ttl, fresh_after, span).await;
+    match &result {
+        Err(Error::Store(e)) if cannot_answer(e) => {
+            core.fallback.store_failed(core.now(), e);
+            local(core, &wanted, ttl).unwrap_or(result)
+        }
+        // Granted, refused, or another answer: the store answers.
+        _ => {
+            core.fallback.store_answered();
+            for w in &wanted {
+                if let Some(row) = core.lane(&w.dimension).memory().row() {
+                    core.fallback.learn(&w.dimension, &row.bucket);
+                }
+            }
+            result
+        }
+    }
+}
+
+/// A grant (or an exact RetryIn) from the local buckets, or `None` when some dimension
+/// cannot fail open.
+fn local(core: &Core, wanted: &[Request], ttl: Duration) -> Option<Result<Grant, Error>> {
+    let now = core.now();
+    let costs: Vec<_> = wanted
+        .iter()
+        .map(|w| move |b: &Bucket| w.cost(b.cost_per_call()))
+        .collect();
+    let dimensions: Vec<Wanted<'_>> = wanted
+        .iter()
+        .zip(&costs)
+        .map(|(w, cost)| {
+            let cost: &dyn Fn(&Bucket) -> Tokens = cost;
+            (
+                &w.dimension,
+                core.config.failure_policy_of(&w.dimension),
+                cost,
+            )
+        })
+        .collect();
+    let answer = core.fallback.take(&dimensions, now);
+    match answer {
+        Local::Closed => None,
+        Local::Short(wait) => Some(Err(Error::RetryIn(crate::remembered::retry_in(wait)))),
+        Local::Granted(costs) => {
+            let unique = new_unique();
+            let parts = wanted
+                .iter()
+                .zip(costs)
+                .map(|(w, cost)| {
+                    crate::metrics::fail_open_grant(w.dimension.as_str());
+                    LeasePart {
+                        key: LeaseKey::new(&w.dimension, &unique),
+                        dimension: w.dimension.clone(),
+                        cost,
+                        restores: false,
+                        kept: Kept::Local,
+                    }
+                })
+                .collect();
+            Some(Ok(Grant::new(parts, now, now.saturating_add(ttl), 0)))
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Child processes of a multi-process test: the test binary runs itself with `--child`
+//! and talks to each child over its stdin and stdout, one line at a time. A worker that
+//! is dropped before it exited (a failed assertion in the parent) is killed by its PID, so
+//! no test leaves a process behind.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+/// One child process.
+pub struct Worker {
+    pub child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// The name it acquires under (`SLUICE_CALLER`).
+    pub caller: String,
+}
+
+impl Worker {
+    /// Starts this test binary as `--child` with `args`; `caller` names it.
+    pub fn spawn(caller: &str, args: &[&str]) -> Worker {
+        let exe = std::env::current_exe().unwrap();
+        let mut child = Command::new(exe)
+            .arg("--child")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Worker {
+            stdin: child.stdin.take().unwrap(),
+            stdout: BufReader::new(child.stdout.take().unwrap()),
+            child,
+            caller: caller.to_owned(),
+        }
+    }
+
+    /// Reads the child's next line, which must start with `prefix`; returns the rest.
+    pub fn expect_line(&mut self, prefix: &str) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with(prefix),
+            "{}: expected `{prefix}…`, got {line:?}",
+            self.caller
+        );
+        line.trim()[prefix.len()..].trim().to_owned()
+    }
+
+    /// Sends the child a line.
+    pub fn say(&mut self, text: &str) {
+        writeln!(self.stdin, "{text}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Waits for the child to exit; whether it succeeded.
+    pub fn finish(&mut self) -> bool {
+        self.child.wait().unwrap().success()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The failure policy: what acquires do while the store cannot answer. `closed` (the
+//! default) fails with the store's typed error; `open` grants from a local bucket at a
+//! share of the shared bucket's capacity and rate, never for `concurrent` buckets nor for
+//! buckets the client has not seen, and goes back to the store once it answers.
+//!
+//! The store is the in-memory one behind a switch that makes every call time out, and the
+//! client's clock is a manual one: no test waits.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use sluice::store::{
+    Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, StoreError,
+};
+use sluice::{
+    Acquire, Bucket, BucketState, Dimension, Error, FailurePolicy, ManualClock, MemoryStore,
+    RefillRate, Sluice, Store, Tokens, UnixMillis,
+};
+
+/// The in-memory store, unless it is down: then every call times out.
+#[derive(Debug, Default)]
+struct Switch {
+    inner: MemoryStore,
+    down: AtomicBool,
+    /// Calls made while down.
+    calls_while_down: AtomicU64,
+}
+
+impl Switch {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.down.load(Ordering::SeqCst) {
+            self.calls_while_down.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Timeout { source: None });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Switch {
+    async fn read_buckets(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<Vec<Option<BucketState>>, StoreError> {
+        self.check()?;
+        self.inner.read_buckets(dimensions).await
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+        self.check()?;
+        self.inner.commit(commit).await
+    }
+
+    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.delete_leases(keys).await
+    }
+
+    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+        self.check()?;
+        self.inner.read_leases(keys).await
+    }
+
+    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
+        self.check()?;
+        self.inner.scan_leases(filter).await
+    }
+
+    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.forget_held(dimension, ids).await
+    }
+
+    async fn put_bucket(
+        &self,
+        state: &BucketState,
+        expected: Option<&BucketState>,
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.put_bucket(state, expected).await
+    }
+
+    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
+        self.check()?;
+        self.inner.list_buckets().await
+    }
+
+    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.delete_bucket(dimension).await
+    }
+}
+
+struct Setup {
+    sluice: Sluice,
+    store: Arc<Switch>,
+    clock: ManualClock,
+}
+
+/// A client with `policy` on a switchable store holding `openai#rpm` (100 per second,
+/// capacity 100), `openai#tpm` (10,000 per second) and `eleven#concurrent` (2 slots), all
+/// seen once by the client while the store answered.
+async fn setup(policy: FailurePolicy) -> Setup {
+    let store = Arc::new(Switch::default());
+    let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    let sluice = Sluice::builder()
+        .store_arc(store.clone())
+        .clock(clock.clone())
+        .failure_policy(policy)
+        .build()
+        .unwrap();
+    let buckets = [
+        ("openai#rpm", Bucket::requests(RefillRate::per_second(100))),
+        ("openai#tpm", Bucket::tokens(RefillRate::per_second(10_000))),
+        ("eleven#concurrent", Bucket::concurrent(2)),
+    ];
+    for (dimension, bucket) in buckets {
+        sluice.put_bucket(dimension, bucket).await.unwrap();
+        sluice
+            .acquire(dimension)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    Setup {
+        sluice,
+        store,
+        clock,
+    }
+}
+
+const OPEN_10: FailurePolicy = FailurePolicy::Open { percent: 10 };
+
+#[tokio::test]
+async fn closed_fails_with_the_stores_error() {
+    let s = setup(FailurePolicy::default()).await;
+    s.store.down.store(true, Ordering::SeqCst);
+    let e = s.sluice.acquire("openai#rpm").await.unwrap_err();
+    assert!(
+        matches!(e, Error::Store(StoreError::Timeout { .. })),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn open_grants_from_an_empty_local_bucket_at_its_share_with_exact_retry_in() {
+    let s = setup(OPEN_10).await;
+    s.store.down.store(true, Ordering::SeqCst);
+    // The outage begins: the local bucket starts empty and refills at 10 per second.
+    let e = s.sluice.acquire("openai#rpm").await.unwrap_err();
+    let Error::RetryIn(wait) = e else {
+        panic!("expected a RetryIn from the local bucket, got {e:?}");
+    };
+    assert_eq!(wait, Duration::from_millis(100));
+    // One millisecond early is refused; on time is granted, with no store call.
+    s.clock.advance(Duration::from_millis(99));
+    assert!(matches!(
+        s.sluice.acquire("openai#rpm").await,
+        Err(Error::RetryIn(d)) if d == Duration::from_millis(1)
+    ));
+    s.clock.advance(Duration::from_millis(1));
+    let lease = s.sluice.acquire("openai#rpm").await.unwrap();
+    assert_eq!(lease.attempts(), 0, "granted locally");
+    lease.release().await.unwrap();
+    // Over the next 10 s: at most the local capacity (10) plus 10 per second, and nearly
+    // all of it when asked every 5 ms.
+    let mut granted = 0u64;
+    for _ in 0..2_000 {
+        s.clock.advance(Duration::from_millis(5));
+        match s.sluice.acquire("openai#rpm").await {
+            Ok(lease) => {
+                granted += 1;
+                lease.release().await.unwrap();
+            }
+            Err(Error::RetryIn(_)) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(
+        (99..=100).contains(&granted),
+        "{granted} local grants in 10 s"
+    );
+    // The store was asked about once a second (the first failure, then one probe a
+    // second), not on every acquire.
+    let calls = s.store.calls_while_down.load(Ordering::SeqCst);
+    assert!((10..=13).contains(&calls), "{calls} store calls while down");
+}
+
+#[tokio::test]
+async fn open_ends_when_the_store_answers_again_and_never_touched_the_shared_bucket() {
+    let s = setup(OPEN_10).await;
+    let before = s.sluice.bucket("openai#rpm").await.unwrap().unwrap();
+    s.store.down.store(true, Ordering::SeqCst);
+    s.sluice.acquire("openai#rpm").await.unwrap_err();
+    s.clock.advance(Duration::from_millis(500));
+    let local = s.sluice.acquire("openai#rpm").await.unwrap();
+    assert_eq!(local.attempts(), 0);
+    // Adjusting a local grant charges the local bucket only.
+    let mut local = local;
+    local.adjust("openai#rpm", 3).await.unwrap();
+    local.release().await.unwrap();
+    s.store.down.store(false, Ordering::SeqCst);
+    let during = s.sluice.bucket("openai#rpm").await.unwrap().unwrap();
+    assert_eq!(during.version, before.version, "no write while down");
+    // Within a second, an acquire asks the store again, and from then on the shared
+    // bucket grants.
+    s.clock.advance(Duration::from_secs(1));
+    let shared = s.sluice.acquire("openai#rpm").await.unwrap();
+    assert!(shared.attempts() >= 1, "granted by the store");
+    shared.release().await.unwrap();
+    let after = s.sluice.bucket("openai#rpm").await.unwrap().unwrap();
+    assert!(after.version > before.version);
+}
+
+#[tokio::test]
+async fn concurrent_and_unseen_buckets_and_closed_dimensions_stay_closed() {
+    let store = Arc::new(Switch::default());
+    let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    let sluice = Sluice::builder()
+        .store_arc(store.clone())
+        .clock(clock.clone())
+        .failure_policy(OPEN_10)
+        .failure_policy_for("openai#tpm".parse().unwrap(), FailurePolicy::Closed)
+        .build()
+        .unwrap();
+    for (dimension, bucket) in [
+        ("openai#rpm", Bucket::requests(RefillRate::per_second(100))),
+        ("openai#tpm", Bucket::tokens(RefillRate::per_second(10_000))),
+        ("eleven#concurrent", Bucket::concurrent(2)),
+        ("unseen#rpm", Bucket::requests(RefillRate::per_second(100))),
+    ] {
+        sluice.put_bucket(dimension, bucket).await.unwrap();
+    }
+    for dimension in ["openai#rpm", "openai#tpm", "eleven#concurrent"] {
+        sluice
+            .acquire(dimension)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    store.down.store(true, Ordering::SeqCst);
+    clock.advance(Duration::from_secs(1));
+    let is_timeout = |r: Result<sluice::Lease, Error>| {
+        matches!(r, Err(Error::Store(StoreError::Timeout { .. })))
+    };
+    // A slot granted locally could be one another process holds.
+    assert!(is_timeout(sluice.acquire("eleven#concurrent").await));
+    // Its definition was never seen.
+    assert!(is_timeout(sluice.acquire("unseen#rpm").await));
+    // Closed for this dimension, alone or with an open one.
+    assert!(is_timeout(sluice.acquire("openai#tpm").await));
+    let pair = Acquire::new("openai#rpm").and_cost("openai#tpm", 100);
+    assert!(is_timeout(sluice.acquire(pair).await));
+    // The open one alone is granted from its local bucket (empty when the outage began).
+    assert!(matches!(
+        sluice.acquire("openai#rpm").await,
+        Err(Error::RetryIn(_))
+    ));
+    clock.advance(Duration::from_millis(100));
+    assert_eq!(sluice.acquire("openai#rpm").await.unwrap().attempts(), 0);
+}
+
+#[tokio::test]
+async fn a_pair_fails_open_all_or_nothing() {
+    let store = Arc::new(Switch::default());
+    let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    let sluice = Sluice::builder()
+        .store_arc(store.clone())
+        .clock(clock.clone())
+        .failure_policy(FailurePolicy::Open { percent: 50 })
+        .build()
+        .unwrap();
+    sluice
+        .put_bucket("openai#rpm", Bucket::requests(RefillRate::per_second(100)))
+        .await
+        .unwrap();
+    sluice
+        .put_bucket("openai#tpm", Bucket::tokens(RefillRate::per_second(1_000)))
+        .await
+        .unwrap();
+    let pair = || Acquire::new("openai#rpm").and_cost("openai#tpm", 400);
+    sluice
+        .acquire(pair())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    store.down.store(true, Ordering::SeqCst);
+    sluice.acquire(pair()).await.unwrap_err();
+    // 500 tokens per second locally: 400 after 800 ms; rpm has plenty by then.
+    clock.advance(Duration::from_millis(799));
+    assert!(matches!(
+        sluice.acquire(pair()).await,
+        Err(Error::RetryIn(d)) if d == Duration::from_millis(1)
+    ));
+    clock.advance(Duration::from_millis(1));
+    let lease = sluice.acquire(pair()).await.unwrap();
+    assert_eq!(lease.cost("openai#tpm"), Some(Tokens::new(400)));
+    assert_eq!(lease.cost("openai#rpm"), Some(Tokens::new(1)));
+}
