@@ -32,9 +32,8 @@ pub(crate) struct Unsettled {
 /// when it applied. When the row no longer tells, a refund counts as applied (never
 /// refunded twice: no over-grant) and a charge as not (charged again at worst).
 async fn settle(core: &Core, part: &mut LeasePart, u: &Unsettled) -> Result<(), Error> {
-    let outcome = match core.read_one(&part.dimension).await? {
-        Some(row) => u.probe.outcome(&row),
-        None => return Err(Error::UnknownDimension(part.dimension.clone())),
+    let Some((outcome, _)) = core.row_after(&u.probe).await? else {
+        return Err(Error::UnknownDimension(part.dimension.clone()));
     };
     tracing::debug!(dimension = %part.dimension, ?outcome, "settled an adjustment that lost its answer");
     match outcome {

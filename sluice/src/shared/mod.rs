@@ -14,7 +14,9 @@ use crate::clock::{Clock, UnixMillis};
 use crate::config::Config;
 use crate::dimension::Dimension;
 use crate::error::Error;
-use crate::store::{BucketWrite, Commit, CommitError, ConditionFailure, Store, StoreError};
+use crate::store::{
+    BucketWrite, Commit, CommitError, ConditionFailure, Store, StoreError, WriteProbe,
+};
 
 use self::lanes::{Lane, Lanes};
 
@@ -88,9 +90,9 @@ impl Core {
             return Err(e.into());
         };
         let left = self.config.store_timeout.saturating_sub(started.elapsed());
-        let read = tokio::time::timeout(left, self.read_one(&probe.dimension)).await;
+        let read = tokio::time::timeout(left, self.row_after(&probe)).await;
         let (outcome, result) = match read {
-            Ok(Ok(Some(row))) => match probe.outcome(&row) {
+            Ok(Ok(Some((outcome, row)))) => match outcome {
                 WriteOutcome::Applied => (WriteOutcome::Applied, Ok(())),
                 WriteOutcome::NotApplied => (
                     WriteOutcome::NotApplied,
@@ -119,6 +121,18 @@ impl Core {
         tracing::debug!(dimension = %probe.dimension, ?outcome, error = %e, "a write lost its answer");
         crate::metrics::lost_answer(probe.dimension.as_str(), outcome);
         result
+    }
+
+    /// Reads the row a write described by `probe` went to, and what it tells of that
+    /// write; `None` when the bucket is gone.
+    pub(crate) async fn row_after(
+        &self,
+        probe: &WriteProbe,
+    ) -> Result<Option<(WriteOutcome, BucketState)>, StoreError> {
+        Ok(self
+            .read_one(&probe.dimension)
+            .await?
+            .map(|row| (probe.outcome(&row), row)))
     }
 
     /// Reads the bucket row of `dimension`, if any.
