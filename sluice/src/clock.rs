@@ -59,6 +59,12 @@ impl UnixMillis {
         UnixMillis(self.0.saturating_add(ms))
     }
 
+    /// This instant moved earlier by `d` (saturating).
+    pub fn saturating_sub(self, d: Duration) -> Self {
+        let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        UnixMillis(self.0.saturating_sub(ms))
+    }
+
     /// The time from `earlier` to `self`, zero if `earlier` is later.
     pub fn saturating_since(self, earlier: UnixMillis) -> Duration {
         Duration::from_millis(self.0.saturating_sub(earlier.0).max(0).unsigned_abs())

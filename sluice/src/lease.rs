@@ -21,8 +21,11 @@ use crate::tokens::Tokens;
 /// Release it when the vendor call is done ([`release`](Lease::release)); for `requests`
 /// and `tokens` buckets the tokens stay consumed, for `concurrent` buckets they come
 /// back. A lease dropped without release is released in the background when a tokio
-/// runtime is available; otherwise it expires at [`expires_at`](Lease::expires_at) and the
-/// reconciler cleans it up. [`Sluice::slot`](crate::Sluice::slot) does all of this for you.
+/// runtime is available; otherwise it expires at [`expires_at`](Lease::expires_at) and,
+/// after the [clock-skew margin](crate::Config::clock_skew) (plus
+/// [`RELEASE_GRACE`](crate::RELEASE_GRACE) for `requests`/`tokens`), the reconciler ends
+/// it. A `concurrent` lease held past its expiry outside [`run`](Lease::run) may be given
+/// to another caller once that margin has passed. [`Sluice::slot`](crate::Sluice::slot) does all of this for you.
 #[must_use = "a lease holds quota until it is released or expires"]
 pub struct Lease {
     /// The state it is released through: the client's, not the client.
@@ -90,8 +93,10 @@ impl Lease {
     /// A release whose caller stops waiting (a timeout around it, a cancelled request)
     /// still happens: it finishes on its own. One that fails because the store is down,
     /// slow or throttling returns that error and goes on in the background, with backoff,
-    /// until it succeeds or the lease expires (a release is idempotent, so a retry never
-    /// gives a slot back twice).
+    /// until it succeeds or anyone may end the lease
+    /// ([`Config::reclaimable_at`](crate::Config::reclaimable_at)): a release is idempotent,
+    /// so a retry never gives a slot back twice, and a `requests`/`tokens` lease released
+    /// within that time is never refunded.
     pub async fn release(mut self) -> Result<(), Error> {
         let parts = self.take_rows();
         if parts.is_empty() {
@@ -102,7 +107,7 @@ impl Lease {
         crate::detach::Detached::new(async move {
             release::release_until_done(&core, parts, expires_at, |result| {
                 if let Err(Err(error)) = sent.send(result) {
-                    tracing::warn!(%error, "a release nobody waited for failed; retrying until its lease expires");
+                    tracing::warn!(%error, "a release nobody waited for failed; retrying until the lease may be reclaimed");
                 }
             })
             .await;
@@ -115,8 +120,14 @@ impl Lease {
 
     /// Runs `body` under this lease, then releases it: the lease's slot.
     ///
-    /// `timeout` is the body's deadline (give the lease the same TTL when acquiring): a body
-    /// still running then is dropped and the result is [`Error::Timeout`]. The lease is
+    /// The body's deadline is `timeout` or the lease's expiry by this client's clock,
+    /// whichever comes first (give the lease the same TTL when acquiring): a body still
+    /// running then is dropped and the result is [`Error::Timeout`] with the deadline it
+    /// had. The expiry was set before the grant's write, so the body never outlives its
+    /// lease by that write's round trip; other clients give an expired lease back only
+    /// [`Config::clock_skew`](crate::Config::clock_skew) after it, so while clocks agree
+    /// that closely a slot in use is never handed on. A lease with no time left (its grant
+    /// came back after it expired) does not start the body at all. The lease is
     /// released on every path: when the body finishes, when it times out, when it panics
     /// (the panic then continues), and when this future is dropped (released in the
     /// background).
@@ -124,12 +135,21 @@ impl Lease {
     where
         F: Future,
     {
+        let timeout = timeout.min(self.remaining());
+        if timeout.is_zero() {
+            // The grant came back after its lease expired (a slow or resent write): the
+            // slot may be another caller's by now, so the body does not start at all.
+            if let Err(error) = self.release().await {
+                tracing::warn!(%error, "release of a lease granted too late failed; retried in the background");
+            }
+            return Err(Error::Timeout(timeout));
+        }
         let outcome = tokio::time::timeout(timeout, AssertUnwindSafe(body).catch_unwind()).await;
         let release = self.release().await;
         let value = match outcome {
             Err(_elapsed) => {
                 if let Err(error) = release {
-                    tracing::warn!(%error, "release after timeout failed; retried in the background until the lease expires");
+                    tracing::warn!(%error, "release after timeout failed; retried in the background until the lease may be reclaimed");
                 }
                 return Err(Error::Timeout(timeout));
             }
@@ -138,7 +158,7 @@ impl Lease {
         };
         if let Err(error) = release {
             // The body's work is done and must not be lost; the release goes on.
-            tracing::warn!(%error, "release after the slot's body failed; retried in the background until the lease expires");
+            tracing::warn!(%error, "release after the slot's body failed; retried in the background until the lease may be reclaimed");
         }
         Ok(value)
     }

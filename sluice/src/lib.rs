@@ -51,6 +51,7 @@ mod lease;
 pub mod metrics;
 mod protocol;
 mod retry;
+mod role;
 mod shared;
 mod snapshot;
 pub mod store;
@@ -64,9 +65,10 @@ pub use bucket::{
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};
 pub use config::{
-    Config, ConfigError, DEFAULT_LEASE_TTL, DEFAULT_LEASES_PER_ROW, DEFAULT_MAX_RETRIES,
-    DEFAULT_OPEN_PERCENT, DEFAULT_SLOT_POLL, DEFAULT_STORE_ATTEMPT_TIMEOUT, DEFAULT_STORE_TIMEOUT,
-    FailurePolicy, MAX_LEASES_PER_ROW, Prefetch, Protocol,
+    COOLDOWN_CALLER, Config, ConfigError, DEFAULT_CLOCK_SKEW, DEFAULT_LEASE_TTL,
+    DEFAULT_LEASES_PER_ROW, DEFAULT_MAX_RETRIES, DEFAULT_OPEN_PERCENT, DEFAULT_SLOT_POLL,
+    DEFAULT_STORE_ATTEMPT_TIMEOUT, DEFAULT_STORE_TIMEOUT, FailurePolicy, MAX_CLOCK_SKEW,
+    MAX_LEASES_PER_ROW, Prefetch, Protocol, RELEASE_GRACE,
 };
 pub use decimal::{DecimalError, Rounding};
 pub use dimension::{Dimension, DimensionError};
@@ -74,7 +76,7 @@ pub use error::Error;
 pub use grant::{LeaseId, LeaseIdError};
 pub use lease::Lease;
 pub use protocol::reconcile::{ReconcileError, ReconcileReport};
-pub use protocol::tighten::{COOLDOWN_CALLER, Tighten};
+pub use protocol::tighten::Tighten;
 pub use shared::remembered;
 /// Runs an `async fn` in a slot of a shared quota.
 ///
@@ -123,3 +125,13 @@ pub use tokens::{RefillRate, Tokens};
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+#[path = "cli/mod.rs"]
+pub mod __cli;
+
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+#[path = "fuzz.rs"]
+pub mod __fuzz;

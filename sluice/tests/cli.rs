@@ -486,7 +486,7 @@ fn reconcile_once_or_every_interval() {
     let once = cli.ok(&["reconcile"]);
     assert_eq!(
         once,
-        "0 expired leases: 0 restored (0 tokens), 0 already gone; 0 concurrent buckets checked: 0 healed (0 tokens), 0 busy, 0 not raised (unreadable leases); 0 errors\n"
+        "0 expired leases: 0 restored (0 tokens), 0 already gone, 0 in their release grace; 0 concurrent buckets checked: 0 healed (0 tokens), 0 busy, 0 not raised (unreadable leases); 0 errors\n"
     );
     let json = cli.json(&["reconcile", "--json"]);
     for key in [
@@ -494,6 +494,7 @@ fn reconcile_once_or_every_interval() {
         "leases_restored",
         "tokens_restored",
         "leases_skipped",
+        "leases_in_grace",
         "buckets_checked",
         "buckets_healed",
         "tokens_healed",
@@ -546,7 +547,8 @@ fn a_killed_callers_slot_is_restored_by_one_reconcile_pass() {
     assert_eq!(status[0]["live_leases"], 1);
     // Before expiry there is nothing to restore.
     assert_eq!(cli.json(&["reconcile", "--json"])["leases_restored"], 0);
-    std::thread::sleep(Duration::from_millis(2_100));
+    // Expired, then the default clock-skew margin (1 s) has passed.
+    std::thread::sleep(Duration::from_millis(3_100));
     let pass = cli.json(&["reconcile", "--json"]);
     assert_eq!(pass["leases_seen"], 1, "{pass}");
     assert_eq!(pass["leases_restored"], 1, "{pass}");

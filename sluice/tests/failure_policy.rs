@@ -6,91 +6,18 @@
 //! The store is the in-memory one behind a switch that makes every call time out, and the
 //! client's clock is a manual one: no test waits.
 
+mod faults;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sluice::store::{
-    Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, StoreError,
-};
 use sluice::{
-    Acquire, Bucket, BucketState, Dimension, Error, FailurePolicy, ManualClock, MemoryStore,
-    RefillRate, Sluice, Store, Tokens, UnixMillis,
+    Acquire, Bucket, Error, FailurePolicy, ManualClock, RefillRate, Sluice, Tokens, UnixMillis,
 };
 
-/// The in-memory store, unless it is down: then every call times out.
-#[derive(Debug, Default)]
-struct Switch {
-    inner: MemoryStore,
-    down: AtomicBool,
-    /// Calls made while down.
-    calls_while_down: AtomicU64,
-}
-
-impl Switch {
-    fn check(&self) -> Result<(), StoreError> {
-        if self.down.load(Ordering::SeqCst) {
-            self.calls_while_down.fetch_add(1, Ordering::SeqCst);
-            return Err(StoreError::Timeout { source: None });
-        }
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for Switch {
-    async fn read_buckets(
-        &self,
-        dimensions: &[Dimension],
-    ) -> Result<Vec<Option<BucketState>>, StoreError> {
-        self.check()?;
-        self.inner.read_buckets(dimensions).await
-    }
-
-    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-        self.check()?;
-        self.inner.commit(commit).await
-    }
-
-    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.delete_leases(keys).await
-    }
-
-    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
-        self.check()?;
-        self.inner.read_leases(keys).await
-    }
-
-    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
-        self.check()?;
-        self.inner.scan_leases(filter).await
-    }
-
-    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.forget_held(dimension, ids).await
-    }
-
-    async fn put_bucket(
-        &self,
-        state: &BucketState,
-        expected: Option<&BucketState>,
-    ) -> Result<bool, StoreError> {
-        self.check()?;
-        self.inner.put_bucket(state, expected).await
-    }
-
-    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
-        self.check()?;
-        self.inner.list_buckets().await
-    }
-
-    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
-        self.check()?;
-        self.inner.delete_bucket(dimension).await
-    }
-}
+use faults::Switch;
+use sluice::store::StoreError;
 
 struct Setup {
     sluice: Sluice,

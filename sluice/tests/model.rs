@@ -48,6 +48,19 @@ const L: &str = "model#lean";
 const C: &str = "model#concurrent";
 const PREFETCH: i64 = 3;
 const HOLD: Duration = Duration::from_millis(200);
+/// The clock skew every client allows for: an expired slot may be given back only this
+/// long after its expiry.
+const SKEW: Duration = Duration::from_millis(300);
+/// When an expired slot lease may be given back: `SKEW` after its expiry, a vendor pause's
+/// cool-down lease at its expiry exactly.
+fn back_at(lease: &sluice::store::LeaseRecord) -> UnixMillis {
+    if lease.caller == sluice::COOLDOWN_CALLER {
+        lease.expires_at
+    } else {
+        lease.expires_at.saturating_add(SKEW)
+    }
+}
+
 const SLOT_POLL: Duration = Duration::from_millis(300);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -345,6 +358,7 @@ impl World {
                         Protocol::Fast
                     },
                     slot_poll: SLOT_POLL,
+                    clock_skew: SKEW,
                     ..Config::default()
                 })
                 .store(ClientStore {
@@ -408,7 +422,7 @@ impl World {
     }
 
     /// The RetryIn of a `concurrent` bucket found short: until its earliest live slot
-    /// lease expires, or the poll interval when none.
+    /// lease may be given back (`SKEW` after its expiry), or the poll interval when none.
     async fn slot_wait(&self) -> Duration {
         let now = self.now();
         let earliest = self
@@ -417,8 +431,9 @@ impl World {
             .await
             .unwrap()
             .into_iter()
-            .map(|l| l.expires_at)
-            .find(|t| *t > now);
+            .map(|l| back_at(&l))
+            .filter(|t| *t > now)
+            .min();
         earliest.map_or(SLOT_POLL, |t| t.saturating_since(now))
     }
 
@@ -431,7 +446,7 @@ impl World {
             .await
             .unwrap()
             .into_iter()
-            .filter(|l| l.expires_at <= now)
+            .filter(|l| back_at(l) <= now)
             .map(|l| l.cost)
             .sum()
     }

@@ -301,8 +301,10 @@ impl Bucket {
 }
 
 fn default_capacity(rate: RefillRate) -> Tokens {
-    // One minute of refill, rounded to whole tokens, and never less than one token.
-    let per_minute = rate.as_nanos_per_second() * 60;
-    let rounded = (per_minute + NANOS_PER_TOKEN / 2) / NANOS_PER_TOKEN * NANOS_PER_TOKEN;
+    // One minute of refill, rounded to whole tokens, and never less than one token. A rate
+    // too large for that saturates, and `validate` refuses the bucket.
+    let per_minute = rate.as_nanos_per_second().saturating_mul(60);
+    let rounded =
+        per_minute.saturating_add(NANOS_PER_TOKEN / 2) / NANOS_PER_TOKEN * NANOS_PER_TOKEN;
     Tokens::from_nanos(rounded.max(NANOS_PER_TOKEN))
 }

@@ -89,6 +89,14 @@ fn retry_in_is_exact_and_rounded_up_to_the_millisecond() {
 }
 
 #[test]
+fn a_refill_rate_too_large_for_a_default_capacity_is_refused_not_overflowed() {
+    let huge = RefillRate::new(Tokens::MAX, Duration::from_nanos(1));
+    for bucket in [Bucket::requests(huge), Bucket::tokens(huge)] {
+        assert!(matches!(bucket.validate(), Err(BucketError::Capacity(_))));
+    }
+}
+
+#[test]
 fn debt_is_repaid_by_refill() {
     let s = state(100, RefillRate::per_second(10), Tokens::new(-15));
     let now = s.last_refill_at;

@@ -11,6 +11,7 @@ use crate::protocol::reconcile::{self, ReconcileReport};
 use crate::protocol::release;
 use crate::protocol::tighten::{self, Tighten};
 use crate::retry::Budget;
+use crate::role::{self, Role};
 use crate::snapshot::Snapshot;
 use crate::store::{LeaseFilter, LeaseRecord};
 use crate::tokens::Tokens;
@@ -20,6 +21,10 @@ use super::Sluice;
 impl Sluice {
     /// What an operator wants to know about a dimension right now.
     pub async fn snapshot(&self, dimension: &str) -> Result<Snapshot, Error> {
+        role::within(Role::Operator, self.snapshot_of(dimension)).await
+    }
+
+    async fn snapshot_of(&self, dimension: &str) -> Result<Snapshot, Error> {
         let dimension = Dimension::new(dimension)?;
         let row = self
             .core
@@ -40,6 +45,10 @@ impl Sluice {
     /// Snapshots of every bucket, sorted by dimension, from one listing of buckets and one
     /// of leases (the operator's `status`).
     pub async fn snapshots(&self) -> Result<Vec<Snapshot>, Error> {
+        role::within(Role::Operator, self.snapshots_of_all()).await
+    }
+
+    async fn snapshots_of_all(&self) -> Result<Vec<Snapshot>, Error> {
         let mut rows = self.core.store.list_buckets().await?;
         rows.sort_by(|a, b| a.dimension.as_str().cmp(b.dimension.as_str()));
         let mut leases: std::collections::HashMap<Dimension, Vec<LeaseRecord>> =
@@ -69,6 +78,10 @@ impl Sluice {
     /// slots move with the capacity (4 slots with 1 held, lowered to 2: 1 free). Other
     /// clients see the new definition at their next write or read of the row.
     pub async fn put_bucket(&self, dimension: &str, bucket: Bucket) -> Result<BucketState, Error> {
+        role::within(Role::Operator, self.define(dimension, bucket)).await
+    }
+
+    async fn define(&self, dimension: &str, bucket: Bucket) -> Result<BucketState, Error> {
         let dimension = Dimension::new(dimension)?;
         bucket.validate().map_err(|source| Error::InvalidBucket {
             dimension: dimension.clone(),
@@ -97,24 +110,24 @@ impl Sluice {
     /// The stored bucket of `dimension`, if any.
     pub async fn bucket(&self, dimension: &str) -> Result<Option<BucketState>, Error> {
         let dimension = Dimension::new(dimension)?;
-        Ok(self.core.read_one(&dimension).await?)
+        Ok(role::within(Role::Operator, self.core.read_one(&dimension)).await?)
     }
 
     /// Every stored bucket.
     pub async fn buckets(&self) -> Result<Vec<BucketState>, Error> {
-        Ok(self.core.store.list_buckets().await?)
+        Ok(role::within(Role::Operator, self.core.store.list_buckets()).await?)
     }
 
     /// Deletes the bucket of `dimension`; returns whether it existed.
     pub async fn delete_bucket(&self, dimension: &str) -> Result<bool, Error> {
         let dimension = Dimension::new(dimension)?;
         self.core.lanes.forget(&dimension);
-        Ok(self.core.store.delete_bucket(&dimension).await?)
+        Ok(role::within(Role::Operator, self.core.store.delete_bucket(&dimension)).await?)
     }
 
     /// Lease rows matching `filter` (e.g. the expired ones).
     pub async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<LeaseRecord>, Error> {
-        Ok(self.core.store.list_leases(filter).await?)
+        Ok(role::within(Role::Operator, self.core.store.list_leases(filter)).await?)
     }
 
     /// Releases a lease by id, e.g. one taken by another process. Returns whether any of its
@@ -186,7 +199,7 @@ impl Sluice {
     /// # Ok::<(), sluice::Error>(()) }).unwrap();
     /// ```
     pub async fn reconcile(&self) -> Result<ReconcileReport, Error> {
-        reconcile::reconcile(&self.core).await
+        role::within(Role::Reconciler, reconcile::reconcile(&self.core)).await
     }
 }
 

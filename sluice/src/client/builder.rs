@@ -136,6 +136,23 @@ impl SluiceBuilder {
         self
     }
 
+    /// Sets the most two hosts' clocks may disagree (`SLUICE_CLOCK_SKEW_MS`, see
+    /// [`Config::clock_skew`]): expired leases are given back only this long after their
+    /// expiry.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::Sluice;
+    ///
+    /// let sluice = Sluice::builder().clock_skew(Duration::from_millis(250)).build()?;
+    /// assert_eq!(sluice.config().clock_skew, Duration::from_millis(250));
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn clock_skew(mut self, skew: Duration) -> Self {
+        self.config.clock_skew = skew;
+        self
+    }
+
     /// Prefetches tokens of the lean bucket `dimension` (see [`Prefetch`] for the
     /// overshoot bound this accepts).
     pub fn prefetch(mut self, dimension: Dimension, prefetch: Prefetch) -> Self {

@@ -172,8 +172,9 @@ impl Sluice {
 
     /// Runs `body` while holding capacity on `request`: acquires, runs, releases.
     ///
-    /// `timeout` is both the lease's TTL and the body's deadline: a body still running then
-    /// is dropped and the slot returns [`Error::Timeout`]. The lease is released on every
+    /// `timeout` is both the lease's TTL and the body's deadline, counted from before the
+    /// grant's write (so the body ends by the lease's expiry, see [`Lease::run`]): a body
+    /// still running then is dropped and the slot returns [`Error::Timeout`]. The lease is released on every
     /// path: when the body finishes, when it times out, when it panics (the panic then
     /// continues), and when the slot's future is dropped (released in the background).
     pub async fn slot<F>(
@@ -196,8 +197,8 @@ impl Sluice {
     /// refusal), runs it under the lease, and releases it on every path (see
     /// [`slot`](Self::slot)).
     ///
-    /// `timeout` is both the lease's TTL and the body's deadline; `None` takes the
-    /// configured [`lease_ttl`](Config::lease_ttl).
+    /// `timeout` is both the lease's TTL and the body's deadline, counted from before the
+    /// grant's write; `None` takes the configured [`lease_ttl`](Config::lease_ttl).
     ///
     /// ```
     /// use std::time::Duration;

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::tokens::Tokens;
 
@@ -26,6 +27,20 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default deadline of one attempt of a store call (`SLUICE_STORE_ATTEMPT_TIMEOUT_MS`; see
 /// [`Config::store_attempt_timeout`]).
 pub const DEFAULT_STORE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default most two hosts' clocks may disagree (`SLUICE_CLOCK_SKEW_MS`; see
+/// [`Config::clock_skew`]).
+pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(1);
+/// The most [`Config::clock_skew`] may be: lease rows must still be there when they become
+/// reclaimable (DynamoDB's TTL sweeper may delete them an hour after their expiry).
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(600);
+/// How long, beyond [`Config::clock_skew`], a `requests` or `tokens` lease left unreleased
+/// after its expiry is kept before anyone refunds it (see [`Config::reclaimable_at`]):
+/// its holder goes on retrying a failed release meanwhile.
+pub const RELEASE_GRACE: Duration = Duration::from_secs(60);
+/// The caller recorded on cool-down leases: the pause a vendor asked for on a
+/// `concurrent` bucket (see [`Tighten::PauseFor`](crate::Tighten::PauseFor)). Nothing runs
+/// under one, so it is given back at its expiry exactly, without the clock-skew margin.
+pub const COOLDOWN_CALLER: &str = "sluice-cooldown";
 /// The most [`Config::leases_per_row`] may be: the row must stay well within DynamoDB's
 /// 400 KB item limit.
 pub const MAX_LEASES_PER_ROW: usize = 1_000;
@@ -72,6 +87,7 @@ pub enum ConfigError {
 /// | `SLUICE_LEASES_PER_ROW` | most leases a bucket row keeps itself (see [`Config::leases_per_row`]) | 32 |
 /// | `SLUICE_STORE_TIMEOUT_MS` | deadline of one store call, retries included, milliseconds (see [`Config::store_timeout`]) | 3000 |
 /// | `SLUICE_STORE_ATTEMPT_TIMEOUT_MS` | deadline of one attempt of a store call, milliseconds | 1000 |
+/// | `SLUICE_CLOCK_SKEW_MS` | most two hosts' clocks may disagree, milliseconds (see [`Config::clock_skew`]) | 1000 |
 /// | `SLUICE_FAILURE_POLICY` | `closed`, `open` or `open:N` when the store cannot answer (see [`FailurePolicy`]) | `closed` |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -111,6 +127,20 @@ pub struct Config {
     /// The longest one attempt of a store call may take before the SDK tries again (within
     /// [`store_timeout`](Self::store_timeout)). At least 1 ms and at most `store_timeout`.
     pub store_attempt_timeout: Duration,
+    /// The most the clocks of any two hosts sharing the table may disagree. A lease's
+    /// expiry is a wall-clock time written by its holder, so no client gives an expired
+    /// lease back before this long after its expiry by its own clock (see
+    /// [`reclaimable_at`](Self::reclaimable_at)); and a slot's body ends by the lease's
+    /// expiry by its holder's clock (see [`Lease::run`](crate::Lease::run)). Together: a
+    /// slot in use is never handed to another caller while clocks agree within this much.
+    /// `0` trusts every clock exactly. At most [`MAX_CLOCK_SKEW`].
+    ///
+    /// The promise holds under three conditions: every client and the reconciler use at
+    /// least this margin (each reclaims by its own setting), the holder is a sluice client
+    /// (another SDK's body deadline is its own), and the body stops at its deadline (a
+    /// future is dropped only when it yields: leave a little more than the true skew for a
+    /// body that blocks or computes).
+    pub clock_skew: Duration,
     /// What an acquire does when the store cannot answer (see [`FailurePolicy`]).
     pub failure_policy: FailurePolicy,
     /// The failure policy of particular dimensions, over
@@ -132,6 +162,7 @@ impl Default for Config {
             leases_per_row: DEFAULT_LEASES_PER_ROW,
             store_timeout: DEFAULT_STORE_TIMEOUT,
             store_attempt_timeout: DEFAULT_STORE_ATTEMPT_TIMEOUT,
+            clock_skew: DEFAULT_CLOCK_SKEW,
             failure_policy: FailurePolicy::Closed,
             failure_policies: HashMap::new(),
         }
@@ -145,6 +176,46 @@ impl Config {
             .get(dimension)
             .copied()
             .unwrap_or(self.failure_policy)
+    }
+
+    /// The earliest time, by this client's clock, at which a lease that expires at
+    /// `expires_at` may be ended by anyone but its holder: [`clock_skew`](Self::clock_skew)
+    /// after its expiry for a `concurrent` slot (`slot`), and [`RELEASE_GRACE`] later still
+    /// for a `requests` or `tokens` lease, which is refunded then: its holder, whose
+    /// release failed, keeps retrying until this time, so a lease it released is not
+    /// refunded unless the store refused that release for the whole grace.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Config, UnixMillis};
+    ///
+    /// let config = Config { clock_skew: Duration::from_secs(2), ..Config::default() };
+    /// let expires = UnixMillis::from_secs(1_700_000_000);
+    /// assert_eq!(config.reclaimable_at(expires, true), UnixMillis::from_secs(1_700_000_002));
+    /// assert_eq!(config.reclaimable_at(expires, false), UnixMillis::from_secs(1_700_000_062));
+    /// ```
+    pub fn reclaimable_at(&self, expires_at: UnixMillis, slot: bool) -> UnixMillis {
+        let after = expires_at.saturating_add(self.clock_skew);
+        if slot {
+            after
+        } else {
+            after.saturating_add(RELEASE_GRACE)
+        }
+    }
+
+    /// [`reclaimable_at`](Self::reclaimable_at) for a lease taken by `caller`: a cool-down
+    /// lease ([`COOLDOWN_CALLER`]) at its expiry exactly.
+    pub(crate) fn lease_reclaimable_at(
+        &self,
+        expires_at: UnixMillis,
+        slot: bool,
+        caller: &str,
+    ) -> UnixMillis {
+        if caller == COOLDOWN_CALLER {
+            expires_at
+        } else {
+            self.reclaimable_at(expires_at, slot)
+        }
     }
 
     /// Whether any dimension fails open.
@@ -170,19 +241,7 @@ impl Config {
             ..Config::default()
         };
         if let Some(v) = non_empty("SLUICE_LEASE_TTL") {
-            let secs: u64 = v.trim().parse().map_err(|_| ConfigError::Invalid {
-                variable: "SLUICE_LEASE_TTL",
-                value: v.clone(),
-                reason: "expected a whole number of seconds, at least 1",
-            })?;
-            if secs == 0 {
-                return Err(ConfigError::Invalid {
-                    variable: "SLUICE_LEASE_TTL",
-                    value: v,
-                    reason: "expected a whole number of seconds, at least 1",
-                });
-            }
-            config.lease_ttl = Duration::from_secs(secs);
+            config.lease_ttl = whole_seconds("SLUICE_LEASE_TTL", v)?;
         }
         if let Some(v) = non_empty("SLUICE_MAX_RETRIES") {
             config.max_retries = v.trim().parse().map_err(|_| ConfigError::Invalid {
@@ -191,7 +250,7 @@ impl Config {
                 reason: "expected a whole number, 0 or more",
             })?;
         }
-        let millis = |variable| millis(variable, non_empty(variable));
+        let millis = |variable| millis_from(1, variable, non_empty(variable));
         if let Some(poll) = millis("SLUICE_SLOT_POLL_MS")? {
             config.slot_poll = poll;
         }
@@ -200,6 +259,11 @@ impl Config {
         }
         if let Some(timeout) = millis("SLUICE_STORE_ATTEMPT_TIMEOUT_MS")? {
             config.store_attempt_timeout = timeout;
+        }
+        if let Some(skew) =
+            millis_from(0, "SLUICE_CLOCK_SKEW_MS", non_empty("SLUICE_CLOCK_SKEW_MS"))?
+        {
+            config.clock_skew = skew;
         }
         if let Some(v) = non_empty("SLUICE_LEASES_PER_ROW") {
             config.leases_per_row = v
@@ -260,6 +324,13 @@ impl Config {
                 reason: "at most 1000 leases per bucket row",
             });
         }
+        if self.clock_skew > MAX_CLOCK_SKEW {
+            return Err(ConfigError::Invalid {
+                variable: "SLUICE_CLOCK_SKEW_MS",
+                value: format!("{:?}", self.clock_skew),
+                reason: "at most 600000 ms (ten minutes)",
+            });
+        }
         if self.slot_poll < Duration::from_millis(1) {
             return Err(ConfigError::Invalid {
                 variable: "SLUICE_SLOT_POLL_MS",
@@ -313,20 +384,41 @@ impl Config {
 }
 
 /// A duration in whole milliseconds, at least 1, from `variable`'s value (if set).
-fn millis(variable: &'static str, value: Option<String>) -> Result<Option<Duration>, ConfigError> {
+/// A whole number of seconds, at least 1, from `variable`'s value `v`.
+fn whole_seconds(variable: &'static str, v: String) -> Result<Duration, ConfigError> {
+    match v.trim().parse::<u64>() {
+        Ok(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
+        _ => Err(ConfigError::Invalid {
+            variable,
+            value: v,
+            reason: "expected a whole number of seconds, at least 1",
+        }),
+    }
+}
+
+/// A whole number of milliseconds of at least `min` (0 or 1) from `variable`'s `value`.
+fn millis_from(
+    min: u64,
+    variable: &'static str,
+    value: Option<String>,
+) -> Result<Option<Duration>, ConfigError> {
     let Some(v) = value else {
         return Ok(None);
     };
-    let ms: u64 =
-        v.trim()
-            .parse()
-            .ok()
-            .filter(|ms| *ms >= 1)
-            .ok_or_else(|| ConfigError::Invalid {
-                variable,
-                value: v.clone(),
-                reason: "expected a whole number of milliseconds, at least 1",
-            })?;
+    let ms: u64 = v
+        .trim()
+        .parse()
+        .ok()
+        .filter(|ms| *ms >= min)
+        .ok_or_else(|| ConfigError::Invalid {
+            variable,
+            value: v.clone(),
+            reason: if min == 0 {
+                "expected a whole number of milliseconds, 0 or more"
+            } else {
+                "expected a whole number of milliseconds, at least 1"
+            },
+        })?;
     Ok(Some(Duration::from_millis(ms)))
 }
 
@@ -338,149 +430,4 @@ fn default_caller() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |name| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        }
-    }
-
-    #[test]
-    fn defaults_apply_when_nothing_is_set() {
-        let c = Config::from_lookup(env(&[])).unwrap();
-        assert_eq!(c.table_name, None);
-        assert_eq!(c.lease_ttl, Duration::from_secs(60));
-        assert_eq!(c.max_retries, 5);
-        assert!(!c.caller.is_empty());
-    }
-
-    #[test]
-    fn every_variable_is_read() {
-        let c = Config::from_lookup(env(&[
-            ("SLUICE_TABLE_NAME", "vendor-buckets-pre"),
-            ("SLUICE_ENDPOINT_URL", "http://127.0.0.1:8000"),
-            ("SLUICE_LEASE_TTL", "30"),
-            ("SLUICE_MAX_RETRIES", "2"),
-            ("SLUICE_CALLER", "audit-service"),
-            ("SLUICE_PROTOCOL", "seed"),
-            ("SLUICE_SLOT_POLL_MS", "150"),
-            ("SLUICE_LEASES_PER_ROW", "0"),
-        ]))
-        .unwrap();
-        assert_eq!(c.leases_per_row, 0);
-        assert_eq!(
-            Config::from_lookup(env(&[])).unwrap().leases_per_row,
-            DEFAULT_LEASES_PER_ROW
-        );
-        assert!(Config::from_lookup(env(&[("SLUICE_LEASES_PER_ROW", "1001")])).is_err());
-        assert!(Config::from_lookup(env(&[("SLUICE_LEASES_PER_ROW", "-1")])).is_err());
-        assert_eq!(c.slot_poll, Duration::from_millis(150));
-        assert!(Config::from_lookup(env(&[("SLUICE_SLOT_POLL_MS", "0")])).is_err());
-        assert_eq!(
-            Config::from_lookup(env(&[])).unwrap().slot_poll,
-            DEFAULT_SLOT_POLL
-        );
-        assert_eq!(c.protocol, Protocol::Seed);
-        assert!(Config::from_lookup(env(&[("SLUICE_PROTOCOL", "turbo")])).is_err());
-        assert_eq!(c.table_name.as_deref(), Some("vendor-buckets-pre"));
-        assert_eq!(c.endpoint_url.as_deref(), Some("http://127.0.0.1:8000"));
-        assert_eq!(c.lease_ttl, Duration::from_secs(30));
-        assert_eq!(c.max_retries, 2);
-        assert_eq!(c.caller, "audit-service");
-    }
-
-    #[test]
-    fn lambda_function_name_is_the_default_caller() {
-        let c = Config::from_lookup(env(&[("AWS_LAMBDA_FUNCTION_NAME", "stats-service")])).unwrap();
-        assert_eq!(c.caller, "stats-service");
-    }
-
-    #[test]
-    fn bad_values_are_named_in_the_error() {
-        let e = Config::from_lookup(env(&[("SLUICE_LEASE_TTL", "1m")])).unwrap_err();
-        assert!(e.to_string().contains("SLUICE_LEASE_TTL=\"1m\""), "{e}");
-        assert!(Config::from_lookup(env(&[("SLUICE_LEASE_TTL", "0")])).is_err());
-        assert!(Config::from_lookup(env(&[("SLUICE_MAX_RETRIES", "-1")])).is_err());
-    }
-
-    #[test]
-    fn store_timeouts_come_from_the_environment_and_are_validated() {
-        let c = Config::from_lookup(env(&[])).unwrap();
-        assert_eq!(
-            (c.store_timeout, c.store_attempt_timeout),
-            (DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_ATTEMPT_TIMEOUT)
-        );
-        assert_eq!(c.validate(), Ok(()));
-        let c = Config::from_lookup(env(&[
-            ("SLUICE_STORE_TIMEOUT_MS", "800"),
-            ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "250"),
-        ]))
-        .unwrap();
-        assert_eq!(c.store_timeout, Duration::from_millis(800));
-        assert_eq!(c.store_attempt_timeout, Duration::from_millis(250));
-        for (variable, value) in [
-            ("SLUICE_STORE_TIMEOUT_MS", "0"),
-            ("SLUICE_STORE_TIMEOUT_MS", "soon"),
-            ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "-1"),
-        ] {
-            let e = Config::from_lookup(env(&[(variable, value)])).unwrap_err();
-            assert!(e.to_string().contains(variable), "{e}");
-        }
-        // An attempt may not outlast the whole call.
-        let c = Config::from_lookup(env(&[
-            ("SLUICE_STORE_TIMEOUT_MS", "500"),
-            ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "900"),
-        ]))
-        .unwrap();
-        let e = c.validate().unwrap_err();
-        assert!(
-            e.to_string().contains("SLUICE_STORE_ATTEMPT_TIMEOUT_MS"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn the_failure_policy_comes_from_the_environment_and_is_validated() {
-        let c = Config::from_lookup(env(&[])).unwrap();
-        assert_eq!(c.failure_policy, FailurePolicy::Closed);
-        assert!(!c.may_fail_open());
-        for (value, policy) in [
-            ("closed", FailurePolicy::Closed),
-            ("open", FailurePolicy::Open { percent: 10 }),
-            (" open:25% ", FailurePolicy::Open { percent: 25 }),
-            ("open:100", FailurePolicy::Open { percent: 100 }),
-        ] {
-            let c = Config::from_lookup(env(&[("SLUICE_FAILURE_POLICY", value)])).unwrap();
-            assert_eq!(c.failure_policy, policy, "{value}");
-        }
-        for value in ["opened", "open:0", "open:101", "open:ten", "half"] {
-            let e = Config::from_lookup(env(&[("SLUICE_FAILURE_POLICY", value)])).unwrap_err();
-            assert!(e.to_string().contains("SLUICE_FAILURE_POLICY"), "{e}");
-        }
-        // Set from code: validated when the client is built.
-        let d: Dimension = "openai#rpm".parse().unwrap();
-        let mut c = Config::default();
-        c.failure_policies
-            .insert(d.clone(), FailurePolicy::Open { percent: 0 });
-        assert!(c.may_fail_open());
-        let e = c.validate().unwrap_err();
-        assert!(e.to_string().contains("openai#rpm"), "{e}");
-        c.failure_policies.insert(d.clone(), FailurePolicy::Closed);
-        c.failure_policy = FailurePolicy::Open { percent: 30 };
-        assert_eq!(c.validate(), Ok(()));
-        assert_eq!(c.failure_policy_of(&d), FailurePolicy::Closed);
-        assert_eq!(
-            c.failure_policy_of(&"openai#tpm".parse().unwrap()),
-            FailurePolicy::Open { percent: 30 }
-        );
-    }
-}
+mod tests;

@@ -1,7 +1,8 @@
 //! The reconciler: gives back what crashed callers took, and heals `concurrent` buckets.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::time::Duration;
 
 use crate::bucket::{BucketState, LimitType};
 use crate::dimension::Dimension;
@@ -24,6 +25,10 @@ pub struct ReconcileReport {
     pub tokens_restored: Tokens,
     /// Expired leases already ended by someone else (a late release, another reconciler).
     pub leases_skipped: usize,
+    /// Expired leases of `requests`/`tokens` buckets left for a later pass: their holders
+    /// may still be retrying a failed release (see
+    /// [`Config::reclaimable_at`](crate::Config::reclaimable_at)).
+    pub leases_in_grace: usize,
     /// `concurrent` buckets checked against their live leases.
     pub buckets_checked: usize,
     /// `concurrent` buckets whose tokens were recomputed from their leases.
@@ -51,11 +56,12 @@ impl fmt::Display for ReconcileReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} expired leases: {} restored ({} tokens), {} already gone; {} concurrent buckets checked: {} healed ({} tokens), {} busy, {} not raised (unreadable leases); {} errors",
+            "{} expired leases: {} restored ({} tokens), {} already gone, {} in their release grace; {} concurrent buckets checked: {} healed ({} tokens), {} busy, {} not raised (unreadable leases); {} errors",
             self.leases_seen,
             self.leases_restored,
             self.tokens_restored,
             self.leases_skipped,
+            self.leases_in_grace,
             self.buckets_checked,
             self.buckets_healed,
             self.tokens_healed,
@@ -85,16 +91,38 @@ impl fmt::Display for ReconcileError {
 pub(crate) async fn reconcile(core: &Core) -> Result<ReconcileReport, Error> {
     let started = std::time::Instant::now();
     let mut report = ReconcileReport::default();
-    let expired = core
+    let now = core.now();
+    // Every expired lease; those within the clock-skew margin (a cool-down lease has
+    // none) are left alone: their holder's clock may still show them live.
+    let expired: Vec<LeaseRecord> = core
         .store
         .list_leases(&LeaseFilter {
             dimension: None,
-            expired_before: Some(core.now()),
+            expired_before: Some(now.saturating_add(Duration::from_millis(1))),
         })
-        .await?;
+        .await?
+        .into_iter()
+        .filter(|l| {
+            core.config
+                .lease_reclaimable_at(l.expires_at, true, &l.caller)
+                <= now
+        })
+        .collect();
     report.leases_seen = expired.len();
-    for lease in expired {
-        restore_expired(core, lease, &mut report).await;
+    if !expired.is_empty() {
+        let slots = slot_dimensions(core).await?;
+        for lease in expired {
+            let slot = slots.contains(&lease.dimension);
+            if core
+                .config
+                .lease_reclaimable_at(lease.expires_at, slot, &lease.caller)
+                > now
+            {
+                report.leases_in_grace += 1;
+                continue;
+            }
+            restore_expired(core, lease, &mut report).await;
+        }
     }
     heal_concurrent(core, &mut report).await?;
     crate::metrics::reconciled(
@@ -113,6 +141,19 @@ pub(crate) async fn reconcile(core: &Core) -> Result<ReconcileReport, Error> {
         tracing::info!(%report, "reconcile pass");
     }
     Ok(report)
+}
+
+/// The dimensions of the `concurrent` buckets: their expired leases are slots, given back
+/// after the clock-skew margin alone. A lease whose bucket is gone waits the grace too.
+async fn slot_dimensions(core: &Core) -> Result<HashSet<Dimension>, Error> {
+    Ok(core
+        .store
+        .list_buckets()
+        .await?
+        .into_iter()
+        .filter(|b| b.bucket.limit_type() == LimitType::Concurrent)
+        .map(|b| b.dimension)
+        .collect())
 }
 
 async fn restore_expired(core: &Core, lease: LeaseRecord, report: &mut ReconcileReport) {

@@ -56,8 +56,8 @@ fn worth_retrying(error: &Error, parts: &[LeasePart]) -> bool {
 }
 
 /// Releases `parts`; when that fails for a passing reason, tells `first` and goes on
-/// trying with backoff until the release succeeds or the lease expires (after which the
-/// reconciler ends it). `first` hears the first attempt's outcome either way.
+/// trying with backoff until the release succeeds or the lease may be reclaimed (after
+/// which the reconciler ends it). `first` hears the first attempt's outcome either way.
 pub(crate) async fn release_until_done(
     core: &Arc<Core>,
     parts: Vec<LeasePart>,
@@ -79,12 +79,20 @@ pub(crate) async fn release_until_done(
     runtime.spawn(retry_release(core.clone(), parts, expires_at));
 }
 
-/// Retries a failed release with backoff until it succeeds or the lease expires.
+/// Retries a failed release with backoff until it succeeds or anyone may end the lease
+/// (see [`Config::reclaimable_at`](crate::Config::reclaimable_at)): a `requests`/`tokens`
+/// lease its holder released is then refunded only if the store refused the release for
+/// the whole grace.
 async fn retry_release(core: Arc<Core>, parts: Vec<LeasePart>, expires_at: UnixMillis) {
     let core = &core;
     let mut backoff = Backoff::new();
     let mut failures: u32 = 1;
-    while core.now() < expires_at {
+    let until = parts
+        .iter()
+        .map(|p| core.config.reclaimable_at(expires_at, p.restores))
+        .max()
+        .unwrap_or(expires_at);
+    while core.now() < until {
         backoff.sleep(failures.min(8)).await;
         match release_parts(core, &parts, expires_at).await {
             Ok(()) => {
@@ -103,7 +111,7 @@ async fn retry_release(core: Arc<Core>, parts: Vec<LeasePart>, expires_at: UnixM
     }
     tracing::warn!(
         failures,
-        "a release kept failing until its lease expired; the reconciler ends it"
+        "a release kept failing until its lease could be reclaimed; the reconciler ends it"
     );
 }
 
@@ -147,7 +155,7 @@ pub(crate) fn in_background(
         } else {
             release_until_done(&core, parts, expires_at, |result| {
                 if let Err(error) = result {
-                    tracing::warn!(%error, "a background release failed; retrying until its lease expires");
+                    tracing::warn!(%error, "a background release failed; retrying until the lease may be reclaimed");
                 }
             })
             .await;

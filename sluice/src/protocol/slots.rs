@@ -9,6 +9,7 @@ use crate::clock::UnixMillis;
 use crate::error::Error;
 use crate::shared::Core;
 use crate::shared::remembered::retry_in;
+use crate::store::LeaseRecord;
 use crate::tokens::Tokens;
 
 use super::ending::reclaim;
@@ -101,13 +102,13 @@ enum SlotOutlook {
     /// Expired leases were given back (by this call or, meanwhile, another client): the
     /// bucket changed, look again.
     LookAgain,
-    /// A slot comes back for sure when the earliest live lease expires (`None`: no live
-    /// lease showed).
+    /// A slot comes back for sure when the earliest live lease may be given back, the
+    /// clock-skew margin after its expiry (`None`: no live lease showed).
     BackBy(Option<UnixMillis>),
 }
 
 /// What the leases of a short `concurrent` bucket say: when a slot comes back for sure
-/// (the earliest live lease expiry), after giving back, exactly once each, the expired
+/// (when the earliest live lease may be given back), after giving back, exactly once each, the expired
 /// leases found on the way (the reconciler's work). Reads the dimension's slot leases
 /// earliest expiry first, a page at a time, never the whole table.
 ///
@@ -129,13 +130,19 @@ async fn slot_outlook(
     for _ in 0..SLOT_PAGES {
         let page = core.store.slot_leases(dimension, SLOT_PAGE).await?;
         let more = page.len() >= SLOT_PAGE;
-        let (expired, live): (Vec<_>, Vec<_>) = page.into_iter().partition(|l| l.expires_at <= now);
+        let back_at = |l: &LeaseRecord| {
+            core.config
+                .lease_reclaimable_at(l.expires_at, true, &l.caller)
+        };
+        let (expired, live): (Vec<_>, Vec<_>) = page.into_iter().partition(|l| back_at(l) <= now);
         if !expired.is_empty() {
             found_expired = true;
             reclaimed += reclaim(core, expired).await?;
         }
         if !live.is_empty() || !more {
-            back = live.first().map(|l| l.expires_at);
+            // The earliest to come back (a cool-down lease has no margin: it may come back
+            // before one that expires earlier).
+            back = live.iter().map(back_at).min();
             break;
         }
     }

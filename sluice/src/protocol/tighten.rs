@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::bucket::{BucketState, LimitType};
 use crate::clock::UnixMillis;
+use crate::config::COOLDOWN_CALLER;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::ids::new_unique;
@@ -31,9 +32,6 @@ pub enum Tighten {
     /// the usual expiry handling gives back.
     PauseFor(Duration),
 }
-
-/// The caller recorded on cool-down leases.
-pub const COOLDOWN_CALLER: &str = "sluice-cooldown";
 
 /// Makes the bucket of `dimension` stricter, for every process sharing it, with one
 /// conditional write (see [`Sluice::tighten`](crate::Sluice::tighten)).

@@ -26,8 +26,9 @@
 //! 4. **A short `concurrent` bucket is remembered for at most the slot poll interval**
 //!    ([`Config::slot_poll`](crate::Config::slot_poll), 300 ms by default): its tokens come
 //!    back only through releases, which memory cannot see. Its RetryIn is the earliest
-//!    expiry of its live leases (an upper bound: a release may free a slot sooner), or the
-//!    poll interval when no live lease shows.
+//!    time one of its live leases may be given back (its expiry plus the clock-skew
+//!    margin; an upper bound: a release may free a slot sooner), or the poll interval when
+//!    no live lease shows.
 //! 5. **`CostExceedsCapacity` is confirmed by the store** before it is answered, so a
 //!    capacity raised elsewhere is seen at once.
 //! 6. **A waiting caller** ([`Sluice::acquire_within`](crate::Sluice::acquire_within) and the
@@ -79,8 +80,8 @@ pub(crate) struct Remembered {
     /// The latest end of a RetryIn that did not fit in `outstanding`: memory answers no
     /// refusal until the store is consulted after it.
     overflow_until: Option<UnixMillis>,
-    /// For a short `concurrent` row: when its leases were looked up, and the earliest
-    /// expiry of the live ones, when one showed (`None`: none did). Cleared whenever the
+    /// For a short `concurrent` row: when its leases were looked up, and the earliest time
+    /// one of the live ones may be given back, when one showed (`None`: none did). Cleared whenever the
     /// row changes.
     slots_back: Option<(UnixMillis, Option<UnixMillis>)>,
     /// Tokens this client took ahead (see [`Prefetch`](crate::Prefetch)).
@@ -219,10 +220,10 @@ impl Remembered {
         }
     }
 
-    /// The earliest live lease expiry of the remembered (short, `concurrent`) row, if it was
-    /// looked up for this very row and has not passed: no need to look again (any lease
-    /// taken or given back since would have changed the row). That no live lease showed
-    /// holds at most `poll`: the lease index may lag a lease just written.
+    /// When the first live lease of the remembered (short, `concurrent`) row may be given
+    /// back, if looked up for this very row and not passed: no need to look again (any
+    /// lease taken or given back since would have changed the row). That no live lease
+    /// showed holds at most `poll`: the lease index may lag a lease just written.
     pub(crate) fn slots_back(&self, now: UnixMillis, poll: Duration) -> Option<Option<UnixMillis>> {
         match self.slots_back? {
             (_, Some(back)) if back > now => Some(Some(back)),
@@ -231,8 +232,8 @@ impl Remembered {
         }
     }
 
-    /// The store confirmed the remembered `concurrent` row short at `now`, with `back` the
-    /// earliest expiry of its live leases (`None`: none showed). Returns the RetryIn, and
+    /// The store confirmed the remembered `concurrent` row short at `now`, with `back` when
+    /// the first of its live leases may be given back (`None`: none showed). Returns the RetryIn, and
     /// remembers the shortage for at most `poll` (rule 4).
     pub(crate) fn confirm_slots_short(
         &mut self,
@@ -275,8 +276,8 @@ impl Remembered {
     }
 }
 
-/// The RetryIn of a `concurrent` bucket found short at `now`: until the earliest live lease
-/// expires, or the poll interval when no live lease showed.
+/// The RetryIn of a `concurrent` bucket found short at `now`: until the first live lease may
+/// be given back (`back`), or the poll interval when no live lease showed.
 pub(crate) fn slot_retry_in(back: Option<UnixMillis>, now: UnixMillis, poll: Duration) -> Duration {
     retry_in(
         back.filter(|t| *t > now)

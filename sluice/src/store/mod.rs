@@ -20,6 +20,8 @@ mod memory;
 
 #[cfg(feature = "dynamodb")]
 pub use dynamo::{DynamoStats, DynamoStore, SLOTS_INDEX, TTL_GRACE_SECS};
+#[cfg(feature = "fuzzing")]
+pub(crate) use dynamo::{bucket_item, bucket_state, lease_item, lease_record};
 pub use memory::MemoryStore;
 mod error;
 mod lease;

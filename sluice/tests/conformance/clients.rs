@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sluice::{Acquire, Bucket, BucketState, Error, RefillRate, Take, Tokens};
 
-use super::{Env, requests, retry_in};
+use super::{Env, SKEW, requests, retry_in};
 
 /// The default slot poll interval: a short `concurrent` bucket is remembered at most this
 /// long.
@@ -36,10 +36,11 @@ pub async fn a_slot_freed_by_another_client_is_seen_within_the_poll_interval(env
         .unwrap();
     let b = env.client("b");
     let held = b.acquire(dim.as_str()).await.unwrap();
-    // The holder's lease lives 60 s: that is this client's RetryIn, an upper bound.
+    // The holder's lease lives 60 s, and may be given back SKEW later: that is this
+    // client's RetryIn, an upper bound.
     assert_eq!(
         retry_in(env.sluice.acquire(dim.as_str()).await),
-        Duration::from_secs(60)
+        Duration::from_secs(60) + SKEW
     );
     held.release().await.unwrap();
     // Within the poll interval this client may still answer from what it saw...

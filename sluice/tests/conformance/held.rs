@@ -43,6 +43,7 @@ pub fn client_keeping(env: &Env, caller: &str, per_row: usize) -> Sluice {
         max_retries: 50,
         protocol: env.sluice.config().protocol,
         leases_per_row: per_row,
+        clock_skew: super::SKEW,
         ..Config::default()
     })
     .store_arc(env.store.clone())
@@ -135,7 +136,7 @@ pub async fn leases_beyond_the_row_limit_get_rows_of_their_own(env: Env) {
     );
     assert_eq!(
         retry_in(client.acquire(dim.as_str()).await),
-        Duration::from_secs(60)
+        Duration::from_secs(60) + super::SKEW
     );
     fifth.release().await.unwrap();
     for lease in held {
@@ -218,9 +219,9 @@ pub async fn an_expired_kept_slot_is_reclaimed_once_by_a_short_bucket_or_the_rec
     let live = env.sluice.acquire(dim.as_str()).await.unwrap();
     assert_eq!(
         retry_in(env.sluice.acquire(dim.as_str()).await),
-        Duration::from_secs(5)
+        Duration::from_secs(5) + super::SKEW
     );
-    env.advance_ms(5_000);
+    env.advance_ms(5_000 + super::SKEW.as_millis() as u64);
     // The short bucket gives the expired slot back and grants it, in the same write or the
     // next one.
     let reclaimed = env.sluice.acquire(dim.as_str()).await.unwrap();

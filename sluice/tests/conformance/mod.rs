@@ -20,6 +20,10 @@ use sluice::{
     Tokens, UnixMillis,
 };
 
+/// The clock skew every client of the suite allows for: an expired slot comes back this
+/// long after its expiry.
+pub const SKEW: Duration = Duration::from_millis(250);
+
 /// One test's world: a store, a manual clock, and a client on both.
 pub struct Env {
     pub store: Arc<dyn Store>,
@@ -65,6 +69,7 @@ impl Env {
             lease_ttl: Duration::from_secs(60),
             max_retries: 50,
             protocol,
+            clock_skew: SKEW,
             ..Config::default()
         })
         .store_arc(store.clone())
@@ -412,9 +417,9 @@ pub async fn concurrent_retry_in_is_the_earliest_live_lease_expiry(env: Env) {
         .await
         .unwrap();
     env.advance_ms(2_500);
-    // a expires in 26.5 s, b in 7.5 s.
+    // a expires in 26.5 s, b in 7.5 s, and b's slot comes back SKEW after that.
     let d = retry_in(env.sluice.acquire(env.dim("concurrent")).await);
-    assert_eq!(d, Duration::from_millis(7_500));
+    assert_eq!(d, Duration::from_millis(7_500) + SKEW);
     a.release().await.unwrap();
     b.release().await.unwrap();
 }
@@ -432,7 +437,13 @@ pub async fn expired_concurrent_leases_are_reclaimed_when_the_bucket_is_short(en
     // The holder "crashes": its lease is forgotten without release.
     std::mem::forget(crashed);
     assert!(env.sluice.acquire(env.dim("concurrent")).await.is_err());
+    // Expired, but its holder's clock may still show it live: not yet.
     env.advance_ms(5_001);
+    assert_eq!(
+        retry_in(env.sluice.acquire(env.dim("concurrent")).await),
+        SKEW - Duration::from_millis(1)
+    );
+    env.advance_ms(SKEW.as_millis() as u64 - 1);
     let lease = env
         .sluice
         .acquire(env.dim("concurrent"))
@@ -969,7 +980,10 @@ pub async fn reconcile_restores_each_expired_lease_once_and_leaves_live_ones(env
     let early = env.sluice.reconcile().await.unwrap();
     assert_eq!(early.leases_seen, 0);
     assert_eq!(early.buckets_healed, 0);
+    // Expired, but within the clock-skew margin: still nothing.
     env.advance_ms(10_001);
+    assert_eq!(env.sluice.reconcile().await.unwrap().leases_seen, 0);
+    env.advance_ms(SKEW.as_millis() as u64);
     let report = env.sluice.reconcile().await.unwrap();
     assert_eq!(report.leases_seen, 2);
     assert_eq!(report.leases_restored, 2);
@@ -991,8 +1005,16 @@ pub async fn reconcile_refunds_a_crashed_requests_lease_capped_at_capacity(env: 
     crashed_slot(&env.sluice, &dim, Duration::from_secs(5)).await;
     crashed_slot(&env.sluice, &dim, Duration::from_secs(5)).await;
     assert_eq!(env.available("rpm").await, Tokens::new(1));
-    // One second later refill has added one: restoring two is capped at capacity.
-    env.advance_ms(5_001);
+    // Expired: their holder may still be retrying a failed release, so they are left
+    // for the release grace (a released lease is never refunded).
+    env.advance_ms(5_000 + SKEW.as_millis() as u64);
+    let waiting = env.sluice.reconcile().await.unwrap();
+    assert_eq!(waiting.leases_in_grace, 2, "{waiting}");
+    assert_eq!(waiting.leases_restored, 0, "{waiting}");
+    env.advance_ms(sluice::RELEASE_GRACE.as_millis() as u64 - 1);
+    assert_eq!(env.sluice.reconcile().await.unwrap().leases_in_grace, 2);
+    // Then refunded, capped at capacity (refill has filled the bucket meanwhile).
+    env.advance_ms(1);
     let report = env.sluice.reconcile().await.unwrap();
     assert_eq!(report.leases_restored, 2);
     assert_eq!(env.available("rpm").await, Tokens::new(3));
@@ -1054,7 +1076,7 @@ pub async fn release_and_two_reconcilers_racing_restore_exactly_once(env: Env) {
             .unwrap();
         crashed_slot(&releaser, &dim, Duration::from_secs(1)).await;
         assert_eq!(env.available("concurrent").await, Tokens::new(1));
-        env.advance_ms(1_001);
+        env.advance_ms(1_001 + SKEW.as_millis() as u64);
         let (released, a, b) = tokio::join!(
             tokio::spawn(async move { held.release().await }),
             tokio::spawn({

@@ -46,6 +46,13 @@ impl Worker {
         line.trim()[prefix.len()..].trim().to_owned()
     }
 
+    /// Reads the child's next line, whatever it is (empty at end of output).
+    pub fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.trim_end().to_owned()
+    }
+
     /// Sends the child a line.
     pub fn say(&mut self, text: &str) {
         writeln!(self.stdin, "{text}").unwrap();

@@ -70,6 +70,7 @@ impl From<StoreError> for Failure {
 }
 
 fn main() -> ExitCode {
+    sluice::__private::operator_process();
     let cli = Cli::parse();
     let level = match cli.verbose {
         0 => tracing::Level::WARN,

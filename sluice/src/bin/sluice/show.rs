@@ -54,6 +54,7 @@ pub(crate) fn report_json(r: &ReconcileReport) -> Value {
         "leases_restored": r.leases_restored,
         "tokens_restored": tokens(r.tokens_restored),
         "leases_skipped": r.leases_skipped,
+        "leases_in_grace": r.leases_in_grace,
         "buckets_checked": r.buckets_checked,
         "buckets_healed": r.buckets_healed,
         "tokens_healed": tokens(r.tokens_healed),

@@ -102,7 +102,7 @@ impl Write<'_> {
         };
         let now = self.core.now();
         let acquires = std::mem::take(&mut self.acquires);
-        let mut plan = plan::plan(&row, acquires, &self.releases, now);
+        let mut plan = plan::plan(&row, acquires, &self.releases, now, &self.core.config);
         if plan.granted.is_empty()
             && plan.reclaimed.is_empty()
             && !self.releases.is_empty()

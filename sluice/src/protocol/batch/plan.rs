@@ -51,6 +51,7 @@ struct NewLease<'a> {
 
 /// Gives back the released slots, takes the acquires in order and, when a `concurrent`
 /// row is short for some of them, gives its expired kept leases back in the same write
+/// (those past [`Config::reclaimable_at`], which leaves their holders' clocks a margin)
 /// (exactly once: each removal is conditioned on the lease still being there), then
 /// grants again.
 pub(super) fn plan(
@@ -58,6 +59,7 @@ pub(super) fn plan(
     acquires: Vec<AcquireJob>,
     releases: &[ReleaseJob],
     now: UnixMillis,
+    config: &Config,
 ) -> Plan {
     let base = row.refilled_row(now);
     let released: Tokens = releases
@@ -71,7 +73,7 @@ pub(super) fn plan(
         reclaimed = row
             .held
             .iter()
-            .filter(|h| h.expires_at <= now)
+            .filter(|h| config.lease_reclaimable_at(h.expires_at, true, &h.caller) <= now)
             .filter(|h| !releases.iter().any(|r| r.part.key.unique() == h.id))
             .cloned()
             .collect();

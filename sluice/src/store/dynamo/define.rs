@@ -1,16 +1,17 @@
 //! Defining a bucket: creating its row, or redefining it in place (the leases the row
-//! keeps stay, holding their tokens). A resend of a definition whose answer was lost is
+//! keeps stay, holding their tokens); deleting it. A resend of a definition whose answer was lost is
 //! recognised by its own write id.
 
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    ConsumedCapacity, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+    ConsumedCapacity, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
 
 use super::row::{self, Item};
 use super::{DynamoStore, NOT_EXISTS, Units};
 use crate::bucket::BucketState;
+use crate::dimension::Dimension;
 use crate::store::StoreError;
 
 /// Why a definition write was not applied.
@@ -124,6 +125,26 @@ impl DynamoStore {
                 _ => Refused::Store(self.err(e)),
             })?;
         Ok(out.consumed_capacity)
+    }
+
+    /// Deletes a bucket row; whether it existed.
+    pub(super) async fn delete_bucket_row(
+        &self,
+        dimension: &Dimension,
+    ) -> Result<bool, StoreError> {
+        self.count_call();
+        let out = self
+            .client
+            .delete_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(row::key(dimension.as_str())))
+            .return_values(ReturnValue::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| self.err(e))?;
+        self.count_capacity(Units::Write, out.consumed_capacity());
+        Ok(out.attributes().is_some_and(|a| !a.is_empty()))
     }
 }
 

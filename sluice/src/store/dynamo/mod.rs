@@ -4,9 +4,12 @@ mod commit;
 mod define;
 mod error;
 mod leases;
+mod record;
 mod row;
 
 pub use row::{SLOTS_INDEX, TTL_GRACE_SECS};
+#[cfg(feature = "fuzzing")]
+pub(crate) use row::{bucket_item, bucket_state, lease_item, lease_record};
 mod table;
 
 use std::collections::HashMap;
@@ -16,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConsumedCapacity, KeysAndAttributes, ReturnConsumedCapacity, ReturnValue,
+    AttributeValue, ConsumedCapacity, KeysAndAttributes, ReturnConsumedCapacity,
 };
 
 use self::error::store_error;
@@ -28,6 +31,7 @@ use crate::bucket::BucketState;
 use crate::config::Config;
 use crate::dimension::{Dimension, LEASE_PREFIX};
 use crate::retry::Rounds;
+use crate::role::{self, Role};
 
 /// BatchGetItem reads at most 100 keys per request.
 const BATCH_GET_MAX: usize = 100;
@@ -68,7 +72,10 @@ const NOT_EXISTS: &str = "attribute_not_exists(vendor_dimension)";
 /// ```
 #[derive(Clone)]
 pub struct DynamoStore {
+    /// The client the store sends through (recording its operations when they are recorded).
     client: Client,
+    /// The client the store was built on: what others send through it is not the store's.
+    given: Client,
     table: Arc<str>,
     stats: Arc<Counters>,
 }
@@ -111,7 +118,8 @@ impl DynamoStore {
     /// A store on `table` through `client`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         DynamoStore {
-            client,
+            given: client.clone(),
+            client: record::recording(client),
             table: Arc::from(table.into()),
             stats: Arc::default(),
         }
@@ -160,8 +168,10 @@ impl DynamoStore {
     }
 
     /// The underlying DynamoDB client.
+    // The one the store was built on, not the one it sends through (which records).
+    #[allow(clippy::misnamed_getters)]
     pub fn client(&self) -> &Client {
-        &self.client
+        &self.given
     }
 
     /// Calls made and capacity consumed so far.
@@ -443,7 +453,8 @@ impl Store for DynamoStore {
     }
 
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
-        self.scan_lease_rows(filter).await
+        // Table-wide scans are the reconciler's (and the operator's, who scopes its own).
+        role::within(Role::Reconciler, self.scan_lease_rows(filter)).await
     }
 
     async fn put_bucket(
@@ -451,17 +462,19 @@ impl Store for DynamoStore {
         state: &BucketState,
         expected: Option<&BucketState>,
     ) -> Result<bool, StoreError> {
-        self.define(state, expected).await
+        role::within(Role::Operator, self.define(state, expected)).await
     }
 
     async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
-        let items = self
-            .scan(
+        let items = role::within(
+            Role::Operator,
+            self.scan(
                 "NOT begins_with(vendor_dimension, :lease)",
                 HashMap::from([(":lease".to_owned(), row::s(LEASE_PREFIX))]),
                 HashMap::new(),
-            )
-            .await?;
+            ),
+        )
+        .await?;
         let mut buckets = Vec::with_capacity(items.len());
         for item in &items {
             match row::bucket_state(item) {
@@ -474,18 +487,6 @@ impl Store for DynamoStore {
     }
 
     async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
-        self.count_call();
-        let out = self
-            .client
-            .delete_item()
-            .table_name(self.table.as_ref())
-            .set_key(Some(row::key(dimension.as_str())))
-            .return_values(ReturnValue::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .map_err(|e| self.err(e))?;
-        self.count_capacity(Units::Write, out.consumed_capacity());
-        Ok(out.attributes().is_some_and(|a| !a.is_empty()))
+        role::within(Role::Operator, self.delete_bucket_row(dimension)).await
     }
 }

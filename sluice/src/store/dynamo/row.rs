@@ -29,7 +29,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::bucket::{Bucket, BucketState, HeldLease, LimitType};
+use crate::bucket::{Bucket, BucketState, HeldLease, LimitType, RecentWrites};
 use crate::clock::UnixMillis;
 use crate::decimal::{self, Rounding};
 use crate::dimension::{Dimension, LEASE_PREFIX};
@@ -99,7 +99,9 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     if let Some(id) = state.write_id {
         item.insert(WRITE_ID.to_owned(), write_id(id));
     }
-    if !state.recent_writes.writes.is_empty() {
+    // Also a list with no writes but a forgotten time: that time still settles lost
+    // answers, so a row written back keeps it.
+    if state.recent_writes != RecentWrites::default() {
         item.insert(
             RECENT_WRITES.to_owned(),
             recent_writes(&state.recent_writes),
@@ -429,7 +431,12 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
     };
     let expires_at = match r.number(EXPIRES_AT)? {
         Some(t) => r.time(t, EXPIRES_AT, Rounding::Ceil)?,
-        None => r.time(r.required_number(TTL)?, TTL, Rounding::Ceil)?,
+        // Another SDK's lease has only its `ttl`, in whole seconds: its holder's own
+        // deadline may lie up to a second after it, which the clock-skew margin must not
+        // have to absorb.
+        None => r
+            .time(r.required_number(TTL)?, TTL, Rounding::Ceil)?
+            .saturating_add(std::time::Duration::from_secs(1)),
     };
     let caller = match item.get(CALLER) {
         Some(AttributeValue::S(c)) => c.clone(),

@@ -10,6 +10,7 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::{DynamoStore, build_error, row};
+use crate::role::{self, Role};
 use crate::store::StoreError;
 
 /// How long to wait for a new table to become active.
@@ -45,6 +46,10 @@ impl DynamoStore {
     /// interval). Waits until the table is active. Returns whether it created the table
     /// (`false`: it already existed).
     pub async fn create_table(&self) -> Result<bool, StoreError> {
+        role::within(Role::Operator, self.create_table_as_operator()).await
+    }
+
+    async fn create_table_as_operator(&self) -> Result<bool, StoreError> {
         self.count_call();
         let created = self
             .client

@@ -1,0 +1,172 @@
+//! The bucket file `sluice apply` reads: one TOML table per dimension.
+//!
+//! ```toml
+//! ["openai#rpm"]
+//! type = "requests"
+//! refill = "500/min"
+//! capacity = 500        # optional for requests/tokens: one minute of refill
+//! cost_per_call = 1     # optional
+//! lean = true           # optional: no lease rows (requests/tokens only)
+//!
+//! ["elevenlabs#concurrent"]
+//! type = "concurrent"
+//! capacity = 10
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::{Bucket, Dimension, LimitType, Tokens};
+
+/// One bucket as written in the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    #[serde(rename = "type")]
+    limit_type: String,
+    capacity: Option<toml::Value>,
+    refill: Option<String>,
+    cost_per_call: Option<toml::Value>,
+    #[serde(default)]
+    lean: bool,
+}
+
+/// Reads a bucket file; every problem names the dimension and what was expected.
+pub fn parse(text: &str) -> Result<Vec<(Dimension, Bucket)>, String> {
+    let entries: BTreeMap<String, Entry> = toml::from_str(text).map_err(|e| e.to_string())?;
+    let mut buckets = Vec::with_capacity(entries.len());
+    for (name, entry) in entries {
+        let dimension = Dimension::new(&name).map_err(|e| format!("[\"{name}\"]: {e}"))?;
+        let bucket = entry.bucket().map_err(|e| format!("[\"{name}\"]: {e}"))?;
+        buckets.push((dimension, bucket));
+    }
+    Ok(buckets)
+}
+
+impl Entry {
+    fn bucket(&self) -> Result<Bucket, String> {
+        let limit_type: LimitType = self.limit_type.parse().map_err(|e| format!("type: {e}"))?;
+        let capacity = self
+            .capacity
+            .as_ref()
+            .map(|v| number(v, "capacity"))
+            .transpose()?;
+        let cost = self
+            .cost_per_call
+            .as_ref()
+            .map(|v| number(v, "cost_per_call"))
+            .transpose()?;
+        let refill = self
+            .refill
+            .as_deref()
+            .map(|r| super::rate(r).map_err(|e| format!("refill: {e}")))
+            .transpose()?;
+        super::bucket(limit_type, capacity, refill, cost, self.lean)
+    }
+}
+
+/// A token amount written as a TOML integer, float or string (`500`, `0.5`, `"8.333333"`).
+fn number(value: &toml::Value, field: &str) -> Result<Tokens, String> {
+    let text = match value {
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::String(s) => s.clone(),
+        other => {
+            return Err(format!(
+                "{field}: expected a number, got {}",
+                other.type_str()
+            ));
+        }
+    };
+    text.parse()
+        .map_err(|e| format!("{field}: `{text}` is not a token amount ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RefillRate;
+
+    const FILE: &str = r#"
+["openai#rpm"]
+type = "requests"
+refill = "500/min"
+capacity = 500
+
+["openai#tpm"]
+type = "tokens"
+refill = "2000000/min"
+cost_per_call = "1000"
+lean = true
+
+["elevenlabs#concurrent"]
+type = "concurrent"
+capacity = 10
+"#;
+
+    #[test]
+    fn a_file_reads_into_buckets() {
+        let buckets = parse(FILE).unwrap();
+        let get = |d: &str| {
+            buckets
+                .iter()
+                .find(|(x, _)| x.as_str() == d)
+                .unwrap()
+                .1
+                .clone()
+        };
+        assert_eq!(
+            get("openai#rpm"),
+            Bucket::requests(RefillRate::per_minute(500)).with_capacity(500)
+        );
+        assert_eq!(
+            get("openai#tpm"),
+            Bucket::tokens(RefillRate::per_minute(2_000_000))
+                .with_cost_per_call(1000)
+                .lean()
+        );
+        assert_eq!(get("elevenlabs#concurrent"), Bucket::concurrent(10));
+    }
+
+    #[test]
+    fn bad_files_say_where_and_what() {
+        let cases = [
+            (
+                "[\"openai#rpm\"]\ntype = \"requests\"\n",
+                "openai#rpm",
+                "refill rate",
+            ),
+            (
+                "[\"openai\"]\ntype = \"concurrent\"\ncapacity = 1\n",
+                "openai",
+                "exactly one `#`",
+            ),
+            (
+                "[\"a#b\"]\ntype = \"bursty\"\n",
+                "a#b",
+                "unknown limit type",
+            ),
+            (
+                "[\"a#b\"]\ntype = \"concurrent\"\ncapacty = 1\n",
+                "",
+                "unknown field `capacty`",
+            ),
+            (
+                "[\"a#b\"]\ntype = \"requests\"\nrefill = \"fast\"\n",
+                "a#b",
+                "refill",
+            ),
+            (
+                "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = true\n",
+                "a#b",
+                "expected a number",
+            ),
+            ("not toml [", "", ""),
+        ];
+        for (text, place, what) in cases {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(place) && e.contains(what), "{text:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Configuration from the environment and from code.
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |name| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+#[test]
+fn defaults_apply_when_nothing_is_set() {
+    let c = Config::from_lookup(env(&[])).unwrap();
+    assert_eq!(c.table_name, None);
+    assert_eq!(c.lease_ttl, Duration::from_secs(60));
+    assert_eq!(c.max_retries, 5);
+    assert!(!c.caller.is_empty());
+}
+
+#[test]
+fn every_variable_is_read() {
+    let c = Config::from_lookup(env(&[
+        ("SLUICE_TABLE_NAME", "vendor-buckets-pre"),
+        ("SLUICE_ENDPOINT_URL", "http://127.0.0.1:8000"),
+        ("SLUICE_LEASE_TTL", "30"),
+        ("SLUICE_MAX_RETRIES", "2"),
+        ("SLUICE_CALLER", "audit-service"),
+        ("SLUICE_PROTOCOL", "seed"),
+        ("SLUICE_SLOT_POLL_MS", "150"),
+        ("SLUICE_LEASES_PER_ROW", "0"),
+    ]))
+    .unwrap();
+    assert_eq!(c.leases_per_row, 0);
+    assert_eq!(
+        Config::from_lookup(env(&[])).unwrap().leases_per_row,
+        DEFAULT_LEASES_PER_ROW
+    );
+    assert!(Config::from_lookup(env(&[("SLUICE_LEASES_PER_ROW", "1001")])).is_err());
+    assert!(Config::from_lookup(env(&[("SLUICE_LEASES_PER_ROW", "-1")])).is_err());
+    assert_eq!(c.slot_poll, Duration::from_millis(150));
+    assert!(Config::from_lookup(env(&[("SLUICE_SLOT_POLL_MS", "0")])).is_err());
+    assert_eq!(
+        Config::from_lookup(env(&[])).unwrap().slot_poll,
+        DEFAULT_SLOT_POLL
+    );
+    assert_eq!(c.protocol, Protocol::Seed);
+    assert!(Config::from_lookup(env(&[("SLUICE_PROTOCOL", "turbo")])).is_err());
+    assert_eq!(c.table_name.as_deref(), Some("vendor-buckets-pre"));
+    assert_eq!(c.endpoint_url.as_deref(), Some("http://127.0.0.1:8000"));
+    assert_eq!(c.lease_ttl, Duration::from_secs(30));
+    assert_eq!(c.max_retries, 2);
+    assert_eq!(c.caller, "audit-service");
+}
+
+#[test]
+fn lambda_function_name_is_the_default_caller() {
+    let c = Config::from_lookup(env(&[("AWS_LAMBDA_FUNCTION_NAME", "stats-service")])).unwrap();
+    assert_eq!(c.caller, "stats-service");
+}
+
+#[test]
+fn bad_values_are_named_in_the_error() {
+    let e = Config::from_lookup(env(&[("SLUICE_LEASE_TTL", "1m")])).unwrap_err();
+    assert!(e.to_string().contains("SLUICE_LEASE_TTL=\"1m\""), "{e}");
+    assert!(Config::from_lookup(env(&[("SLUICE_LEASE_TTL", "0")])).is_err());
+    assert!(Config::from_lookup(env(&[("SLUICE_MAX_RETRIES", "-1")])).is_err());
+}
+
+#[test]
+fn store_timeouts_come_from_the_environment_and_are_validated() {
+    let c = Config::from_lookup(env(&[])).unwrap();
+    assert_eq!(
+        (c.store_timeout, c.store_attempt_timeout),
+        (DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_ATTEMPT_TIMEOUT)
+    );
+    assert_eq!(c.validate(), Ok(()));
+    let c = Config::from_lookup(env(&[
+        ("SLUICE_STORE_TIMEOUT_MS", "800"),
+        ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "250"),
+    ]))
+    .unwrap();
+    assert_eq!(c.store_timeout, Duration::from_millis(800));
+    assert_eq!(c.store_attempt_timeout, Duration::from_millis(250));
+    for (variable, value) in [
+        ("SLUICE_STORE_TIMEOUT_MS", "0"),
+        ("SLUICE_STORE_TIMEOUT_MS", "soon"),
+        ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "-1"),
+    ] {
+        let e = Config::from_lookup(env(&[(variable, value)])).unwrap_err();
+        assert!(e.to_string().contains(variable), "{e}");
+    }
+    // An attempt may not outlast the whole call.
+    let c = Config::from_lookup(env(&[
+        ("SLUICE_STORE_TIMEOUT_MS", "500"),
+        ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "900"),
+    ]))
+    .unwrap();
+    let e = c.validate().unwrap_err();
+    assert!(
+        e.to_string().contains("SLUICE_STORE_ATTEMPT_TIMEOUT_MS"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_failure_policy_comes_from_the_environment_and_is_validated() {
+    let c = Config::from_lookup(env(&[])).unwrap();
+    assert_eq!(c.failure_policy, FailurePolicy::Closed);
+    assert!(!c.may_fail_open());
+    for (value, policy) in [
+        ("closed", FailurePolicy::Closed),
+        ("open", FailurePolicy::Open { percent: 10 }),
+        (" open:25% ", FailurePolicy::Open { percent: 25 }),
+        ("open:100", FailurePolicy::Open { percent: 100 }),
+    ] {
+        let c = Config::from_lookup(env(&[("SLUICE_FAILURE_POLICY", value)])).unwrap();
+        assert_eq!(c.failure_policy, policy, "{value}");
+    }
+    for value in ["opened", "open:0", "open:101", "open:ten", "half"] {
+        let e = Config::from_lookup(env(&[("SLUICE_FAILURE_POLICY", value)])).unwrap_err();
+        assert!(e.to_string().contains("SLUICE_FAILURE_POLICY"), "{e}");
+    }
+    // Set from code: validated when the client is built.
+    let d: Dimension = "openai#rpm".parse().unwrap();
+    let mut c = Config::default();
+    c.failure_policies
+        .insert(d.clone(), FailurePolicy::Open { percent: 0 });
+    assert!(c.may_fail_open());
+    let e = c.validate().unwrap_err();
+    assert!(e.to_string().contains("openai#rpm"), "{e}");
+    c.failure_policies.insert(d.clone(), FailurePolicy::Closed);
+    c.failure_policy = FailurePolicy::Open { percent: 30 };
+    assert_eq!(c.validate(), Ok(()));
+    assert_eq!(c.failure_policy_of(&d), FailurePolicy::Closed);
+    assert_eq!(
+        c.failure_policy_of(&"openai#tpm".parse().unwrap()),
+        FailurePolicy::Open { percent: 30 }
+    );
+}
+
+#[test]
+fn the_clock_skew_comes_from_the_environment_and_may_be_zero() {
+    assert_eq!(
+        Config::from_lookup(env(&[])).unwrap().clock_skew,
+        DEFAULT_CLOCK_SKEW
+    );
+    let c = Config::from_lookup(env(&[("SLUICE_CLOCK_SKEW_MS", "2500")])).unwrap();
+    assert_eq!(c.clock_skew, Duration::from_millis(2_500));
+    let c = Config::from_lookup(env(&[("SLUICE_CLOCK_SKEW_MS", "0")])).unwrap();
+    assert_eq!(c.clock_skew, Duration::ZERO);
+    let e = Config::from_lookup(env(&[("SLUICE_CLOCK_SKEW_MS", "600001")]))
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("SLUICE_CLOCK_SKEW_MS"), "{e}");
+    for bad in ["-1", "2s", "1.5"] {
+        let e = Config::from_lookup(env(&[("SLUICE_CLOCK_SKEW_MS", bad)])).unwrap_err();
+        assert!(e.to_string().contains("SLUICE_CLOCK_SKEW_MS"), "{e}");
+    }
+}
+
+#[test]
+fn a_slot_is_reclaimable_after_the_skew_and_a_requests_lease_after_the_grace_too() {
+    let c = Config {
+        clock_skew: Duration::from_millis(1_500),
+        ..Config::default()
+    };
+    let expires = UnixMillis::new(10_000);
+    assert_eq!(c.reclaimable_at(expires, true), UnixMillis::new(11_500));
+    let grace = i64::try_from(RELEASE_GRACE.as_millis()).unwrap();
+    assert_eq!(
+        c.reclaimable_at(expires, false),
+        UnixMillis::new(11_500 + grace)
+    );
+}

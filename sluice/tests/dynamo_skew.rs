@@ -1,0 +1,343 @@
+//! Clock skew between hosts, on DynamoDB Local: 4 processes whose clocks are off by
+//! -2 s, -0.7 s, +0.7 s and +2 s share a `concurrent` bucket and a `requests` bucket, each
+//! client allowing for 4 s between any two clocks (`clock_skew`). Slots are held for up
+//! to past their deadline, and some are leaked (their holder "crashes"), so expired leases
+//! are given back by clients whose clocks disagree with their holders'.
+//!
+//! Measured on the true clock (all processes run on one host): slot bodies running at once
+//! never outnumber the slots (a leaked lease counts as in use until its expiry by its
+//! holder's clock), and the requests granted in any window stay within
+//! `capacity + rate × (window + 4 s)`. Then the same run with no margin (`clock_skew` 0)
+//! shows what the margin prevents: slots handed on while their bodies still run.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod dynamo;
+mod faults;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dynamo::worker::Worker;
+use faults::SkewedClock;
+use rand::Rng as _;
+use sluice::{
+    Acquire, Bucket, Clock as _, Config, DynamoStore, Error, RefillRate, Sluice, SluiceBuilder,
+    SystemClock,
+};
+
+const SLOTS: u64 = 4;
+const RPM_CAPACITY: u64 = 20;
+const RPM_PER_SECOND: u64 = 40;
+/// The clocks' offsets, one process each.
+const OFFSETS_MS: [i64; 4] = [-2_000, -700, 700, 2_000];
+/// The most two of those clocks disagree.
+const SPREAD: Duration = Duration::from_secs(4);
+/// What every client allows for: the spread, and a little for a body to be stopped.
+const MARGIN: Duration = Duration::from_millis(4_200);
+const TTL: Duration = Duration::from_secs(1);
+const SLOT_TASKS: usize = 4;
+const RPM_TASKS: usize = 2;
+const RUN: Duration = Duration::from_secs(8);
+const UNPROTECTED_RUN: Duration = Duration::from_secs(4);
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if args.get(1).map(String::as_str) == Some("--child") {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(tracing::Level::ERROR)
+            .init();
+        let offset_ms = args[6].parse().unwrap();
+        let margin = Duration::from_millis(args[7].parse().unwrap());
+        runtime.block_on(child(&args[2..6], offset_ms, margin));
+        return;
+    }
+    if args.iter().any(|a| a == "--list") {
+        println!("skewed_clocks_keep_slots_and_rates: test");
+        return;
+    }
+    match runtime.block_on(parent()) {
+        Some(()) => println!("skewed clocks: 1 passed, 0 failed"),
+        None => println!("0 passed, 0 failed, 1 skipped"),
+    }
+}
+
+/// The true time: every process runs on this host and reads the same system clock.
+fn true_now() -> i64 {
+    SystemClock.now().as_millis()
+}
+
+fn client(endpoint: &str, table: &str, caller: &str, offset_ms: i64, margin: Duration) -> Sluice {
+    SluiceBuilder::from_config(Config {
+        caller: caller.to_owned(),
+        clock_skew: margin,
+        slot_poll: Duration::from_millis(50),
+        ..Config::default()
+    })
+    .store(DynamoStore::new(dynamo::client(endpoint), table))
+    .clock(SkewedClock {
+        inner: SystemClock,
+        offset_ms,
+    })
+    .build()
+    .unwrap()
+}
+
+/// Records when a slot's body stops, whether it finished or was cut at its deadline.
+struct Stopped(Arc<Mutex<Option<i64>>>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() = Some(true_now());
+    }
+}
+
+/// Takes slots until `deadline` (true time); returns the true intervals they were in use.
+async fn take_slots(
+    sluice: Sluice,
+    dimension: String,
+    offset_ms: i64,
+    deadline: i64,
+) -> Vec<String> {
+    let mut used = Vec::new();
+    while true_now() < deadline {
+        let lease = match sluice
+            .acquire_within(Acquire::new(dimension.as_str()).ttl(TTL), TTL)
+            .await
+        {
+            Ok(lease) => lease,
+            Err(Error::RetryIn(_)) => continue,
+            Err(e) => panic!("a slot acquire saw neither a grant nor a RetryIn: {e}"),
+        };
+        let start = true_now();
+        if rand::rng().random_ratio(1, 6) {
+            // The holder dies: its slot is in use until the lease expires by its clock.
+            used.push(format!(
+                "slot {start} {}",
+                lease.expires_at().as_millis() - offset_ms
+            ));
+            std::mem::forget(lease);
+            continue;
+        }
+        // Up to half again past the deadline: such bodies are cut there.
+        let hold = Duration::from_millis(rand::rng().random_range(50..1_500));
+        let stopped = Arc::new(Mutex::new(None));
+        let mark = Stopped(stopped.clone());
+        let _ = lease
+            .run(TTL, async move {
+                let _mark = mark;
+                tokio::time::sleep(hold).await;
+            })
+            .await;
+        let end = stopped.lock().unwrap().expect("the body stopped");
+        used.push(format!("slot {start} {end}"));
+    }
+    used
+}
+
+/// Takes requests until `deadline`; returns when each acquire started and returned.
+async fn take_requests(sluice: Sluice, dimension: String, deadline: i64) -> Vec<String> {
+    let mut granted = Vec::new();
+    while true_now() < deadline {
+        let asked = true_now();
+        match sluice.acquire(dimension.as_str()).await {
+            Ok(lease) => {
+                granted.push(format!("rpm {asked} {}", true_now()));
+                lease.release().await.unwrap();
+            }
+            Err(Error::RetryIn(d)) => tokio::time::sleep(d).await,
+            Err(e) => panic!("a request acquire saw neither a grant nor a RetryIn: {e}"),
+        }
+    }
+    granted
+}
+
+async fn child(args: &[String], offset_ms: i64, margin: Duration) {
+    let [endpoint, table, slots, rpm] = args else {
+        panic!("child arguments: {args:?}")
+    };
+    let caller = format!("skewed{offset_ms:+}");
+    let sluice = client(endpoint, table, &caller, offset_ms, margin);
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let deadline: i64 = line.trim().strip_prefix("go ").unwrap().parse().unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..SLOT_TASKS {
+        let (s, d) = (sluice.clone(), slots.clone());
+        tasks.push(tokio::spawn(take_slots(s, d, offset_ms, deadline)));
+    }
+    if margin > Duration::ZERO {
+        for _ in 0..RPM_TASKS {
+            let (s, d) = (sluice.clone(), rpm.clone());
+            tasks.push(tokio::spawn(take_requests(s, d, deadline)));
+        }
+    }
+    for task in tasks {
+        for record in task.await.unwrap() {
+            println!("{record}");
+        }
+    }
+    println!("done");
+    std::io::stdout().flush().unwrap();
+}
+
+/// The most slot bodies in use at once, by the true clock (one ending as another starts
+/// at the same millisecond do not overlap).
+fn most_at_once(intervals: &[(i64, i64)]) -> usize {
+    let mut events: Vec<(i64, i32)> = intervals
+        .iter()
+        .flat_map(|&(start, end)| [(start, 1), (end, -1)])
+        .collect();
+    events.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, step) in events {
+        now += step;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// The first window of grants (by when they returned) holding more than
+/// `capacity + rate × (window + SPREAD)`, where a window runs from the earliest start of
+/// an acquire in it to the last return: every grant in it was made within that span.
+fn over_granted(grants: &mut [(i64, i64)]) -> Option<String> {
+    grants.sort_by_key(|&(_, returned)| returned);
+    for (i, first) in grants.iter().enumerate() {
+        let mut earliest = first.0;
+        for (count, &(asked, returned)) in grants[i..].iter().enumerate() {
+            earliest = earliest.min(asked);
+            let window_ms = returned - earliest;
+            // In thousandths of a token.
+            let allowed = RPM_CAPACITY as i64 * 1_000
+                + RPM_PER_SECOND as i64 * (window_ms + SPREAD.as_millis() as i64);
+            let count = count as i64 + 1;
+            if count * 1_000 > allowed {
+                return Some(format!(
+                    "{count} grants within {window_ms} ms (allowed {}.{:03})",
+                    allowed / 1_000,
+                    allowed % 1_000
+                ));
+            }
+        }
+    }
+    None
+}
+
+struct Outcome {
+    slots: Vec<(i64, i64)>,
+    requests: Vec<(i64, i64)>,
+}
+
+async fn run(endpoint: &str, table: &str, margin: Duration, length: Duration) -> Outcome {
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let (slots, rpm) = (format!("skew{tag}#concurrent"), format!("skew{tag}#rpm"));
+    let admin = client(endpoint, table, "parent", 0, margin);
+    admin
+        .put_bucket(&slots, Bucket::concurrent(SLOTS))
+        .await
+        .unwrap();
+    admin
+        .put_bucket(
+            &rpm,
+            Bucket::requests(RefillRate::per_second(RPM_PER_SECOND)).with_capacity(RPM_CAPACITY),
+        )
+        .await
+        .unwrap();
+    let margin_ms = margin.as_millis().to_string();
+    let mut workers: Vec<Worker> = OFFSETS_MS
+        .iter()
+        .map(|offset| {
+            let offset = offset.to_string();
+            Worker::spawn(
+                &format!("skewed{offset}"),
+                &[endpoint, table, &slots, &rpm, &offset, &margin_ms],
+            )
+        })
+        .collect();
+    let lines = tokio::task::spawn_blocking(move || {
+        for w in &mut workers {
+            w.expect_line("ready");
+        }
+        let deadline = true_now() + length.as_millis() as i64;
+        for w in &mut workers {
+            w.say(&format!("go {deadline}"));
+        }
+        let mut lines = Vec::new();
+        for w in &mut workers {
+            loop {
+                let line = w.line();
+                assert!(!line.is_empty(), "{} stopped before it was done", w.caller);
+                if line == "done" {
+                    break;
+                }
+                lines.push(line);
+            }
+            assert!(w.finish(), "{} failed", w.caller);
+        }
+        lines
+    })
+    .await
+    .unwrap();
+    let mut outcome = Outcome {
+        slots: Vec::new(),
+        requests: Vec::new(),
+    };
+    for line in lines {
+        let mut parts = line.split(' ');
+        let (kind, a, b) = (parts.next(), parts.next(), parts.next());
+        let pair = (a.unwrap().parse().unwrap(), b.unwrap().parse().unwrap());
+        match kind {
+            Some("slot") => outcome.slots.push(pair),
+            Some("rpm") => outcome.requests.push(pair),
+            _ => panic!("unexpected line {line:?}"),
+        }
+    }
+    outcome
+}
+
+async fn parent() -> Option<()> {
+    let _store = dynamo::store().await?;
+    let endpoint = dynamo::endpoint()?;
+    let table = dynamo::table_name();
+
+    let mut kept = run(&endpoint, table, MARGIN, RUN).await;
+    let most = most_at_once(&kept.slots);
+    assert!(
+        kept.slots.len() > 10,
+        "too few slots to tell: {}",
+        kept.slots.len()
+    );
+    assert!(
+        most <= SLOTS as usize,
+        "{most} slot bodies ran at once on {SLOTS} slots"
+    );
+    assert!(
+        kept.requests.len() > RPM_CAPACITY as usize,
+        "too few requests"
+    );
+    if let Some(excess) = over_granted(&mut kept.requests) {
+        panic!("requests over-granted: {excess}");
+    }
+
+    let unprotected = run(&endpoint, table, Duration::ZERO, UNPROTECTED_RUN).await;
+    let most_unprotected = most_at_once(&unprotected.slots);
+    assert!(
+        most_unprotected > SLOTS as usize,
+        "without a margin the run should hand slots on early; at most {most_unprotected} at once"
+    );
+    eprintln!(
+        "clocks {OFFSETS_MS:?} ms, margin {MARGIN:?}: {} slot uses, at most {most} at once on {SLOTS}; {} requests within capacity + rate x (window + {SPREAD:?}); with no margin, {most_unprotected} at once",
+        kept.slots.len(),
+        kept.requests.len(),
+    );
+    Some(())
+}

@@ -1,0 +1,104 @@
+//! Faults for in-process tests: a store that can be taken down (the in-memory store
+//! behind a switch that makes every call time out while it is off), and a clock that is
+//! off by a fixed amount.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use sluice::store::{
+    Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, StoreError,
+};
+use sluice::{BucketState, Clock, Dimension, MemoryStore, Store, UnixMillis};
+
+/// `inner`'s time moved by `offset_ms` (negative: behind), like a host whose clock is off.
+#[derive(Debug, Clone)]
+pub struct SkewedClock<C> {
+    pub inner: C,
+    pub offset_ms: i64,
+}
+
+impl<C: Clock> Clock for SkewedClock<C> {
+    fn now(&self) -> UnixMillis {
+        UnixMillis::new(self.inner.now().as_millis() + self.offset_ms)
+    }
+}
+
+/// The in-memory store, unless it is down: then every call times out.
+#[derive(Debug, Default)]
+pub struct Switch {
+    pub inner: MemoryStore,
+    pub down: AtomicBool,
+    /// Calls made while down.
+    pub calls_while_down: AtomicU64,
+}
+
+impl Switch {
+    /// Takes the store down (`true`) or brings it back.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        if self.down.load(Ordering::SeqCst) {
+            self.calls_while_down.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Timeout { source: None });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Switch {
+    async fn read_buckets(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<Vec<Option<BucketState>>, StoreError> {
+        self.check()?;
+        self.inner.read_buckets(dimensions).await
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+        self.check()?;
+        self.inner.commit(commit).await
+    }
+
+    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.delete_leases(keys).await
+    }
+
+    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+        self.check()?;
+        self.inner.read_leases(keys).await
+    }
+
+    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
+        self.check()?;
+        self.inner.scan_leases(filter).await
+    }
+
+    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.forget_held(dimension, ids).await
+    }
+
+    async fn put_bucket(
+        &self,
+        state: &BucketState,
+        expected: Option<&BucketState>,
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.put_bucket(state, expected).await
+    }
+
+    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
+        self.check()?;
+        self.inner.list_buckets().await
+    }
+
+    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.delete_bucket(dimension).await
+    }
+}

@@ -1,0 +1,247 @@
+//! A lease in time: a slot's body ends by its lease's expiry, no client gives an expired
+//! lease back before the clock-skew margin has passed (whatever its own clock says), and
+//! a `requests` lease whose holder released it is never refunded, even when the release
+//! only gets through after the lease expired.
+//!
+//! Tokio's time is paused and every clock is a [`TokioClock`] (some moved by a fixed
+//! offset, like hosts whose clocks are off): no test waits.
+
+mod faults;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice::{
+    Acquire, Bucket, Error, MemoryStore, RefillRate, Sluice, Store, Tokens, TokioClock, UnixMillis,
+};
+use tokio::time::Instant;
+
+use faults::{SkewedClock, Switch};
+
+const START: UnixMillis = UnixMillis::from_secs(1_700_000_000);
+
+fn client(store: Arc<dyn Store>, clock: SkewedClock<TokioClock>, skew: Duration) -> Sluice {
+    Sluice::builder()
+        .store_arc(store)
+        .clock(clock)
+        .clock_skew(skew)
+        .slot_poll(Duration::from_millis(50))
+        .build()
+        .unwrap()
+}
+
+fn clock(offset_ms: i64) -> SkewedClock<TokioClock> {
+    SkewedClock {
+        inner: TokioClock::starting_at(START),
+        offset_ms,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bodys_deadline_is_its_timeout_or_its_leases_expiry_whichever_is_first() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sluice = client(store, clock(0), Duration::ZERO);
+    sluice
+        .put_bucket("eleven#concurrent", Bucket::concurrent(1))
+        .await
+        .unwrap();
+    let lease = sluice
+        .acquire(Acquire::new("eleven#concurrent").ttl(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    // Time passes between the grant and the body (the write's round trip, a busy
+    // executor): the body gets what is left of the lease, not a whole second more.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let started = Instant::now();
+    let out = lease
+        .run(
+            Duration::from_secs(1),
+            tokio::time::sleep(Duration::from_secs(5)),
+        )
+        .await;
+    assert!(
+        matches!(out, Err(Error::Timeout(d)) if d == Duration::from_millis(600)),
+        "{out:?}"
+    );
+    assert_eq!(started.elapsed(), Duration::from_millis(600));
+    // Released on the way out.
+    let snapshot = sluice.snapshot("eleven#concurrent").await.unwrap();
+    assert_eq!(snapshot.available, Tokens::new(1));
+    // A shorter timeout than the lease is the deadline.
+    let lease = sluice
+        .acquire(Acquire::new("eleven#concurrent").ttl(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let out = lease
+        .run(
+            Duration::from_secs(2),
+            tokio::time::sleep(Duration::from_secs(5)),
+        )
+        .await;
+    assert!(
+        matches!(out, Err(Error::Timeout(d)) if d == Duration::from_secs(2)),
+        "{out:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_that_comes_back_after_its_lease_expired_does_not_start_its_body() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sluice = client(store, clock(0), Duration::ZERO);
+    sluice
+        .put_bucket("eleven#concurrent", Bucket::concurrent(1))
+        .await
+        .unwrap();
+    let lease = sluice
+        .acquire(Acquire::new("eleven#concurrent").ttl(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    // As if the write's answer took the whole TTL to come back.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = started.clone();
+    let out = lease
+        .run(Duration::from_secs(1), async move {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+        .await;
+    assert!(
+        matches!(out, Err(Error::Timeout(d)) if d.is_zero()),
+        "{out:?}"
+    );
+    assert!(!started.load(std::sync::atomic::Ordering::SeqCst));
+    let snapshot = sluice.snapshot("eleven#concurrent").await.unwrap();
+    assert_eq!(snapshot.available, Tokens::new(1), "released all the same");
+}
+
+/// Two hosts whose clocks are `ahead_ms` apart share one `concurrent(1)` bucket: the
+/// holder's body runs as long as its slot allows; the other host, whose clock is ahead,
+/// waits for the slot. It never gets it while the body still runs.
+async fn a_slot_in_use_is_never_handed_on(ahead_ms: i64, skew: Duration) -> Duration {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let holder = client(store.clone(), clock(0), skew);
+    let ahead = client(store, clock(ahead_ms), skew);
+    holder
+        .put_bucket("eleven#concurrent", Bucket::concurrent(1))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let body_ended = tokio::spawn({
+        let holder = holder.clone();
+        async move {
+            // The body would run for a minute: it is cut at its deadline, then the
+            // slot is released.
+            let lease = holder
+                .acquire(Acquire::new("eleven#concurrent").ttl(Duration::from_secs(2)))
+                .await
+                .unwrap();
+            let out = lease
+                .run(
+                    Duration::from_secs(2),
+                    tokio::time::sleep(Duration::from_secs(60)),
+                )
+                .await;
+            assert!(matches!(out, Err(Error::Timeout(_))), "{out:?}");
+            Instant::now()
+        }
+    });
+    tokio::task::yield_now().await;
+    let granted = ahead
+        .acquire_within("eleven#concurrent", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let got_at = Instant::now();
+    let body_ended = body_ended.await.unwrap();
+    assert!(
+        got_at >= body_ended,
+        "the slot was handed on {:?} before its body ended",
+        body_ended - got_at
+    );
+    granted.release().await.unwrap();
+    got_at - started
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_whose_clock_is_ahead_waits_out_the_skew_margin() {
+    // 1.5 s ahead, 2 s allowed for: the slot comes back (released by its holder) when
+    // its body ends, never before.
+    let waited = a_slot_in_use_is_never_handed_on(1_500, Duration::from_secs(2)).await;
+    assert!(waited >= Duration::from_secs(2), "{waited:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leaked_slot_comes_back_the_skew_margin_after_its_expiry() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let skew = Duration::from_secs(2);
+    let holder = client(store.clone(), clock(0), skew);
+    let ahead = client(store, clock(1_500), skew);
+    holder
+        .put_bucket("eleven#concurrent", Bucket::concurrent(1))
+        .await
+        .unwrap();
+    let lease = holder
+        .acquire(Acquire::new("eleven#concurrent").ttl(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    // Its holder dies: the lease is never released.
+    std::mem::forget(lease);
+    let started = Instant::now();
+    // By the other host's clock the lease expires in 0.5 s and may be given back 2 s
+    // after that: its RetryIn says so exactly.
+    let e = ahead.acquire("eleven#concurrent").await.unwrap_err();
+    assert_eq!(e.retry_in(), Some(Duration::from_millis(2_500)));
+    let granted = ahead
+        .acquire_within("eleven#concurrent", Duration::from_secs(30))
+        .await
+        .unwrap();
+    // 2.5 s by the waiting host's clock, 4 s by the holder's: the holder's body had
+    // ended by its own clock 2 s before.
+    assert_eq!(started.elapsed(), Duration::from_millis(2_500));
+    granted.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_requests_lease_released_after_its_expiry_is_never_refunded() {
+    let store = Arc::new(Switch::default());
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let skew = Duration::from_secs(1);
+    let holder = client(dyn_store.clone(), clock(0), skew);
+    let reconciler = client(dyn_store, clock(900), skew);
+    // One request a day: a refund would show.
+    holder
+        .put_bucket(
+            "openai#rpm",
+            Bucket::requests(RefillRate::per_day(1)).with_capacity(10),
+        )
+        .await
+        .unwrap();
+    let lease = holder
+        .acquire(Acquire::new("openai#rpm").ttl(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let available = async || holder.snapshot("openai#rpm").await.unwrap().available;
+    assert_eq!(available().await, Tokens::new(9));
+    // The store stops answering as the holder releases: the release fails, and is
+    // retried in the background.
+    store.set_down(true);
+    assert!(lease.release().await.is_err());
+    // The store stays down until well past the lease's expiry (5 s) and its skew margin.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    store.set_down(false);
+    // A reconcile pass now finds the lease expired, but within its release grace.
+    let report = reconciler.reconcile().await.unwrap();
+    assert_eq!(report.leases_in_grace, 1, "{report}");
+    assert_eq!(report.leases_restored, 0, "{report}");
+    // The holder's retry gets through within its backoff, and the lease is gone.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(sluice::RELEASE_GRACE).await;
+    let report = reconciler.reconcile().await.unwrap();
+    assert_eq!(report.leases_seen, 0, "{report}");
+    assert_eq!(report.leases_restored, 0, "{report}");
+    // The released request was not refunded: 91 s of refill at one a day is not a token.
+    let now = available().await;
+    assert!(
+        now >= Tokens::new(9) && now < Tokens::new(10),
+        "{now} tokens"
+    );
+}
