@@ -22,7 +22,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::time::Duration;
 
 use dynamo::proxy::{Faults, Proxy};
-use dynamo::worker::Worker;
+use dynamo::worker::{self, Start, Worker};
 use sluice::store::{LeaseFilter, StoreError};
 use sluice::{
     Acquire, Bucket, Clock as _, Config, Error, Lease, RefillRate, Sluice, SluiceBuilder,
@@ -47,36 +47,16 @@ const FAULTS: Faults = Faults {
 };
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if args.get(1).map(String::as_str) == Some("--child") {
-        tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_max_level(if std::env::var_os("SLUICE_TEST_DEBUG").is_some() {
-                tracing::Level::DEBUG
-            } else {
-                tracing::Level::WARN
-            })
-            .init();
-        runtime.block_on(child(&args[2], &args[3], &args[4], &args[5]));
-        return;
-    }
-    if args.iter().any(|a| a == "--list") {
-        println!("lost_answers_lose_nothing: test");
-        return;
-    }
-    for mode in MODES {
-        match runtime.block_on(parent(mode)) {
-            Some(()) => println!("{mode}: 1 passed, 0 failed"),
-            None => {
-                println!("0 passed, 0 failed, 1 skipped");
-                return;
+    match worker::start("lost_answers_lose_nothing", tracing::Level::WARN) {
+        Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3])),
+        Start::Parent(runtime) => {
+            for mode in MODES {
+                if !worker::report(mode, runtime.block_on(parent(mode))) {
+                    return;
+                }
             }
         }
+        Start::Listed => {}
     }
 }
 

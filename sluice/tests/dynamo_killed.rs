@@ -11,7 +11,7 @@ mod dynamo;
 use std::io::{BufRead, BufReader, Write};
 use std::time::Duration;
 
-use dynamo::worker::Worker;
+use dynamo::worker::{self, Start, Worker};
 use sluice::store::LeaseFilter;
 use sluice::{
     Acquire, Bucket, Clock as _, Config, DynamoStore, Error, Sluice, SluiceBuilder, SystemClock,
@@ -28,27 +28,12 @@ const LEASE: Duration = Duration::from_secs(3);
 const RUN: Duration = Duration::from_secs(6);
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if args.get(1).map(String::as_str) == Some("--child") {
-        tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_max_level(tracing::Level::ERROR)
-            .init();
-        runtime.block_on(child(&args[2], &args[3], &args[4], &args[5], &args[6]));
-        return;
-    }
-    if args.iter().any(|a| a == "--list") {
-        println!("killed_holders_come_back_once: test");
-        return;
-    }
-    match runtime.block_on(parent()) {
-        Some(()) => println!("killed holders: 1 passed, 0 failed"),
-        None => println!("0 passed, 0 failed, 1 skipped"),
+    match worker::start("killed_holders_come_back_once", tracing::Level::ERROR) {
+        Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3], &a[4])),
+        Start::Parent(runtime) => {
+            worker::report("killed holders", runtime.block_on(parent()));
+        }
+        Start::Listed => {}
     }
 }
 

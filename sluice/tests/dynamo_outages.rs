@@ -19,7 +19,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::time::{Duration, Instant};
 
 use dynamo::server::Server;
-use dynamo::worker::Worker;
+use dynamo::worker::{self, Start, Worker};
 use sluice::store::{LeaseFilter, StoreError};
 use sluice::{
     Acquire, Bucket, Clock as _, Config, DynamoStore, Error, FailurePolicy, RefillRate, Sluice,
@@ -43,35 +43,19 @@ const FREEZE: (u64, u64) = (2_000, 8_000);
 const RUN_MS: u64 = 12_000;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if args.get(1).map(String::as_str) == Some("--child") {
-        tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_max_level(tracing::Level::ERROR)
-            .init();
-        runtime.block_on(child(&args[2], &args[3], &args[4], &args[5], &args[6]));
-        return;
-    }
-    if args.iter().any(|a| a == "--list") {
-        println!("the_store_stops: test");
-        return;
-    }
-    for mode in ["closed", "open"] {
-        match runtime.block_on(frozen(mode)) {
-            Some(()) => println!("frozen, {mode}: 1 passed, 0 failed"),
-            None => {
-                println!("0 passed, 0 failed, 1 skipped");
-                return;
+    match worker::start("the_store_stops", tracing::Level::ERROR) {
+        Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3], &a[4])),
+        Start::Parent(runtime) => {
+            for mode in ["closed", "open"] {
+                if !worker::report(&format!("frozen, {mode}"), runtime.block_on(frozen(mode))) {
+                    return;
+                }
+            }
+            if let Some(outcome) = runtime.block_on(restarted()) {
+                worker::report("restarted", Some(outcome));
             }
         }
-    }
-    if runtime.block_on(restarted()).is_some() {
-        println!("restarted: 1 passed, 0 failed");
+        Start::Listed => {}
     }
 }
 

@@ -21,7 +21,7 @@
 
 mod dynamo;
 
-use dynamo::worker::Worker;
+use dynamo::worker::{self, Start, Worker};
 
 use std::io::{BufRead, BufReader, Write};
 
@@ -62,33 +62,16 @@ fn capacity_and_start(mode: &str) -> (u64, u64) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if args.get(1).map(String::as_str) == Some("--child") {
-        tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_max_level(tracing::Level::WARN)
-            .init();
-        runtime.block_on(child(&args[2], &args[3], &args[4], &args[5], &args[6]));
-        return;
-    }
-    if args.iter().any(|a| a == "--list") {
-        // `cargo test -- --list` asks for test names: this binary has one.
-        println!("processes_share_one_bucket_exactly: test");
-        return;
-    }
-    for mode in MODES {
-        match runtime.block_on(parent(mode)) {
-            Some(()) => println!("{mode}: 1 passed, 0 failed"),
-            None => {
-                println!("0 passed, 0 failed, 1 skipped");
-                return;
+    match worker::start("processes_share_one_bucket_exactly", tracing::Level::WARN) {
+        Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3], &a[4])),
+        Start::Parent(runtime) => {
+            for mode in MODES {
+                if !worker::report(mode, runtime.block_on(parent(mode))) {
+                    return;
+                }
             }
         }
+        Start::Listed => {}
     }
 }
 

@@ -19,7 +19,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dynamo::worker::Worker;
+use dynamo::worker::{self, Start, Worker};
 use faults::SkewedClock;
 use rand::Rng as _;
 use sluice::{
@@ -43,29 +43,16 @@ const RUN: Duration = Duration::from_secs(8);
 const UNPROTECTED_RUN: Duration = Duration::from_secs(4);
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if args.get(1).map(String::as_str) == Some("--child") {
-        tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_max_level(tracing::Level::ERROR)
-            .init();
-        let offset_ms = args[6].parse().unwrap();
-        let margin = Duration::from_millis(args[7].parse().unwrap());
-        runtime.block_on(child(&args[2..6], offset_ms, margin));
-        return;
-    }
-    if args.iter().any(|a| a == "--list") {
-        println!("skewed_clocks_keep_slots_and_rates: test");
-        return;
-    }
-    match runtime.block_on(parent()) {
-        Some(()) => println!("skewed clocks: 1 passed, 0 failed"),
-        None => println!("0 passed, 0 failed, 1 skipped"),
+    match worker::start("skewed_clocks_keep_slots_and_rates", tracing::Level::ERROR) {
+        Start::Child(runtime, a) => {
+            let offset_ms = a[4].parse().unwrap();
+            let margin = Duration::from_millis(a[5].parse().unwrap());
+            runtime.block_on(child(&a[..4], offset_ms, margin));
+        }
+        Start::Parent(runtime) => {
+            worker::report("skewed clocks", runtime.block_on(parent()));
+        }
+        Start::Listed => {}
     }
 }
 
@@ -206,32 +193,6 @@ fn most_at_once(intervals: &[(i64, i64)]) -> usize {
     most as usize
 }
 
-/// The first window of grants (by when they returned) holding more than
-/// `capacity + rate × (window + SPREAD)`, where a window runs from the earliest start of
-/// an acquire in it to the last return: every grant in it was made within that span.
-fn over_granted(grants: &mut [(i64, i64)]) -> Option<String> {
-    grants.sort_by_key(|&(_, returned)| returned);
-    for (i, first) in grants.iter().enumerate() {
-        let mut earliest = first.0;
-        for (count, &(asked, returned)) in grants[i..].iter().enumerate() {
-            earliest = earliest.min(asked);
-            let window_ms = returned - earliest;
-            // In thousandths of a token.
-            let allowed = RPM_CAPACITY as i64 * 1_000
-                + RPM_PER_SECOND as i64 * (window_ms + SPREAD.as_millis() as i64);
-            let count = count as i64 + 1;
-            if count * 1_000 > allowed {
-                return Some(format!(
-                    "{count} grants within {window_ms} ms (allowed {}.{:03})",
-                    allowed / 1_000,
-                    allowed % 1_000
-                ));
-            }
-        }
-    }
-    None
-}
-
 struct Outcome {
     slots: Vec<(i64, i64)>,
     requests: Vec<(i64, i64)>,
@@ -324,7 +285,10 @@ async fn parent() -> Option<()> {
         kept.requests.len() > RPM_CAPACITY as usize,
         "too few requests"
     );
-    if let Some(excess) = over_granted(&mut kept.requests) {
+    let slack = SPREAD.as_millis() as i64;
+    if let Some(excess) =
+        dynamo::over_granted(&mut kept.requests, RPM_CAPACITY, RPM_PER_SECOND, slack)
+    {
         panic!("requests over-granted: {excess}");
     }
 

@@ -12,6 +12,7 @@
 
 mod dynamo;
 
+use dynamo::worker::{self, Start};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
@@ -31,23 +32,15 @@ const BOUND: Duration = Duration::from_millis(500);
 const ANSWER: Duration = Duration::from_secs(60);
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if args.get(1).map(String::as_str) == Some("--child") {
-        runtime.block_on(child(&args[2], &args[3], &args[4], &args[5]));
-        return;
-    }
-    if args.iter().any(|a| a == "--list") {
-        println!("freed_slots_reach_a_waiting_process_promptly: test");
-        return;
-    }
-    match runtime.block_on(parent()) {
-        Some(()) => println!("test result: ok. 1 passed; 0 failed"),
-        None => println!("test result: ok. 0 passed; 0 failed; 1 skipped"),
+    match worker::start(
+        "freed_slots_reach_a_waiting_process_promptly",
+        tracing::Level::ERROR,
+    ) {
+        Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3])),
+        Start::Parent(runtime) => {
+            worker::report("freed slots reach a waiter", runtime.block_on(parent()));
+        }
+        Start::Listed => {}
     }
 }
 

@@ -96,3 +96,34 @@ pub fn s(v: &str) -> aws_sdk_dynamodb::types::AttributeValue {
 pub fn n(v: &str) -> aws_sdk_dynamodb::types::AttributeValue {
     aws_sdk_dynamodb::types::AttributeValue::N(v.to_owned())
 }
+
+/// The first window of grants holding more than `capacity + rate × (window + slack)`,
+/// where each grant is `(asked, returned)` in milliseconds and a window runs from the
+/// earliest start of an acquire in it to the last return (every grant in it was made
+/// within that span); grants are sorted by when they returned. `None`: no over-grant.
+pub fn over_granted(
+    grants: &mut [(i64, i64)],
+    capacity: u64,
+    per_second: u64,
+    slack_ms: i64,
+) -> Option<String> {
+    grants.sort_by_key(|&(_, returned)| returned);
+    for (i, first) in grants.iter().enumerate() {
+        let mut earliest = first.0;
+        for (count, &(asked, returned)) in grants[i..].iter().enumerate() {
+            earliest = earliest.min(asked);
+            let window_ms = returned - earliest;
+            // In thousandths of a grant.
+            let allowed = capacity as i64 * 1_000 + per_second as i64 * (window_ms + slack_ms);
+            let count = count as i64 + 1;
+            if count * 1_000 > allowed {
+                return Some(format!(
+                    "{count} grants within {window_ms} ms (allowed {}.{:03})",
+                    allowed / 1_000,
+                    allowed % 1_000
+                ));
+            }
+        }
+    }
+    None
+}

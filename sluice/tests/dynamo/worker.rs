@@ -73,3 +73,53 @@ impl Drop for Worker {
         }
     }
 }
+
+/// How a multi-process test binary was started.
+pub enum Start {
+    /// As a child: the arguments after `--child`.
+    Child(tokio::runtime::Runtime, Vec<String>),
+    /// As the test itself.
+    Parent(tokio::runtime::Runtime),
+    /// Asked for its test names (`--list`), which `start` answered.
+    Listed,
+}
+
+/// Starts a multi-process test binary whose one test is `test`: the runtime every such
+/// test runs on (two worker threads, as CI has two cores) and what it was started as. A
+/// child logs to stderr at `child_level` (`SLUICE_TEST_DEBUG` turns on debug logs).
+#[allow(clippy::print_stdout)]
+pub fn start(test: &str, child_level: tracing::Level) -> Start {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--list") {
+        println!("{test}: test");
+        return Start::Listed;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if args.get(1).map(String::as_str) == Some("--child") {
+        let level = if std::env::var_os("SLUICE_TEST_DEBUG").is_some() {
+            tracing::Level::DEBUG
+        } else {
+            child_level
+        };
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(level)
+            .init();
+        return Start::Child(runtime, args[2..].to_vec());
+    }
+    Start::Parent(runtime)
+}
+
+/// Prints the outcome of one run named `name` as the test harness would: `None` skipped.
+#[allow(clippy::print_stdout)]
+pub fn report(name: &str, outcome: Option<()>) -> bool {
+    match outcome {
+        Some(()) => println!("{name}: 1 passed, 0 failed"),
+        None => println!("0 passed, 0 failed, 1 skipped"),
+    }
+    outcome.is_some()
+}
