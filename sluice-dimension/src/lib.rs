@@ -1,6 +1,7 @@
-//! The rules of a sluice dimension name, in one place: the `sluice` crate checks names with
-//! them at run time (`sluice::Dimension::new`) and the `#[rate_limited]` attribute at
-//! compile time, each in its own words.
+//! The rules of a sluice dimension name (and of a [`priority`] name), in one place: the
+//! `sluice` crate checks names with them at run time (`sluice::Dimension::new`,
+//! `sluice::Priority::new`) and the `#[rate_limited]` attribute at compile time, each in its
+//! own words.
 //!
 //! A dimension is `{vendor}#{metric}`: a non-empty vendor and metric separated by exactly
 //! one `#`, at most [`MAX_LEN`] bytes, no whitespace or control characters, and not
@@ -71,6 +72,50 @@ pub fn check(name: &str) -> Result<(), Broken> {
     Ok(())
 }
 
+pub mod priority {
+    //! The rules of a priority name (`interactive`, `batch`): 1 to [`MAX_LEN`] bytes of
+    //! ASCII letters, digits, `-`, `_` and `.`.
+    //!
+    //! ```
+    //! use sluice_dimension::priority::{Broken, check};
+    //!
+    //! assert_eq!(check("interactive"), Ok(()));
+    //! assert_eq!(check("batch jobs"), Err(Broken::Character(' ')));
+    //! ```
+
+    /// The longest priority name, in bytes.
+    pub const MAX_LEN: usize = 64;
+
+    /// The first rule a priority name breaks.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[non_exhaustive]
+    pub enum Broken {
+        /// The name is empty.
+        Empty,
+        /// The name is longer than [`MAX_LEN`] bytes.
+        TooLong,
+        /// The name holds a character other than ASCII letters, digits, `-`, `_`, `.`.
+        Character(char),
+    }
+
+    /// Checks `name` against the rules; the first one it breaks.
+    pub fn check(name: &str) -> Result<(), Broken> {
+        if name.is_empty() {
+            return Err(Broken::Empty);
+        }
+        if let Some(c) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        {
+            return Err(Broken::Character(c));
+        }
+        if name.len() > MAX_LEN {
+            return Err(Broken::TooLong);
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +136,16 @@ mod tests {
             check(&format!("v#{}", "m".repeat(MAX_LEN - 1))),
             Err(Broken::TooLong)
         );
+    }
+
+    #[test]
+    fn priority_names_are_short_and_plain() {
+        use super::priority::{Broken, MAX_LEN, check};
+        assert_eq!(check(""), Err(Broken::Empty));
+        assert_eq!(check("batch#1"), Err(Broken::Character('#')));
+        assert_eq!(check("é"), Err(Broken::Character('é')));
+        assert_eq!(check(&"p".repeat(MAX_LEN)), Ok(()));
+        assert_eq!(check(&"p".repeat(MAX_LEN + 1)), Err(Broken::TooLong));
+        assert_eq!(check("tier-1_a.b"), Ok(()));
     }
 }

@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
+use crate::bucket::{BucketState, Take};
+use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
+use crate::priority::Priority;
 use crate::tokens::Tokens;
 
 /// The most dimensions one acquire may name: each takes two rows of one atomic write,
@@ -28,6 +31,7 @@ pub const MAX_DIMENSIONS: usize = 50;
 pub struct Acquire {
     parts: Vec<(String, Option<Tokens>)>,
     ttl: Option<Duration>,
+    priority: Option<Priority>,
 }
 
 impl Acquire {
@@ -66,6 +70,36 @@ impl Acquire {
         self.ttl
     }
 
+    /// Sets the acquire's priority (default: the client's, see
+    /// [`Config::priority`](crate::Config::priority)): on a bucket that keeps reserves
+    /// for higher priorities, it is granted only while they stay kept (see
+    /// [`Bucket::with_reserve`](crate::Bucket::with_reserve)).
+    ///
+    /// ```
+    /// use sluice::{Acquire, Priority};
+    ///
+    /// let request = Acquire::with_cost("openai#tpm", 4_000).priority("batch".parse()?);
+    /// assert_eq!(request.priority_value().map(Priority::as_str), Some("batch"));
+    /// # Ok::<(), sluice::PriorityError>(())
+    /// ```
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Sets the priority unless one is set already.
+    pub fn or_priority(mut self, priority: Option<Priority>) -> Self {
+        if self.priority.is_none() {
+            self.priority = priority;
+        }
+        self
+    }
+
+    /// The acquire's priority, if set.
+    pub fn priority_value(&self) -> Option<&Priority> {
+        self.priority.as_ref()
+    }
+
     /// Validates the request: dimensions parsed, costs between 0 and [`Tokens::MAX`], a
     /// dimension named twice merged into one with the costs summed (a missing cost counts
     /// as the bucket's `cost_per_call` when the bucket is read), a TTL of at least one
@@ -97,6 +131,7 @@ impl Acquire {
                     dimension,
                     explicit: cost.unwrap_or(Tokens::ZERO),
                     default_calls: u32::from(cost.is_none()),
+                    priority: self.priority.clone(),
                 }),
             }
         }
@@ -118,6 +153,8 @@ pub(crate) struct Wanted {
     pub(crate) explicit: Tokens,
     /// How many times the bucket's `cost_per_call` is added.
     pub(crate) default_calls: u32,
+    /// The acquire's priority (`None`: the highest).
+    pub(crate) priority: Option<Priority>,
 }
 
 impl Wanted {
@@ -128,6 +165,39 @@ impl Wanted {
             .checked_mul(self.default_calls)
             .and_then(|defaults| self.explicit.checked_add(defaults))
             .unwrap_or(Tokens::MAX + Tokens::from_nanos(1))
+    }
+
+    /// Tries to take this dimension's cost from `row` at `now`, at its priority.
+    pub(crate) fn take_from(&self, row: &BucketState, now: UnixMillis) -> Take {
+        row.take_as(
+            self.cost(row.bucket.cost_per_call()),
+            self.priority.as_ref(),
+            now,
+        )
+    }
+
+    /// The error for a cost `row` can never grant at this priority, if it is one.
+    pub(crate) fn never(&self, row: &BucketState, take: &Take) -> Option<Error> {
+        let dimension = self.dimension.clone();
+        let cost = self.cost(row.bucket.cost_per_call());
+        let capacity = row.bucket.capacity();
+        match (take, &self.priority) {
+            (Take::ExceedsShare { share }, Some(priority)) => Some(Error::CostExceedsShare {
+                dimension,
+                cost,
+                priority: priority.clone(),
+                share: *share,
+            }),
+            // No priority leaves no reserve: its share is the whole capacity.
+            (Take::ExceedsCapacity | Take::ExceedsShare { .. }, _) => {
+                Some(Error::CostExceedsCapacity {
+                    dimension,
+                    cost,
+                    capacity,
+                })
+            }
+            _ => None,
+        }
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::bucket::BucketError;
 use crate::config::ConfigError;
 use crate::dimension::{Dimension, DimensionError};
+use crate::priority::{Priority, PriorityError};
 use crate::store::StoreError;
 use crate::tokens::Tokens;
 
@@ -53,9 +54,28 @@ pub enum Error {
         /// The bucket's capacity.
         capacity: Tokens,
     },
+    /// The cost fits the bucket's capacity, but not what the acquire's priority may ever
+    /// take (the capacity less the reserves kept for the priorities above it), so it can
+    /// never be granted at this priority.
+    #[error(
+        "cost {cost} exceeds the {share} that priority `{priority}` may take of `{dimension}` (its capacity less the reserves above it); it can never be granted at this priority: lower the cost, use a higher priority or lower the reserves"
+    )]
+    CostExceedsShare {
+        /// The dimension.
+        dimension: Dimension,
+        /// The cost asked for.
+        cost: Tokens,
+        /// The acquire's priority.
+        priority: Priority,
+        /// The most that priority may take.
+        share: Tokens,
+    },
     /// The dimension's name is malformed.
     #[error(transparent)]
     InvalidDimension(#[from] DimensionError),
+    /// The priority's name is malformed.
+    #[error(transparent)]
+    InvalidPriority(#[from] PriorityError),
     /// No bucket is defined for the dimension.
     #[error(
         "no bucket is defined for `{0}`; define it with `Sluice::put_bucket` or `sluice bucket put`"

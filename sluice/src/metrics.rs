@@ -4,9 +4,9 @@
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
-//! | `sluice_grants_total` | counter | `dimension` | acquires granted |
-//! | `sluice_retry_in_total` | counter | `dimension` | acquires answered RetryIn |
-//! | `sluice_errors_total` | counter | `dimension`, `error` | acquires failed otherwise (`error`: the cause, e.g. `store_throttled`, `contention`) |
+//! | `sluice_grants_total` | counter | `dimension`, `priority` | acquires granted |
+//! | `sluice_retry_in_total` | counter | `dimension`, `priority` | acquires answered RetryIn |
+//! | `sluice_errors_total` | counter | `dimension`, `priority`, `error` | acquires failed otherwise (`error`: the cause, e.g. `store_throttled`, `contention`) |
 //! | `sluice_contention_retries_total` | counter | `dimension` | commits lost to another writer and retried |
 //! | `sluice_acquire_duration_seconds` | histogram | `outcome` (`granted`, `retry_in`, `error`) | acquire latency |
 //! | `sluice_grants_per_write` | histogram | | grants carried by one fast-path write |
@@ -20,30 +20,41 @@
 //! | `sluice_reconcile_tokens_restored` | histogram | | tokens given back per pass |
 //! | `sluice_reconcile_duration_seconds` | histogram | | pass duration |
 //!
-//! `dimension` is the acquire's dimensions, comma-separated (one, usually).
+//! `dimension` is the acquire's dimensions, comma-separated (one, usually); `priority` the
+//! acquire's priority, empty for none (see [`Priority`](crate::Priority)).
 
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::priority::Priority;
 use crate::store::StoreError;
 use crate::tokens::Tokens;
 
 /// Records an acquire's outcome and latency.
 /// `dimension` is moved into the label: one allocation per acquire, made by the caller.
-pub(crate) fn acquired<T>(dimension: String, result: &Result<T, Error>, elapsed: Duration) {
+pub(crate) fn acquired<T>(
+    dimension: String,
+    priority: Option<&Priority>,
+    result: &Result<T, Error>,
+    elapsed: Duration,
+) {
+    let priority = priority.map_or_else(String::new, |p| p.as_str().to_owned());
     let outcome = match result {
         Ok(_) => {
-            metrics::counter!("sluice_grants_total", "dimension" => dimension).increment(1);
+            metrics::counter!("sluice_grants_total", "dimension" => dimension, "priority" => priority)
+                .increment(1);
             "granted"
         }
         Err(Error::RetryIn(_)) => {
-            metrics::counter!("sluice_retry_in_total", "dimension" => dimension).increment(1);
+            metrics::counter!("sluice_retry_in_total", "dimension" => dimension, "priority" => priority)
+                .increment(1);
             "retry_in"
         }
         Err(e) => {
             metrics::counter!(
                 "sluice_errors_total",
                 "dimension" => dimension,
+                "priority" => priority,
                 "error" => error_label(e)
             )
             .increment(1);
@@ -118,6 +129,8 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
     match error {
         Error::RetryIn(_) => "retry_in",
         Error::CostExceedsCapacity { .. } => "cost_exceeds_capacity",
+        Error::CostExceedsShare { .. } => "cost_exceeds_share",
+        Error::InvalidPriority(_) => "invalid_priority",
         Error::InvalidDimension(_) => "invalid_dimension",
         Error::UnknownDimension(_) => "unknown_dimension",
         Error::InvalidCost { .. } => "invalid_cost",

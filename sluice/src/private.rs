@@ -21,3 +21,31 @@ impl<T, E: From<Error>> FromSluiceError for Result<T, E> {
 pub fn operator_process() {
     crate::role::operator_process();
 }
+
+/// A priority whose name `#[rate_limited(priority = "...")]` checked at compile time, with
+/// the rules [`Priority::new`](crate::Priority::new) applies.
+pub fn checked_priority(name: &'static str) -> crate::Priority {
+    crate::priority::Priority::checked(name)
+}
+
+/// What `#[rate_limited(priority = <expr>)]` accepts: a priority, or maybe one.
+#[diagnostic::on_unimplemented(
+    message = "`priority = ...` takes a `sluice::Priority` or an `Option<sluice::Priority>`, not `{Self}`",
+    label = "not a priority"
+)]
+pub trait IntoPriority {
+    /// The priority, if any.
+    fn into_priority(self) -> Option<crate::Priority>;
+}
+
+impl IntoPriority for crate::Priority {
+    fn into_priority(self) -> Option<crate::Priority> {
+        Some(self)
+    }
+}
+
+impl IntoPriority for Option<crate::Priority> {
+    fn into_priority(self) -> Option<crate::Priority> {
+        self
+    }
+}

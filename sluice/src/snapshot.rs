@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::bucket::{BucketState, LimitType};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
+use crate::priority::{Priority, Reserve, floor};
 use crate::store::LeaseRecord;
 use crate::tokens::{RefillRate, Tokens};
 
@@ -37,6 +38,9 @@ pub struct Snapshot {
     /// Time until the bucket is full; `None` for a `concurrent` bucket that is not full
     /// (only releases fill it).
     pub time_to_full: Option<Duration>,
+    /// The reserves kept for higher priorities, highest first (see
+    /// [`Bucket::with_reserve`](crate::Bucket::with_reserve)).
+    pub reserves: Vec<Reserve>,
     /// The bucket row's version.
     pub version: u64,
     /// When the snapshot was taken.
@@ -58,8 +62,30 @@ impl Snapshot {
             leased: live.iter().map(|l| l.cost).sum(),
             expired_leases: leases.len() - live.len(),
             time_to_full: row.time_to_full(now),
+            reserves: row.bucket.reserves().to_vec(),
             version: row.version,
             taken_at: now,
         }
+    }
+
+    /// What one acquire at `priority` may take now: the available tokens less the reserves
+    /// above it, never below zero.
+    ///
+    /// ```
+    /// use sluice::{Bucket, RefillRate, Sluice};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sluice = Sluice::in_memory();
+    /// let tpm = Bucket::tokens(RefillRate::per_minute(1_000)).with_reserve("interactive".parse()?, 200);
+    /// sluice.put_bucket("openai#tpm", tpm).await?;
+    /// let snapshot = sluice.snapshot("openai#tpm").await?;
+    /// assert_eq!(snapshot.available_to(Some(&"batch".parse()?)), sluice::Tokens::new(800));
+    /// assert_eq!(snapshot.available_to(Some(&"interactive".parse()?)), sluice::Tokens::new(1_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    pub fn available_to(&self, priority: Option<&Priority>) -> Tokens {
+        self.available
+            .saturating_sub(floor(&self.reserves, priority))
+            .max(Tokens::ZERO)
     }
 }

@@ -86,6 +86,11 @@ impl Tokens {
             .filter(|t| t.is_within_bounds())
     }
 
+    /// `self + other` kept within `-MAX..=MAX`.
+    pub fn saturating_add(self, other: Self) -> Self {
+        Tokens(self.0.saturating_add(other.0)).clamped()
+    }
+
     /// `self - other` kept within `-MAX..=MAX`.
     pub fn saturating_sub(self, other: Self) -> Self {
         Tokens(self.0.saturating_sub(other.0)).clamped()

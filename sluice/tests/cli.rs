@@ -415,6 +415,7 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
         keys,
         [
             "available",
+            "available_by_priority",
             "capacity",
             "cost_per_call",
             "dimension",
@@ -423,6 +424,7 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
             "leased",
             "live_leases",
             "refill_per_second",
+            "reserves",
             "time_to_full_ms",
             "type",
             "version"
@@ -439,6 +441,100 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
     let watched = cli.ok(&["status", "--watch", "100ms", "--count", "3"]);
     assert_eq!(watched.matches("DIMENSION").count(), 3, "{watched}");
     assert_eq!(watched.matches(&format!("{} at ", cli.table)).count(), 3);
+}
+
+#[test]
+fn reserves_are_put_applied_shown_and_kept_from_lower_priorities() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    cli.ok(&[
+        "bucket",
+        "put",
+        "team#rpm",
+        "--type",
+        "requests",
+        "--refill",
+        "1/min",
+        "--capacity",
+        "10",
+        "--reserve",
+        "interactive=20%",
+        "--reserve",
+        "standard=3",
+    ]);
+    let row = cli.json(&["bucket", "get", "team#rpm", "--json"]);
+    assert_eq!(
+        row["reserves"],
+        serde_json::json!([
+            {"priority": "interactive", "tokens": 2},
+            {"priority": "standard", "tokens": 3}
+        ])
+    );
+    // `batch` leaves 5: five grants, then denied; `interactive` takes the rest.
+    for _ in 0..5 {
+        cli.ok(&["acquire", "team#rpm", "--priority", "batch"]);
+    }
+    cli.fails(
+        &["acquire", "team#rpm", "--priority", "batch"],
+        75,
+        "retry in",
+    );
+    cli.ok(&[
+        "acquire",
+        "team#rpm",
+        "--priority",
+        "standard",
+        "--cost",
+        "3",
+    ]);
+    // Whole tokens: the bucket refills a little while the test runs.
+    let whole = |v: &Value| v.to_string().split('.').next().unwrap().to_owned();
+    let status = cli.json(&["status", "team#rpm", "--json"]);
+    let by_priority = &status[0]["available_by_priority"];
+    assert_eq!(
+        ["interactive", "standard", "*"].map(|p| whole(&by_priority[p])),
+        ["2", "0", "0"]
+    );
+    let table = cli.ok(&["status", "team#rpm"]);
+    assert!(
+        table.lines().next().unwrap().ends_with("BY PRIORITY"),
+        "{table}"
+    );
+    for shown in [" interactive=2", " standard=0", " *=0"] {
+        assert!(table.contains(shown), "{table}");
+    }
+    cli.fails(
+        &["acquire", "team#rpm", "--priority", "batch", "--cost", "6"],
+        2,
+        "priority `batch` may take",
+    );
+    cli.fails(
+        &[
+            "bucket",
+            "put",
+            "team#rpm",
+            "--type",
+            "requests",
+            "--refill",
+            "1/min",
+            "--reserve",
+            "x=lots",
+        ],
+        2,
+        "not a number of tokens or a percentage",
+    );
+    // The file's reserves replace them, and the plan says so.
+    let file = cli.file(
+        "[\"team#rpm\"]\ntype = \"requests\"\nrefill = \"1/min\"\ncapacity = 10\nreserves = [{ priority = \"interactive\", reserve = 4 }]\n",
+    );
+    let plan = cli.ok(&["apply", file.to_str().unwrap(), "--dry-run"]);
+    assert!(
+        plan.contains("reserves interactive=2, standard=3 -> interactive=4"),
+        "{plan}"
+    );
+    cli.ok(&["apply", file.to_str().unwrap()]);
+    let text = cli.ok(&["bucket", "get", "team#rpm"]);
+    assert!(text.contains("reserves        interactive=4"), "{text}");
 }
 
 #[test]

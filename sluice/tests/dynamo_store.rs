@@ -106,6 +106,65 @@ async fn rows_written_by_other_sdks_are_acquired_exactly() {
 }
 
 #[tokio::test]
+async fn reserves_are_one_list_attribute_other_sdks_keep_and_untouched_rows_compare() {
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let dim = format!("{}#tpm", vendor());
+    let t = dynamo::future_secs();
+    let clock = ManualClock::new(UnixMillis::from_secs(t));
+    let sluice = client_at(&store, &clock);
+    let interactive: sluice::Priority = "interactive".parse().unwrap();
+    let tpm = sluice::Bucket::tokens(sluice::RefillRate::per_second(1))
+        .with_capacity(100)
+        .with_reserve(interactive, 25);
+    sluice.put_bucket(&dim, tpm.clone()).await.unwrap();
+    let raw = get_raw(&store, &dim).await.unwrap();
+    let reserves = HashMap::from([
+        ("priority".to_owned(), s("interactive")),
+        ("tokens".to_owned(), n("25")),
+    ]);
+    assert_eq!(
+        raw.get("reserves"),
+        Some(&AttributeValue::L(vec![AttributeValue::M(reserves)]))
+    );
+    // Another SDK's grant: it ignores the reserves (as the highest priority) and keeps them.
+    let mut other = raw.clone();
+    other.insert("tokens".to_owned(), n("70"));
+    other.insert("version".to_owned(), n("1"));
+    other.remove("write_id");
+    other.remove("recent_writes");
+    put_raw(&store, other).await;
+    // An untouched row carrying reserves: the write's condition compares them as well.
+    let batch = Acquire::with_cost(&dim, 45).priority("batch".parse().unwrap());
+    sluice
+        .acquire(batch.clone())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        sluice.acquire(batch).await.unwrap_err().retry_in(),
+        Some(Duration::from_secs(45))
+    );
+    let row = sluice.bucket(&dim).await.unwrap().unwrap();
+    assert_eq!((row.tokens, row.bucket), (Tokens::new(25), tpm));
+    // Another tool writes the row whole with an empty list (and no write id): no reserves,
+    // and the next write's condition holds against it.
+    let mut rewritten = get_raw(&store, &dim).await.unwrap();
+    rewritten.remove("write_id");
+    rewritten.remove("recent_writes");
+    rewritten.insert("reserves".to_owned(), AttributeValue::L(Vec::new()));
+    rewritten.insert("version".to_owned(), n(&(row.version + 1).to_string()));
+    put_raw(&store, rewritten).await;
+    let e = client_at(&store, &clock)
+        .acquire(Acquire::with_cost(&dim, 10).priority("batch".parse().unwrap()))
+        .await;
+    assert!(e.is_ok(), "no reserves any more: {e:?}");
+}
+
+#[tokio::test]
 async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
     let Some(store) = dynamo::store().await else {
         return;

@@ -3,7 +3,9 @@
 //! sequences of acquires (one or two dimensions), acquires dropped half-way, releases,
 //! cost adjustments, bucket redefinitions (capacity and rate up and down), deletes and
 //! re-creations by sluice, raw re-seeds at `version = 0` by another tool, vendor pauses,
-//! reconciler passes and clock steps.
+//! reconciler passes and clock steps. The clients run at different priorities (the highest,
+//! `interactive`, `standard`, and `batch`, which no bucket lists) and every bucket keeps
+//! reserves for the higher ones.
 //!
 //! The reference model is the true bucket: the rows the store holds, read raw before and
 //! after every step. After every step it checks:
@@ -18,7 +20,9 @@
 //! - **freshness**: a grant without a store call comes only from prefetched tokens; a
 //!   refusal without a call comes only inside the window of an earlier refusal the store
 //!   answered; a refusal the store answered is exact for the true bucket; a
-//!   `CostExceedsCapacity` is confirmed by the store and true;
+//!   `CostExceedsCapacity` (or `CostExceedsShare`) is confirmed by the store and true;
+//! - **reserves**: a written grant never leaves the true bucket below the reserves kept
+//!   above its client's priority;
 //! - **liveness**: a client asking again, after its last RetryIn for that request has
 //!   passed, when the true bucket can serve it, is granted.
 //!
@@ -39,7 +43,7 @@ use sluice::store::{
 };
 use sluice::{
     Acquire, Bucket, BucketState, Config, Dimension, Error, Lease, ManualClock, MemoryStore,
-    Prefetch, Protocol, RefillRate, Sluice, Take, Tighten, Tokens, UnixMillis,
+    Prefetch, Priority, Protocol, RefillRate, Sluice, Take, Tighten, Tokens, UnixMillis,
 };
 
 const START: i64 = 1_700_000_000_000;
@@ -275,6 +279,9 @@ impl Store for ClientStore {
 
 struct Client {
     mode: Mode,
+    /// The client's priority: the buckets keep 1 for `interactive` and 1 more for
+    /// `standard`; `batch` is not listed and leaves both; `None` is the highest.
+    priority: Option<Priority>,
     sluice: Sluice,
     calls: Arc<AtomicU64>,
     leases: Vec<Lease>,
@@ -324,13 +331,26 @@ struct World {
 }
 
 fn definition(dim: Dim, capacity: u64, per_second: u64) -> Bucket {
-    match dim {
+    let bucket = match dim {
         Dim::R => Bucket::requests(RefillRate::per_second(per_second)).with_capacity(capacity),
         Dim::L => Bucket::requests(RefillRate::per_second(per_second))
             .with_capacity(capacity)
             .lean(),
         Dim::C => Bucket::concurrent(capacity.min(5)),
+    };
+    // Reserves for the higher priorities, as far as the capacity holds them.
+    let bucket = bucket.with_reserve(priority_of(1).unwrap(), 1);
+    if bucket.capacity() >= Tokens::new(2) {
+        bucket.with_reserve(priority_of(3).unwrap(), 1)
+    } else {
+        bucket
     }
+}
+
+/// Client `i`'s priority: the highest (none), `interactive`, `batch` (not listed: below
+/// every reserve), `standard`.
+fn priority_of(i: usize) -> Option<Priority> {
+    [None, Some("interactive"), Some("batch"), Some("standard")][i % 4].map(|p| p.parse().unwrap())
 }
 
 /// Lets every task the last step left behind (background releases, grants given back)
@@ -359,6 +379,7 @@ impl World {
                     },
                     slot_poll: SLOT_POLL,
                     clock_skew: SKEW,
+                    priority: priority_of(i),
                     ..Config::default()
                 })
                 .store(ClientStore {
@@ -373,6 +394,7 @@ impl World {
                 };
                 Client {
                     mode: *mode,
+                    priority: priority_of(i),
                     sluice: builder.build().unwrap(),
                     calls,
                     leases: Vec::new(),
@@ -416,9 +438,17 @@ impl World {
         truth[&dim].available(self.now())
     }
 
-    /// What the true bucket answers to `cost` on `dim` now.
-    fn take(&self, truth: &Truth, dim: Dim, cost: i64) -> Take {
-        truth[&dim].take(Tokens::new(cost), self.now())
+    /// What the true bucket answers to `cost` on `dim` now, at `client`'s priority.
+    fn take(&self, truth: &Truth, dim: Dim, cost: i64, client: usize) -> Take {
+        let priority = self.clients[client].priority.as_ref();
+        truth[&dim].take_as(Tokens::new(cost), priority, self.now())
+    }
+
+    /// What `client`'s grants must leave in `dim`'s true bucket: the reserves above it.
+    fn floor(&self, truth: &Truth, dim: Dim, client: usize) -> Tokens {
+        truth[&dim]
+            .bucket
+            .floor_for(self.clients[client].priority.as_ref())
     }
 
     /// The RetryIn of a `concurrent` bucket found short: until its earliest live slot
@@ -604,7 +634,7 @@ impl World {
                 let servable = target
                     .dims()
                     .into_iter()
-                    .all(|d| matches!(self.take(&before, d, cost), Take::Granted { .. }));
+                    .all(|d| matches!(self.take(&before, d, cost, client), Take::Granted { .. }));
                 // Liveness: after its last RetryIn, a request the bucket can serve is granted,
                 // unless this client consulted the store since that RetryIn ran out (at its
                 // millisecond or later; the bucket could not serve it then): a denial from
@@ -637,6 +667,16 @@ impl World {
                         }
                         for d in target.dims() {
                             let took = self.available(&before, d) - self.available(&after, d);
+                            // No grant takes from the reserves above its priority.
+                            if !prefetched_grant {
+                                let floor = self.floor(&after, d, client);
+                                prop_assert!(
+                                    self.available(&after, d) >= floor,
+                                    "{d:?}: client {client} ({:?}) left {} below its floor {floor}",
+                                    self.clients[client].priority,
+                                    self.available(&after, d)
+                                );
+                            }
                             if d == Dim::C {
                                 // Expired leases found on the way may have come back first.
                                 prop_assert!(
@@ -708,7 +748,7 @@ impl World {
                         } else {
                             if let Target::One(dm) = target {
                                 // The store's answer is exact for the true bucket.
-                                let exact = match self.take(&before, dm, cost) {
+                                let exact = match self.take(&before, dm, cost, client) {
                                     Take::Short { wait: Some(w) } => w,
                                     _ => self.slot_wait().await,
                                 };
@@ -721,7 +761,10 @@ impl World {
                                 );
                             }
                             for dm in target.dims() {
-                                if matches!(self.take(&before, dm, cost), Take::Short { .. }) {
+                                if matches!(
+                                    self.take(&before, dm, cost, client),
+                                    Take::Short { .. }
+                                ) {
                                     let window = if dm.refills() { d } else { d.min(SLOT_POLL) };
                                     let until = now.as_millis() + window.as_millis() as i64;
                                     let w = self.windows.entry((client, dm)).or_insert(until);
@@ -741,6 +784,18 @@ impl World {
                             .find(|d| d.name() == dimension.as_str())
                             .unwrap();
                         prop_assert!(Tokens::new(cost) > before[&dm].bucket.capacity());
+                    }
+                    Err(Error::CostExceedsShare { dimension, .. }) => {
+                        prop_assert!(calls > 0, "CostExceedsShare must be confirmed by the store");
+                        let dm = target
+                            .dims()
+                            .into_iter()
+                            .find(|d| d.name() == dimension.as_str())
+                            .unwrap();
+                        prop_assert!(
+                            Tokens::new(cost) + self.floor(&before, dm, client)
+                                > before[&dm].bucket.capacity()
+                        );
                     }
                     Err(e) => prop_assert!(false, "unexpected error {e}"),
                 }
@@ -795,7 +850,7 @@ impl World {
                 // A write the caller left may still have refused it, from the store: memory
                 // may then answer from that refusal's window.
                 for dm in target.dims() {
-                    let window = match self.take(&before, dm, cost) {
+                    let window = match self.take(&before, dm, cost, client) {
                         Take::Short { wait: Some(w) } => Some(w),
                         Take::Short { wait: None } => Some(self.slot_wait().await.min(SLOT_POLL)),
                         _ => None,

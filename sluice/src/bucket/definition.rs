@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::clock::UnixMillis;
+use crate::priority::{MAX_RESERVES, Priority, Reserve, floor};
 use crate::tokens::{NANOS_PER_TOKEN, RefillRate, Tokens};
 
 /// What a bucket counts, which decides how its tokens come back.
@@ -90,6 +91,7 @@ pub struct Bucket {
     pub(super) refill_rate: RefillRate,
     pub(super) cost_per_call: Tokens,
     pub(super) leases: bool,
+    pub(super) reserves: Vec<Reserve>,
 }
 
 /// Why a bucket definition is unusable.
@@ -128,6 +130,28 @@ pub enum BucketError {
     /// A stored bucket's version is above [`MAX_VERSION`].
     #[error("version must be at most {max}, got {0}", max = MAX_VERSION)]
     Version(u64),
+    /// A reserve of no tokens, fewer, or more than [`Tokens::MAX`].
+    #[error("the reserve for `{priority}` must be positive, got {tokens}")]
+    ReserveTokens {
+        /// The priority.
+        priority: Priority,
+        /// The tokens given.
+        tokens: Tokens,
+    },
+    /// A priority listed twice among the reserves.
+    #[error("the priority `{0}` has two reserves; list each priority once")]
+    DuplicateReserve(Priority),
+    /// More reserves than [`MAX_RESERVES`].
+    #[error("a bucket keeps at most {max} reserves, got {0}", max = MAX_RESERVES)]
+    TooManyReserves(usize),
+    /// Reserves that add up to more than the capacity.
+    #[error("the reserves add up to {reserved}, more than the capacity {capacity}")]
+    ReservesExceedCapacity {
+        /// The reserves' sum.
+        reserved: Tokens,
+        /// The bucket's capacity.
+        capacity: Tokens,
+    },
 }
 
 impl BucketError {
@@ -143,6 +167,10 @@ impl BucketError {
             BucketError::Tokens(_) => "tokens",
             BucketError::RefillTimestamp(_) => "last_refill_at",
             BucketError::Version(_) => "version",
+            BucketError::ReserveTokens { .. }
+            | BucketError::DuplicateReserve(_)
+            | BucketError::TooManyReserves(_)
+            | BucketError::ReservesExceedCapacity { .. } => "reserves",
         }
     }
 }
@@ -183,6 +211,7 @@ impl Bucket {
             refill_rate,
             cost_per_call: Tokens::new(1),
             leases: true,
+            reserves: Vec::new(),
         }
     }
 
@@ -241,6 +270,62 @@ impl Bucket {
         self.leases
     }
 
+    /// Keeps `tokens` of the capacity for `priority` and the priorities listed before it:
+    /// a priority listed after it, or not listed at all, is granted only while the bucket
+    /// keeps them (see [`Priority`]). Reserves are listed highest priority first, in the
+    /// order of these calls; the first listed priority, and an acquire with no priority,
+    /// may take everything. For a `concurrent` bucket the tokens are slots kept free.
+    ///
+    /// ```
+    /// use sluice::{Bucket, Priority, RefillRate, Tokens};
+    ///
+    /// // 2,000,000 tokens per minute; 400,000 of them kept for `interactive`.
+    /// let tpm = Bucket::tokens(RefillRate::per_minute(2_000_000))
+    ///     .with_reserve("interactive".parse()?, 400_000);
+    /// assert_eq!(tpm.floor_for(Some(&"batch".parse()?)), Tokens::new(400_000));
+    /// assert_eq!(tpm.floor_for(Some(&"interactive".parse()?)), Tokens::ZERO);
+    /// assert_eq!(tpm.floor_for(None), Tokens::ZERO);
+    /// # Ok::<(), sluice::PriorityError>(())
+    /// ```
+    pub fn with_reserve(mut self, priority: Priority, tokens: impl Into<Tokens>) -> Self {
+        self.reserves.push(Reserve {
+            priority,
+            tokens: tokens.into(),
+        });
+        self
+    }
+
+    /// Replaces the reserves with `reserves`, highest priority first.
+    pub fn with_reserves(mut self, reserves: Vec<Reserve>) -> Self {
+        self.reserves = reserves;
+        self
+    }
+
+    /// The reserves, highest priority first.
+    pub fn reserves(&self) -> &[Reserve] {
+        &self.reserves
+    }
+
+    /// The tokens an acquire at `priority` must leave in the bucket: the reserves of the
+    /// priorities listed before it (all of them for a priority not listed; none for the
+    /// first listed, or for no priority).
+    pub fn floor_for(&self, priority: Option<&Priority>) -> Tokens {
+        floor(&self.reserves, priority)
+    }
+
+    /// The sum of the reserves: what the lowest priorities must leave.
+    pub fn reserved(&self) -> Tokens {
+        self.reserves
+            .iter()
+            .fold(Tokens::ZERO, |sum, r| sum.saturating_add(r.tokens))
+    }
+
+    /// The most one acquire at `priority` can ever take: the capacity less its
+    /// [floor](Self::floor_for).
+    pub fn share_for(&self, priority: Option<&Priority>) -> Tokens {
+        self.capacity.saturating_sub(self.floor_for(priority))
+    }
+
     /// What the bucket counts.
     pub fn limit_type(&self) -> LimitType {
         self.limit_type
@@ -284,6 +369,32 @@ impl Bucket {
         if self.cost_per_call < Tokens::ZERO || self.cost_per_call > self.capacity {
             return Err(BucketError::CostPerCall {
                 cost: self.cost_per_call,
+                capacity: self.capacity,
+            });
+        }
+        self.validate_reserves()
+    }
+
+    fn validate_reserves(&self) -> Result<(), BucketError> {
+        if self.reserves.len() > MAX_RESERVES {
+            return Err(BucketError::TooManyReserves(self.reserves.len()));
+        }
+        let mut reserved = Tokens::ZERO;
+        for (i, r) in self.reserves.iter().enumerate() {
+            if r.tokens <= Tokens::ZERO || r.tokens > Tokens::MAX {
+                return Err(BucketError::ReserveTokens {
+                    priority: r.priority.clone(),
+                    tokens: r.tokens,
+                });
+            }
+            if self.reserves[..i].iter().any(|o| o.priority == r.priority) {
+                return Err(BucketError::DuplicateReserve(r.priority.clone()));
+            }
+            reserved = reserved.saturating_add(r.tokens);
+        }
+        if reserved > self.capacity {
+            return Err(BucketError::ReservesExceedCapacity {
+                reserved,
                 capacity: self.capacity,
             });
         }

@@ -7,6 +7,7 @@ use super::refill::{grid_ms, refill, wait_until_available};
 use super::{Bucket, BucketError, MAX_VERSION, timestamp_in_range};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
+use crate::priority::Priority;
 use crate::tokens::{RefillRate, Tokens};
 
 /// A bucket as stored: its definition plus the changing state.
@@ -87,6 +88,13 @@ pub enum Take {
     },
     /// The cost is above the bucket's capacity: it can never be granted.
     ExceedsCapacity,
+    /// The cost is within the capacity but above the most the acquire's priority may ever
+    /// take, `share` (the capacity less the reserves it must leave): it can never be granted
+    /// at this priority.
+    ExceedsShare {
+        /// The most the priority may take.
+        share: Tokens,
+    },
 }
 
 impl BucketState {
@@ -214,21 +222,65 @@ impl BucketState {
         self.refilled(now).0
     }
 
-    /// Tries to take `cost` tokens at `now`.
+    /// Tries to take `cost` tokens at `now`, at the highest priority (no reserve kept).
     pub fn take(&self, cost: Tokens, now: UnixMillis) -> Take {
-        if cost > self.bucket.capacity() {
+        self.take_as(cost, None, now)
+    }
+
+    /// Tries to take `cost` tokens at `now` for an acquire at `priority`: granted only if
+    /// the bucket still holds the priority's [floor](Bucket::floor_for) afterwards; when
+    /// short, the wait is exact to the moment it will.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, BucketState, RefillRate, Take, Tokens, UnixMillis};
+    ///
+    /// let now = UnixMillis::from_secs(1_700_000_000);
+    /// let bucket = Bucket::requests(RefillRate::per_second(10))
+    ///     .with_capacity(10)
+    ///     .with_reserve("interactive".parse()?, 4);
+    /// let mut row = BucketState::full("openai#rpm".parse()?, bucket, now);
+    /// row.tokens = Tokens::new(5);
+    /// let batch = "batch".parse()?;
+    /// // `batch` must leave 4: one more is granted, the second waits for a refill.
+    /// assert!(matches!(row.take_as(1.into(), Some(&batch), now), Take::Granted { .. }));
+    /// assert_eq!(
+    ///     row.take_as(2.into(), Some(&batch), now),
+    ///     Take::Short { wait: Some(Duration::from_millis(100)) }
+    /// );
+    /// assert!(matches!(row.take_as(5.into(), Some(&"interactive".parse()?), now), Take::Granted { .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_as(&self, cost: Tokens, priority: Option<&Priority>, now: UnixMillis) -> Take {
+        let capacity = self.bucket.capacity();
+        if cost > capacity {
             return Take::ExceedsCapacity;
         }
+        let floor = self.bucket.floor_for(priority);
+        let need = cost.saturating_add(floor);
+        if need > capacity {
+            return Take::ExceedsShare {
+                share: capacity.saturating_sub(floor),
+            };
+        }
         let (tokens, last) = self.refilled(now);
-        if tokens >= cost {
+        if tokens >= need {
             return Take::Granted {
                 tokens: tokens - cost,
                 last_refill_at: last,
             };
         }
         Take::Short {
-            wait: wait_until_available(tokens, last, self.bucket.effective_rate(), cost, now),
+            wait: wait_until_available(tokens, last, self.bucket.effective_rate(), need, now),
         }
+    }
+
+    /// Tokens available at `now` to one acquire at `priority`: what it may take without
+    /// touching the reserves above it (never negative).
+    pub fn available_to(&self, priority: Option<&Priority>, now: UnixMillis) -> Tokens {
+        self.available(now)
+            .saturating_sub(self.bucket.floor_for(priority))
+            .max(Tokens::ZERO)
     }
 
     /// Tokens and refill timestamp after giving back `amount` at `now` (release of a

@@ -8,6 +8,12 @@
 //! cost_per_call = 1     # optional
 //! lean = true           # optional: no lease rows (requests/tokens only)
 //!
+//! ["openai#tpm"]
+//! type = "tokens"
+//! refill = "2000000/min"
+//! # optional, highest priority first: tokens, or a share of the capacity
+//! reserves = [{ priority = "interactive", reserve = "20%" }]
+//!
 //! ["elevenlabs#concurrent"]
 //! type = "concurrent"
 //! capacity = 10
@@ -17,7 +23,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::{Bucket, Dimension, LimitType, Tokens};
+use crate::{Bucket, Dimension, LimitType, Priority, Tokens};
 
 /// One bucket as written in the file.
 #[derive(Debug, Deserialize)]
@@ -30,6 +36,16 @@ struct Entry {
     cost_per_call: Option<toml::Value>,
     #[serde(default)]
     lean: bool,
+    #[serde(default)]
+    reserves: Vec<ReserveEntry>,
+}
+
+/// One reserve as written in the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReserveEntry {
+    priority: String,
+    reserve: toml::Value,
 }
 
 /// Reads a bucket file; every problem names the dimension and what was expected.
@@ -62,7 +78,20 @@ impl Entry {
             .as_deref()
             .map(|r| super::rate(r).map_err(|e| format!("refill: {e}")))
             .transpose()?;
-        super::bucket(limit_type, capacity, refill, cost, self.lean)
+        let reserves = self
+            .reserves
+            .iter()
+            .map(|r| {
+                let priority = Priority::new(&r.priority).map_err(|e| format!("reserves: {e}"))?;
+                let size = match &r.reserve {
+                    toml::Value::String(s) => s.clone(),
+                    other => number(other, "reserves")?.to_string(),
+                };
+                let amount = super::amount(&size).map_err(|e| format!("reserves: {e}"))?;
+                Ok((priority, amount))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        super::bucket(limit_type, capacity, refill, cost, self.lean, &reserves)
     }
 }
 
@@ -99,6 +128,7 @@ type = "tokens"
 refill = "2000000/min"
 cost_per_call = "1000"
 lean = true
+reserves = [{ priority = "interactive", reserve = "20%" }, { priority = "standard", reserve = 100000 }]
 
 ["elevenlabs#concurrent"]
 type = "concurrent"
@@ -125,6 +155,8 @@ capacity = 10
             Bucket::tokens(RefillRate::per_minute(2_000_000))
                 .with_cost_per_call(1000)
                 .lean()
+                .with_reserve("interactive".parse().unwrap(), 400_000)
+                .with_reserve("standard".parse().unwrap(), 100_000)
         );
         assert_eq!(get("elevenlabs#concurrent"), Bucket::concurrent(10));
     }
@@ -161,6 +193,21 @@ capacity = 10
                 "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = true\n",
                 "a#b",
                 "expected a number",
+            ),
+            (
+                "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = 2\nreserves = [{ priority = \"x y\", reserve = 1 }]\n",
+                "a#b",
+                "reserves: priority `x y`",
+            ),
+            (
+                "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = 2\nreserves = [{ priority = \"x\", reserve = 3 }]\n",
+                "a#b",
+                "more than the capacity",
+            ),
+            (
+                "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = 2\nreserves = [{ priority = \"x\", share = 1 }]\n",
+                "",
+                "unknown field `share`",
             ),
             ("not toml [", "", ""),
         ];

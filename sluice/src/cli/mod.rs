@@ -1,9 +1,9 @@
 //! What the `sluice` operator binary reads from its users, kept in the library so the
 //! fuzz harness reaches it too; not a public API.
 //!
-//! The binary's command-line definitions (`--type`, `--refill`, …) and its bucket file
-//! (`sluice apply`) both end in [`bucket`]; refill rates are read by [`rate`]; the file is
-//! read by [`parse`].
+//! The binary's command-line definitions (`--type`, `--refill`, `--reserve`, …) and its
+//! bucket file (`sluice apply`) both end in [`bucket`]; refill rates are read by [`rate`],
+//! reserves by [`reserve`] and [`amount`]; the file is read by [`parse`].
 
 mod bucket_file;
 
@@ -11,15 +11,71 @@ use std::time::Duration;
 
 pub use bucket_file::parse;
 
-use crate::{Bucket, LimitType, RefillRate, Tokens};
+use crate::{Bucket, LimitType, Priority, RefillRate, Reserve, Tokens};
 
-/// Builds a bucket from its parts, saying what is missing or contradictory.
+/// A reserve's size as written: tokens, or a percentage of the bucket's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Amount {
+    /// So many tokens.
+    Tokens(Tokens),
+    /// This percentage of the capacity (a decimal, e.g. `12.5`).
+    Percent(Tokens),
+}
+
+impl Amount {
+    /// The tokens this amount is of a bucket holding `capacity`, rounded down to a
+    /// billionth of a token.
+    pub fn of(self, capacity: Tokens) -> Tokens {
+        match self {
+            Amount::Tokens(t) => t,
+            Amount::Percent(p) => Tokens::from_nanos(
+                capacity.as_nanos().saturating_mul(p.as_nanos()) / (100 * 1_000_000_000),
+            ),
+        }
+    }
+}
+
+/// A reserve's size: `400000` (tokens) or `20%` (of the capacity, above 0 and at most 100).
+pub fn amount(text: &str) -> Result<Amount, String> {
+    let text = text.trim();
+    let (number, percent) = match text.strip_suffix('%') {
+        Some(n) => (n.trim(), true),
+        None => (text, false),
+    };
+    let value: Tokens = number
+        .parse()
+        .map_err(|e| format!("`{text}` is not a number of tokens or a percentage ({e})"))?;
+    if value <= Tokens::ZERO || (percent && value > Tokens::new(100)) {
+        return Err(format!(
+            "`{text}`: a reserve must be positive{}",
+            if percent { " and at most 100%" } else { "" }
+        ));
+    }
+    Ok(if percent {
+        Amount::Percent(value)
+    } else {
+        Amount::Tokens(value)
+    })
+}
+
+/// A reserve written `PRIORITY=AMOUNT`, e.g. `interactive=20%` (see [`amount`]).
+pub fn reserve(text: &str) -> Result<(Priority, Amount), String> {
+    let (name, size) = text.split_once('=').ok_or_else(|| {
+        format!("`{text}` is not a reserve like interactive=20% or interactive=400000")
+    })?;
+    let priority = Priority::new(name.trim()).map_err(|e| e.to_string())?;
+    Ok((priority, amount(size)?))
+}
+
+/// Builds a bucket from its parts, saying what is missing or contradictory. `reserves`
+/// are listed highest priority first.
 pub fn bucket(
     limit_type: LimitType,
     capacity: Option<Tokens>,
     refill: Option<RefillRate>,
     cost_per_call: Option<Tokens>,
     lean: bool,
+    reserves: &[(Priority, Amount)],
 ) -> Result<Bucket, String> {
     let bucket = match (limit_type, refill, capacity) {
         (LimitType::Concurrent, Some(_), _) => {
@@ -50,6 +106,16 @@ pub fn bucket(
         None => bucket,
     };
     let bucket = if lean { bucket.lean() } else { bucket };
+    let capacity = bucket.capacity();
+    let bucket = bucket.with_reserves(
+        reserves
+            .iter()
+            .map(|(priority, amount)| Reserve {
+                priority: priority.clone(),
+                tokens: amount.of(capacity),
+            })
+            .collect(),
+    );
     bucket.validate().map_err(|e| e.to_string())?;
     Ok(bucket)
 }
@@ -89,10 +155,60 @@ mod tests {
     }
 
     #[test]
+    fn reserves_are_tokens_or_shares_of_the_capacity() {
+        let p = |s: &str| Priority::new(s).unwrap();
+        assert_eq!(
+            reserve("interactive=20%"),
+            Ok((p("interactive"), Amount::Percent(Tokens::new(20))))
+        );
+        assert_eq!(
+            reserve(" batch = 1.5 "),
+            Ok((p("batch"), Amount::Tokens("1.5".parse().unwrap())))
+        );
+        for bad in [
+            "interactive",
+            "a b=3",
+            "x=0",
+            "x=-1%",
+            "x=101%",
+            "x=lots",
+            "=3",
+        ] {
+            assert!(reserve(bad).is_err(), "{bad}");
+        }
+        let tpm = bucket(
+            LimitType::Tokens,
+            None,
+            Some(RefillRate::per_minute(2_000_000)),
+            None,
+            false,
+            &[
+                (p("interactive"), Amount::Percent("12.5".parse().unwrap())),
+                (p("standard"), Amount::Tokens(Tokens::new(100_000))),
+            ],
+        )
+        .unwrap();
+        assert_eq!(tpm.floor_for(Some(&p("standard"))), Tokens::new(250_000));
+        assert_eq!(tpm.floor_for(Some(&p("batch"))), Tokens::new(350_000));
+        let too_much = bucket(
+            LimitType::Concurrent,
+            Some(Tokens::new(4)),
+            None,
+            None,
+            false,
+            &[
+                (p("a"), Amount::Percent(Tokens::new(60))),
+                (p("b"), Amount::Percent(Tokens::new(60))),
+            ],
+        );
+        assert!(too_much.unwrap_err().contains("more than the capacity"));
+    }
+
+    #[test]
     fn definitions_say_what_is_missing() {
         let rpm = RefillRate::per_minute(500);
         assert_eq!(
-            bucket(LimitType::Requests, None, Some(rpm), None, false),
+            bucket(LimitType::Requests, None, Some(rpm), None, false, &[]),
             Ok(Bucket::requests(rpm))
         );
         assert_eq!(
@@ -101,17 +217,18 @@ mod tests {
                 Some(Tokens::new(5)),
                 None,
                 None,
-                false
+                false,
+                &[]
             ),
             Ok(Bucket::concurrent(5))
         );
         assert!(
-            bucket(LimitType::Requests, None, None, None, false)
+            bucket(LimitType::Requests, None, None, None, false, &[])
                 .unwrap_err()
                 .contains("refill rate")
         );
         assert!(
-            bucket(LimitType::Concurrent, None, None, None, false)
+            bucket(LimitType::Concurrent, None, None, None, false, &[])
                 .unwrap_err()
                 .contains("capacity")
         );
@@ -121,7 +238,8 @@ mod tests {
                 Some(Tokens::new(5)),
                 Some(rpm),
                 None,
-                false
+                false,
+                &[]
             )
             .unwrap_err()
             .contains("does not refill")
@@ -132,12 +250,13 @@ mod tests {
                 Some(Tokens::new(2)),
                 Some(rpm),
                 Some(Tokens::new(3)),
-                false
+                false,
+                &[]
             )
             .is_err()
         );
         assert_eq!(
-            bucket(LimitType::Requests, None, Some(rpm), None, true),
+            bucket(LimitType::Requests, None, Some(rpm), None, true, &[]),
             Ok(Bucket::requests(rpm).lean())
         );
         assert!(
@@ -146,7 +265,8 @@ mod tests {
                 Some(Tokens::new(5)),
                 None,
                 None,
-                true
+                true,
+                &[]
             )
             .unwrap_err()
             .contains("cannot be lean")

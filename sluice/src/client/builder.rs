@@ -95,6 +95,19 @@ impl SluiceBuilder {
         self
     }
 
+    /// The priority of this client's acquires that name none (`SLUICE_PRIORITY`, see
+    /// [`Config::priority`]).
+    ///
+    /// ```
+    /// let sluice = sluice::Sluice::builder().priority("batch".parse()?).build()?;
+    /// assert_eq!(sluice.config().priority.as_ref().map(|p| p.as_str()), Some("batch"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn priority(mut self, priority: crate::Priority) -> Self {
+        self.config.priority = Some(priority);
+        self
+    }
+
     /// How long a short `concurrent` bucket is remembered, and the longest a waiting caller
     /// sleeps on one before looking again (`SLUICE_SLOT_POLL_MS`, see
     /// [`Config::slot_poll`]).

@@ -19,6 +19,7 @@ use crate::clock::UnixMillis;
 use crate::config::Config;
 use crate::error::Error;
 use crate::lease::Lease;
+use crate::priority::Priority;
 use crate::protocol;
 use crate::shared::Core;
 use crate::store::{MemoryStore, Store};
@@ -120,6 +121,17 @@ impl Sluice {
         self.acquire_after(&request.into(), None).await
     }
 
+    /// `request` at its own priority, else this client's (see [`Config::priority`]).
+    fn prioritized(&self, request: &Acquire) -> Result<Vec<Wanted>, Error> {
+        let mut wanted = request.resolve()?;
+        if request.priority_value().is_none() {
+            for w in &mut wanted {
+                w.priority.clone_from(&self.core.config.priority);
+            }
+        }
+        Ok(wanted)
+    }
+
     /// An acquire that, with `fresh_after`, takes a denial only from a row learned since
     /// then (a waiting caller's retry: its wait began at that time).
     pub(crate) async fn acquire_after(
@@ -127,10 +139,12 @@ impl Sluice {
         request: &Acquire,
         fresh_after: Option<UnixMillis>,
     ) -> Result<Lease, Error> {
-        let wanted = request.resolve()?;
+        let wanted = self.prioritized(request)?;
+        let priority = wanted.first().and_then(|w| w.priority.clone());
         let span = tracing::debug_span!(
             "sluice.acquire",
             dimensions = %DisplayDims(&wanted),
+            priority = priority.as_ref().map_or("", Priority::as_str),
             outcome = tracing::field::Empty,
             attempts = tracing::field::Empty,
             retry_in_ms = tracing::field::Empty,
@@ -152,7 +166,7 @@ impl Sluice {
             protocol::acquire(&self.core, path, ttl, fresh_after, &span).await
         };
         let result = result.map(|grant| Lease::new(self.core.clone(), grant));
-        crate::metrics::acquired(label, &result, started.elapsed());
+        crate::metrics::acquired(label, priority.as_ref(), &result, started.elapsed());
         match &result {
             Ok(lease) => {
                 span.record("outcome", "granted");

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
+use crate::priority::Priority;
 use crate::tokens::Tokens;
 
 mod choices;
@@ -89,6 +90,7 @@ pub enum ConfigError {
 /// | `SLUICE_STORE_ATTEMPT_TIMEOUT_MS` | deadline of one attempt of a store call, milliseconds | 1000 |
 /// | `SLUICE_CLOCK_SKEW_MS` | most two hosts' clocks may disagree, milliseconds (see [`Config::clock_skew`]) | 1000 |
 /// | `SLUICE_FAILURE_POLICY` | `closed`, `open` or `open:N` when the store cannot answer (see [`FailurePolicy`]) | `closed` |
+/// | `SLUICE_PRIORITY` | the priority of acquires that name none (see [`Config::priority`]) | none: the highest |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The DynamoDB table, if any.
@@ -146,6 +148,10 @@ pub struct Config {
     /// The failure policy of particular dimensions, over
     /// [`failure_policy`](Self::failure_policy); set from code only.
     pub failure_policies: HashMap<Dimension, FailurePolicy>,
+    /// The priority of this client's acquires that name none (see
+    /// [`Acquire::priority`](crate::Acquire::priority)). `None`: the highest, which may take
+    /// everything, as other SDKs sharing the table do.
+    pub priority: Option<Priority>,
 }
 
 impl Default for Config {
@@ -165,6 +171,7 @@ impl Default for Config {
             clock_skew: DEFAULT_CLOCK_SKEW,
             failure_policy: FailurePolicy::Closed,
             failure_policies: HashMap::new(),
+            priority: None,
         }
     }
 }
@@ -296,6 +303,13 @@ impl Config {
                 value: v.clone(),
                 reason: "expected `closed`, `open` or `open:N` (N percent, 1 to 100)",
             })?;
+        }
+        if let Some(v) = non_empty("SLUICE_PRIORITY") {
+            config.priority = Some(v.trim().parse().map_err(|_| ConfigError::Invalid {
+                variable: "SLUICE_PRIORITY",
+                value: v.clone(),
+                reason: "expected a priority name: 1 to 64 ASCII letters, digits, `-`, `_`, `.`",
+            })?);
         }
         if let Some(v) = non_empty("SLUICE_CALLER") {
             config.caller = v;

@@ -150,12 +150,10 @@ fn order(core: &Core, wanted: &[Wanted], now: UnixMillis) -> (Vec<usize>, Vec<us
     let mut first: Vec<usize> = (0..wanted.len())
         .filter(|&i| {
             let w = &wanted[i];
-            core.lane(&w.dimension).memory().row().is_some_and(|row| {
-                !matches!(
-                    row.take(w.cost(row.bucket.cost_per_call()), now),
-                    Take::Granted { .. }
-                )
-            })
+            core.lane(&w.dimension)
+                .memory()
+                .row()
+                .is_some_and(|row| !matches!(w.take_from(row, now), Take::Granted { .. }))
         })
         .collect();
     first.sort_by(|&a, &b| wanted[a].dimension.cmp(&wanted[b].dimension));

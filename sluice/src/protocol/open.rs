@@ -82,6 +82,7 @@ fn local(core: &Core, wanted: &[Request], ttl: Duration) -> Option<Result<Grant,
                 &w.dimension,
                 core.config.failure_policy_of(&w.dimension),
                 cost,
+                w.priority.as_ref(),
             )
         })
         .collect();

@@ -35,7 +35,8 @@ pub(super) fn take(
 
 /// Takes the prefetch configured for `row`'s dimension from `after` (the row as a lean
 /// grant's write leaves it), only from plenty: the bucket must still hold as much again
-/// afterwards. The tokens taken and until when they may be used.
+/// afterwards, above all of its reserves (so that the tokens may serve any priority).
+/// The tokens taken and until when they may be used.
 pub(super) fn ride(
     core: &Core,
     row: &BucketState,
@@ -53,7 +54,7 @@ pub(super) fn ride(
     else {
         return None;
     };
-    if tokens < p.tokens() {
+    if tokens < p.tokens().saturating_add(row.bucket.reserved()) {
         return None;
     }
     (after.tokens, after.last_refill_at) = (tokens, last_refill_at);

@@ -51,12 +51,11 @@ pub(super) async fn confirmed(
     let mut slots = Vec::new();
     let mut again = Vec::new();
     for a in refused {
-        let cost = a.wanted.cost(row.bucket.cost_per_call());
-        match row.take(cost, now) {
+        match a.wanted.take_from(row, now) {
             // Never after this write's grants; tried again all the same.
             Take::Granted { .. } => again.push(a),
             Take::Short { wait: None } => slots.push(a),
-            _ => match refused_now(core, row, cost, now) {
+            _ => match refused_now(core, row, &a.wanted, now) {
                 Some(Refusal::Wait(wait)) => {
                     lane.memory().answered(now.saturating_add(wait));
                     let _ = a.reply.send(Err(Error::RetryIn(wait)));

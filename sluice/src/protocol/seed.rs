@@ -164,7 +164,7 @@ fn plan(
         let Take::Granted {
             tokens,
             last_refill_at,
-        } = row.take(cost, now)
+        } = w.take_from(row, now)
         else {
             attempt.refused.push(i);
             continue;
@@ -226,10 +226,7 @@ fn lost_race(
     };
     *contended = Some(dimension);
     if let ([w], [row], true) = (wanted, &*rows, handed_back)
-        && !matches!(
-            row.take(w.cost(row.bucket.cost_per_call()), core.now()),
-            Take::Granted { .. }
-        )
+        && !matches!(w.take_from(row, core.now()), Take::Granted { .. })
     {
         return Ok(Lost::Again);
     }
@@ -248,20 +245,14 @@ async fn refuse(
     looked_again: u32,
 ) -> Result<Option<Error>, Error> {
     for &i in refused {
-        let (row, cost) = (&rows[i], wanted[i].cost(rows[i].bucket.cost_per_call()));
-        if let Take::ExceedsCapacity = row.take(cost, now) {
-            return Ok(Some(Error::CostExceedsCapacity {
-                dimension: row.dimension.clone(),
-                cost,
-                capacity: row.bucket.capacity(),
-            }));
+        let (row, w) = (&rows[i], &wanted[i]);
+        if let Some(error) = w.never(row, &w.take_from(row, now)) {
+            return Ok(Some(error));
         }
     }
     let mut longest = Duration::ZERO;
     for &i in refused {
-        let row = &rows[i];
-        let cost = wanted[i].cost(row.bucket.cost_per_call());
-        match refusal(core, row, cost, now, looked_again).await? {
+        match refusal(core, &rows[i], &wanted[i], now, looked_again).await? {
             Some(Refusal::Wait(wait)) => longest = longest.max(wait),
             Some(Refusal::LookAgain) => return Ok(None),
             Some(Refusal::Exceeds(_)) | None => {}

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
+use crate::acquire::Wanted;
 use crate::bucket::{BucketState, Take};
 use crate::clock::UnixMillis;
 use crate::error::Error;
 use crate::shared::Core;
 use crate::shared::remembered::retry_in;
 use crate::store::LeaseRecord;
-use crate::tokens::Tokens;
 
 use super::ending::reclaim;
 
@@ -34,37 +34,36 @@ pub(crate) enum Refusal {
     LookAgain,
 }
 
-/// Why `row`, which the store just confirmed, refuses `cost` at `now` (`None`: it grants).
-/// A refilling bucket opens its denial window; a short `concurrent` one answers from
-/// memory within the poll interval, else from its leases.
+/// Why `row`, which the store just confirmed, refuses `wanted` at `now` (`None`: it
+/// grants). A refilling bucket opens its denial window; a short `concurrent` one answers
+/// from memory within the poll interval, else from its leases.
 pub(crate) async fn refusal(
     core: &Core,
     row: &BucketState,
-    cost: Tokens,
+    wanted: &Wanted,
     now: UnixMillis,
     looked_again: u32,
 ) -> Result<Option<Refusal>, Error> {
-    match row.take(cost, now) {
+    match wanted.take_from(row, now) {
         Take::Granted { .. } => Ok(None),
         Take::Short { wait: None } => slots_short(core, row, now, looked_again).await.map(Some),
-        _ => Ok(refused_now(core, row, cost, now)),
+        _ => Ok(refused_now(core, row, wanted, now)),
     }
 }
 
-/// [`refusal`] for what the row alone answers: the capacity error, or a refilling
-/// bucket's exact wait (`None` for anything else).
+/// [`refusal`] for what the row alone answers: the capacity (or share) error, or a
+/// refilling bucket's exact wait (`None` for anything else).
 pub(crate) fn refused_now(
     core: &Core,
     row: &BucketState,
-    cost: Tokens,
+    wanted: &Wanted,
     now: UnixMillis,
 ) -> Option<Refusal> {
-    match row.take(cost, now) {
-        Take::ExceedsCapacity => Some(Refusal::Exceeds(Error::CostExceedsCapacity {
-            dimension: row.dimension.clone(),
-            cost,
-            capacity: row.bucket.capacity(),
-        })),
+    let take = wanted.take_from(row, now);
+    if let Some(error) = wanted.never(row, &take) {
+        return Some(Refusal::Exceeds(error));
+    }
+    match take {
         Take::Short { wait: Some(wait) } => {
             let wait = retry_in(wait);
             core.lane(&row.dimension).memory().confirm_short(now, wait);

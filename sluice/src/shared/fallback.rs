@@ -16,6 +16,7 @@ use crate::bucket::{Bucket, BucketState, LimitType, Take};
 use crate::clock::UnixMillis;
 use crate::config::FailurePolicy;
 use crate::dimension::Dimension;
+use crate::priority::{Priority, Reserve};
 use crate::tokens::Tokens;
 
 /// How often, during an outage, one acquire asks the store whether it is back.
@@ -41,7 +42,12 @@ struct Outage {
 
 /// One dimension of a local take: the dimension, its failure policy, and its cost given
 /// the shared bucket's definition.
-pub(crate) type Wanted<'a> = (&'a Dimension, FailurePolicy, &'a dyn Fn(&Bucket) -> Tokens);
+pub(crate) type Wanted<'a> = (
+    &'a Dimension,
+    FailurePolicy,
+    &'a dyn Fn(&Bucket) -> Tokens,
+    Option<&'a Priority>,
+);
 
 /// What the local buckets answered.
 pub(crate) enum Local {
@@ -114,7 +120,7 @@ impl Fallback {
         let mut taken = Vec::with_capacity(wanted.len());
         let mut longest = Duration::ZERO;
         let mut after = Vec::with_capacity(wanted.len());
-        for (dimension, policy, cost_of) in wanted {
+        for (dimension, policy, cost_of, priority) in wanted {
             let Some(bucket) = state.known.get(*dimension) else {
                 return Local::Closed;
             };
@@ -126,13 +132,15 @@ impl Fallback {
                 .buckets
                 .entry((*dimension).clone())
                 .or_insert_with(|| local_bucket(dimension, bucket, *policy, now));
-            match local.take(cost, now) {
+            match local.take_as(cost, *priority, now) {
                 Take::Granted {
                     tokens,
                     last_refill_at,
                 } => after.push(((*dimension).clone(), tokens, last_refill_at)),
                 Take::Short { wait: Some(wait) } => longest = longest.max(wait),
-                Take::Short { wait: None } | Take::ExceedsCapacity => return Local::Closed,
+                Take::Short { wait: None } | Take::ExceedsCapacity | Take::ExceedsShare { .. } => {
+                    return Local::Closed;
+                }
             }
             taken.push(cost);
         }
@@ -161,7 +169,7 @@ impl Fallback {
 }
 
 /// A local bucket for `dimension`, whose shared bucket is `shared`: `policy`'s share of
-/// its capacity and rate, empty at `now`.
+/// its capacity, rate and reserves, empty at `now`.
 fn local_bucket(
     dimension: &Dimension,
     shared: &Bucket,
@@ -178,9 +186,28 @@ fn local_bucket(
         capacity,
         policy.share_of_rate(shared.refill_rate()),
     )
-    .with_cost_per_call(shared.cost_per_call());
+    .with_cost_per_call(shared.cost_per_call())
+    .with_reserves(local_reserves(shared, policy, capacity));
     BucketState {
         tokens: Tokens::ZERO,
         ..BucketState::full(dimension.clone(), bucket, now)
     }
+}
+
+/// `shared`'s reserves scaled to `policy`'s share, within the local `capacity`: a lower
+/// priority keeps leaving the higher ones their part of the local bucket.
+fn local_reserves(shared: &Bucket, policy: FailurePolicy, capacity: Tokens) -> Vec<Reserve> {
+    let mut left = capacity;
+    let mut reserves = Vec::with_capacity(shared.reserves().len());
+    for r in shared.reserves() {
+        let tokens = policy.share_of(r.tokens).min(left);
+        if tokens > Tokens::ZERO {
+            left = left.saturating_sub(tokens);
+            reserves.push(Reserve {
+                priority: r.priority.clone(),
+                tokens,
+            });
+        }
+    }
+    reserves
 }

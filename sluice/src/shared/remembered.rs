@@ -187,9 +187,9 @@ impl Remembered {
             && fresh_after.is_none_or(|t| self.learned_at > t)
             && self.overflow_until.is_none()
             && self.outstanding.first().is_none_or(|end| now < *end);
-        match row.take(wanted.cost(row.bucket.cost_per_call()), now) {
+        match wanted.take_from(row, now) {
             Take::Granted { .. } => Recall::Serves,
-            Take::ExceedsCapacity => Recall::Unconfirmed,
+            Take::ExceedsCapacity | Take::ExceedsShare { .. } => Recall::Unconfirmed,
             Take::Short { .. } if !in_window => Recall::Unconfirmed,
             Take::Short { wait: Some(wait) } => Recall::Denied(retry_in(wait)),
             Take::Short { wait: None } => {

@@ -8,8 +8,10 @@
 
 mod clients;
 mod held;
+mod reserves;
 pub use clients::*;
 pub use held::*;
+pub use reserves::*;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -202,6 +204,10 @@ macro_rules! suite {
             an_expired_kept_slot_is_reclaimed_once_by_a_short_bucket_or_the_reconciler,
             a_pair_refused_on_one_dimension_holds_nothing_on_the_other,
             a_pair_dropped_half_way_gives_back_what_it_took,
+            reserves_are_kept_for_higher_priorities_with_exact_waits,
+            a_concurrent_bucket_keeps_reserved_slots_free,
+            reserves_are_stored_and_a_warm_client_follows_their_change,
+            a_cost_beyond_a_priority_s_share_is_confirmed_and_distinct,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

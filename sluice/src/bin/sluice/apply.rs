@@ -82,6 +82,26 @@ impl fmt::Display for Describe<'_> {
         if !b.keeps_leases() {
             f.write_str(", lean")?;
         }
+        if !b.reserves().is_empty() {
+            write!(f, ", reserves {}", Reserves(b))?;
+        }
+        Ok(())
+    }
+}
+
+/// A bucket's reserves in one phrase, highest priority first: `interactive=400000,
+/// standard=100000`, or `none`.
+pub(crate) struct Reserves<'a>(pub(crate) &'a Bucket);
+
+impl fmt::Display for Reserves<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.reserves().is_empty() {
+            return f.write_str("none");
+        }
+        for (i, r) in self.0.reserves().iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{}={}", r.priority, r.tokens)?;
+        }
         Ok(())
     }
 }
@@ -120,6 +140,11 @@ impl fmt::Display for Change {
                         "lean",
                         (!from.keeps_leases()).to_string(),
                         (!to.keeps_leases()).to_string(),
+                    ),
+                    (
+                        "reserves",
+                        Reserves(from).to_string(),
+                        Reserves(to).to_string(),
                     ),
                 ];
                 let diffs: Vec<String> = fields
@@ -162,6 +187,7 @@ lean = true
 ["elevenlabs#concurrent"]
 type = "concurrent"
 capacity = 10
+reserves = [{ priority = "interactive", reserve = 2 }]
 "#;
 
     #[test]
@@ -184,7 +210,7 @@ capacity = 10
         assert_eq!(
             lines,
             [
-                "~ update    elevenlabs#concurrent: capacity 5 -> 10",
+                "~ update    elevenlabs#concurrent: capacity 5 -> 10, reserves none -> interactive=2",
                 "? not in file old#rpm (kept; --prune deletes it)",
                 "= unchanged openai#rpm",
                 "+ create    openai#tpm: tokens, capacity 2000000, refill 33333.333333/s, cost per call 1000, lean",
@@ -197,5 +223,15 @@ capacity = 10
                 .any(|c| c.to_string() == "- delete    old#rpm")
         );
         assert_eq!(pruned.iter().filter(|c| c.writes()).count(), 3);
+        // A change of reserves alone is an update, and the plan says which.
+        let reserved = vec![state(
+            "elevenlabs#concurrent",
+            Bucket::concurrent(10).with_reserve("interactive".parse().unwrap(), 3),
+        )];
+        let only = plan(&wanted[..1], &reserved, false);
+        assert_eq!(
+            only[0].to_string(),
+            "~ update    elevenlabs#concurrent: reserves interactive=3 -> interactive=2"
+        );
     }
 }

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-pub(crate) use sluice::__cli::{bucket, rate};
-use sluice::{Bucket, LimitType, RefillRate, Tokens};
+pub(crate) use sluice::__cli::{Amount, bucket, rate, reserve};
+use sluice::{Bucket, LimitType, Priority, RefillRate, Tokens};
 
 /// Operate sluice's shared DynamoDB table: create it, define buckets, watch them, reconcile
 /// crashed callers' leases, and try acquires by hand.
@@ -90,6 +90,9 @@ pub(crate) enum Command {
         /// The cost (default: the bucket's cost per call).
         #[arg(long)]
         cost: Option<Tokens>,
+        /// The acquire's priority (default: SLUICE_PRIORITY, else the highest).
+        #[arg(long)]
+        priority: Option<Priority>,
         /// How long to hold the lease before releasing it (e.g. 30s).
         #[arg(long, value_parser = duration, default_value = "0s")]
         hold: Duration,
@@ -162,6 +165,11 @@ pub(crate) struct Definition {
     /// Lean mode (requests/tokens): one write per grant, no lease rows, no crash refund.
     #[arg(long)]
     pub(crate) lean: bool,
+    /// Keep part of the capacity for a priority and those given before it:
+    /// `PRIORITY=TOKENS` or `PRIORITY=PERCENT%`, e.g. `interactive=20%`. Repeat it, highest
+    /// priority first; a priority not listed leaves every reserve.
+    #[arg(long = "reserve", value_parser = reserve)]
+    pub(crate) reserves: Vec<(Priority, Amount)>,
 }
 
 /// `--type`.
@@ -190,6 +198,7 @@ impl Definition {
             self.refill,
             self.cost_per_call,
             self.lean,
+            &self.reserves,
         )
     }
 }

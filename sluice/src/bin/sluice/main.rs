@@ -52,6 +52,8 @@ impl From<Error> for Failure {
             | Error::InvalidBucket { .. }
             | Error::InvalidCost { .. }
             | Error::CostExceedsCapacity { .. }
+            | Error::CostExceedsShare { .. }
+            | Error::InvalidPriority(_)
             | Error::DimensionCount { .. }
             | Error::Config(_) => exit::USAGE,
             _ => exit::FAILURE,
@@ -154,6 +156,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Acquire {
             dimension,
             cost,
+            priority,
             hold,
             ttl,
             wait,
@@ -171,7 +174,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 Some(cost) => Acquire::with_cost(&dimension, cost),
                 None => Acquire::new(&dimension),
             }
-            .ttl(ttl);
+            .ttl(ttl)
+            .or_priority(priority);
             acquire(&sluice, &dimension, request, wait, hold, keep).await
         }
     }

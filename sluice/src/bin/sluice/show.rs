@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice::{BucketState, ReconcileReport, Snapshot, Tokens};
+use sluice::{BucketState, ReconcileReport, Reserve, Snapshot, Tokens};
 
 /// A decimal as a JSON number (exact decimal text parsed once, for scripts).
 fn number(text: String) -> Value {
@@ -17,6 +17,31 @@ fn tokens(t: Tokens) -> Value {
     number(t.to_string())
 }
 
+fn reserves_json(reserves: &[Reserve]) -> Value {
+    reserves
+        .iter()
+        .map(|r| json!({"priority": r.priority.as_str(), "tokens": tokens(r.tokens)}))
+        .collect()
+}
+
+/// What each priority may take now: the listed ones, highest first, then `*` for every
+/// priority the bucket does not list (none when it keeps no reserves).
+fn by_priority(s: &Snapshot) -> Vec<(String, Tokens)> {
+    if s.reserves.is_empty() {
+        return Vec::new();
+    }
+    s.reserves
+        .iter()
+        .map(|r| (r.priority.to_string(), s.available_to(Some(&r.priority))))
+        .chain([(
+            "*".to_owned(),
+            s.available
+                .saturating_sub(s.reserves.iter().map(|r| r.tokens).sum())
+                .max(Tokens::ZERO),
+        )])
+        .collect()
+}
+
 pub(crate) fn bucket_json(b: &BucketState) -> Value {
     json!({
         "dimension": b.dimension.as_str(),
@@ -26,6 +51,7 @@ pub(crate) fn bucket_json(b: &BucketState) -> Value {
         "refill_per_second": number(b.bucket.refill_rate().to_string()),
         "cost_per_call": tokens(b.bucket.cost_per_call()),
         "lean": !b.bucket.keeps_leases(),
+        "reserves": reserves_json(b.bucket.reserves()),
         "last_refill_at": number(b.last_refill_at.to_string()),
         "version": b.version,
     })
@@ -40,6 +66,11 @@ pub(crate) fn snapshot_json(s: &Snapshot) -> Value {
         "refill_per_second": number(s.refill_rate.to_string()),
         "cost_per_call": tokens(s.cost_per_call),
         "lean": s.lean,
+        "reserves": reserves_json(&s.reserves),
+        "available_by_priority": by_priority(s)
+            .into_iter()
+            .map(|(p, t)| (p, tokens(t)))
+            .collect::<serde_json::Map<_, _>>(),
         "live_leases": s.live_leases,
         "leased": tokens(s.leased),
         "expired_leases": s.expired_leases,
@@ -120,7 +151,7 @@ pub(crate) fn buckets_table(buckets: &[BucketState]) -> String {
 
 pub(crate) fn bucket_text(b: &BucketState) -> String {
     format!(
-        "dimension       {}\ntype            {}\ncapacity        {}\ntokens          {} (at {})\nrefill/s        {}\ncost per call   {}\nlean            {}\nversion         {}\n",
+        "dimension       {}\ntype            {}\ncapacity        {}\ntokens          {} (at {})\nrefill/s        {}\ncost per call   {}\nlean            {}\nreserves        {}\nversion         {}\n",
         b.dimension,
         b.bucket.limit_type(),
         b.bucket.capacity(),
@@ -129,15 +160,18 @@ pub(crate) fn bucket_text(b: &BucketState) -> String {
         b.bucket.refill_rate(),
         b.bucket.cost_per_call(),
         if b.bucket.keeps_leases() { "no" } else { "yes" },
+        crate::apply::Reserves(&b.bucket),
         b.version
     )
 }
 
 pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
+    // The column of what each priority may take, only when some bucket keeps reserves.
+    let by_priority_column = snapshots.iter().any(|s| !s.reserves.is_empty());
     let rows: Vec<Vec<String>> = snapshots
         .iter()
         .map(|s| {
-            vec![
+            let mut row = vec![
                 s.dimension.to_string(),
                 s.limit_type.to_string(),
                 s.capacity.to_string(),
@@ -156,21 +190,31 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
                     Some(d) => humantime::format_duration(millis(d)).to_string(),
                     None => "on release".to_owned(),
                 },
-            ]
+            ];
+            if by_priority_column {
+                row.push(
+                    by_priority(s)
+                        .iter()
+                        .map(|(p, t)| format!("{p}={t}"))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                );
+            }
+            row
         })
         .collect();
-    table(
-        &[
-            "DIMENSION",
-            "TYPE",
-            "CAPACITY",
-            "AVAILABLE",
-            "REFILL/S",
-            "LEASES",
-            "TIME TO FULL",
-        ],
-        &rows,
-    )
+    let header = [
+        "DIMENSION",
+        "TYPE",
+        "CAPACITY",
+        "AVAILABLE",
+        "REFILL/S",
+        "LEASES",
+        "TIME TO FULL",
+        "BY PRIORITY",
+    ];
+    let columns = if by_priority_column { 8 } else { 7 };
+    table(&header[..columns], &rows)
 }
 
 /// A duration cut to whole milliseconds, for display.

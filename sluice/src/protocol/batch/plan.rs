@@ -220,15 +220,19 @@ fn new_lease(
 }
 
 /// `after` (the row refilled to `now`) with `restored` given back, then as many of
-/// `acquires` taken as it can serve, in order: the row as it then stands, the grants and
-/// the refusals.
+/// `acquires` taken as it can serve, highest priority first and in order within each
+/// priority, each keeping the reserves above its own: the row as it then stands, the
+/// grants and the refusals.
 fn take_in_order(
     row: &BucketState,
     mut after: BucketState,
     restored: Tokens,
-    acquires: Vec<AcquireJob>,
+    mut acquires: Vec<AcquireJob>,
     now: UnixMillis,
 ) -> (BucketState, Vec<(AcquireJob, Tokens)>, Vec<AcquireJob>) {
+    if !row.bucket.reserves().is_empty() {
+        acquires.sort_by_key(|a| row.bucket.floor_for(a.wanted.priority.as_ref()));
+    }
     if restored > Tokens::ZERO {
         (after.tokens, after.last_refill_at) = after.restored(restored, now);
     }
@@ -236,7 +240,7 @@ fn take_in_order(
     let mut refused = Vec::new();
     for a in acquires {
         let cost = a.wanted.cost(row.bucket.cost_per_call());
-        match after.take(cost, now) {
+        match a.wanted.take_from(&after, now) {
             Take::Granted {
                 tokens,
                 last_refill_at,

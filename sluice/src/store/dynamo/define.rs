@@ -97,6 +97,10 @@ impl DynamoStore {
             names.insert("#lean".to_owned(), row::LEAN.to_owned());
             removes.push("#lean");
         }
+        if state.bucket.reserves().is_empty() {
+            names.insert("#res".to_owned(), row::RESERVES.to_owned());
+            removes.push("#res");
+        }
         if state.write_id.is_none() {
             names.insert("#wid".to_owned(), row::WRITE_ID.to_owned());
             removes.push("#wid");

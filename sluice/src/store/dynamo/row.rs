@@ -96,6 +96,9 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     if !state.bucket.keeps_leases() {
         item.insert(LEAN.to_owned(), AttributeValue::Bool(true));
     }
+    if !state.bucket.reserves().is_empty() {
+        item.insert(RESERVES.to_owned(), reserves_value(state.bucket.reserves()));
+    }
     if let Some(id) = state.write_id {
         item.insert(WRITE_ID.to_owned(), write_id(id));
     }
@@ -216,7 +219,7 @@ pub(crate) fn same_row(expected: &BucketState) -> (String, Item, HashMap<String,
     let b = &expected.bucket;
     let last = expected.last_refill_at;
     let rate_above = RefillRate::from_nanos_per_second(b.refill_rate().as_nanos_per_second() + 1);
-    let names = HashMap::from([
+    let mut names = HashMap::from([
         ("#v".to_owned(), VERSION.to_owned()),
         ("#t".to_owned(), TOKENS.to_owned()),
         ("#l".to_owned(), LAST_REFILL_AT.to_owned()),
@@ -226,7 +229,7 @@ pub(crate) fn same_row(expected: &BucketState) -> (String, Item, HashMap<String,
         ("#k".to_owned(), LIMIT_TYPE.to_owned()),
         ("#w".to_owned(), WRITE_ID.to_owned()),
     ]);
-    let values = HashMap::from([
+    let mut values = HashMap::from([
         (":v".to_owned(), n(expected.version)),
         // Read rounding down: the stored value is in [t, t + 1e-9).
         (":t0".to_owned(), n(expected.tokens)),
@@ -243,7 +246,15 @@ pub(crate) fn same_row(expected: &BucketState) -> (String, Item, HashMap<String,
         (":p1".to_owned(), n(b.cost_per_call())),
         (":k".to_owned(), s(b.limit_type().as_str())),
     ]);
-    (SAME_ROW.to_owned(), values, names)
+    names.insert("#res".to_owned(), RESERVES.to_owned());
+    let reserves = if b.reserves().is_empty() {
+        values.insert(":nores".to_owned(), reserves_value(&[]));
+        " AND (attribute_not_exists(#res) OR #res = :nores)"
+    } else {
+        values.insert(":res".to_owned(), reserves_value(b.reserves()));
+        " AND #res = :res"
+    };
+    (format!("{SAME_ROW}{reserves}"), values, names)
 }
 
 /// The condition expression of [`same_row`].
@@ -410,7 +421,9 @@ fn definition(r: &Reader<'_>) -> Result<Bucket, StoreError> {
             "`{COST_PER_CALL}` must not be negative, found {cost_per_call}"
         )));
     }
-    Ok(Bucket::new(limit_type, capacity, refill_rate).with_cost_per_call(cost_per_call))
+    Ok(Bucket::new(limit_type, capacity, refill_rate)
+        .with_cost_per_call(cost_per_call)
+        .with_reserves(read_reserves(r, r.item)?))
 }
 
 /// Reads a lease row.
@@ -463,8 +476,11 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
     })
 }
 
+mod reserves;
 mod writes;
 
+use reserves::read_reserves;
+pub(crate) use reserves::{RESERVES, reserves_value};
 use writes::{read_recent_writes, read_write_id};
 pub(crate) use writes::{recent_writes, write_id};
 
