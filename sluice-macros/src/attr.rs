@@ -9,10 +9,10 @@ mod kw {
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(client);
+    syn::custom_keyword!(priority);
 }
 
-const EXPECTED: &str =
-    "expected one of `timeout`, `wait`, `client`, `crate`, or a dimension such as `\"openai#rpm\"`";
+const EXPECTED: &str = "expected one of `timeout`, `wait`, `client`, `priority`, `crate`, or a dimension such as `\"openai#rpm\"`";
 
 /// One dimension and, optionally, the expression of its cost.
 pub(crate) struct DimensionArg {
@@ -26,7 +26,15 @@ pub(crate) struct Args {
     pub(crate) timeout: Option<Expr>,
     pub(crate) wait: Option<Expr>,
     pub(crate) client: Option<Expr>,
+    pub(crate) priority: Option<PriorityArg>,
     pub(crate) krate: Option<syn::Path>,
+}
+
+/// `priority = "batch"` (checked at compile time) or `priority = <expression>` (a
+/// `sluice::Priority` or an `Option` of one).
+pub(crate) enum PriorityArg {
+    Name(LitStr),
+    Expr(Expr),
 }
 
 enum Arg {
@@ -34,6 +42,7 @@ enum Arg {
     Timeout(Span, Expr),
     Wait(Span, Expr),
     Client(Span, Expr),
+    Priority(Span, PriorityArg),
     Crate(Span, syn::Path),
 }
 
@@ -60,6 +69,17 @@ impl Parse for Arg {
             let k: kw::client = input.parse()?;
             input.parse::<Token![=]>()?;
             Ok(Arg::Client(k.span, input.parse()?))
+        } else if lookahead.peek(kw::priority) {
+            let k: kw::priority = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let value = if input.peek(LitStr) {
+                let name: LitStr = input.parse()?;
+                validate_priority(&name)?;
+                PriorityArg::Name(name)
+            } else {
+                PriorityArg::Expr(input.parse()?)
+            };
+            Ok(Arg::Priority(k.span, value))
         } else if lookahead.peek(Token![crate]) {
             let k: Token![crate] = input.parse()?;
             input.parse::<Token![=]>()?;
@@ -123,6 +143,7 @@ impl Parse for Args {
             timeout: None,
             wait: None,
             client: None,
+            priority: None,
             krate: None,
         };
         if input.is_empty() {
@@ -149,6 +170,7 @@ impl Parse for Args {
                 Arg::Timeout(span, e) => set_once(&mut args.timeout, e, span, "timeout")?,
                 Arg::Wait(span, e) => set_once(&mut args.wait, e, span, "wait")?,
                 Arg::Client(span, e) => set_once(&mut args.client, e, span, "client")?,
+                Arg::Priority(span, p) => set_once(&mut args.priority, p, span, "priority")?,
                 Arg::Crate(span, p) => set_once(&mut args.krate, p, span, "crate")?,
             }
         }
@@ -189,5 +211,23 @@ fn validate_dimension(lit: &LitStr) -> syn::Result<()> {
     Err(syn::Error::new(
         lit.span(),
         format!("invalid dimension `{s}`: {why}"),
+    ))
+}
+
+/// The rules of `sluice::Priority`, checked at compile time.
+fn validate_priority(lit: &LitStr) -> syn::Result<()> {
+    use sluice_dimension::priority::{Broken, MAX_LEN, check};
+    let s = lit.value();
+    let why = match check(&s) {
+        Ok(()) => return Ok(()),
+        Err(Broken::Character(c)) => {
+            format!("it contains `{c}`; use ASCII letters, digits, `-`, `_`, `.`")
+        }
+        Err(Broken::TooLong) => format!("it is longer than {MAX_LEN} bytes"),
+        Err(_) => "it is empty; expected a name such as `interactive` or `batch`".to_owned(),
+    };
+    Err(syn::Error::new(
+        lit.span(),
+        format!("invalid priority `{s}`: {why}"),
     ))
 }

@@ -7,7 +7,7 @@ use syn::{
     Block, Expr, GenericArgument, ItemFn, PathArguments, ReturnType, Stmt, Type, TypeParamBound,
 };
 
-use crate::attr::Args;
+use crate::attr::{Args, PriorityArg};
 
 pub(crate) fn expand(args: Args, mut item: ItemFn) -> syn::Result<TokenStream> {
     if item.sig.asyncness.is_some() {
@@ -180,6 +180,18 @@ fn wrapper(args: &Args, output: &Type, body: TokenStream) -> TokenStream {
             Some(cost) => quote_spanned!(site=> #request.and_cost(#name, #cost)),
             None => quote_spanned!(site=> #request.and(#name)),
         };
+    }
+    match &args.priority {
+        Some(PriorityArg::Name(name)) => {
+            request = quote_spanned!(site=> #request.priority(#krate::__private::checked_priority(#name)));
+        }
+        Some(PriorityArg::Expr(e)) => {
+            // Spanned on the expression, so one of the wrong type is reported there.
+            let value =
+                quote_spanned!(e.span()=> #krate::__private::IntoPriority::into_priority(#e));
+            request = quote_spanned!(site=> #request.or_priority(#value));
+        }
+        None => {}
     }
     let timeout = match &args.timeout {
         Some(e) => {

@@ -43,6 +43,9 @@ use proc_macro::TokenStream;
 /// - `wait = 5` (seconds) or `wait = <Duration>`: on RetryIn, wait inline for capacity up to
 ///   this long in total (default: do not wait);
 /// - `client = <expr>`: the `Sluice` to use (default: `Sluice::global()`);
+/// - `priority = "batch"` (checked at compile time) or `priority = <expr>` (a
+///   `sluice::Priority`, or an `Option` of one, which may use the function's arguments):
+///   the acquire's priority on buckets that keep reserves (default: the client's);
 /// - `crate = "path"`: where the sluice crate is, when renamed or re-exported.
 #[proc_macro_attribute]
 pub fn rate_limited(args: TokenStream, item: TokenStream) -> TokenStream {

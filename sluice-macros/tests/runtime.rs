@@ -192,6 +192,40 @@ async fn per_dimension_costs_computed_from_arguments_are_charged() {
     assert_eq!(available(&sluice, "test#rpm").await, Tokens::new(2));
 }
 
+#[rate_limited("test#reserved", client = sluice, priority = "batch")]
+async fn batch_call(sluice: &Sluice) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[rate_limited("test#reserved", client = sluice, priority = tier)]
+async fn call_as(sluice: &Sluice, tier: Option<sluice::Priority>) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_priority_argument_keeps_the_reserves_above_it() {
+    let sluice = client().await;
+    let reserved = Bucket::requests(RefillRate::per_second(1))
+        .with_capacity(3)
+        .with_reserve("interactive".parse().unwrap(), 2);
+    sluice.put_bucket("test#reserved", reserved).await.unwrap();
+    batch_call(&sluice).await.unwrap();
+    // Two left, both kept for `interactive`: `batch` waits a whole refill.
+    match batch_call(&sluice).await {
+        Err(AppError::RateLimited(d)) => assert_eq!(d, Duration::from_secs(1)),
+        other => panic!("expected RetryIn, got {other:?}"),
+    }
+    let interactive = Some("interactive".parse().unwrap());
+    call_as(&sluice, interactive.clone()).await.unwrap();
+    call_as(&sluice, interactive).await.unwrap();
+    assert_eq!(available(&sluice, "test#reserved").await, Tokens::ZERO);
+    // No priority is the highest: nothing is kept from it (the bucket is empty now).
+    assert!(matches!(
+        call_as(&sluice, None).await,
+        Err(AppError::RateLimited(_))
+    ));
+}
+
 #[derive(Debug)]
 struct Client {
     sluice: Sluice,

@@ -6,10 +6,10 @@ use std::time::{Duration, SystemTime};
 use http::{Extensions, StatusCode};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
-use sluice::{Acquire, Sluice, Tighten, Tokens};
+use sluice::{Acquire, Priority, Sluice, Tighten, Tokens};
 
 use crate::headers::VendorLimits;
-use crate::route::{Limit, Override, Routes};
+use crate::route::{Limit, Override, Route, Routes};
 
 /// The pause applied after a vendor 429 that gave no delay at all.
 pub const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
@@ -61,6 +61,7 @@ pub struct SluiceMiddleware {
     feedback: bool,
     default_pause: Duration,
     pass_unknown: bool,
+    priority: Option<Priority>,
 }
 
 impl Default for SluiceMiddleware {
@@ -82,6 +83,7 @@ impl SluiceMiddleware {
             feedback: true,
             default_pause: DEFAULT_PAUSE,
             pass_unknown: false,
+            priority: None,
         }
     }
 
@@ -114,6 +116,13 @@ impl SluiceMiddleware {
     /// The pause after a 429 that carries no delay (default [`DEFAULT_PAUSE`]).
     pub fn default_pause(mut self, pause: Duration) -> Self {
         self.default_pause = pause;
+        self
+    }
+
+    /// The priority of requests whose route and [`Override`] name none (default: the
+    /// client's, see [`sluice::Config::priority`]).
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
         self
     }
 
@@ -183,14 +192,22 @@ impl Middleware for SluiceMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
-        let limits: Vec<Limit> = match extensions.get::<Override>() {
-            Some(Override::Bypass) => return next.run(request, extensions).await,
-            Some(Override::Limits(limits)) => limits.clone(),
-            None => match self.routes.find(request.url()) {
-                Some(route) => route.limits().to_vec(),
-                None => return next.run(request, extensions).await,
-            },
-        };
+        let route = self.routes.find(request.url());
+        let route_priority = route.and_then(Route::priority_value).cloned();
+        let (limits, priority): (Vec<Limit>, Option<Priority>) =
+            match (extensions.get::<Override>(), route) {
+                (Some(Override::Bypass), _) => return next.run(request, extensions).await,
+                (Some(Override::Limits(limits)), _) => (limits.clone(), route_priority),
+                (Some(Override::LimitsAt(limits, p)), _) => (limits.clone(), Some(p.clone())),
+                (Some(Override::Priority(p)), Some(route)) => {
+                    (route.limits().to_vec(), Some(p.clone()))
+                }
+                (None, Some(route)) => (route.limits().to_vec(), route_priority),
+                // No route, and no limits of the request's own: not a vendor call.
+                (Some(Override::Priority(_)) | None, None) => {
+                    return next.run(request, extensions).await;
+                }
+            };
         if limits.is_empty() {
             return next.run(request, extensions).await;
         }
@@ -200,7 +217,9 @@ impl Middleware for SluiceMiddleware {
             .map_err(reqwest_middleware::Error::middleware)?;
         let acquire = limits
             .iter()
-            .fold(Acquire::default(), |a, l| l.add_to(a, &request));
+            .fold(Acquire::default(), |a, l| l.add_to(a, &request))
+            .or_priority(priority)
+            .or_priority(self.priority.clone());
         // The request is handed on only once granted; kept here until then, so that a
         // dimension without a bucket can still let it through (`pass_unknown`).
         let mut unsent = Some(request);

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use reqwest::{Request, Url};
-use sluice::{Acquire, Dimension, DimensionError, Tokens};
+use sluice::{Acquire, Dimension, DimensionError, Priority, Tokens};
 
 use crate::headers::Signal;
 
@@ -126,6 +126,7 @@ pub struct Route {
     host: String,
     path_prefix: String,
     limits: Vec<Limit>,
+    priority: Option<Priority>,
 }
 
 impl Route {
@@ -135,6 +136,7 @@ impl Route {
             host: host.into().to_ascii_lowercase(),
             path_prefix: String::new(),
             limits: Vec::new(),
+            priority: None,
         }
     }
 
@@ -148,6 +150,31 @@ impl Route {
     pub fn limit(mut self, limit: Limit) -> Route {
         self.limits.push(limit);
         self
+    }
+
+    /// The priority of the route's requests, over the middleware's (see
+    /// [`SluiceMiddleware::priority`](crate::SluiceMiddleware::priority)); a request's
+    /// [`Override`] comes first.
+    ///
+    /// ```
+    /// use sluice_reqwest::{Limit, Route};
+    ///
+    /// // Batch jobs leave what `openai#tpm` keeps for interactive products.
+    /// let batches = Route::new("api.openai.com")
+    ///     .path_prefix("/v1/batches")
+    ///     .limit(Limit::parse("openai#tpm")?.cost(10_000))
+    ///     .priority("batch".parse()?);
+    /// assert_eq!(batches.priority_value().map(|p| p.as_str()), Some("batch"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn priority(mut self, priority: Priority) -> Route {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// The route's priority, if set.
+    pub fn priority_value(&self) -> Option<&Priority> {
+        self.priority.as_ref()
     }
 
     /// The host.
@@ -284,6 +311,12 @@ impl Routes {
 ///     .with_extension(Override::Limits(vec![Limit::parse("openai#batch")?.cost(10)]))
 ///     .send()
 ///     .await?;
+/// // A user waiting on this one: the route's limits, at the highest priority.
+/// client
+///     .post("https://api.openai.com/v1/chat/completions")
+///     .with_extension(Override::Priority("interactive".parse()?))
+///     .send()
+///     .await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -293,6 +326,10 @@ pub enum Override {
     Bypass,
     /// Take capacity from these limits instead of the route's.
     Limits(Vec<Limit>),
+    /// Take capacity from the route's limits at this priority.
+    Priority(Priority),
+    /// Take capacity from these limits, at this priority.
+    LimitsAt(Vec<Limit>, Priority),
 }
 
 #[cfg(test)]

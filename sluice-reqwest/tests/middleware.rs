@@ -534,6 +534,52 @@ async fn a_request_extension_overrides_the_route() {
 }
 
 #[tokio::test]
+async fn priorities_come_from_the_request_then_the_route_then_the_middleware() {
+    let world = World::new().await;
+    // 4 requests, 2 kept for `interactive` and 1 more for `standard`.
+    let reserved = rpm(4)
+        .with_reserve("interactive".parse().unwrap(), 2)
+        .with_reserve("standard".parse().unwrap(), 1);
+    world.bucket("openai#rpm", reserved).await;
+    let routes = Routes::vendors().route(
+        Route::new(OPENAI)
+            .path_prefix("/v1/batches")
+            .limit(Limit::parse("openai#rpm").unwrap())
+            .priority("batch".parse().unwrap()),
+    );
+    let client =
+        world.client_with(SluiceMiddleware::new(routes).priority("standard".parse().unwrap()));
+    let denied = |r: Result<reqwest::Response, reqwest_middleware::Error>| {
+        sluice_reqwest::retry_in(&r.unwrap_err()).is_some()
+    };
+    // The route's `batch` leaves 3: one request, then denied.
+    let batches = || client.post(world.url(OPENAI, "/v1/batches"));
+    batches().send().await.unwrap();
+    assert!(denied(batches().send().await));
+    // The middleware's `standard` leaves 2: one more (3 were left).
+    let chats = || client.post(world.url(OPENAI, "/v1/chat/completions"));
+    chats().send().await.unwrap();
+    assert!(denied(chats().send().await));
+    // A request's own priority comes first, on the route's limits…
+    chats()
+        .with_extension(Override::Priority("interactive".parse().unwrap()))
+        .send()
+        .await
+        .unwrap();
+    // …and with limits of its own.
+    batches()
+        .with_extension(Override::LimitsAt(
+            vec![Limit::parse("openai#rpm").unwrap()],
+            "interactive".parse().unwrap(),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(world.available("openai#rpm").await, Tokens::ZERO);
+    assert_eq!(world.vendor.served(OPENAI), 4);
+}
+
+#[tokio::test]
 async fn a_route_without_a_bucket_fails_loudly_unless_told_to_pass() {
     let world = World::new().await;
     let error = world

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::{Acquire, Sluice};
+use sluice::{Acquire, Priority, Sluice};
 use tower_layer::Layer;
 
 use crate::service::SluiceService;
@@ -47,7 +47,17 @@ where
 ///     sluice::Acquire::new("openai#rpm").and_cost("openai#tpm", prompt.len() / 4)
 /// })
 /// .timeout(Duration::from_secs(30));
-/// # let _ = (layer, per_request);
+///
+/// // A batch worker: every call leaves the reserves kept for higher priorities.
+/// let batch = SluiceLayer::new("openai#rpm").priority("batch".parse()?);
+///
+/// // The priority chosen per request, with its costs.
+/// let tiered = SluiceLayer::per_request(|job: &(bool, String)| {
+///     let tier = if job.0 { "interactive" } else { "batch" };
+///     sluice::Acquire::with_cost("openai#tpm", job.1.len() / 4).priority(tier.parse().unwrap())
+/// });
+/// # let _ = (layer, per_request, batch, tiered);
+/// # Ok::<(), sluice::PriorityError>(())
 /// ```
 #[derive(Debug)]
 pub struct SluiceLayer<A = Fixed> {
@@ -55,6 +65,7 @@ pub struct SluiceLayer<A = Fixed> {
     pub(crate) client: Option<Sluice>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) wait: Duration,
+    pub(crate) priority: Option<Priority>,
 }
 
 impl<A> Clone for SluiceLayer<A> {
@@ -64,6 +75,7 @@ impl<A> Clone for SluiceLayer<A> {
             client: self.client.clone(),
             timeout: self.timeout,
             wait: self.wait,
+            priority: self.priority.clone(),
         }
     }
 }
@@ -77,6 +89,7 @@ impl SluiceLayer<Fixed> {
             client: None,
             timeout: None,
             wait: Duration::ZERO,
+            priority: None,
         }
     }
 
@@ -102,6 +115,7 @@ impl<A> SluiceLayer<A> {
             client: None,
             timeout: None,
             wait: Duration::ZERO,
+            priority: None,
         }
     }
 
@@ -121,6 +135,13 @@ impl<A> SluiceLayer<A> {
     /// (default: do not wait).
     pub fn wait(mut self, max_wait: Duration) -> Self {
         self.wait = max_wait;
+        self
+    }
+
+    /// The priority of every request whose [`Acquire`] names none (default: the client's,
+    /// see [`sluice::Config::priority`]).
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
         self
     }
 }

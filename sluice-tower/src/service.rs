@@ -63,7 +63,11 @@ where
         // The instance polled ready is the one to call; leave a fresh clone in its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let acquire = self.config.acquire.acquire_for(&request);
+        let acquire = self
+            .config
+            .acquire
+            .acquire_for(&request)
+            .or_priority(self.config.priority.clone());
         let client: Option<Sluice> = self.config.client.clone();
         let timeout = self.config.timeout;
         let wait = self.config.wait;

@@ -87,6 +87,45 @@ async fn retry_in_is_a_downcastable_error_with_the_exact_delay_and_the_inner_is_
 }
 
 #[tokio::test]
+async fn a_fixed_priority_keeps_the_reserves_above_it_and_a_per_request_one_wins() {
+    let sluice = client().await;
+    let reserved = Bucket::requests(RefillRate::per_second(2))
+        .with_capacity(3)
+        .with_reserve("interactive".parse().unwrap(), 2);
+    sluice
+        .put_bucket("vendor#reserved", reserved)
+        .await
+        .unwrap();
+    let (inner, mut handle) = mock::pair::<bool, &'static str>();
+    let mut svc = SluiceLayer::per_request(|interactive: &bool| {
+        let request = sluice::Acquire::new("vendor#reserved");
+        if *interactive {
+            request.priority("interactive".parse().unwrap())
+        } else {
+            request
+        }
+    })
+    .priority("batch".parse().unwrap())
+    .client(sluice.clone())
+    .layer(inner);
+    let f = tokio::spawn(svc.ready().await.unwrap().call(false));
+    handle.next_request().await.unwrap().1.send_response("ok");
+    f.await.unwrap().unwrap();
+    // Two left, kept for `interactive`: the layer's `batch` is refused a whole refill.
+    let e = svc.ready().await.unwrap().call(false).await.unwrap_err();
+    assert_eq!(
+        sluice_tower::retry_in(&*e),
+        Some(Duration::from_millis(500))
+    );
+    for _ in 0..2 {
+        let f = tokio::spawn(svc.ready().await.unwrap().call(true));
+        handle.next_request().await.unwrap().1.send_response("ok");
+        f.await.unwrap().unwrap();
+    }
+    assert_eq!(available(&sluice, "vendor#reserved").await, Tokens::ZERO);
+}
+
+#[tokio::test]
 async fn the_lease_is_released_when_the_inner_service_fails() {
     let sluice = client().await;
     let (inner, mut handle) = mock::pair::<&'static str, &'static str>();

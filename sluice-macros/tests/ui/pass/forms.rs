@@ -51,6 +51,21 @@ async fn with_client_expression() -> Result<(), AppError> {
     Ok(())
 }
 
+#[sluice::rate_limited("openai#rpm", priority = "batch")]
+async fn with_priority_name() -> Result<(), AppError> {
+    Ok(())
+}
+
+#[sluice::rate_limited("openai#rpm", priority = tier.clone(), timeout = 5)]
+async fn with_priority_expression(tier: sluice::Priority) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[sluice::rate_limited("openai#rpm", priority = tier)]
+async fn with_optional_priority(tier: Option<sluice::Priority>) -> Result<(), AppError> {
+    Ok(())
+}
+
 #[sluice::rate_limited("openai#rpm", crate = "::sluice", timeout = 5)]
 async fn with_crate_path() -> Result<(), AppError> {
     Ok(())
