@@ -145,6 +145,16 @@ fn realistic_rows() -> Vec<(&'static str, Item)> {
         Bucket::concurrent(10),
         at,
     );
+    let reserved = BucketState::full(
+        "openai#tpm".parse().unwrap(),
+        Bucket::tokens(RefillRate::per_minute(2_000_000))
+            .with_reserve("interactive".parse().unwrap(), 400_000)
+            .with_reserve(
+                "standard".parse().unwrap(),
+                "0.5".parse::<Tokens>().unwrap(),
+            ),
+        at,
+    );
     let dimension = "elevenlabs#concurrent".parse().unwrap();
     let lease = LeaseRecord {
         slot: true,
@@ -181,6 +191,7 @@ fn realistic_rows() -> Vec<(&'static str, Item)> {
         ("bucket-written-with-leases", write_bucket_row(&stamped)),
         ("bucket-lean", write_bucket_row(&lean)),
         ("bucket-concurrent", write_bucket_row(&slots)),
+        ("bucket-reserves", write_bucket_row(&reserved)),
         ("bucket-other-sdk", other_sdk),
         ("lease-slot", write_lease_row(&lease)),
         ("lease-other-sdk", seed_lease),

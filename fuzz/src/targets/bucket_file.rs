@@ -43,6 +43,10 @@ pub const TARGET: Target = Target {
         b"[[",
         b"{ }",
         b"1979-05-27T07:32:00Z",
+        b"reserves = [",
+        b"{ priority = \"",
+        b"reserve = ",
+        b"%",
     ],
     check,
 };
@@ -77,6 +81,17 @@ fn write(buckets: &[(Dimension, Bucket)]) -> String {
             let _ = writeln!(file, "refill = \"{}/s\"", b.refill_rate());
         }
         let _ = writeln!(file, "cost_per_call = \"{}\"", b.cost_per_call());
+        let reserves: Vec<String> = b
+            .reserves()
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{ priority = \"{}\", reserve = \"{}\" }}",
+                    r.priority, r.tokens
+                )
+            })
+            .collect();
+        let _ = writeln!(file, "reserves = [{}]", reserves.join(", "));
         let _ = writeln!(file, "lean = {}\n", !b.keeps_leases());
     }
     file

@@ -213,22 +213,27 @@ pub fn encode(item: &Item) -> Vec<u8> {
     let mut names: Vec<&String> = item.keys().collect();
     names.sort();
     for name in names {
-        match NAMES.iter().position(|n| n == name) {
-            Some(i) => w.byte(i as u8),
-            None => {
-                w.byte(0xFF);
-                w.bytes(name.as_bytes());
-            }
-        }
+        encode_name(&mut w, name);
         encode_value(&mut w, &item[name]);
     }
     w.finish()
 }
 
+/// Writes an attribute name: its index among [`NAMES`], else the name itself.
+fn encode_name(w: &mut Writer, name: &str) {
+    match NAMES.iter().position(|n| *n == name) {
+        Some(i) => w.byte(i as u8),
+        None => {
+            w.byte(0xFF);
+            w.bytes(name.as_bytes());
+        }
+    }
+}
+
 /// Writes a value; strings and numbers always as their own text.
 ///
 /// # Panics
-/// On the kinds seeds do not use (maps, sets).
+/// On the kinds seeds do not use (sets), and on lists and maps of 8 or more.
 fn encode_value(w: &mut Writer, value: &AttributeValue) {
     let text = |w: &mut Writer, kind: u8, text: &str| {
         w.byte(kind);
@@ -252,6 +257,17 @@ fn encode_value(w: &mut Writer, value: &AttributeValue) {
             w.byte(values.len() as u8);
             for v in values {
                 encode_value(w, v);
+            }
+        }
+        AttributeValue::M(entries) => {
+            w.byte(6);
+            assert!(entries.len() < 8, "seed maps are short");
+            w.byte(entries.len() as u8);
+            let mut names: Vec<&String> = entries.keys().collect();
+            names.sort();
+            for name in names {
+                encode_name(w, name);
+                encode_value(w, &entries[name]);
             }
         }
         other => panic!("seeds do not use {other:?}"),
