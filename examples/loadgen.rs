@@ -210,6 +210,10 @@ const SHAPED_WRITE_ID: &str = "0123456789abcdef";
 const AMPLE: &str = "loadgen#rpm";
 const AMPLE_TPM: &str = "loadgen#tpm";
 const AMPLE_LEAN: &str = "loadgen#lean";
+/// The ample buckets again, each keeping a tenth of its capacity for `interactive`: the
+/// `-res` modes take from them as `batch`, so every grant checks a reserve.
+const AMPLE_RESERVED: &str = "loadgen#rpm-res";
+const AMPLE_TPM_RESERVED: &str = "loadgen#tpm-res";
 const LIMIT_CAPACITY: u64 = 100;
 const LIMIT_PER_SECOND: u64 = 10;
 /// `tpm` at the limit in the two-dimension modes.
@@ -218,19 +222,32 @@ const LIMIT_TPM: u64 = 5_000;
 const TPM_COSTS: std::ops::RangeInclusive<u64> = 50..=500;
 
 /// The modes measured.
-const MODES: [(&str, &str); 7] = [
+const MODES: [(&str, &str); 9] = [
     ("seed protocol", "seed"),
     ("fast path, lease rows", "fast-rows"),
     ("fast path", "fast"),
+    ("fast path, `batch` under a reserve", "fast-res"),
     ("lean mode", "lean"),
     ("lean + prefetch", "prefetch"),
     ("seed protocol, rpm + tpm", "seed2"),
     ("fast path, rpm + tpm", "fast2"),
+    ("fast path, rpm + tpm, `batch` under reserves", "fast2-res"),
 ];
 
 /// Whether `mode` takes `rpm` and `tpm` in each acquire.
 fn two_dimensions(mode: &str) -> bool {
-    mode.ends_with('2')
+    mode.contains('2')
+}
+
+/// Whether `mode` acquires as `batch` from buckets keeping a reserve for `interactive`.
+fn reserved(mode: &str) -> bool {
+    mode.ends_with("-res")
+}
+
+/// `bucket` keeping a tenth of its capacity for `interactive`.
+fn with_reserve(bucket: Bucket) -> Bucket {
+    let tenth = Tokens::from_nanos(bucket.capacity().as_nanos() / 10);
+    bucket.with_reserve("interactive".parse().expect("priority"), tenth)
 }
 
 /// A small per-task random sequence (xorshift), for the `tpm` costs.
@@ -263,6 +280,7 @@ async fn child(args: Args, kind: String) {
         } else {
             sluice::DEFAULT_LEASES_PER_ROW
         },
+        priority: reserved(&kind).then(|| "batch".parse().expect("priority")),
         ..Config::default()
     })
     .store(store.clone());
@@ -508,11 +526,26 @@ async fn main() {
         .put_bucket(AMPLE_LEAN, ample.clone().lean())
         .await
         .expect("lean bucket");
+    for dimension in [AMPLE_RESERVED, AMPLE_TPM_RESERVED] {
+        sluice
+            .put_bucket(dimension, with_reserve(ample.clone()))
+            .await
+            .expect("reserved bucket");
+    }
     let dimension_of = |mode: &str| {
         if mode == "lean" || mode == "prefetch" {
             AMPLE_LEAN
+        } else if reserved(mode) {
+            AMPLE_RESERVED
         } else {
             AMPLE
+        }
+    };
+    let tokens_dimension_of = |mode: &str| {
+        if reserved(mode) {
+            AMPLE_TPM_RESERVED
+        } else {
+            AMPLE_TPM
         }
     };
 
@@ -543,7 +576,8 @@ async fn main() {
             let kinds = ["floor", "shaped"].into_iter().chain(MODES.map(|(_, m)| m));
             for ((_, total, time), kind) in rows.iter_mut().zip(kinds) {
                 let dimension = dimension_of(kind);
-                let (r, t_run, _) = run_shape(&args, kind, dimension, AMPLE_TPM, p, t, seconds);
+                let tokens = tokens_dimension_of(kind);
+                let (r, t_run, _) = run_shape(&args, kind, dimension, tokens, p, t, seconds);
                 total.merge(r);
                 *time += t_run;
             }
@@ -605,6 +639,8 @@ async fn main() {
             .with_capacity(capacity);
             let bucket = if mode == "lean" || mode == "prefetch" {
                 bucket.lean()
+            } else if reserved(mode) {
+                with_reserve(bucket)
             } else {
                 bucket
             };

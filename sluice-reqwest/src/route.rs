@@ -326,7 +326,8 @@ pub enum Override {
     Bypass,
     /// Take capacity from these limits instead of the route's.
     Limits(Vec<Limit>),
-    /// Take capacity from the route's limits at this priority.
+    /// Take capacity from the route's limits at this priority (a request no route matches
+    /// passes untouched, as it would without the override).
     Priority(Priority),
     /// Take capacity from these limits, at this priority.
     LimitsAt(Vec<Limit>, Priority),

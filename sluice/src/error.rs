@@ -34,7 +34,8 @@ pub enum Error {
     /// [`remembered`](crate::remembered)). With other processes sharing the bucket, the
     /// delay may be **early** (they took tokens since: asking again gets a new, exact
     /// RetryIn), and it is never **late**, except when tokens came back other than by refill
-    /// since that row was read (a refund, a reconciled lease, a raised limit). A request
+    /// since that row was read (a refund, a reconciled lease, a raised limit, a lowered
+    /// reserve). A request
     /// asked again once its RetryIn has passed is answered from the store, never from
     /// memory. For `concurrent` buckets the delay is the earliest expiry of the live leases,
     /// an upper bound (a release may free a slot sooner), or the slot poll interval when no

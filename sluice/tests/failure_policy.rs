@@ -231,3 +231,48 @@ async fn a_pair_fails_open_all_or_nothing() {
     assert_eq!(lease.cost("openai#tpm"), Some(Tokens::new(400)));
     assert_eq!(lease.cost("openai#rpm"), Some(Tokens::new(1)));
 }
+
+#[tokio::test]
+async fn open_keeps_each_priority_s_share_of_the_reserves_in_the_local_bucket() {
+    let s = setup(OPEN_10).await;
+    // 100 per second and 6,000 held; 3,000 kept for `interactive`: locally 10 per second,
+    // 600 held, 300 kept.
+    let reserved = Bucket::requests(RefillRate::per_second(100))
+        .with_reserve("interactive".parse().unwrap(), 3_000);
+    s.sluice.put_bucket("openai#rpm", reserved).await.unwrap();
+    // The local bucket follows the definition the last grant saw.
+    let seen = s.sluice.acquire("openai#rpm").await.unwrap();
+    seen.release().await.unwrap();
+    s.store.down.store(true, Ordering::SeqCst);
+    let at = |p: &str| Acquire::with_cost("openai#rpm", 10).priority(p.parse().unwrap());
+    // Empty: `interactive` waits for 10, `batch` for 10 above the 300 kept.
+    assert_eq!(
+        s.sluice
+            .acquire(at("interactive"))
+            .await
+            .unwrap_err()
+            .retry_in(),
+        Some(Duration::from_secs(1))
+    );
+    assert_eq!(
+        s.sluice.acquire(at("batch")).await.unwrap_err().retry_in(),
+        Some(Duration::from_secs(31))
+    );
+    s.clock.advance(Duration::from_secs(31));
+    s.sluice
+        .acquire(at("batch"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // 300 left locally, all kept: `batch` waits again, `interactive` takes from them.
+    assert!(s.sluice.acquire(at("batch")).await.is_err());
+    s.sluice
+        .acquire(at("interactive"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}

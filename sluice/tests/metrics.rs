@@ -156,7 +156,10 @@ fn acquires_contention_errors_and_reconcile_passes_are_counted() {
                     .await
                     .unwrap();
             }
-            sluice.acquire("openai#rpm").await.unwrap_err();
+            sluice
+                .acquire(Acquire::new("openai#rpm").priority("batch".parse().unwrap()))
+                .await
+                .unwrap_err();
             // A dimension without a bucket, and a throttled store.
             sluice.acquire("anthropic#rpm").await.unwrap_err();
             sluice.acquire("broken#rpm").await.unwrap_err();
@@ -181,6 +184,11 @@ fn acquires_contention_errors_and_reconcile_passes_are_counted() {
     let rpm = [("dimension", "openai#rpm")];
     assert_eq!(counter(&snapshot, "sluice_grants_total", &rpm), 2);
     assert_eq!(counter(&snapshot, "sluice_retry_in_total", &rpm), 1);
+    // Labelled by priority: empty for none.
+    let at = |priority| [("dimension", "openai#rpm"), ("priority", priority)];
+    assert_eq!(counter(&snapshot, "sluice_grants_total", &at("")), 2);
+    assert_eq!(counter(&snapshot, "sluice_retry_in_total", &at("batch")), 1);
+    assert_eq!(counter(&snapshot, "sluice_retry_in_total", &at("")), 0);
     assert_eq!(
         counter(&snapshot, "sluice_contention_retries_total", &rpm),
         1

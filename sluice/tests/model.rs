@@ -594,11 +594,17 @@ impl World {
                 for d in &touched {
                     self.looks.insert((client, *d), now);
                     // A write of this client's that left the bucket unable to serve a call
-                    // may open a denial window until it can.
+                    // at its lowest priority (above every reserve) may open a denial window
+                    // until it can, for requests that leave every reserve: this client's
+                    // if its priority is listed nowhere.
                     let cost = after[d].bucket.cost_per_call();
-                    if let (true, Take::Short { wait: Some(w) }) =
-                        (d.refills(), after[d].take(cost, at))
-                    {
+                    let lowest = after[d].bucket.reserved();
+                    let covered = self.floor(&after, *d, client) >= lowest;
+                    if let (true, true, Take::Short { wait: Some(w) }) = (
+                        d.refills(),
+                        covered,
+                        after[d].take_as(cost, self.clients[client].priority.as_ref(), at),
+                    ) {
                         let until = at.as_millis() + w.as_millis() as i64;
                         let open = self.windows.entry((client, *d)).or_insert(until);
                         *open = (*open).max(until);

@@ -99,7 +99,7 @@ proptest! {
                             prop_assert!(cost + floor > bucket.capacity());
                             prop_assert_eq!(share, bucket.capacity() - floor);
                         }
-                        Take::Short { wait: None } => prop_assert!(false, "a requests bucket always refills"),
+                        other => prop_assert!(false, "unexpected {:?} from a requests bucket", other),
                     }
                 }
             }

@@ -72,6 +72,7 @@ pub(crate) enum WriteOutcome {
 
 /// The outcome of trying to take tokens from a bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Take {
     /// Granted: the bucket's tokens and refill timestamp after the take.
     Granted {
@@ -252,11 +253,15 @@ impl BucketState {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn take_as(&self, cost: Tokens, priority: Option<&Priority>, now: UnixMillis) -> Take {
+        self.take_above(cost, self.bucket.floor_for(priority), now)
+    }
+
+    /// [`take_as`](Self::take_as) for a priority whose floor is `floor`.
+    pub(crate) fn take_above(&self, cost: Tokens, floor: Tokens, now: UnixMillis) -> Take {
         let capacity = self.bucket.capacity();
         if cost > capacity {
             return Take::ExceedsCapacity;
         }
-        let floor = self.bucket.floor_for(priority);
         let need = cost.saturating_add(floor);
         if need > capacity {
             return Take::ExceedsShare {

@@ -107,17 +107,34 @@ pub fn bucket(
     };
     let bucket = if lean { bucket.lean() } else { bucket };
     let capacity = bucket.capacity();
+    let slots = limit_type == LimitType::Concurrent;
     let bucket = bucket.with_reserves(
         reserves
             .iter()
             .map(|(priority, amount)| Reserve {
                 priority: priority.clone(),
-                tokens: amount.of(capacity),
+                // A share of a `concurrent` bucket's slots is whole slots, rounded up.
+                tokens: if slots {
+                    whole_up(amount.of(capacity))
+                } else {
+                    amount.of(capacity)
+                },
             })
             .collect(),
     );
     bucket.validate().map_err(|e| e.to_string())?;
     Ok(bucket)
+}
+
+/// `tokens` rounded up to a whole token.
+fn whole_up(tokens: Tokens) -> Tokens {
+    let one = crate::tokens::NANOS_PER_TOKEN;
+    let n = tokens.as_nanos();
+    Tokens::from_nanos(
+        n.saturating_add(one - 1)
+            .div_euclid(one)
+            .saturating_mul(one),
+    )
 }
 
 /// A refill rate: `AMOUNT/UNIT` with UNIT one of s, min, h, day (long names too).
@@ -202,6 +219,17 @@ mod tests {
             ],
         );
         assert!(too_much.unwrap_err().contains("more than the capacity"));
+        // A quarter of 10 slots is 3 slots kept free, not 2.5.
+        let voice = bucket(
+            LimitType::Concurrent,
+            Some(Tokens::new(10)),
+            None,
+            None,
+            false,
+            &[(p("live"), Amount::Percent(Tokens::new(25)))],
+        )
+        .unwrap();
+        assert_eq!(voice.reserved(), Tokens::new(3));
     }
 
     #[test]

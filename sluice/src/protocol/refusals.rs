@@ -9,6 +9,7 @@ use crate::shared::Core;
 use crate::shared::lanes::{AcquireJob, Lane, answer_each};
 use crate::shared::remembered::Recall;
 use crate::store::StoreError;
+use crate::tokens::Tokens;
 
 use super::slots::{Refusal, refused_now, slots_short};
 
@@ -72,7 +73,13 @@ pub(super) async fn confirmed(
     }
     // A short `concurrent` bucket's refusal does not depend on the cost: one look answers
     // them all.
-    match slots_short(core, row, now, looked_again).await {
+    // One look answers them all, for the lowest floor among them.
+    let floor = slots
+        .iter()
+        .map(|a| row.bucket.floor_for(a.wanted.priority.as_ref()))
+        .min()
+        .unwrap_or(Tokens::ZERO);
+    match slots_short(core, row, now, looked_again, floor).await {
         Ok(Refusal::LookAgain) => {
             lane.memory().forget();
             again.extend(slots);

@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::shared::Core;
 use crate::shared::remembered::retry_in;
 use crate::store::LeaseRecord;
+use crate::tokens::Tokens;
 
 use super::ending::reclaim;
 
@@ -46,7 +47,12 @@ pub(crate) async fn refusal(
 ) -> Result<Option<Refusal>, Error> {
     match wanted.take_from(row, now) {
         Take::Granted { .. } => Ok(None),
-        Take::Short { wait: None } => slots_short(core, row, now, looked_again).await.map(Some),
+        Take::Short { wait: None } => {
+            let floor = row.bucket.floor_for(wanted.priority.as_ref());
+            slots_short(core, row, now, looked_again, floor)
+                .await
+                .map(Some)
+        }
         _ => Ok(refused_now(core, row, wanted, now)),
     }
 }
@@ -66,20 +72,24 @@ pub(crate) fn refused_now(
     match take {
         Take::Short { wait: Some(wait) } => {
             let wait = retry_in(wait);
-            core.lane(&row.dimension).memory().confirm_short(now, wait);
+            let floor = row.bucket.floor_for(wanted.priority.as_ref());
+            core.lane(&row.dimension)
+                .memory()
+                .confirm_short(now, wait, floor);
             Some(Refusal::Wait(wait))
         }
         _ => None,
     }
 }
 
-/// The refusal of a short `concurrent` bucket (whatever the cost): from memory within the
-/// poll interval, else from its leases.
+/// The refusal of a short `concurrent` bucket (whatever the cost) to requests leaving at
+/// least `floor`: from memory within the poll interval, else from its leases.
 pub(crate) async fn slots_short(
     core: &Core,
     row: &BucketState,
     now: UnixMillis,
     looked_again: u32,
+    floor: Tokens,
 ) -> Result<Refusal, Error> {
     let lane = core.lane(&row.dimension);
     let poll = core.config.slot_poll;
@@ -92,7 +102,7 @@ pub(crate) async fn slots_short(
         },
     };
     Ok(Refusal::Wait(
-        lane.memory().confirm_slots_short(now, back, poll),
+        lane.memory().confirm_slots_short(now, back, poll, floor),
     ))
 }
 

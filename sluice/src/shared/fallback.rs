@@ -169,7 +169,7 @@ impl Fallback {
 }
 
 /// A local bucket for `dimension`, whose shared bucket is `shared`: `policy`'s share of
-/// its capacity, rate and reserves, empty at `now`.
+/// its capacity and rate, its reserves scaled alike, empty at `now`.
 fn local_bucket(
     dimension: &Dimension,
     shared: &Bucket,
@@ -187,20 +187,26 @@ fn local_bucket(
         policy.share_of_rate(shared.refill_rate()),
     )
     .with_cost_per_call(shared.cost_per_call())
-    .with_reserves(local_reserves(shared, policy, capacity));
+    .with_reserves(local_reserves(shared, capacity));
     BucketState {
         tokens: Tokens::ZERO,
         ..BucketState::full(dimension.clone(), bucket, now)
     }
 }
 
-/// `shared`'s reserves scaled to `policy`'s share, within the local `capacity`: a lower
+/// `shared`'s reserves scaled as its capacity was, to the local `capacity`: a lower
 /// priority keeps leaving the higher ones their part of the local bucket.
-fn local_reserves(shared: &Bucket, policy: FailurePolicy, capacity: Tokens) -> Vec<Reserve> {
+fn local_reserves(shared: &Bucket, capacity: Tokens) -> Vec<Reserve> {
     let mut left = capacity;
     let mut reserves = Vec::with_capacity(shared.reserves().len());
     for r in shared.reserves() {
-        let tokens = policy.share_of(r.tokens).min(left);
+        let scaled = r
+            .tokens
+            .as_nanos()
+            .saturating_mul(capacity.as_nanos())
+            .checked_div(shared.capacity().as_nanos())
+            .unwrap_or(0);
+        let tokens = Tokens::from_nanos(scaled).min(left);
         if tokens > Tokens::ZERO {
             left = left.saturating_sub(tokens);
             reserves.push(Reserve {

@@ -17,7 +17,9 @@
 //!    from a row the store has just confirmed: one this client's write just produced, or
 //!    one a read or a failed condition just returned. It opens a *denial window* that ends
 //!    at its RetryIn. A write of this client's that leaves the bucket unable to serve its
-//!    `cost_per_call` opens one too, until it can: the row it wrote is the store's.
+//!    `cost_per_call` at its lowest priority (above every reserve) opens one too, until it
+//!    can: the row it wrote is the store's. Each denial in a window is computed for its own
+//!    request and priority.
 //! 3. **Inside a denial window, denials come from memory**, with no call, each exact for the
 //!    remembered row, until the window ends or until any denial this client answered on the
 //!    dimension reaches its RetryIn (its caller may be asking again): then the next denial
@@ -43,7 +45,7 @@
 //! window. Against the live bucket a RetryIn may be **early** (other clients took tokens
 //! since: the retry is refused with a new, exact RetryIn), and it is **never late** except
 //! when tokens came back other than by refill since that row was read (a refund, a
-//! reconciled lease, a raised limit, a released slot): the window ends at the RetryIn
+//! reconciled lease, a raised limit, a lowered reserve, a released slot): the window ends at the RetryIn
 //! itself, so the retry that follows always looks at the store.
 
 use std::collections::BTreeSet;
@@ -72,8 +74,10 @@ pub(crate) struct Remembered {
     row: Option<BucketState>,
     /// When the row was learned from the store, by the client's clock.
     learned_at: UnixMillis,
-    /// Denials may come from `row` until this time (rules 3 and 4).
-    denials_until: Option<UnixMillis>,
+    /// Denial windows (rules 3 and 4): denials may come from `row` until each one's end, for
+    /// requests whose priority must leave at least its floor (a row short for one priority
+    /// says nothing of a priority that may take more of it). One per floor.
+    windows: Vec<Window>,
     /// When the RetryIns this client answered on the dimension end, for those that had not
     /// ended when the store was last consulted (rule 3).
     outstanding: BTreeSet<UnixMillis>,
@@ -86,6 +90,12 @@ pub(crate) struct Remembered {
     slots_back: Option<(UnixMillis, Option<UnixMillis>)>,
     /// Tokens this client took ahead (see [`Prefetch`](crate::Prefetch)).
     reservoir: Option<Reservoir>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    floor: Tokens,
+    until: UnixMillis,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -121,7 +131,7 @@ impl Remembered {
         }
         self.row = Some(row);
         self.learned_at = now;
-        self.denials_until = None;
+        self.windows.clear();
         // A RetryIn ending at this millisecond or before has run out: the bucket could
         // serve it from then on, and this look is that late or later.
         self.outstanding.retain(|end| *end > now);
@@ -129,23 +139,43 @@ impl Remembered {
     }
 
     /// Takes `row`, which this client's own write just produced at `now`, as the truth; if
-    /// it cannot serve the bucket's `cost_per_call`, that is a denial the store confirmed
-    /// (rule 2).
+    /// it cannot serve the bucket's `cost_per_call` at its lowest priority (above every
+    /// reserve), that is a denial the store confirmed (rule 2).
     pub(crate) fn learn_written(&mut self, row: BucketState, now: UnixMillis) {
-        let short = match row.take(row.bucket.cost_per_call(), now) {
+        let lowest = row.bucket.reserved();
+        let short = match row.take_above(row.bucket.cost_per_call(), lowest, now) {
             Take::Short { wait: Some(wait) } => Some(wait),
             _ => None,
         };
         self.learn(row, now);
         if let Some(wait) = short {
-            self.confirm_short(now, wait);
+            self.confirm_short(now, wait, lowest);
         }
     }
 
     /// Closes the denial window: a refusal the store gave for part of a request that was
     /// answered otherwise (its caller got another error) is not a denial anyone was told.
     pub(crate) fn withdraw_denials(&mut self) {
-        self.denials_until = None;
+        self.windows.clear();
+    }
+
+    /// The end of the denial window that holds at `now` for a request that must leave
+    /// `floor`, if any.
+    fn window_until(&self, floor: Tokens, now: UnixMillis) -> Option<UnixMillis> {
+        self.windows
+            .iter()
+            .filter(|w| w.floor <= floor && now < w.until)
+            .map(|w| w.until)
+            .max()
+    }
+
+    /// Opens (or extends) the denial window for requests leaving at least `floor`.
+    fn open_window(&mut self, floor: Tokens, until: UnixMillis, extend: bool) {
+        match self.windows.iter_mut().find(|w| w.floor == floor) {
+            Some(w) if extend => w.until = w.until.max(until),
+            Some(w) => w.until = until,
+            None => self.windows.push(Window { floor, until }),
+        }
     }
 
     /// The leases `ids` are no longer kept in the row (released without a new version).
@@ -183,7 +213,9 @@ impl Remembered {
         let Some(row) = &self.row else {
             return Recall::Nothing;
         };
-        let in_window = self.denials_until.is_some_and(|until| now < until)
+        let floor = row.bucket.floor_for(wanted.priority.as_ref());
+        let window = self.window_until(floor, now);
+        let in_window = window.is_some()
             && fresh_after.is_none_or(|t| self.learned_at > t)
             && self.overflow_until.is_none()
             && self.outstanding.first().is_none_or(|end| now < *end);
@@ -197,17 +229,17 @@ impl Remembered {
                     .slots_back
                     .and_then(|(_, back)| back)
                     .filter(|t| *t > now);
-                let until = back.or(self.denials_until).unwrap_or(now);
+                let until = back.or(window).unwrap_or(now);
                 Recall::Denied(retry_in(until.saturating_since(now)))
             }
         }
     }
 
     /// The store confirmed the remembered row short of a refilling bucket's tokens at `now`
-    /// for `wait`: denials may come from memory until then (rule 2).
-    pub(crate) fn confirm_short(&mut self, now: UnixMillis, wait: Duration) {
-        let until = now.saturating_add(wait);
-        self.denials_until = Some(self.denials_until.map_or(until, |u| u.max(until)));
+    /// for `wait`, for a request leaving `floor`: denials to requests leaving at least as
+    /// much may come from memory until then (rule 2).
+    pub(crate) fn confirm_short(&mut self, now: UnixMillis, wait: Duration, floor: Tokens) {
+        self.open_window(floor, now.saturating_add(wait), true);
     }
 
     /// A RetryIn ending at `end` was answered on this dimension: once it has passed, its
@@ -240,10 +272,11 @@ impl Remembered {
         now: UnixMillis,
         back: Option<UnixMillis>,
         poll: Duration,
+        floor: Tokens,
     ) -> Duration {
         let retry_in = slot_retry_in(back, now, poll);
         self.slots_back = Some((now, back));
-        self.denials_until = Some(now.saturating_add(retry_in.min(poll)));
+        self.open_window(floor, now.saturating_add(retry_in.min(poll)), false);
         retry_in
     }
 
@@ -286,215 +319,4 @@ pub(crate) fn slot_retry_in(back: Option<UnixMillis>, now: UnixMillis, poll: Dur
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::acquire::Acquire;
-    use crate::bucket::Bucket;
-    use crate::tokens::RefillRate;
-
-    fn t(ms: i64) -> UnixMillis {
-        UnixMillis::new(1_700_000_000_000 + ms)
-    }
-
-    fn wanted(cost: i64) -> Wanted {
-        Acquire::with_cost("v#rpm", cost)
-            .resolve()
-            .unwrap()
-            .remove(0)
-    }
-
-    fn empty_row(bucket: Bucket) -> BucketState {
-        let mut row = BucketState::full("v#rpm".parse().unwrap(), bucket, t(0));
-        row.tokens = Tokens::ZERO;
-        row
-    }
-
-    #[test]
-    fn a_denial_from_memory_needs_a_window_the_store_opened() {
-        let mut memory = Remembered::default();
-        assert_eq!(memory.recall(&wanted(1), t(0), None), Recall::Nothing);
-        // 10 per second, empty: 1 token is 100 ms away.
-        memory.learn(
-            empty_row(Bucket::requests(RefillRate::per_second(10))),
-            t(0),
-        );
-        assert_eq!(memory.recall(&wanted(1), t(0), None), Recall::Unconfirmed);
-        memory.confirm_short(t(0), Duration::from_millis(100));
-        assert_eq!(
-            memory.recall(&wanted(1), t(40), None),
-            Recall::Denied(Duration::from_millis(60))
-        );
-        // A larger cost, inside the window: exact for the same row.
-        assert_eq!(
-            memory.recall(&wanted(3), t(40), None),
-            Recall::Denied(Duration::from_millis(260))
-        );
-        // The window ends at the RetryIn: then the row serves 1, but 3 must ask the store.
-        assert_eq!(memory.recall(&wanted(1), t(100), None), Recall::Serves);
-        assert_eq!(memory.recall(&wanted(3), t(100), None), Recall::Unconfirmed);
-        // A waiter that began waiting after the row was learned does not take it.
-        assert_eq!(
-            memory.recall(&wanted(3), t(50), Some(t(10))),
-            Recall::Unconfirmed
-        );
-        assert_eq!(
-            memory.recall(&wanted(3), t(50), Some(t(0))),
-            Recall::Unconfirmed
-        );
-        // A new row closes the window.
-        memory.learn(
-            empty_row(Bucket::requests(RefillRate::per_second(10))),
-            t(60),
-        );
-        assert_eq!(memory.recall(&wanted(1), t(60), None), Recall::Unconfirmed);
-    }
-
-    #[test]
-    fn a_write_that_empties_the_bucket_opens_a_window_until_it_can_serve_a_call() {
-        let mut memory = Remembered::default();
-        memory.learn_written(
-            empty_row(Bucket::requests(RefillRate::per_second(10))),
-            t(0),
-        );
-        assert_eq!(
-            memory.recall(&wanted(1), t(30), None),
-            Recall::Denied(Duration::from_millis(70))
-        );
-        assert_eq!(memory.recall(&wanted(1), t(100), None), Recall::Serves);
-        // A write that leaves enough for a call opens none: a refusal of more asks the store.
-        let mut row = empty_row(Bucket::requests(RefillRate::per_second(10)));
-        row.tokens = Tokens::new(5);
-        memory.learn_written(row, t(200));
-        assert_eq!(memory.recall(&wanted(9), t(200), None), Recall::Unconfirmed);
-    }
-
-    #[test]
-    fn memory_stops_answering_once_any_answered_retry_in_runs_out() {
-        let mut memory = Remembered::default();
-        memory.learn(
-            empty_row(Bucket::requests(RefillRate::per_second(10))),
-            t(0),
-        );
-        // A store denial of 5 tokens opens a 500 ms window; one of 1 token was answered too,
-        // ending at 100 ms.
-        memory.confirm_short(t(0), Duration::from_millis(500));
-        memory.answered(t(500));
-        memory.answered(t(100));
-        assert_eq!(
-            memory.recall(&wanted(4), t(50), None),
-            Recall::Denied(Duration::from_millis(350))
-        );
-        // At 100 ms the 1-token caller may be back: from then on, the store answers.
-        assert_eq!(memory.recall(&wanted(4), t(100), None), Recall::Unconfirmed);
-        // A look at the store drops the RetryIns that ended before it.
-        memory.learn(
-            empty_row(Bucket::requests(RefillRate::per_second(10))),
-            t(120),
-        );
-        memory.confirm_short(t(120), Duration::from_millis(400));
-        assert_eq!(
-            memory.recall(&wanted(4), t(130), None),
-            Recall::Denied(Duration::from_millis(270))
-        );
-        // The 500 ms one is still outstanding.
-        assert_eq!(
-            memory.recall(&wanted(9), t(499), None),
-            Recall::Denied(Duration::from_millis(401))
-        );
-        assert_eq!(memory.recall(&wanted(9), t(500), None), Recall::Unconfirmed);
-    }
-
-    #[test]
-    fn retry_ins_beyond_what_memory_tracks_stop_memory_answers_until_the_next_look() {
-        let mut memory = Remembered::default();
-        memory.learn(
-            empty_row(Bucket::requests(RefillRate::per_second(10))),
-            t(0),
-        );
-        memory.confirm_short(t(0), Duration::from_secs(10));
-        for i in 0..MAX_OUTSTANDING as i64 {
-            memory.answered(t(5_000 + i));
-        }
-        assert!(matches!(
-            memory.recall(&wanted(5), t(10), None),
-            Recall::Denied(_)
-        ));
-        // One more does not fit: until a look after it, refusals come from the store.
-        memory.answered(t(200));
-        assert_eq!(memory.recall(&wanted(5), t(10), None), Recall::Unconfirmed);
-        memory.learn(
-            empty_row(Bucket::requests(RefillRate::per_second(10))),
-            t(100),
-        );
-        memory.confirm_short(t(100), Duration::from_secs(10));
-        assert_eq!(memory.recall(&wanted(5), t(150), None), Recall::Unconfirmed);
-        memory.learn(
-            empty_row(Bucket::requests(RefillRate::per_second(10))),
-            t(200),
-        );
-        memory.confirm_short(t(200), Duration::from_secs(10));
-        assert!(matches!(
-            memory.recall(&wanted(5), t(250), None),
-            Recall::Denied(_)
-        ));
-    }
-
-    #[test]
-    fn a_short_slot_bucket_is_remembered_at_most_the_poll_interval() {
-        let poll = Duration::from_millis(300);
-        let mut memory = Remembered::default();
-        memory.learn(empty_row(Bucket::concurrent(2)), t(0));
-        assert_eq!(memory.recall(&wanted(1), t(0), None), Recall::Unconfirmed);
-        // The earliest lease expires in 60 s: that is the RetryIn, remembered 300 ms.
-        let back = Some(t(60_000));
-        assert_eq!(
-            memory.confirm_slots_short(t(0), back, poll),
-            Duration::from_secs(60)
-        );
-        assert_eq!(memory.slots_back(t(100), poll), Some(back));
-        assert_eq!(
-            memory.recall(&wanted(1), t(100), None),
-            Recall::Denied(Duration::from_millis(59_900))
-        );
-        assert_eq!(memory.recall(&wanted(1), t(300), None), Recall::Unconfirmed);
-        // Read again, unchanged: the lookup still holds; changed: it is looked up again.
-        let row = memory.row().cloned().unwrap();
-        memory.learn(row.clone(), t(300));
-        assert_eq!(memory.slots_back(t(300), poll), Some(back));
-        memory.learn(
-            BucketState {
-                version: row.version + 1,
-                ..row
-            },
-            t(300),
-        );
-        assert_eq!(memory.slots_back(t(300), poll), None);
-        // No live lease explains the shortage: look again after the poll interval.
-        assert_eq!(memory.confirm_slots_short(t(300), None, poll), poll);
-        assert_eq!(
-            memory.recall(&wanted(1), t(400), None),
-            Recall::Denied(Duration::from_millis(200))
-        );
-        // That no lease showed holds the poll interval for the same row, no longer.
-        memory.learn(memory.row().cloned().unwrap(), t(450));
-        assert_eq!(memory.slots_back(t(450), poll), Some(None));
-        assert_eq!(memory.slots_back(t(600), poll), None);
-        // A cost above the capacity is never answered from memory.
-        assert_eq!(memory.recall(&wanted(3), t(400), None), Recall::Unconfirmed);
-    }
-
-    #[test]
-    fn a_row_whose_version_went_down_replaces_the_remembered_one() {
-        let mut memory = Remembered::default();
-        let mut newer = empty_row(Bucket::requests(RefillRate::per_second(10)));
-        newer.version = 42;
-        memory.learn(newer, t(0));
-        let reseeded = BucketState::full(
-            "v#rpm".parse().unwrap(),
-            Bucket::requests(RefillRate::per_second(10)),
-            t(5),
-        );
-        memory.learn(reseeded.clone(), t(5));
-        assert_eq!(memory.row(), Some(&reseeded));
-    }
-}
+mod tests;

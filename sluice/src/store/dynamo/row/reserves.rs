@@ -53,15 +53,20 @@ fn reserve(r: &Reader<'_>, entry: &AttributeValue) -> Result<Reserve, StoreError
             kind(entry)
         )));
     };
+    // Exactly the two attributes, the tokens exact to a billionth: a write's condition
+    // compares the list whole, so a row must read back to what it holds.
+    if let Some(other) = map.keys().find(|k| *k != PRIORITY && *k != TOKENS) {
+        return Err(bad(format!(
+            "an entry holds `{other}`; only `{PRIORITY}` and `{TOKENS}` are allowed"
+        )));
+    }
     let priority = match map.get(PRIORITY) {
         Some(AttributeValue::S(p)) => Priority::new(p).map_err(|e| bad(e.to_string()))?,
         _ => return Err(bad(format!("each entry needs `{PRIORITY}`, a string (S)"))),
     };
     let tokens = match map.get(TOKENS) {
-        // Rounded up: a reserve is never read smaller than it was written.
-        Some(AttributeValue::N(t)) => {
-            Tokens::parse_rounded(t, Rounding::Ceil).map_err(|e| bad(format!("`{TOKENS}`: {e}")))?
-        }
+        Some(AttributeValue::N(t)) => Tokens::parse_rounded(t, Rounding::Exact)
+            .map_err(|e| bad(format!("`{TOKENS}`: {e}")))?,
         _ => return Err(bad(format!("each entry needs `{TOKENS}`, a number (N)"))),
     };
     Ok(Reserve { priority, tokens })

@@ -230,6 +230,73 @@ fn rows_beyond_a_buckets_bounds_are_named_with_the_reason() {
     assert_named(cases);
 }
 
+/// A `reserves` list of one entry with these attributes.
+fn reserves_of(entry: &[(&str, AttributeValue)]) -> AttributeValue {
+    let map = entry.iter().map(|(k, v)| ((*k).to_owned(), v.clone()));
+    AttributeValue::L(vec![AttributeValue::M(map.collect())])
+}
+
+#[test]
+fn reserves_read_back_exactly_or_the_row_is_named_corrupt() {
+    let mut row = seed_row();
+    row.insert(
+        RESERVES.to_owned(),
+        reserves_of(&[("priority", s("interactive")), ("tokens", n("20.5"))]),
+    );
+    let b = bucket_state(&row).unwrap();
+    assert_eq!(
+        b.bucket.floor_for(Some(&"batch".parse().unwrap())),
+        "20.5".parse().unwrap()
+    );
+    assert_eq!(bucket_item(&b)[RESERVES], row[RESERVES]);
+    // What would not read back to what the row holds (the write's condition compares the
+    // list whole) is refused, not rounded.
+    let entry = |extra: Vec<(&'static str, AttributeValue)>| {
+        let mut e = vec![("priority", s("interactive")), ("tokens", n("1"))];
+        for (k, v) in extra {
+            e.retain(|(x, _)| *x != k);
+            e.push((k, v));
+        }
+        reserves_of(&e)
+    };
+    let cases: Vec<(&str, Mutation)> = vec![
+        (
+            "`reserves`: an entry holds `note`",
+            Box::new(move |r| {
+                r.insert(RESERVES.to_owned(), entry(vec![("note", s("x"))]));
+            }),
+        ),
+        (
+            "`reserves`: `tokens`",
+            Box::new(|r| {
+                let e = reserves_of(&[("priority", s("a")), ("tokens", n("0.0000000005"))]);
+                r.insert(RESERVES.to_owned(), e);
+            }),
+        ),
+        (
+            "`reserves`: priority `a b` contains ` `",
+            Box::new(|r| {
+                let e = reserves_of(&[("priority", s("a b")), ("tokens", n("1"))]);
+                r.insert(RESERVES.to_owned(), e);
+            }),
+        ),
+        (
+            "`reserves` must be a list (L)",
+            Box::new(|r| {
+                r.insert(RESERVES.to_owned(), s("interactive=1"));
+            }),
+        ),
+        (
+            "the reserves add up to 200, more than the capacity 100",
+            Box::new(|r| {
+                let e = reserves_of(&[("priority", s("a")), ("tokens", n("200"))]);
+                r.insert(RESERVES.to_owned(), e);
+            }),
+        ),
+    ];
+    assert_named(cases);
+}
+
 #[test]
 fn lease_rows_round_trip_and_seed_leases_without_expires_at_use_ttl() {
     let d = Dimension::new("openai#rpm").unwrap();
