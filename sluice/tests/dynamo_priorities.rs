@@ -4,7 +4,8 @@
 //!
 //! Measured: the interactive process is never refused (no RetryIn, no other error), the
 //! batch process gets the rest, at least 97% of the supply (`capacity + rate × run`) is
-//! granted overall, and no window of grants holds more than `capacity + rate × window`.
+//! granted overall, no window of grants holds more than `capacity + rate × window`, and
+//! the row's own ledger (granted plus left) holds no more than was there plus refill.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -16,7 +17,7 @@ use std::time::Duration;
 use dynamo::worker::{self, Start, Worker};
 use sluice::{
     Bucket, Clock as _, Config, DynamoStore, Error, Priority, RefillRate, Sluice, SluiceBuilder,
-    SystemClock,
+    SystemClock, Tokens, UnixMillis,
 };
 
 const CAPACITY: u64 = 40;
@@ -139,6 +140,7 @@ async fn parent() -> Option<()> {
     let bucket = Bucket::requests(RefillRate::per_second(PER_SECOND))
         .with_capacity(CAPACITY)
         .with_reserve(interactive, RESERVE);
+    let created = now();
     admin.put_bucket(&dimension, bucket).await.unwrap();
 
     let mut workers: Vec<Worker> = ["interactive", "batch"]
@@ -205,13 +207,24 @@ async fn parent() -> Option<()> {
         "{granted} of a supply of {} granted ({permille}‰): {interactive} interactive, {batch} batch",
         supply / 1_000
     );
+    // The row's own ledger: everything granted plus what is left is at most what was there
+    // plus what refilled since the bucket was created.
     let row = admin.bucket(&dimension).await.unwrap().unwrap();
+    let checked = now();
+    let left = row.available(UnixMillis::new(checked));
+    let refilled = Tokens::from_nanos(
+        i128::from(checked - created) * i128::from(PER_SECOND) * 1_000_000_000 / 1_000,
+    );
+    assert!(
+        Tokens::new(granted) + left <= Tokens::new(CAPACITY as i64) + refilled,
+        "over-granted: {granted} granted and {left} left, of {CAPACITY} + {refilled} refilled"
+    );
     eprintln!(
         "priorities: {interactive} interactive grants, never refused; {batch} batch grants; {}.{}% of the supply ({}) used; {} left in the bucket",
         permille / 10,
         permille % 10,
         supply / 1_000,
-        row.available(admin.now()),
+        left,
     );
     Some(())
 }
