@@ -147,31 +147,10 @@ async fn parent() -> Option<()> {
         .iter()
         .map(|p| Worker::spawn(p, &[&endpoint, table, &dimension, p]))
         .collect();
-    let (lines, started, deadline) = tokio::task::spawn_blocking(move || {
-        for w in &mut workers {
-            w.expect_line("ready");
-        }
-        let started = now();
-        let deadline = started + RUN.as_millis() as i64;
-        for w in &mut workers {
-            w.say(&format!("go {deadline}"));
-        }
-        let mut lines = Vec::new();
-        for w in &mut workers {
-            loop {
-                let line = w.line();
-                assert!(!line.is_empty(), "{} stopped before it was done", w.caller);
-                if line == "done" {
-                    break;
-                }
-                lines.push(line);
-            }
-            assert!(w.finish(), "{} failed", w.caller);
-        }
-        (lines, started, deadline)
-    })
-    .await
-    .unwrap();
+    let (lines, started, deadline) =
+        tokio::task::spawn_blocking(move || worker::run_together(&mut workers, RUN))
+            .await
+            .unwrap();
 
     let mut grants = Vec::new();
     let (mut interactive, mut batch) = (0usize, 0usize);

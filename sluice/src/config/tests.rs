@@ -180,3 +180,12 @@ fn a_slot_is_reclaimable_after_the_skew_and_a_requests_lease_after_the_grace_too
         UnixMillis::new(11_500 + grace)
     );
 }
+
+#[test]
+fn the_default_priority_comes_from_the_environment_and_is_checked() {
+    assert_eq!(Config::from_lookup(env(&[])).unwrap().priority, None);
+    let c = Config::from_lookup(env(&[("SLUICE_PRIORITY", " batch ")])).unwrap();
+    assert_eq!(c.priority.as_ref().map(|p| p.as_str()), Some("batch"));
+    let e = Config::from_lookup(env(&[("SLUICE_PRIORITY", "batch jobs")])).unwrap_err();
+    assert!(e.to_string().contains("SLUICE_PRIORITY"), "{e}");
+}

@@ -123,3 +123,32 @@ pub fn report(name: &str, outcome: Option<()>) -> bool {
     }
     outcome.is_some()
 }
+
+/// Runs `workers` together for `run`: waits until each says `ready`, tells them all
+/// `go DEADLINE` (milliseconds since the epoch, system clock), then collects every line
+/// each prints until its `done`, and checks that each exited successfully. Returns the
+/// lines and when the run started and ended (system clock, milliseconds).
+pub fn run_together(workers: &mut [Worker], run: std::time::Duration) -> (Vec<String>, i64, i64) {
+    use sluice::Clock as _;
+    for w in workers.iter_mut() {
+        w.expect_line("ready");
+    }
+    let started = sluice::SystemClock.now().as_millis();
+    let deadline = started + run.as_millis() as i64;
+    for w in workers.iter_mut() {
+        w.say(&format!("go {deadline}"));
+    }
+    let mut lines = Vec::new();
+    for w in workers.iter_mut() {
+        loop {
+            let line = w.line();
+            assert!(!line.is_empty(), "{} stopped before it was done", w.caller);
+            if line == "done" {
+                break;
+            }
+            lines.push(line);
+        }
+        assert!(w.finish(), "{} failed", w.caller);
+    }
+    (lines, started, deadline)
+}
