@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::bucket::{BucketState, Take};
+use crate::bucket::{Bucket, BucketState, Take};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
@@ -167,11 +167,16 @@ impl Wanted {
             .unwrap_or(Tokens::MAX + Tokens::from_nanos(1))
     }
 
+    /// What this request must leave in `bucket`: the reserves above its priority.
+    pub(crate) fn floor(&self, bucket: &Bucket) -> Tokens {
+        bucket.floor_for(self.priority.as_ref())
+    }
+
     /// Tries to take this dimension's cost from `row` at `now`, at its priority.
     pub(crate) fn take_from(&self, row: &BucketState, now: UnixMillis) -> Take {
-        row.take_as(
+        row.take_above(
             self.cost(row.bucket.cost_per_call()),
-            self.priority.as_ref(),
+            self.floor(&row.bucket),
             now,
         )
     }

@@ -127,6 +127,11 @@ pub(crate) fn floor(reserves: &[Reserve], priority: Option<&Priority>) -> Tokens
         .fold(Tokens::ZERO, |sum, r| sum.saturating_add(r.tokens))
 }
 
+/// What one acquire that must leave `floor` may take of `available`: never below zero.
+pub(crate) fn above(available: Tokens, floor: Tokens) -> Tokens {
+    available.saturating_sub(floor).max(Tokens::ZERO)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

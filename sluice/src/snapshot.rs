@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::bucket::{BucketState, LimitType};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
-use crate::priority::{Priority, Reserve, floor};
+use crate::priority::{Priority, Reserve, above, floor};
 use crate::store::LeaseRecord;
 use crate::tokens::{RefillRate, Tokens};
 
@@ -84,8 +84,27 @@ impl Snapshot {
     /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
     /// ```
     pub fn available_to(&self, priority: Option<&Priority>) -> Tokens {
-        self.available
-            .saturating_sub(floor(&self.reserves, priority))
-            .max(Tokens::ZERO)
+        above(self.available, floor(&self.reserves, priority))
+    }
+
+    /// What one acquire at a priority the bucket does not list may take now: the available
+    /// tokens less every reserve, never below zero.
+    ///
+    /// ```
+    /// use sluice::{Bucket, Sluice};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sluice = Sluice::in_memory();
+    /// let slots = Bucket::concurrent(10)
+    ///     .with_reserve("live".parse()?, 3)
+    ///     .with_reserve("standard".parse()?, 2);
+    /// sluice.put_bucket("voice#concurrent", slots).await?;
+    /// let snapshot = sluice.snapshot("voice#concurrent").await?;
+    /// assert_eq!(snapshot.available_to_unlisted(), sluice::Tokens::new(5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    pub fn available_to_unlisted(&self) -> Tokens {
+        let reserved = self.reserves.iter().map(|r| r.tokens).sum();
+        above(self.available, reserved)
     }
 }

@@ -10,10 +10,7 @@ use dynamo::{n, s};
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use sluice::store::{LeaseFilter, Store as _};
 use sluice::{
     Acquire, Bucket, DynamoStore, Error, ManualClock, RefillRate, SLOTS_INDEX, Sluice, Tokens,
@@ -281,26 +278,7 @@ async fn create_table_adds_the_slots_index_to_a_table_created_without_it() {
     // A table as another tool creates it: the key and nothing else.
     let table = format!("sluice-noindex-{:08x}", rand::random::<u32>());
     let raw = dynamo::client(&endpoint);
-    raw.create_table()
-        .table_name(&table)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("vendor_dimension")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("vendor_dimension")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .unwrap();
+    dynamo::create_bare_table(&raw, &table).await;
     let store = DynamoStore::new(raw.clone(), table.clone());
     let clock = ManualClock::new(UnixMillis::from_secs(dynamo::future_secs()));
     let sluice = client_with_lease_rows(&store, &clock, "noindex");

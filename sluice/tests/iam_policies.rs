@@ -509,36 +509,13 @@ fn operator_scenario(endpoint: &str, dir: &Path) {
 /// `sluice table create` on a table made without the slots index (by another tool, or
 /// before sluice had it) adds the index.
 fn table_without_index(endpoint: &str, dir: &Path) {
-    use aws_sdk_dynamodb::types::{
-        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    };
     let table = format!("sluice-iam-bare-{:016x}", rand::random::<u64>());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        dynamo::client(endpoint)
-            .create_table()
-            .table_name(&table)
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name("vendor_dimension")
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .unwrap(),
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name("vendor_dimension")
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .unwrap(),
-            )
-            .billing_mode(BillingMode::PayPerRequest)
-            .send()
-            .await
-            .unwrap();
+        dynamo::create_bare_table(&dynamo::client(endpoint), &table).await;
     });
     let (code, stderr) = sluice(endpoint, &table, dir, &["table", "create"]);
     assert_eq!(code, Some(0), "{stderr}");

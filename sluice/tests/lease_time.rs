@@ -37,8 +37,8 @@ fn clock(offset_ms: i64) -> SkewedClock<TokioClock> {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_bodys_deadline_is_its_timeout_or_its_leases_expiry_whichever_is_first() {
+/// A client on a store of its own, and a lease for `ttl` on its one `eleven#concurrent` slot.
+async fn one_slot(ttl: Duration) -> (Sluice, sluice::Lease) {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let sluice = client(store, clock(0), Duration::ZERO);
     sluice
@@ -46,9 +46,15 @@ async fn a_bodys_deadline_is_its_timeout_or_its_leases_expiry_whichever_is_first
         .await
         .unwrap();
     let lease = sluice
-        .acquire(Acquire::new("eleven#concurrent").ttl(Duration::from_secs(1)))
+        .acquire(Acquire::new("eleven#concurrent").ttl(ttl))
         .await
         .unwrap();
+    (sluice, lease)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bodys_deadline_is_its_timeout_or_its_leases_expiry_whichever_is_first() {
+    let (sluice, lease) = one_slot(Duration::from_secs(1)).await;
     // Time passes between the grant and the body (the write's round trip, a busy
     // executor): the body gets what is left of the lease, not a whole second more.
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -86,16 +92,7 @@ async fn a_bodys_deadline_is_its_timeout_or_its_leases_expiry_whichever_is_first
 
 #[tokio::test(start_paused = true)]
 async fn a_grant_that_comes_back_after_its_lease_expired_does_not_start_its_body() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let sluice = client(store, clock(0), Duration::ZERO);
-    sluice
-        .put_bucket("eleven#concurrent", Bucket::concurrent(1))
-        .await
-        .unwrap();
-    let lease = sluice
-        .acquire(Acquire::new("eleven#concurrent").ttl(Duration::from_secs(1)))
-        .await
-        .unwrap();
+    let (sluice, lease) = one_slot(Duration::from_secs(1)).await;
     // As if the write's answer took the whole TTL to come back.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let started = Arc::new(std::sync::atomic::AtomicBool::new(false));

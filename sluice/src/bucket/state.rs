@@ -283,9 +283,7 @@ impl BucketState {
     /// Tokens available at `now` to one acquire at `priority`: what it may take without
     /// touching the reserves above it (never negative).
     pub fn available_to(&self, priority: Option<&Priority>, now: UnixMillis) -> Tokens {
-        self.available(now)
-            .saturating_sub(self.bucket.floor_for(priority))
-            .max(Tokens::ZERO)
+        crate::priority::above(self.available(now), self.bucket.floor_for(priority))
     }
 
     /// Tokens and refill timestamp after giving back `amount` at `now` (release of a

@@ -76,7 +76,7 @@ pub(super) async fn confirmed(
     // One look answers them all, for the lowest floor among them.
     let floor = slots
         .iter()
-        .map(|a| row.bucket.floor_for(a.wanted.priority.as_ref()))
+        .map(|a| a.wanted.floor(&row.bucket))
         .min()
         .unwrap_or(Tokens::ZERO);
     match slots_short(core, row, now, looked_again, floor).await {

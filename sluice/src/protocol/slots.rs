@@ -48,7 +48,7 @@ pub(crate) async fn refusal(
     match wanted.take_from(row, now) {
         Take::Granted { .. } => Ok(None),
         Take::Short { wait: None } => {
-            let floor = row.bucket.floor_for(wanted.priority.as_ref());
+            let floor = wanted.floor(&row.bucket);
             slots_short(core, row, now, looked_again, floor)
                 .await
                 .map(Some)
@@ -72,7 +72,7 @@ pub(crate) fn refused_now(
     match take {
         Take::Short { wait: Some(wait) } => {
             let wait = retry_in(wait);
-            let floor = row.bucket.floor_for(wanted.priority.as_ref());
+            let floor = wanted.floor(&row.bucket);
             core.lane(&row.dimension)
                 .memory()
                 .confirm_short(now, wait, floor);

@@ -213,7 +213,7 @@ impl Remembered {
         let Some(row) = &self.row else {
             return Recall::Nothing;
         };
-        let floor = row.bucket.floor_for(wanted.priority.as_ref());
+        let floor = wanted.floor(&row.bucket);
         let window = self.window_until(floor, now);
         let in_window = window.is_some()
             && fresh_after.is_none_or(|t| self.learned_at > t)

@@ -33,12 +33,7 @@ fn by_priority(s: &Snapshot) -> Vec<(String, Tokens)> {
     s.reserves
         .iter()
         .map(|r| (r.priority.to_string(), s.available_to(Some(&r.priority))))
-        .chain([(
-            "*".to_owned(),
-            s.available
-                .saturating_sub(s.reserves.iter().map(|r| r.tokens).sum())
-                .max(Tokens::ZERO),
-        )])
+        .chain([("*".to_owned(), s.available_to_unlisted())])
         .collect()
 }
 

@@ -231,7 +231,7 @@ fn take_in_order(
     now: UnixMillis,
 ) -> (BucketState, Vec<(AcquireJob, Tokens)>, Vec<AcquireJob>) {
     if !row.bucket.reserves().is_empty() {
-        acquires.sort_by_key(|a| row.bucket.floor_for(a.wanted.priority.as_ref()));
+        acquires.sort_by_key(|a| a.wanted.floor(&row.bucket));
     }
     if restored > Tokens::ZERO {
         (after.tokens, after.last_refill_at) = after.restored(restored, now);
