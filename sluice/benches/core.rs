@@ -27,6 +27,7 @@ fn state() -> BucketState {
         write_id: Some(42),
         recent_writes: sluice::RecentWrites::default(),
         held: Vec::new(),
+        burst: None,
     }
 }
 

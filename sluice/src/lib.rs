@@ -61,7 +61,7 @@ mod tokens;
 pub use acquire::{Acquire, MAX_DIMENSIONS};
 pub use bucket::{
     Bucket, BucketError, BucketState, HeldLease, LimitType, MAX_VERSION, RECENT_WRITES,
-    RECENT_WRITES_WITH_LEASES, RecentWrites, Take, UnknownLimitType, refill,
+    RECENT_WRITES_WITH_LEASES, RecentWrites, Report, Take, UnknownLimitType, refill,
 };
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};

@@ -41,6 +41,9 @@ pub struct Snapshot {
     /// The reserves kept for higher priorities, highest first (see
     /// [`Bucket::with_reserve`](crate::Bucket::with_reserve)).
     pub reserves: Vec<Reserve>,
+    /// The most the bucket holds as learned from the vendor's own reports (its burst, see
+    /// [`BucketState::burst`]); `None`: its capacity.
+    pub burst: Option<Tokens>,
     /// The bucket row's version.
     pub version: u64,
     /// When the snapshot was taken.
@@ -54,6 +57,7 @@ impl Snapshot {
             dimension: row.dimension.clone(),
             limit_type: row.bucket.limit_type(),
             capacity: row.bucket.capacity(),
+            burst: (row.holds() < row.bucket.capacity()).then(|| row.holds()),
             available: row.available(now),
             refill_rate: row.bucket.effective_rate(),
             cost_per_call: row.bucket.cost_per_call(),

@@ -152,6 +152,10 @@ pub enum BucketError {
         /// The bucket's capacity.
         capacity: Tokens,
     },
+    /// A stored burst (learned from the vendor) that is not positive, or above
+    /// [`Tokens::MAX`].
+    #[error("a learned burst must be positive and at most 10^18, got {0}")]
+    Burst(Tokens),
 }
 
 impl BucketError {
@@ -171,6 +175,7 @@ impl BucketError {
             | BucketError::DuplicateReserve(_)
             | BucketError::TooManyReserves(_)
             | BucketError::ReservesExceedCapacity { .. } => "reserves",
+            BucketError::Burst(_) => "burst",
         }
     }
 }

@@ -3,11 +3,13 @@
 //! Nothing in this module does I/O. All arithmetic is on integers: tokens in billionths,
 //! time in milliseconds, rates in billionths of a token per second.
 
+mod burst;
 mod definition;
 mod recent;
 mod refill;
 mod state;
 
+pub use burst::Report;
 pub use definition::{Bucket, BucketError, LimitType, MAX_VERSION, UnknownLimitType};
 pub(crate) use definition::{first_version, timestamp_in_range};
 pub use recent::{RECENT_WRITES, RECENT_WRITES_WITH_LEASES, RecentWrites};

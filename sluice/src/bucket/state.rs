@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::recent::{RECENT_WRITES, RECENT_WRITES_WITH_LEASES, RecentWrites};
 use super::refill::{grid_ms, refill, wait_until_available};
-use super::{Bucket, BucketError, MAX_VERSION, timestamp_in_range};
+use super::{Bucket, BucketError, LimitType, MAX_VERSION, timestamp_in_range};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::priority::Priority;
@@ -41,6 +41,12 @@ pub struct BucketState {
     /// back removes it without changing the version, so two rows that differ only here are
     /// the same row for a write's condition (see [`same_row`](Self::same_row)).
     pub held: Vec<HeldLease>,
+    /// The most a refilling bucket holds, as learned from the vendor's own reports (its
+    /// burst: a vendor enforcing 600 a minute as 10 a second holds 10), or `None` for the
+    /// bucket's capacity. Never above the capacity: it only ever makes the bucket
+    /// stricter. Set by [`Tighten::Reported`](crate::Tighten::Reported); other SDKs
+    /// leave it as it is and refill to the capacity.
+    pub burst: Option<Tokens>,
 }
 
 /// A lease kept in its bucket's row (see [`BucketState::held`]): what a lease row would
@@ -110,6 +116,7 @@ impl BucketState {
             write_id: None,
             recent_writes: RecentWrites::default(),
             held: Vec::new(),
+            burst: None,
         }
     }
 
@@ -124,6 +131,7 @@ impl BucketState {
             && self.last_refill_at == other.last_refill_at
             && self.version == other.version
             && self.write_id == other.write_id
+            && self.burst == other.burst
     }
 
     /// The lease with the unique id `id` kept in the row, if any.
@@ -194,15 +202,50 @@ impl BucketState {
         if self.version > MAX_VERSION {
             return Err(BucketError::Version(self.version));
         }
+        if let Some(burst) = self
+            .burst
+            .filter(|b| *b <= Tokens::ZERO || *b > Tokens::MAX)
+        {
+            return Err(BucketError::Burst(burst));
+        }
         Ok(())
     }
 
-    /// Tokens and refill timestamp at `now`, after lazy refill.
+    /// The most the bucket holds: its capacity, or the vendor's [burst](Self::burst) when
+    /// that is lower (`concurrent` buckets do not refill and always hold their capacity).
+    ///
+    /// ```
+    /// use sluice::{Bucket, BucketState, RefillRate, Tokens, UnixMillis};
+    ///
+    /// let now = UnixMillis::from_secs(1_700_000_000);
+    /// let mut row = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_minute(600)), now);
+    /// assert_eq!(row.holds(), Tokens::new(600));
+    /// row.burst = Some(Tokens::new(10)); // the vendor takes 10 at once
+    /// assert_eq!(row.holds(), Tokens::new(10));
+    /// assert_eq!(row.available(now), Tokens::new(10));
+    /// # Ok::<(), sluice::DimensionError>(())
+    /// ```
+    pub fn holds(&self) -> Tokens {
+        let capacity = self.bucket.capacity();
+        match self.burst {
+            Some(burst) if self.bucket.limit_type() != LimitType::Concurrent => {
+                burst.clamp(Tokens::ZERO, capacity)
+            }
+            _ => capacity,
+        }
+    }
+
+    /// Tokens and refill timestamp at `now`, after lazy refill up to what the bucket
+    /// [holds](Self::holds).
     pub fn refilled(&self, now: UnixMillis) -> (Tokens, UnixMillis) {
+        self.refilled_to(self.holds(), now)
+    }
+
+    fn refilled_to(&self, cap: Tokens, now: UnixMillis) -> (Tokens, UnixMillis) {
         refill(
             self.tokens,
             self.last_refill_at,
-            self.bucket.capacity(),
+            cap,
             self.bucket.effective_rate(),
             now,
         )
@@ -268,7 +311,9 @@ impl BucketState {
                 share: capacity.saturating_sub(floor),
             };
         }
-        let (tokens, last) = self.refilled(now);
+        // A take larger than the vendor's burst waits until the bucket has refilled to it
+        // (never past the capacity): the bucket then holds exactly it, at once.
+        let (tokens, last) = self.refilled_to(self.holds().max(need).min(capacity), now);
         if tokens >= need {
             return Take::Granted {
                 tokens: tokens - cost,
@@ -290,10 +335,7 @@ impl BucketState {
     /// concurrent slot, or reconciliation), capped at capacity.
     pub fn restored(&self, amount: Tokens, now: UnixMillis) -> (Tokens, UnixMillis) {
         let (tokens, last) = self.refilled(now);
-        (
-            (tokens + amount).min(self.bucket.capacity()).max(tokens),
-            last,
-        )
+        ((tokens + amount).min(self.holds()).max(tokens), last)
     }
 
     /// Tokens and refill timestamp after charging `delta` more at `now` (a lease's
@@ -306,10 +348,7 @@ impl BucketState {
         if delta >= Tokens::ZERO {
             (tokens.saturating_sub(delta), last)
         } else {
-            (
-                (tokens - delta).min(self.bucket.capacity()).max(tokens),
-                last,
-            )
+            ((tokens - delta).min(self.holds()).max(tokens), last)
         }
     }
 
@@ -374,14 +413,14 @@ impl BucketState {
     /// The time until the bucket is full, if it refills over time; zero when full.
     pub fn time_to_full(&self, now: UnixMillis) -> Option<Duration> {
         let (tokens, last) = self.refilled(now);
-        if tokens >= self.bucket.capacity() {
+        if tokens >= self.holds() {
             return Some(Duration::ZERO);
         }
         wait_until_available(
             tokens,
             last,
             self.bucket.effective_rate(),
-            self.bucket.capacity(),
+            self.holds(),
             now,
         )
     }

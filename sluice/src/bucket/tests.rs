@@ -23,6 +23,7 @@ fn state(capacity: i64, rate: RefillRate, tokens: Tokens) -> BucketState {
         write_id: None,
         recent_writes: RecentWrites::default(),
         held: Vec::new(),
+        burst: None,
     }
 }
 
@@ -175,6 +176,7 @@ fn deepest() -> BucketState {
         write_id: None,
         recent_writes: RecentWrites::default(),
         held: Vec::new(),
+        burst: None,
     }
 }
 
@@ -344,7 +346,7 @@ proptest! {
             bucket: Bucket::new(LimitType::Tokens, cap, rate),
             tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
             last_refill_at: UnixMillis::new(1_700_000_000_000),
-            version: 3, write_id: None, recent_writes: RecentWrites::default(), held: Vec::new(),
+            version: 3, write_id: None, recent_writes: RecentWrites::default(), held: Vec::new(), burst: None,
         };
         let cost = Tokens::from_nanos((cap.as_nanos() * i128::from(cost_pct) / 100).max(1));
         let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
@@ -379,7 +381,7 @@ proptest! {
             bucket: Bucket::new(LimitType::Requests, cap, rate),
             tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
             last_refill_at: UnixMillis::new(1_700_000_000_000),
-            version: 3, write_id: None, recent_writes: RecentWrites::default(), held: Vec::new(),
+            version: 3, write_id: None, recent_writes: RecentWrites::default(), held: Vec::new(), burst: None,
         };
         let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
         let pause = Duration::from_millis(pause_ms);

@@ -242,5 +242,8 @@ fn redefined(
         write_id: Some(write_id),
         recent_writes: cur.recent_after(write_id, last_refill_at),
         held: Vec::new(),
+        // The vendor's burst does not change with the definition (a capacity below it
+        // caps it).
+        burst: cur.burst,
     }
 }

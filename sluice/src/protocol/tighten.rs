@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::bucket::{BucketState, LimitType};
+use crate::bucket::{BucketState, LimitType, Report};
 use crate::clock::UnixMillis;
 use crate::config::COOLDOWN_CALLER;
 use crate::dimension::Dimension;
@@ -31,6 +31,11 @@ pub enum Tighten {
     /// `concurrent` bucket gets a cool-down lease holding all its slots until then, which
     /// the usual expiry handling gives back.
     PauseFor(Duration),
+    /// What a successful response's headers report (remaining, time until full): the
+    /// bucket holds no more than the vendor can now, and refills no further than the
+    /// vendor's burst from then on (see [`BucketState::reported`]). Only refilling buckets
+    /// take this.
+    Reported(Report),
 }
 
 /// Makes the bucket of `dimension` stricter, for every process sharing it, with one
@@ -85,19 +90,22 @@ pub(crate) async fn tighten(
 fn tightening(row: &BucketState, how: Tighten, now: UnixMillis) -> Option<Commit> {
     let concurrent = row.bucket.limit_type() == LimitType::Concurrent;
     let lowered = match (how, concurrent) {
-        (Tighten::AtMost(limit), false) => {
-            row.lowered_to(limit.clamp(Tokens::ZERO, Tokens::MAX), now)
+        (Tighten::AtMost(limit), false) => row
+            .lowered_to(limit.clamp(Tokens::ZERO, Tokens::MAX), now)
+            .map(|(t, l)| (t, l, row.burst)),
+        (Tighten::PauseFor(pause), false) => {
+            row.emptied_for(pause, now).map(|(t, l)| (t, l, row.burst))
         }
-        (Tighten::PauseFor(pause), false) => row.emptied_for(pause, now),
+        (Tighten::Reported(report), false) => row.reported(&report, now),
         _ => None,
     };
     let dimension = &row.dimension;
     Some(match (how, concurrent, lowered) {
-        (_, false, Some((tokens, last_refill_at))) => Commit {
-            buckets: vec![BucketWrite::new(row.clone(), tokens, last_refill_at)],
+        (_, false, Some((tokens, last_refill_at, burst))) => Commit {
+            buckets: vec![BucketWrite::new(row.clone(), tokens, last_refill_at).with_burst(burst)],
             leases: Vec::new(),
         },
-        (Tighten::AtMost(_), _, _) | (Tighten::PauseFor(_), false, None) => {
+        (Tighten::AtMost(_) | Tighten::Reported(_), _, _) | (Tighten::PauseFor(_), false, None) => {
             return None;
         }
         (Tighten::PauseFor(pause), true, _) => {

@@ -120,6 +120,7 @@ impl Store for MemoryStore {
             if let Some(b) = rows.buckets.get_mut(w.dimension()) {
                 b.tokens = w.tokens;
                 b.last_refill_at = w.last_refill_at;
+                b.burst = w.burst;
                 b.version = w.expected.version + 1;
                 b.write_id = Some(w.write_id);
                 b.recent_writes = b.recent_after(w.write_id, w.written_at);

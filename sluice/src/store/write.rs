@@ -95,12 +95,16 @@ pub struct BucketWrite {
     /// When the write was made, by this host's clock: the time the row lists it under
     /// (see [`RecentWrites`](crate::RecentWrites)).
     pub written_at: UnixMillis,
+    /// The row's [`burst`](BucketState::burst) after the write (the expected row's unless
+    /// the write learns a new one from the vendor).
+    pub burst: Option<Tokens>,
 }
 
 impl BucketWrite {
     /// A write of `tokens` and `last_refill_at` over the row `expected`.
     pub fn new(expected: BucketState, tokens: Tokens, last_refill_at: UnixMillis) -> Self {
         BucketWrite {
+            burst: expected.burst,
             expected,
             tokens,
             last_refill_at,
@@ -115,6 +119,12 @@ impl BucketWrite {
     /// [`charged`](BucketState::charged), …).
     pub(crate) fn of(expected: BucketState, to: (Tokens, UnixMillis)) -> Self {
         BucketWrite::new(expected, to.0, to.1)
+    }
+
+    /// This write, also setting the row's [`burst`](BucketState::burst).
+    pub fn with_burst(mut self, burst: Option<Tokens>) -> Self {
+        self.burst = burst;
+        self
     }
 
     /// This write, also making `changes` to the leases kept in the row.
@@ -170,6 +180,7 @@ impl BucketWrite {
                 .expected
                 .recent_after(self.write_id, self.last_refill_at),
             held,
+            burst: self.burst,
             ..self.expected.clone()
         }
     }

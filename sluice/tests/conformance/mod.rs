@@ -6,9 +6,11 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+mod bursts;
 mod clients;
 mod held;
 mod reserves;
+pub use bursts::*;
 pub use clients::*;
 pub use held::*;
 pub use reserves::*;
@@ -208,6 +210,7 @@ macro_rules! suite {
             a_concurrent_bucket_keeps_reserved_slots_free,
             reserves_are_stored_and_a_warm_client_follows_their_change,
             a_cost_beyond_a_priority_s_share_is_confirmed_and_distinct,
+            a_burst_learned_by_one_client_bounds_every_client_after_a_silence,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

@@ -47,6 +47,7 @@ pub(crate) fn bucket_json(b: &BucketState) -> Value {
         "cost_per_call": tokens(b.bucket.cost_per_call()),
         "lean": !b.bucket.keeps_leases(),
         "reserves": reserves_json(b.bucket.reserves()),
+        "burst": b.burst.map(tokens),
         "last_refill_at": number(b.last_refill_at.to_string()),
         "version": b.version,
     })
@@ -57,6 +58,7 @@ pub(crate) fn snapshot_json(s: &Snapshot) -> Value {
         "dimension": s.dimension.as_str(),
         "type": s.limit_type.as_str(),
         "capacity": tokens(s.capacity),
+        "burst": s.burst.map(tokens),
         "available": tokens(s.available),
         "refill_per_second": number(s.refill_rate.to_string()),
         "cost_per_call": tokens(s.cost_per_call),
@@ -146,7 +148,7 @@ pub(crate) fn buckets_table(buckets: &[BucketState]) -> String {
 
 pub(crate) fn bucket_text(b: &BucketState) -> String {
     format!(
-        "dimension       {}\ntype            {}\ncapacity        {}\ntokens          {} (at {})\nrefill/s        {}\ncost per call   {}\nlean            {}\nreserves        {}\nversion         {}\n",
+        "dimension       {}\ntype            {}\ncapacity        {}\ntokens          {} (at {})\nrefill/s        {}\ncost per call   {}\nlean            {}\nreserves        {}\nburst           {}\nversion         {}\n",
         b.dimension,
         b.bucket.limit_type(),
         b.bucket.capacity(),
@@ -156,6 +158,8 @@ pub(crate) fn bucket_text(b: &BucketState) -> String {
         b.bucket.cost_per_call(),
         if b.bucket.keeps_leases() { "no" } else { "yes" },
         crate::apply::Reserves(&b.bucket),
+        b.burst
+            .map_or_else(|| "capacity".to_owned(), |t| t.to_string()),
         b.version
     )
 }
@@ -169,7 +173,11 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
             let mut row = vec![
                 s.dimension.to_string(),
                 s.limit_type.to_string(),
-                s.capacity.to_string(),
+                match s.burst {
+                    // What the vendor takes at once, learned from its answers.
+                    Some(burst) => format!("{} (burst {burst})", s.capacity),
+                    None => s.capacity.to_string(),
+                },
                 s.available.to_string(),
                 s.refill_rate.to_string(),
                 if s.lean && s.live_leases == 0 && s.expired_leases == 0 {

@@ -114,6 +114,16 @@ impl DynamoStore {
         );
         let mut update = BUCKET_UPDATE.to_owned();
         let mut removes = Vec::new();
+        if w.burst != w.expected.burst {
+            names.insert("#b".to_owned(), row::BURST.to_owned());
+            match w.burst {
+                Some(burst) => {
+                    update.push_str(", #b = :burst");
+                    values.insert(":burst".to_owned(), row::n(burst));
+                }
+                None => removes.push("#b".to_owned()),
+            }
+        }
         for (i, change) in w.held.iter().enumerate() {
             let name = format!("#h{i}");
             names.insert(name.clone(), row::held_name(change.id()));

@@ -101,6 +101,10 @@ impl DynamoStore {
             names.insert("#res".to_owned(), row::RESERVES.to_owned());
             removes.push("#res");
         }
+        if state.burst.is_none() {
+            names.insert("#burst".to_owned(), row::BURST.to_owned());
+            removes.push("#burst");
+        }
         if state.write_id.is_none() {
             names.insert("#wid".to_owned(), row::WRITE_ID.to_owned());
             removes.push("#wid");

@@ -59,6 +59,9 @@ pub(crate) const WRITE_ID: &str = "write_id";
 /// sluice's extra attribute on bucket rows: the ids of the last writes
 /// ([`BucketState::recent_writes`]), 8 bytes each, big-endian, in one binary value.
 pub(crate) const RECENT_WRITES: &str = "recent_writes";
+/// sluice's extra bucket attribute: the most the bucket holds as learned from the vendor
+/// ([`BucketState::burst`]); absent: its capacity.
+pub(crate) const BURST: &str = "burst";
 /// sluice's extra lease attribute on slot leases: the partition key of [`SLOTS_INDEX`].
 pub(crate) const SLOT_DIMENSION: &str = "slot_dimension";
 /// The sparse global secondary index over slot leases: partition key `slot_dimension`,
@@ -101,6 +104,9 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     }
     if let Some(id) = state.write_id {
         item.insert(WRITE_ID.to_owned(), write_id(id));
+    }
+    if let Some(burst) = state.burst {
+        item.insert(BURST.to_owned(), n(burst));
     }
     // Also a list with no writes but a forgotten time: that time still settles lost
     // answers, so a row written back keeps it.
@@ -390,6 +396,14 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
         write_id,
         recent_writes,
         held,
+        burst: match r.number(BURST)? {
+            // Rounded down: a burst read as more than stored would loosen the bucket.
+            Some(text) => Some(
+                Tokens::parse_rounded(text, Rounding::Floor)
+                    .map_err(|e| r.corrupt(format!("`{BURST}`: {e}")))?,
+            ),
+            None => None,
+        },
     };
     // A row that cannot be a bucket (a `requests` row that never refills, a lean
     // `concurrent` one, values beyond every bound) is refused, never used.

@@ -70,6 +70,15 @@ fn reads_the_seed_example_row_exactly() {
     let item = bucket_item(&forgetting);
     assert!(item.contains_key(RECENT_WRITES));
     assert_eq!(bucket_state(&item).unwrap(), forgetting);
+    // A burst learned from the vendor: kept only when there is one.
+    assert!(!item.contains_key(BURST));
+    let learned = BucketState {
+        burst: Some(Tokens::new(10)),
+        ..forgetting
+    };
+    let item = bucket_item(&learned);
+    assert_eq!(item[BURST], n("10"));
+    assert_eq!(bucket_state(&item).unwrap(), learned);
 }
 
 #[test]
@@ -179,6 +188,12 @@ fn rows_beyond_a_buckets_bounds_are_named_with_the_reason() {
             "`tokens`: tokens must be between",
             Box::new(|r| {
                 r.insert(TOKENS.to_owned(), n("-2000000000000000000"));
+            }),
+        ),
+        (
+            "`burst`: a learned burst must be positive",
+            Box::new(|r| {
+                r.insert(BURST.to_owned(), n("0"));
             }),
         ),
         (

@@ -1,0 +1,215 @@
+//! What a vendor's own report (remaining count, time until full) says about a bucket: how
+//! many tokens it may hold now, and how many it ever holds at once (its burst).
+
+use std::time::Duration;
+
+use super::{BucketState, LimitType};
+use crate::clock::UnixMillis;
+use crate::tokens::{RefillRate, Tokens};
+
+const NANOS_PER_TOKEN: i128 = 1_000_000_000;
+
+/// A vendor's report on one of its limits, as a successful response's headers give it.
+///
+/// A token-bucket vendor that says it has `remaining` left and will be full again in
+/// `full_in` holds `remaining + rate × full_in` when full: that is its burst, whatever it
+/// calls its limit (OpenAI enforces 600 requests a minute as 10 a second: it reports at
+/// most 10 remaining, full within a second).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    /// What the vendor said is left.
+    pub remaining: Tokens,
+    /// How long until the vendor's limit is full again (its "reset").
+    pub full_in: Duration,
+    /// The earliest the vendor can have counted: when the request was sent, by this
+    /// host's clock. Between then and now the vendor's own bucket has refilled, at most
+    /// by the bucket's rate.
+    pub counted_after: UnixMillis,
+}
+
+impl BucketState {
+    /// The tokens, refill timestamp and [burst](Self::burst) the row gets from the vendor's
+    /// `report` at `now`, or `None` when it changes nothing.
+    ///
+    /// - **Now**: the bucket holds at most `remaining` plus what the bucket's rate refills
+    ///   since `counted_after` (what the vendor can hold now); never more than it holds.
+    /// - **Burst**: `remaining + rate × full_in`, to the nearest whole token and at least
+    ///   `cost_per_call`: the most the bucket refills to from now on. A report at or above
+    ///   the capacity lifts the burst (the bucket holds its capacity again); nothing ever
+    ///   makes it hold more than its capacity, and no report adds tokens.
+    ///
+    /// With the bucket's rate at the vendor's, both are exact; with a lower rate (the
+    /// bucket is a share of the vendor's limit), both are lower than the vendor's: stricter.
+    /// `concurrent` buckets (which do not refill) take no report.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, BucketState, RefillRate, Report, Tokens, UnixMillis};
+    ///
+    /// let now = UnixMillis::from_secs(1_700_000_000);
+    /// let row = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_minute(600)), now);
+    /// // The vendor has 7 left and is full in 300 ms: it holds 7 + 10/s x 0.3 s = 10.
+    /// let report = Report { remaining: Tokens::new(7), full_in: Duration::from_millis(300), counted_after: now };
+    /// let (tokens, _, burst) = row.reported(&report, now).unwrap();
+    /// assert_eq!((tokens, burst), (Tokens::new(7), Some(Tokens::new(10))));
+    /// # Ok::<(), sluice::DimensionError>(())
+    /// ```
+    pub fn reported(
+        &self,
+        report: &Report,
+        now: UnixMillis,
+    ) -> Option<(Tokens, UnixMillis, Option<Tokens>)> {
+        if self.bucket.limit_type() == LimitType::Concurrent {
+            return None;
+        }
+        let rate = self.bucket.effective_rate();
+        let capacity = self.bucket.capacity();
+        let remaining = report.remaining.clamp(Tokens::ZERO, capacity);
+        let full = remaining.saturating_add(refill_over(rate, report.full_in));
+        let whole = Tokens::from_nanos(
+            (full.as_nanos() + NANOS_PER_TOKEN / 2) / NANOS_PER_TOKEN * NANOS_PER_TOKEN,
+        )
+        .max(self.bucket.cost_per_call())
+        .max(Tokens::new(1));
+        let burst = (whole < capacity).then_some(whole);
+        let since = now.saturating_since(report.counted_after);
+        let now_at_most = remaining.saturating_add(refill_over(rate, since));
+        // From what the bucket holds now: a burst raised is refilled to from now on, never
+        // as if it had been there all along.
+        let (was, last) = self.refilled(now);
+        let holds = burst.unwrap_or(capacity);
+        let tokens = was.min(holds).min(now_at_most);
+        (tokens < was || burst != self.burst).then_some((tokens, last, burst))
+    }
+}
+
+/// What `rate` refills over `span`, rounded down to the billionth of a token.
+fn refill_over(rate: RefillRate, span: Duration) -> Tokens {
+    let nanos = rate
+        .as_nanos_per_second()
+        .max(0)
+        .checked_mul(span.as_nanos() as i128)
+        .map_or(Tokens::MAX.as_nanos(), |n| n / NANOS_PER_TOKEN);
+    Tokens::from_nanos(nanos.min(Tokens::MAX.as_nanos()))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::bucket::Bucket;
+
+    const NOW: UnixMillis = UnixMillis::from_secs(1_700_000_000);
+
+    fn row(capacity: i64, per_minute: u64, tokens: i64, burst: Option<i64>) -> BucketState {
+        BucketState {
+            tokens: Tokens::new(tokens),
+            burst: burst.map(Tokens::new),
+            ..BucketState::full(
+                "openai#rpm".parse().unwrap(),
+                Bucket::requests(RefillRate::per_minute(per_minute)).with_capacity(capacity),
+                NOW,
+            )
+        }
+    }
+
+    fn report(remaining: i64, full_in_ms: u64, sent_ms_ago: u64) -> Report {
+        Report {
+            remaining: Tokens::new(remaining),
+            full_in: Duration::from_millis(full_in_ms),
+            counted_after: NOW.saturating_sub(Duration::from_millis(sent_ms_ago)),
+        }
+    }
+
+    #[test]
+    fn a_per_second_vendor_bounds_a_per_minute_bucket_to_its_second() {
+        let full = row(600, 600, 600, None);
+        let (tokens, _, burst) = full.reported(&report(9, 100, 0), NOW).unwrap();
+        assert_eq!((tokens, burst), (Tokens::new(9), Some(Tokens::new(10))));
+        let learned = BucketState {
+            tokens,
+            burst,
+            ..full.clone()
+        };
+        // An hour later the bucket holds the vendor's second, not the whole minute.
+        let later = NOW.saturating_add(Duration::from_secs(3_600));
+        assert_eq!(learned.available(later), Tokens::new(10));
+        assert_eq!(learned.time_to_full(later), Some(Duration::ZERO));
+        // The same report again changes nothing: no write.
+        assert_eq!(learned.reported(&report(9, 100, 0), NOW), None);
+    }
+
+    #[test]
+    fn refill_since_the_request_was_sent_is_not_taken_away() {
+        // Sent 200 ms ago with nothing left: the vendor has refilled 2 since.
+        let (tokens, _, burst) = row(600, 600, 5, Some(10))
+            .reported(&report(0, 1_000, 200), NOW)
+            .unwrap();
+        assert_eq!((tokens, burst), (Tokens::new(2), Some(Tokens::new(10))));
+    }
+
+    #[test]
+    fn a_report_at_or_above_capacity_lifts_the_burst_but_adds_no_token() {
+        let (tokens, _, burst) = row(600, 600, 3, Some(10))
+            .reported(&report(600, 0, 0), NOW)
+            .unwrap();
+        assert_eq!((tokens, burst), (Tokens::new(3), None));
+    }
+
+    #[test]
+    fn a_take_larger_than_the_burst_waits_for_a_bucket_of_its_size() {
+        let learned = row(600, 600, 0, Some(10));
+        let take = learned.take(Tokens::new(30), NOW);
+        assert_eq!(
+            take,
+            super::super::Take::Short {
+                wait: Some(Duration::from_secs(3))
+            }
+        );
+        let later = NOW.saturating_add(Duration::from_secs(3));
+        assert!(matches!(
+            learned.take(Tokens::new(30), later),
+            super::super::Take::Granted { .. }
+        ));
+    }
+
+    #[test]
+    fn concurrent_buckets_take_no_report() {
+        let slots = BucketState::full(
+            "elevenlabs#concurrent".parse().unwrap(),
+            Bucket::concurrent(4),
+            NOW,
+        );
+        assert_eq!(slots.reported(&report(0, 1_000, 0), NOW), None);
+    }
+
+    proptest! {
+        /// No report ever makes a bucket looser than its definition: it never holds more
+        /// than it held before the report, nor, at any later time, more than the same
+        /// bucket without any report would.
+        #[test]
+        fn reports_never_loosen_a_bucket(
+            capacity in 1i64..1_000,
+            per_minute in 1u64..100_000,
+            tokens in -50i64..1_000,
+            burst in proptest::option::of(1i64..1_000),
+            remaining in 0i64..2_000,
+            full_in_ms in 0u64..120_000,
+            sent_ms_ago in 0u64..5_000,
+            later_ms in 0u64..600_000,
+        ) {
+            let before = row(capacity, per_minute, tokens.min(capacity), burst);
+            let plain = BucketState { burst: None, ..before.clone() };
+            if let Some((tokens, last, burst)) =
+                before.reported(&report(remaining, full_in_ms, sent_ms_ago), NOW)
+            {
+                let after = BucketState { tokens, last_refill_at: last, burst, ..before.clone() };
+                prop_assert!(after.available(NOW) <= before.available(NOW));
+                prop_assert!(after.holds() <= after.bucket.capacity());
+                let later = NOW.saturating_add(Duration::from_millis(later_ms));
+                prop_assert!(after.available(later) <= plain.available(later));
+            }
+        }
+    }
+}
