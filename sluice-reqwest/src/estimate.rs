@@ -53,6 +53,13 @@ pub fn chat_tokens_of(body: &[u8]) -> Option<Tokens> {
     Some(Tokens::new(i64::try_from(total).unwrap_or(i64::MAX)))
 }
 
+/// The JSON body's `model`, when the body is in memory and names one.
+pub(crate) fn model_of(request: &Request) -> Option<String> {
+    let body = request.body()?.as_bytes()?;
+    let json: Value = serde_json::from_slice(body).ok()?;
+    Some(json.get("model")?.as_str()?.to_owned())
+}
+
 /// Characters in every string inside `value`.
 fn text_chars(value: &Value) -> u64 {
     match value {

@@ -25,11 +25,14 @@
 
 #![forbid(unsafe_code)]
 
+mod body;
 mod error;
 pub mod estimate;
 mod headers;
 mod middleware;
+mod model;
 mod route;
+mod usage;
 
 pub use error::retry_in;
 pub use headers::{Signal, VendorLimits};

@@ -3,12 +3,15 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use std::future::Future;
+
 use http::{Extensions, StatusCode};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
-use sluice::{Acquire, Priority, Sluice, Tighten, Tokens};
+use sluice::{Acquire, Lease, Priority, Report, Sluice, Tighten, Tokens, UnixMillis};
 
-use crate::headers::VendorLimits;
+use crate::body::{Corrections, hold_until_read};
+use crate::headers::{Signal, VendorLimits};
 use crate::route::{Limit, Override, Route, Routes};
 
 /// The pause applied after a vendor 429 that gave no delay at all.
@@ -145,26 +148,35 @@ impl SluiceMiddleware {
     ///
     /// A 429 pauses the route's limits whose vendor signal is reported exhausted (none
     /// remaining), or every limit of the route when the vendor does not say which ran out.
-    /// Every other limit with a reported remaining count is lowered to it.
+    /// Every other limit with a reported remaining count is lowered to what the vendor can
+    /// hold now, and, when the vendor also says when it is full again, bounded to the
+    /// vendor's burst ([`Tighten::Reported`]). `sent_at` is when the request left, by the
+    /// client's clock: the vendor counted no earlier.
     async fn learn(
         &self,
         client: &Sluice,
         limits: &[Limit],
         status: StatusCode,
         vendor: &VendorLimits,
+        sent_at: UnixMillis,
     ) -> Option<Duration> {
         let remaining = |limit: &Limit| limit.signal_value().and_then(|s| vendor.remaining(s));
         let pause = (status == StatusCode::TOO_MANY_REQUESTS)
             .then(|| ceil_millis(vendor.pause().unwrap_or(self.default_pause)));
         let named = limits.iter().any(|l| remaining(l) == Some(0));
         for limit in limits {
-            let how = match (pause, remaining(limit)) {
-                (Some(pause), Some(0)) => Tighten::PauseFor(pause),
-                (Some(pause), _) if !named => Tighten::PauseFor(pause),
-                (_, Some(left)) => {
-                    Tighten::AtMost(Tokens::new(i64::try_from(left).unwrap_or(i64::MAX)))
-                }
-                (_, None) => continue,
+            let left = |n: u64| Tokens::new(i64::try_from(n).unwrap_or(i64::MAX));
+            let reset = limit.signal_value().and_then(|s| vendor.reset(s));
+            let how = match (pause, remaining(limit), reset) {
+                (Some(pause), Some(0), _) => Tighten::PauseFor(pause),
+                (Some(pause), _, _) if !named => Tighten::PauseFor(pause),
+                (_, Some(n), Some(full_in)) => Tighten::Reported(Report {
+                    remaining: left(n),
+                    full_in,
+                    counted_after: sent_at,
+                }),
+                (_, Some(n), None) => Tighten::AtMost(left(n)),
+                (_, None, _) => continue,
             };
             self.tighten(client, limit, how).await;
         }
@@ -200,9 +212,9 @@ impl Middleware for SluiceMiddleware {
                 (Some(Override::Limits(limits)), _) => (limits.clone(), route_priority),
                 (Some(Override::LimitsAt(limits, p)), _) => (limits.clone(), Some(p.clone())),
                 (Some(Override::Priority(p)), Some(route)) => {
-                    (route.limits().to_vec(), Some(p.clone()))
+                    (route.limits_for(&request).to_vec(), Some(p.clone()))
                 }
-                (None, Some(route)) => (route.limits().to_vec(), route_priority),
+                (None, Some(route)) => (route.limits_for(&request).to_vec(), route_priority),
                 // No route, and no limits of the request's own: not a vendor call.
                 (Some(Override::Priority(_)) | None, None) => {
                     return next.run(request, extensions).await;
@@ -211,47 +223,50 @@ impl Middleware for SluiceMiddleware {
         if limits.is_empty() {
             return next.run(request, extensions).await;
         }
+        let correct_usage = route.is_none_or(Route::corrects_usage);
         let client = self
             .sluice()
             .await
             .map_err(reqwest_middleware::Error::middleware)?;
+        let ttl = self.lease_ttl.unwrap_or(client.config().lease_ttl);
         let acquire = limits
             .iter()
             .fold(Acquire::default(), |a, l| l.add_to(a, &request))
             .or_priority(priority)
-            .or_priority(self.priority.clone());
-        // The request is handed on only once granted; kept here until then, so that a
-        // dimension without a bucket can still let it through (`pass_unknown`).
-        let mut unsent = Some(request);
-        let unknown_next = next.clone();
-        let body_extensions = &mut *extensions;
-        let sent = client
-            .slot_within(acquire, self.lease_ttl, self.wait, || {
-                let request = unsent.take();
-                async move {
-                    match request {
-                        Some(request) => next.run(request, body_extensions).await,
-                        None => Err(reqwest_middleware::Error::middleware(HandedOn)),
-                    }
-                }
-            })
-            .await;
-        // The slot is released as soon as the response headers are in (or the request
-        // failed or ran past the lease), before the feedback below.
-        let response = match (sent, unsent) {
-            (Ok(response), _) => response?,
-            (Err(sluice::Error::UnknownDimension(dimension)), Some(request))
-                if self.pass_unknown =>
-            {
+            .or_priority(self.priority.clone())
+            .ttl(ttl);
+        let lease = match client.acquire_within(acquire, self.wait).await {
+            Ok(lease) => lease,
+            Err(sluice::Error::UnknownDimension(dimension)) if self.pass_unknown => {
                 tracing::warn!(%dimension, url = %request.url(), "no bucket defined; sending without a slot");
-                return unknown_next.run(request, extensions).await;
+                return next.run(request, extensions).await;
             }
-            (Err(error), _) => return Err(reqwest_middleware::Error::middleware(error)),
+            Err(error) => return Err(reqwest_middleware::Error::middleware(error)),
+        };
+        let sent_at = client.now();
+        let response = send(lease, ttl, next.run(request, extensions)).await?;
+        let (response, lease) = response;
+        // Held dimensions (`concurrent`) stay held while the vendor streams the body, and
+        // token charges wait for the usage the body reports; anything else ends now.
+        let corrections = if correct_usage && response.status().is_success() {
+            usage_corrections(&limits)
+        } else {
+            Corrections::default()
+        };
+        // A 429 answered with a pause never reaches the caller: its slot ends now.
+        let pausing = self.feedback && response.status() == StatusCode::TOO_MANY_REQUESTS;
+        let response = if !pausing && (lease.holds_slots() || !corrections.parts.is_empty()) {
+            hold_until_read(response, lease, corrections)
+        } else {
+            if let Err(error) = lease.release().await {
+                tracing::warn!(%error, "release after the response failed; retried in the background");
+            }
+            response
         };
         if self.feedback {
             let vendor = VendorLimits::from_headers(response.headers(), SystemTime::now());
             if let Some(pause) = self
-                .learn(&client, &limits, response.status(), &vendor)
+                .learn(&client, &limits, response.status(), &vendor, sent_at)
                 .await
             {
                 return Err(reqwest_middleware::Error::middleware(
@@ -263,17 +278,53 @@ impl Middleware for SluiceMiddleware {
     }
 }
 
-/// The request was handed on already: a slot's body is made once, so this never happens.
-#[derive(Debug)]
-struct HandedOn;
-
-impl std::fmt::Display for HandedOn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the request was already handed on")
+/// Sends the request under `lease`, by the lease's deadline: the response (with the lease,
+/// still held), or the request's error (the lease released). A request still waiting for
+/// its response headers when the lease expires is abandoned with
+/// [`sluice::Error::Timeout`]; a lease granted with no time left sends nothing.
+async fn send(
+    lease: Lease,
+    ttl: Duration,
+    request: impl Future<Output = reqwest_middleware::Result<Response>>,
+) -> reqwest_middleware::Result<(Response, Lease)> {
+    let deadline = ttl.min(lease.remaining());
+    let release = |lease: Lease| async move {
+        if let Err(error) = lease.release().await {
+            tracing::warn!(%error, "release after a failed request failed; retried in the background");
+        }
+    };
+    if deadline.is_zero() {
+        release(lease).await;
+        return Err(reqwest_middleware::Error::middleware(
+            sluice::Error::Timeout(deadline),
+        ));
+    }
+    match tokio::time::timeout(deadline, request).await {
+        Ok(Ok(response)) => Ok((response, lease)),
+        Ok(Err(error)) => {
+            release(lease).await;
+            Err(error)
+        }
+        Err(_elapsed) => {
+            release(lease).await;
+            Err(reqwest_middleware::Error::middleware(
+                sluice::Error::Timeout(deadline),
+            ))
+        }
     }
 }
 
-impl std::error::Error for HandedOn {}
+/// The limits whose charge the reported usage replaces: those fed by a token count.
+fn usage_corrections(limits: &[Limit]) -> Corrections {
+    let parts = limits
+        .iter()
+        .filter_map(|l| match l.signal_value()? {
+            Signal::Requests => None,
+            signal => Some((l.dimension().clone(), signal)),
+        })
+        .collect();
+    Corrections { parts }
+}
 
 /// A delay rounded up to the millisecond, at least 1 ms (as every RetryIn is).
 fn ceil_millis(d: Duration) -> Duration {

@@ -127,6 +127,8 @@ pub struct Route {
     path_prefix: String,
     limits: Vec<Limit>,
     priority: Option<Priority>,
+    models: Vec<(String, Vec<Limit>)>,
+    usage: bool,
 }
 
 impl Route {
@@ -137,6 +139,8 @@ impl Route {
             path_prefix: String::new(),
             limits: Vec::new(),
             priority: None,
+            models: Vec::new(),
+            usage: true,
         }
     }
 
@@ -170,6 +174,55 @@ impl Route {
     pub fn priority(mut self, priority: Priority) -> Route {
         self.priority = Some(priority);
         self
+    }
+
+    /// Requests for `model` (the JSON body's `model`) take capacity from `limits` instead of
+    /// the route's own, which stay the fallback for every other model (and for bodies
+    /// with no `model`). A pattern ending in `*` matches every model starting with what
+    /// precedes it; an exact name wins over a pattern, and a longer pattern over a shorter.
+    ///
+    /// ```
+    /// use sluice_reqwest::{Limit, Route, Signal, estimate};
+    ///
+    /// // OpenAI's limits are per model.
+    /// let chat = Route::new("api.openai.com")
+    ///     .limit(Limit::parse("openai#rpm")?.signal(Signal::Requests))
+    ///     .model("gpt-4o-mini*", [
+    ///         Limit::parse("openai#gpt-4o-mini-rpm")?.signal(Signal::Requests),
+    ///         Limit::parse("openai#gpt-4o-mini-tpm")?.estimate(estimate::chat_tokens).signal(Signal::Tokens),
+    ///     ])
+    ///     .model("gpt-4o", [Limit::parse("openai#gpt-4o-rpm")?.signal(Signal::Requests)]);
+    /// # let _ = chat;
+    /// # Ok::<(), sluice::DimensionError>(())
+    /// ```
+    pub fn model(mut self, model: impl Into<String>, limits: impl IntoIterator<Item = Limit>) -> Route {
+        let model = model.into();
+        self.models.retain(|(m, _)| *m != model);
+        self.models.push((model, limits.into_iter().collect()));
+        self
+    }
+
+    /// Whether a response's reported usage corrects what its request was charged on the
+    /// route's token dimensions (default: yes). See
+    /// [`SluiceMiddleware`](crate::SluiceMiddleware) for what is read.
+    pub fn correct_usage(mut self, on: bool) -> Route {
+        self.usage = on;
+        self
+    }
+
+    /// Whether responses on this route correct their token charges from reported usage.
+    pub fn corrects_usage(&self) -> bool {
+        self.usage
+    }
+
+    /// The limits a request on this route takes: its model's, else the route's.
+    pub fn limits_for(&self, request: &Request) -> &[Limit] {
+        if self.models.is_empty() {
+            return &self.limits;
+        }
+        crate::estimate::model_of(request)
+            .and_then(|model| crate::model::best(&self.models, &model))
+            .map_or(&self.limits[..], Vec::as_slice)
     }
 
     /// The route's priority, if set.
@@ -334,107 +387,4 @@ pub enum Override {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn url(s: &str) -> Url {
-        s.parse().unwrap()
-    }
-
-    fn dims(route: Option<&Route>) -> Vec<&str> {
-        route
-            .map(|r| r.limits().iter().map(|l| l.dimension().as_str()).collect())
-            .unwrap_or_default()
-    }
-
-    #[test]
-    fn vendor_hosts_map_to_their_dimensions_and_others_to_nothing() {
-        let routes = Routes::vendors();
-        let cases = [
-            (
-                "https://api.openai.com/v1/chat/completions",
-                vec!["openai#rpm"],
-            ),
-            ("https://API.OpenAI.com:8443/v1/models", vec!["openai#rpm"]),
-            (
-                "https://api.anthropic.com/v1/messages",
-                vec!["anthropic#rpm"],
-            ),
-            (
-                "https://api.elevenlabs.io/v1/text-to-speech/x",
-                vec!["elevenlabs#concurrent"],
-            ),
-            (
-                "https://api.deepgram.com/v1/listen",
-                vec!["deepgram#concurrent"],
-            ),
-            ("https://example.com/v1/chat/completions", vec![]),
-            ("https://openai.com/", vec![]),
-            ("https://api.openai.com.evil.test/", vec![]),
-        ];
-        for (u, want) in cases {
-            assert_eq!(dims(routes.find(&url(u))), want, "{u}");
-        }
-    }
-
-    #[test]
-    fn the_longest_path_prefix_wins_and_routes_replace_by_host_and_prefix() {
-        let routes = Routes::vendors()
-            .route(
-                Route::new("api.openai.com")
-                    .path_prefix("/v1/embeddings")
-                    .limit(Limit::parse("openai#embed").unwrap()),
-            )
-            .route(Route::new("api.openai.com").limit(Limit::parse("openai#all").unwrap()));
-        assert_eq!(
-            dims(routes.find(&url("https://api.openai.com/v1/embeddings"))),
-            ["openai#embed"]
-        );
-        assert_eq!(
-            dims(routes.find(&url("https://api.openai.com/v1/chat/completions"))),
-            ["openai#all"]
-        );
-        let without = routes.without("API.OPENAI.COM");
-        assert!(
-            without
-                .find(&url("https://api.openai.com/v1/models"))
-                .is_none()
-        );
-        assert!(
-            Routes::empty()
-                .find(&url("https://api.openai.com/"))
-                .is_none()
-        );
-    }
-
-    #[test]
-    fn costs_are_per_call_fixed_or_estimated() {
-        let request = reqwest::Client::new()
-            .post("http://api.openai.com/v1/chat/completions")
-            .body("12345678")
-            .build()
-            .unwrap();
-        let acquire = [
-            Limit::parse("a#per-call").unwrap(),
-            Limit::parse("a#fixed").unwrap().cost(3),
-            Limit::parse("a#estimated")
-                .unwrap()
-                .estimate(|r: &Request| {
-                    r.body()
-                        .and_then(|b| b.as_bytes())
-                        .map(|b| Tokens::new(b.len() as i64))
-                }),
-            Limit::parse("a#fallback")
-                .unwrap()
-                .estimate(|_: &Request| None),
-        ]
-        .iter()
-        .fold(Acquire::default(), |a, l| l.add_to(a, &request));
-        let want = Acquire::new("a#per-call")
-            .and_cost("a#fixed", 3)
-            .and_cost("a#estimated", 8)
-            .and("a#fallback");
-        assert_eq!(acquire, want);
-        assert!(Limit::parse("no-hash").is_err());
-    }
-}
+mod tests;

@@ -80,6 +80,28 @@ impl Lease {
             .map(|p| p.cost)
     }
 
+    /// Whether the lease holds slots of a `concurrent` bucket, which come back only when it
+    /// ends: hold it as long as the vendor counts the call (a streamed response, until its
+    /// body ends).
+    ///
+    /// ```
+    /// use sluice::{Acquire, Bucket, RefillRate, Sluice};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sluice = Sluice::in_memory();
+    /// sluice.put_bucket("elevenlabs#concurrent", Bucket::concurrent(2)).await?;
+    /// sluice.put_bucket("elevenlabs#rpm", Bucket::requests(RefillRate::per_minute(60))).await?;
+    /// let lease = sluice.acquire("elevenlabs#rpm").await?;
+    /// assert!(!lease.holds_slots());
+    /// let lease = sluice.acquire(Acquire::new("elevenlabs#rpm").and("elevenlabs#concurrent")).await?;
+    /// assert!(lease.holds_slots());
+    /// # lease.release().await?;
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub fn holds_slots(&self) -> bool {
+        self.grant.parts.iter().any(|p| p.restores)
+    }
+
     /// How many commits the acquire attempted (1 when there was no contention; 0 for a
     /// grant from tokens this client prefetched, see [`Prefetch`](crate::Prefetch)).
     pub fn attempts(&self) -> u32 {
