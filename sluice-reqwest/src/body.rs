@@ -131,7 +131,10 @@ impl HttpBody for Guarded {
         }
         if this.lease.is_some() && this.deadline.as_mut().poll(cx).is_ready() {
             // The lease is over: its slot may be handed on, so the call must stop here.
-            tracing::warn!(ttl_ms = this.ttl.as_millis() as u64, "response body still open when its lease expired; cut");
+            tracing::warn!(
+                ttl_ms = this.ttl.as_millis() as u64,
+                "response body still open when its lease expired; cut"
+            );
             this.lease = None;
             this.cut = true;
             return Poll::Ready(Some(Err(Box::new(sluice::Error::Timeout(this.ttl)))));

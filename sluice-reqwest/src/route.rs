@@ -195,7 +195,11 @@ impl Route {
     /// # let _ = chat;
     /// # Ok::<(), sluice::DimensionError>(())
     /// ```
-    pub fn model(mut self, model: impl Into<String>, limits: impl IntoIterator<Item = Limit>) -> Route {
+    pub fn model(
+        mut self,
+        model: impl Into<String>,
+        limits: impl IntoIterator<Item = Limit>,
+    ) -> Route {
         let model = model.into();
         self.models.retain(|(m, _)| *m != model);
         self.models.push((model, limits.into_iter().collect()));

@@ -124,7 +124,10 @@ impl Scan {
                 usage.merge(&serde_json::from_slice::<Value>(&kept).ok()?);
                 usage
             }
-            Scan::Events { mut line, mut usage } => {
+            Scan::Events {
+                mut line,
+                mut usage,
+            } => {
                 event_line(&mut line, &mut usage);
                 usage
             }
@@ -161,7 +164,10 @@ mod tests {
     fn openai_and_anthropic_bodies_report_their_usage() {
         let openai = scan(
             "application/json; charset=utf-8",
-            &[r#"{"id":"x","usage":{"prompt_tokens":12,"#, r#""completion_tokens":30,"total_tokens":42}}"#],
+            &[
+                r#"{"id":"x","usage":{"prompt_tokens":12,"#,
+                r#""completion_tokens":30,"total_tokens":42}}"#,
+            ],
         )
         .unwrap();
         assert_eq!(openai.of(Signal::Tokens), Some(42));
@@ -174,7 +180,10 @@ mod tests {
         assert_eq!(anthropic.of(Signal::Tokens), Some(15));
         assert_eq!(anthropic.of(Signal::InputTokens), Some(10));
         assert_eq!(scan("application/json", &[r#"{"id":"x"}"#]), None);
-        assert_eq!(scan("text/plain", &[r#"{"usage":{"total_tokens":1}}"#]), None);
+        assert_eq!(
+            scan("text/plain", &[r#"{"usage":{"total_tokens":1}}"#]),
+            None
+        );
     }
 
     #[test]
