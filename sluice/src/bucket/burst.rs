@@ -64,22 +64,47 @@ impl BucketState {
         }
         let rate = self.bucket.effective_rate();
         let capacity = self.bucket.capacity();
+        let burst = self.burst_from(report);
+        // The count is whole: the vendor may hold up to one more.
         let remaining = report.remaining.clamp(Tokens::ZERO, capacity);
-        let full = remaining.saturating_add(refill_over(rate, report.full_in));
-        let whole = Tokens::from_nanos(
-            (full.as_nanos() + NANOS_PER_TOKEN / 2) / NANOS_PER_TOKEN * NANOS_PER_TOKEN,
-        )
-        .max(self.bucket.cost_per_call())
-        .max(Tokens::new(1));
-        let burst = (whole < capacity).then_some(whole);
         let since = now.saturating_since(report.counted_after);
-        let now_at_most = remaining.saturating_add(refill_over(rate, since));
+        let now_at_most = remaining
+            .saturating_add(Tokens::new(1))
+            .saturating_add(refill_over(rate, since));
         // From what the bucket holds now: a burst raised is refilled to from now on, never
         // as if it had been there all along.
         let (was, last) = self.refilled(now);
         let holds = burst.unwrap_or(capacity);
         let tokens = was.min(holds).min(now_at_most);
         (tokens < was || burst != self.burst).then_some((tokens, last, burst))
+    }
+
+    /// The burst `report` shows: `remaining + rate × full_in`, less the error of a reset
+    /// rounded up to the millisecond, rounded up to a whole token, at least `cost_per_call`;
+    /// `None` at or above the capacity. A burst already learned is lowered by any lower
+    /// one, but raised only by one more than a token above it, so that the whole counts
+    /// of a vendor whose burst is not whole do not flip it at every answer.
+    fn burst_from(&self, report: &Report) -> Option<Tokens> {
+        let rate = self.bucket.effective_rate();
+        let capacity = self.bucket.capacity();
+        let shown = report
+            .remaining
+            .clamp(Tokens::ZERO, capacity)
+            .saturating_add(refill_over(rate, report.full_in))
+            .saturating_sub(refill_over(rate, Duration::from_millis(1)));
+        let whole = Tokens::from_nanos(
+            (shown.as_nanos().max(0) + NANOS_PER_TOKEN - 1) / NANOS_PER_TOKEN * NANOS_PER_TOKEN,
+        )
+        .max(self.bucket.cost_per_call())
+        .max(Tokens::new(1));
+        match self.burst {
+            Some(learned)
+                if whole >= learned && whole <= learned.saturating_add(Tokens::new(1)) =>
+            {
+                Some(learned)
+            }
+            _ => (whole < capacity).then_some(whole),
+        }
     }
 }
 
@@ -126,7 +151,8 @@ mod tests {
     fn a_per_second_vendor_bounds_a_per_minute_bucket_to_its_second() {
         let full = row(600, 600, 600, None);
         let (tokens, _, burst) = full.reported(&report(9, 100, 0), NOW).unwrap();
-        assert_eq!((tokens, burst), (Tokens::new(9), Some(Tokens::new(10))));
+        // 9 remaining may be up to 10: the bucket holds its burst, 10.
+        assert_eq!((tokens, burst), (Tokens::new(10), Some(Tokens::new(10))));
         let learned = BucketState {
             tokens,
             burst,
@@ -142,11 +168,30 @@ mod tests {
 
     #[test]
     fn refill_since_the_request_was_sent_is_not_taken_away() {
-        // Sent 200 ms ago with nothing left: the vendor has refilled 2 since.
+        // Sent 200 ms ago with nothing left: the vendor has less than 1 + 2 now.
         let (tokens, _, burst) = row(600, 600, 5, Some(10))
             .reported(&report(0, 1_000, 200), NOW)
             .unwrap();
-        assert_eq!((tokens, burst), (Tokens::new(2), Some(Tokens::new(10))));
+        assert_eq!((tokens, burst), (Tokens::new(3), Some(Tokens::new(10))));
+        // Within a token of what the vendor may hold: nothing to write.
+        assert_eq!(
+            row(600, 600, 2, Some(10)).reported(&report(1, 900, 0), NOW),
+            None
+        );
+    }
+
+    #[test]
+    fn a_burst_that_is_not_whole_does_not_flip_at_every_answer() {
+        // 1,000 a minute as a second's worth: 16.67 at once. Whole counts show 16 or 17.
+        let learned = row(1_000, 1_000, 0, Some(16));
+        // 16 left, full in 40 ms: 16.67 shown, rounded up to 17: within a token, kept.
+        assert_eq!(learned.reported(&report(16, 40, 0), NOW), None);
+        // A vendor that really takes more: raised.
+        let (_, _, burst) = learned.reported(&report(30, 0, 0), NOW).unwrap();
+        assert_eq!(burst, Some(Tokens::new(30)));
+        // Any lower count: lowered.
+        let (_, _, burst) = learned.reported(&report(10, 0, 0), NOW).unwrap();
+        assert_eq!(burst, Some(Tokens::new(10)));
     }
 
     #[test]
