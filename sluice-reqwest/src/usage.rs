@@ -124,11 +124,8 @@ impl Scan {
                 usage.merge(&serde_json::from_slice::<Value>(&kept).ok()?);
                 usage
             }
-            Scan::Events {
-                mut line,
-                mut usage,
-            } => {
-                event_line(&mut line, &mut usage);
+            Scan::Events { line, mut usage } => {
+                event_line(&line, &mut usage);
                 usage
             }
             Scan::Off => return None,
@@ -138,7 +135,7 @@ impl Scan {
 }
 
 /// One line of a server-sent event stream: a `data:` line holding JSON may report usage.
-fn event_line(line: &mut Vec<u8>, usage: &mut Usage) {
+fn event_line(line: &[u8], usage: &mut Usage) {
     let text = String::from_utf8_lossy(line);
     let Some(data) = text.trim_end().strip_prefix("data:") else {
         return;

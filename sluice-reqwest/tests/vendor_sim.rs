@@ -284,7 +284,8 @@ async fn the_vendors_burst_is_learned_from_its_headers_and_never_loosens_the_buc
     );
     assert_eq!(row.burst, Some(Tokens::new(10)));
     let after_first = world.available("openai#rpm").await;
-    assert!(after_first <= Tokens::new(9), "{after_first}");
+    // 9 left after this call (a whole count: maybe 9.9), not the bucket's 599.
+    assert!(after_first <= Tokens::new(10), "{after_first}");
     // The vendor now takes its whole minute at once: the bound lifts, but no token is
     // added by a report.
     world.vendor.reset(VendorConfig::default());

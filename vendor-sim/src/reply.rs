@@ -200,6 +200,7 @@ impl VendorSim {
         if admitted {
             second.accepted += 1;
             state.stats.accepted += 1;
+            state.stats.admitted_ms.push(at.as_millis() as u64);
             state.stats.tokens += ask.charge();
             state.stats.max_in_flight = state.stats.max_in_flight.max(in_flight);
         } else {

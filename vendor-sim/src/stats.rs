@@ -25,6 +25,8 @@ pub struct Stats {
     pub max_in_flight: u64,
     /// Counts per second since the start: index `i` is second `i`.
     pub seconds: Vec<Second>,
+    /// When each admitted request was admitted, in milliseconds since the start.
+    pub admitted_ms: Vec<u64>,
     /// Time since the start.
     pub elapsed: Duration,
 }

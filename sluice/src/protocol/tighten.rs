@@ -45,6 +45,16 @@ pub(crate) async fn tighten(
     dimension: Dimension,
     how: Tighten,
 ) -> Result<bool, Error> {
+    if let Tighten::Reported(_) = how {
+        // A successful answer's report comes with every call: when it changes nothing in
+        // the row this client last saw, it is not worth a read. Other clients' writes only
+        // take tokens from that row (or give back what the report would not touch), so the
+        // stored row needs no change either.
+        let remembered = core.lane(&dimension).memory().row().cloned();
+        if remembered.is_some_and(|row| tightening(&row, how, core.now()).is_none()) {
+            return Ok(false);
+        }
+    }
     // The vendor said stop: tokens this client took ahead are not granted any more.
     core.lane(&dimension).memory().set_prefetched(None);
     let mut budget = Budget::new(core.config.max_retries);

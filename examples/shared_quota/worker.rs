@@ -1,0 +1,213 @@
+//! One process of the demo: its tasks call the vendor through the mode's client, on the
+//! shared timeline, and it prints what it got as one JSON line.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
+use sluice::{Bucket, Config, DynamoStore, RefillRate, Sluice};
+use sluice_reqwest::{Limit, Route, Routes, Signal, SluiceMiddleware, estimate};
+
+use crate::{Mode, Plan, VENDOR_HOST};
+
+/// What one process got.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    pub(crate) ok: AtomicU64,
+    pub(crate) refused: AtomicU64,
+}
+
+/// The routes every sluice-based mode uses: OpenAI's everyday pair.
+fn routes() -> Routes {
+    let limit = |d: &str| Limit::parse(d).expect("a well-formed dimension");
+    Routes::empty().route(
+        Route::new(VENDOR_HOST)
+            .limit(limit("openai#rpm").signal(Signal::Requests))
+            .limit(
+                limit("openai#tpm")
+                    .estimate(estimate::chat_tokens)
+                    .signal(Signal::Tokens),
+            ),
+    )
+}
+
+/// The client of `mode` for process `index` of `processes`.
+async fn client(plan: &Plan, index: u64) -> ClientWithMiddleware {
+    let http = reqwest::Client::builder()
+        .resolve(VENDOR_HOST, ([127, 0, 0, 1], plan.vendor_port).into())
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("a reqwest client");
+    let builder = ClientBuilder::new(http);
+    let wait = Duration::from_secs(1);
+    match plan.mode {
+        Mode::None => builder.build(),
+        Mode::Split => {
+            // An in-process limiter holding this process's share of the quota, as a
+            // static split gives it; it knows nothing of the vendor's answers.
+            let local = Sluice::in_memory();
+            let n = plan.processes;
+            for (dimension, bucket) in [
+                (
+                    "openai#rpm",
+                    Bucket::requests(RefillRate::per_minute(plan.rpm / n)),
+                ),
+                (
+                    "openai#tpm",
+                    Bucket::tokens(RefillRate::per_minute(plan.tpm / n)),
+                ),
+            ] {
+                local
+                    .put_bucket(dimension, bucket)
+                    .await
+                    .expect("a local bucket");
+            }
+            builder
+                .with(
+                    SluiceMiddleware::new(routes())
+                        .client(local)
+                        .wait(wait)
+                        .feedback(false),
+                )
+                .build()
+        }
+        Mode::Sluice => {
+            let config = Config {
+                table_name: Some(plan.table.clone()),
+                endpoint_url: plan.endpoint.clone(),
+                caller: format!("demo-{index}"),
+                ..Config::default()
+            };
+            let store = DynamoStore::from_config(&config)
+                .await
+                .expect("DynamoDB configuration");
+            let shared = Sluice::builder()
+                .store(store)
+                .build()
+                .expect("a sluice client");
+            builder
+                .with(SluiceMiddleware::new(routes()).client(shared).wait(wait))
+                .build()
+        }
+    }
+}
+
+/// A chat request of about 111 tokens (estimated; 61 used).
+fn body(index: u64) -> String {
+    serde_json::json!({
+        "model": "gpt-4o-mini",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": format!("process {index:02} says hello {:>20}", "")}],
+    })
+    .to_string()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+async fn sleep_until_ms(at: u64) {
+    let now = now_ms();
+    if at > now {
+        tokio::time::sleep(Duration::from_millis(at - now)).await;
+    }
+}
+
+/// One call; the pause it asks for before the next (a RetryIn, a 429's delay).
+async fn call(
+    client: &ClientWithMiddleware,
+    plan: &Plan,
+    index: u64,
+    outcome: &Outcome,
+) -> Option<Duration> {
+    let url = format!(
+        "http://{VENDOR_HOST}:{}/v1/chat/completions",
+        plan.vendor_port
+    );
+    let sent = client
+        .post(url)
+        .bearer_auth("demo-key")
+        .header("content-type", "application/json")
+        .body(body(index))
+        .send()
+        .await;
+    match sent {
+        Ok(response) if response.status().is_success() => {
+            outcome.ok.fetch_add(1, Ordering::Relaxed);
+            // Read to the end: the usage in it corrects the tokens charged.
+            let _ = response.bytes().await;
+            None
+        }
+        Ok(response) => {
+            outcome.refused.fetch_add(1, Ordering::Relaxed);
+            let delay = response
+                .headers()
+                .get("retry-after-ms")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1_000);
+            Some(Duration::from_millis(delay))
+        }
+        Err(error) => Some(sluice_reqwest::retry_in(&error).unwrap_or(Duration::from_millis(100))),
+    }
+}
+
+/// Calls back to back until `until_ms`, pausing as asked.
+async fn busy(
+    client: ClientWithMiddleware,
+    plan: Arc<Plan>,
+    index: u64,
+    until_ms: u64,
+    outcome: Arc<Outcome>,
+) {
+    while now_ms() < until_ms {
+        if let Some(pause) = call(&client, &plan, index, &outcome).await {
+            let left = until_ms.saturating_sub(now_ms());
+            tokio::time::sleep(pause.min(Duration::from_millis(left))).await;
+        }
+    }
+}
+
+/// Runs process `index` (1-based) on the plan's timeline; prints `{"ok":…,"refused":…}`.
+pub(crate) async fn run(plan: Plan, index: u64) {
+    let plan = Arc::new(plan);
+    let client = client(&plan, index).await;
+    let outcome = Arc::new(Outcome::default());
+    let phases = plan.phases();
+    sleep_until_ms(plan.start_ms).await;
+    // Light traffic: one call every two seconds.
+    let mut at = plan.start_ms + index * 2_000 / plan.processes;
+    while at < phases.heavy[0].0 {
+        sleep_until_ms(at).await;
+        call(&client, &plan, index, &outcome).await;
+        at += 2_000;
+    }
+    for (from, until) in phases.heavy {
+        sleep_until_ms(from).await;
+        // Skewed load: process i runs i tasks.
+        let tasks: Vec<_> = (0..index)
+            .map(|_| {
+                tokio::spawn(busy(
+                    client.clone(),
+                    plan.clone(),
+                    index,
+                    until,
+                    outcome.clone(),
+                ))
+            })
+            .collect();
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+    let line = serde_json::json!({
+        "ok": outcome.ok.load(Ordering::Relaxed),
+        "refused": outcome.refused.load(Ordering::Relaxed),
+    });
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{line}");
+    }
+}
