@@ -163,6 +163,8 @@ pub(crate) struct Run {
     pub(crate) seconds: Vec<(u64, u64)>,
     /// The vendor's sustained rate, per second.
     pub(crate) limit_per_second: f64,
+    /// When requests were refused (ms since the start) and by which limit.
+    pub(crate) refused: Vec<(u64, &'static str)>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -189,6 +191,9 @@ async fn main() {
         for &mode in &args.modes {
             let run = run(&vendor, shape, plan(mode, vendor.addr().port(), 0)).await;
             eprintln!("{}", report::row(&run));
+            if !run.refused.is_empty() && run.refused.len() <= 10 {
+                eprintln!("  429s (ms since the start, limit): {:?}", run.refused);
+            }
             runs.push(run);
         }
     }
@@ -204,7 +209,7 @@ async fn main() {
 
 fn args_line(args: &Args) -> String {
     format!(
-        "{} processes (process i runs i tasks), {} s per run, vendor {} requests and {} tokens a minute",
+        "{} processes (process i offers 2^(i-1) / (2^N - 1) of 8 x the vendor's rate, with i tasks), {} s per run, vendor {} requests and {} tokens a minute",
         args.processes, args.seconds, args.rpm, args.tpm
     )
 }
@@ -317,6 +322,7 @@ async fn run(vendor: &VendorSim, shape: Shape, mut plan: Plan) -> Run {
             .map(|s| (s.accepted, s.rejected))
             .collect(),
         limit_per_second: rate,
+        refused: stats.refused.clone(),
     }
 }
 

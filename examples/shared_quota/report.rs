@@ -50,7 +50,7 @@ pub(crate) fn row(run: &Run) -> String {
 pub(crate) fn table(runs: &[Run], setup: &str) -> String {
     let mut out = format!(
         "{setup}; sluice configured per minute in every run.\n\n\
-         | vendor enforces | limiter | vendor's supply used (heavy phases) | requests answered 429 | successful calls per process (1 to N tasks) |\n\
+         | vendor enforces | limiter | vendor's supply used (heavy phases) | requests answered 429 | successful calls per process (lightest to heaviest) |\n\
          |---|---|---|---|---|\n"
     );
     for run in runs {

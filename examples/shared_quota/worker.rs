@@ -154,16 +154,54 @@ async fn call(
     }
 }
 
-/// Calls back to back until `until_ms`, pausing as asked.
+/// The process's demand in a heavy phase: calls due at a steady pace, shared by its tasks.
+struct Pace {
+    /// When the next call is due, in unix microseconds.
+    next_us: AtomicU64,
+    period_us: u64,
+}
+
+impl Pace {
+    /// Process `index` of `n` offers `2^(index-1) / (2^n - 1)` of eight times the vendor's
+    /// sustained rate: the heaviest half of the total, the lightest a sliver.
+    fn new(plan: &Plan, index: u64, from_ms: u64) -> Pace {
+        let n = plan.processes.min(20);
+        let weight_den = (1u64 << n) - 1;
+        let weight_num = 1u64 << (index.min(n) - 1);
+        // Calls per minute this process offers: 8 x rpm x weight.
+        let per_minute = (8 * plan.rpm * weight_num / weight_den).max(1);
+        Pace {
+            next_us: AtomicU64::new(from_ms * 1_000),
+            period_us: 60_000_000 / per_minute,
+        }
+    }
+
+    /// The next due time, in unix milliseconds.
+    fn claim(&self) -> u64 {
+        self.next_us.fetch_add(self.period_us, Ordering::Relaxed) / 1_000
+    }
+}
+
+/// Calls as they fall due until `until_ms`; each call is retried, pausing as asked, until
+/// it succeeds or the phase ends.
 async fn busy(
     client: ClientWithMiddleware,
     plan: Arc<Plan>,
     index: u64,
     until_ms: u64,
+    pace: Arc<Pace>,
     outcome: Arc<Outcome>,
 ) {
-    while now_ms() < until_ms {
-        if let Some(pause) = call(&client, &plan, index, &outcome).await {
+    loop {
+        let due = pace.claim();
+        if due >= until_ms {
+            return;
+        }
+        sleep_until_ms(due).await;
+        while now_ms() < until_ms {
+            let Some(pause) = call(&client, &plan, index, &outcome).await else {
+                break;
+            };
             let left = until_ms.saturating_sub(now_ms());
             tokio::time::sleep(pause.min(Duration::from_millis(left))).await;
         }
@@ -186,16 +224,13 @@ pub(crate) async fn run(plan: Plan, index: u64) {
     }
     for (from, until) in phases.heavy {
         sleep_until_ms(from).await;
-        // Skewed load: process i runs i tasks.
+        // Skewed load: process i offers twice what process i - 1 does, with i tasks.
+        let pace = Arc::new(Pace::new(&plan, index, from));
         let tasks: Vec<_> = (0..index)
             .map(|_| {
-                tokio::spawn(busy(
-                    client.clone(),
-                    plan.clone(),
-                    index,
-                    until,
-                    outcome.clone(),
-                ))
+                let (client, plan) = (client.clone(), plan.clone());
+                let (pace, outcome) = (pace.clone(), outcome.clone());
+                tokio::spawn(busy(client, plan, index, until, pace, outcome))
             })
             .collect();
         for task in tasks {

@@ -161,11 +161,15 @@ impl VendorSim {
         let served = state.served;
         let key = state.key(&ask.key, &config, now);
         let busy = config.concurrent.is_some_and(|cap| key.in_flight >= cap);
-        let wait = key
-            .requests
-            .wait_for(1, now)
-            .max(key.tokens.wait_for(ask.charge(), now));
+        let requests_wait = key.requests.wait_for(1, now);
+        let tokens_wait = key.tokens.wait_for(ask.charge(), now);
+        let wait = requests_wait.max(tokens_wait);
         let admitted = !busy && wait.is_none();
+        let limit = match (busy, requests_wait) {
+            (true, _) => "concurrency",
+            (false, Some(_)) => "requests",
+            (false, None) => "tokens",
+        };
         if admitted {
             key.requests.take(1, now);
             key.tokens.take(ask.charge(), now);
@@ -206,6 +210,7 @@ impl VendorSim {
         } else {
             second.rejected += 1;
             state.stats.rejected += 1;
+            state.stats.refused.push((at.as_millis() as u64, limit));
         }
         let completion =
             (ask.max_tokens * config.completion_percent / 100).clamp(1, ask.max_tokens.max(1));

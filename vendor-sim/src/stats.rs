@@ -27,6 +27,9 @@ pub struct Stats {
     pub seconds: Vec<Second>,
     /// When each admitted request was admitted, in milliseconds since the start.
     pub admitted_ms: Vec<u64>,
+    /// When each refused request was refused (milliseconds since the start), and which
+    /// limit refused it: `requests`, `tokens` or `concurrency`.
+    pub refused: Vec<(u64, &'static str)>,
     /// Time since the start.
     pub elapsed: Duration,
 }
