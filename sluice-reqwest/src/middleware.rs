@@ -23,19 +23,31 @@ pub const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
 /// - **Routing**: [`Routes`] maps hosts (and path prefixes) to dimensions; requests to other
 ///   hosts pass through untouched. An [`Override`] request extension replaces the route for
 ///   one request.
-/// - **Slot**: capacity is acquired before sending and released when the response headers
-///   arrive or the request fails. The lease TTL is also the request's deadline (a request
-///   still running then is abandoned with [`sluice::Error::Timeout`]), so a slot can never
-///   outlive its lease. A RetryIn is returned as
-///   `reqwest_middleware::Error::Middleware` carrying [`sluice::Error::RetryIn`]; find it with
-///   [`retry_in`](crate::retry_in).
+/// - **Slot**: capacity is acquired before sending. A lease on `requests`/`tokens`
+///   dimensions only ends when the response headers arrive or the request fails; a lease
+///   holding a `concurrent` slot lasts until the response body has been read to its end
+///   or dropped (the vendor counts a streamed call until then). The response is handed
+///   back whole, its body wrapped: status, headers, [`url`](reqwest::Response::url) and
+///   extensions stay as they were. The lease TTL is also the call's deadline: a request
+///   still waiting for its headers then is abandoned, and a body still being read then is
+///   cut, with [`sluice::Error::Timeout`], so a slot can never outlive its lease. A
+///   RetryIn is returned as `reqwest_middleware::Error::Middleware` carrying
+///   [`sluice::Error::RetryIn`]; find it with [`retry_in`](crate::retry_in).
+/// - **Usage**: on a successful JSON or event-stream response, the vendor's reported
+///   `usage` (OpenAI's `total_tokens`, Anthropic's `input_tokens + output_tokens`, a
+///   stream's last usage event) replaces the estimate charged to each dimension fed by a
+///   token [`Signal`](crate::Signal), when the body ends and before the caller sees its end.
+///   A body dropped early or reporting no usage keeps the estimate;
+///   [`Route::correct_usage`] opts a route out.
 /// - **Vendor feedback**: a 429 pauses the route's dimensions for the vendor's delay
 ///   (`retry-after`, else the reset of what ran out, else [`DEFAULT_PAUSE`]) for every
 ///   process sharing the store, and the caller gets that delay as a RetryIn. When the
 ///   headers say which limit ran out (a [`Signal`](crate::Signal) with none remaining),
-///   only the dimensions fed by it pause; otherwise all of the route's do. A reported
-///   remaining count lower than a bucket holds lowers that bucket. Feedback never loosens
-///   a bucket.
+///   only the dimensions fed by it pause; otherwise all of the route's do. On other
+///   answers, a remaining count with its reset bounds the bucket's burst to what the
+///   vendor holds when full and lowers it to what the vendor can hold now
+///   ([`Tighten::Reported`]); a remaining count alone lowers the bucket to it. Feedback
+///   never loosens a bucket beyond its definition.
 ///
 /// Put it *inside* `reqwest-retry`'s `RetryTransientMiddleware` (add the retry middleware
 /// first): every attempt is a vendor call and takes its own capacity, and a RetryIn is a

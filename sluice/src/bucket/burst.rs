@@ -8,6 +8,10 @@ use crate::clock::UnixMillis;
 use crate::tokens::{RefillRate, Tokens};
 
 const NANOS_PER_TOKEN: i128 = 1_000_000_000;
+/// How precisely vendors give their resets: OpenAI to the millisecond (`12ms`).
+const RESET_PRECISION: Duration = Duration::from_millis(1);
+/// The least excess (a twentieth of a token) worth a write to lower a bucket.
+const TOLERANCE_NANOS: i128 = 50_000_000;
 
 /// A vendor's report on one of its limits, as a successful response's headers give it.
 ///
@@ -31,8 +35,11 @@ impl BucketState {
     /// The tokens, refill timestamp and [burst](Self::burst) the row gets from the vendor's
     /// `report` at `now`, or `None` when it changes nothing.
     ///
-    /// - **Now**: the bucket holds at most `remaining` plus what the bucket's rate refills
-    ///   since `counted_after` (what the vendor can hold now); never more than it holds.
+    /// - **Now**: the bucket holds at most what the vendor can hold now: what it held when it
+    ///   counted (its whole `remaining` count, made exact to the reset's millisecond by the
+    ///   burst less the refill the reset waits for, never more than one above the count)
+    ///   plus what the bucket's rate refills since `counted_after`. A bucket within a
+    ///   twentieth of a token of that (or two milliseconds of refill) is left as it is.
     /// - **Burst**: `remaining + rate × full_in`, to the nearest whole token and at least
     ///   `cost_per_call`: the most the bucket refills to from now on. A report at or above
     ///   the capacity lifts the burst (the bucket holds its capacity again); nothing ever
@@ -48,10 +55,11 @@ impl BucketState {
     ///
     /// let now = UnixMillis::from_secs(1_700_000_000);
     /// let row = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_minute(600)), now);
-    /// // The vendor has 7 left and is full in 300 ms: it holds 7 + 10/s x 0.3 s = 10.
+    /// // The vendor has 7 left and is full in 300 ms: it holds 7 + 10/s x 0.3 s = 10 at once,
+    /// // and had 10 - 3 = 7 when it counted (7.01 with a reset rounded up to the millisecond).
     /// let report = Report { remaining: Tokens::new(7), full_in: Duration::from_millis(300), counted_after: now };
     /// let (tokens, _, burst) = row.reported(&report, now).unwrap();
-    /// assert_eq!((tokens, burst), (Tokens::new(7), Some(Tokens::new(10))));
+    /// assert_eq!((tokens, burst), (Tokens::from_nanos(7_010_000_000), Some(Tokens::new(10))));
     /// # Ok::<(), sluice::DimensionError>(())
     /// ```
     pub fn reported(
@@ -65,18 +73,40 @@ impl BucketState {
         let rate = self.bucket.effective_rate();
         let capacity = self.bucket.capacity();
         let burst = self.burst_from(report);
-        // The count is whole: the vendor may hold up to one more.
-        let remaining = report.remaining.clamp(Tokens::ZERO, capacity);
-        let since = now.saturating_since(report.counted_after);
-        let now_at_most = remaining
-            .saturating_add(Tokens::new(1))
-            .saturating_add(refill_over(rate, since));
+        let now_at_most = self.vendor_held(report).saturating_add(refill_over(
+            rate,
+            now.saturating_since(report.counted_after),
+        ));
         // From what the bucket holds now: a burst raised is refilled to from now on, never
-        // as if it had been there all along.
+        // as if it had been there all along. Lowered only past a tolerance: a report per
+        // call must not cost a write per call for a few thousandths of a token.
         let (was, last) = self.refilled(now);
         let holds = burst.unwrap_or(capacity);
-        let tokens = was.min(holds).min(now_at_most);
+        let tolerance =
+            Tokens::from_nanos(TOLERANCE_NANOS).max(refill_over(rate, RESET_PRECISION * 2));
+        let tokens = if was > now_at_most.saturating_add(tolerance) {
+            now_at_most
+        } else {
+            was
+        }
+        .min(holds);
         (tokens < was || burst != self.burst).then_some((tokens, last, burst))
+    }
+
+    /// The most the vendor held when it counted: its whole `remaining` count hides less
+    /// than a token, and its reset tells the rest to the millisecond (when full it holds
+    /// its burst, whole, less the refill the reset still waits for).
+    fn vendor_held(&self, report: &Report) -> Tokens {
+        let rate = self.bucket.effective_rate();
+        let remaining = report.remaining.clamp(Tokens::ZERO, self.bucket.capacity());
+        let to_full = refill_over(rate, report.full_in);
+        let precision = refill_over(rate, RESET_PRECISION);
+        let whole = whole_up(remaining.saturating_add(to_full).saturating_sub(precision));
+        let from_reset = whole.saturating_sub(to_full).saturating_add(precision);
+        remaining
+            .saturating_add(Tokens::new(1))
+            .min(from_reset)
+            .max(remaining)
     }
 
     /// The burst `report` shows: `remaining + rate × full_in`, less the error of a reset
@@ -91,12 +121,10 @@ impl BucketState {
             .remaining
             .clamp(Tokens::ZERO, capacity)
             .saturating_add(refill_over(rate, report.full_in))
-            .saturating_sub(refill_over(rate, Duration::from_millis(1)));
-        let whole = Tokens::from_nanos(
-            (shown.as_nanos().max(0) + NANOS_PER_TOKEN - 1) / NANOS_PER_TOKEN * NANOS_PER_TOKEN,
-        )
-        .max(self.bucket.cost_per_call())
-        .max(Tokens::new(1));
+            .saturating_sub(refill_over(rate, RESET_PRECISION));
+        let whole = whole_up(shown)
+            .max(self.bucket.cost_per_call())
+            .max(Tokens::new(1));
         match self.burst {
             Some(learned)
                 if whole >= learned && whole <= learned.saturating_add(Tokens::new(1)) =>
@@ -106,6 +134,13 @@ impl BucketState {
             _ => (whole < capacity).then_some(whole),
         }
     }
+}
+
+/// `tokens` rounded up to a whole token (never below zero).
+fn whole_up(tokens: Tokens) -> Tokens {
+    Tokens::from_nanos(
+        (tokens.as_nanos().max(0) + NANOS_PER_TOKEN - 1) / NANOS_PER_TOKEN * NANOS_PER_TOKEN,
+    )
 }
 
 /// What `rate` refills over `span`, rounded down to the billionth of a token.
@@ -151,8 +186,11 @@ mod tests {
     fn a_per_second_vendor_bounds_a_per_minute_bucket_to_its_second() {
         let full = row(600, 600, 600, None);
         let (tokens, _, burst) = full.reported(&report(9, 100, 0), NOW).unwrap();
-        // 9 remaining may be up to 10: the bucket holds its burst, 10.
-        assert_eq!((tokens, burst), (Tokens::new(10), Some(Tokens::new(10))));
+        // 9 remaining, full in 100 ms: 9.01 at most (the reset rounded up to the ms).
+        assert_eq!(
+            (tokens, burst),
+            (Tokens::from_nanos(9_010_000_000), Some(Tokens::new(10)))
+        );
         let learned = BucketState {
             tokens,
             burst,
@@ -168,16 +206,21 @@ mod tests {
 
     #[test]
     fn refill_since_the_request_was_sent_is_not_taken_away() {
-        // Sent 200 ms ago with nothing left: the vendor has less than 1 + 2 now.
+        // Sent 200 ms ago with nothing left, full in a second: the vendor had at most 0.01
+        // and has refilled 2 since.
         let (tokens, _, burst) = row(600, 600, 5, Some(10))
             .reported(&report(0, 1_000, 200), NOW)
             .unwrap();
-        assert_eq!((tokens, burst), (Tokens::new(3), Some(Tokens::new(10))));
-        // Within a token of what the vendor may hold: nothing to write.
         assert_eq!(
-            row(600, 600, 2, Some(10)).reported(&report(1, 900, 0), NOW),
-            None
+            (tokens, burst),
+            (Tokens::from_nanos(2_010_000_000), Some(Tokens::new(10)))
         );
+        // Within a twentieth of a token of what the vendor may hold: nothing to write.
+        let close = BucketState {
+            tokens: Tokens::from_nanos(1_050_000_000),
+            ..row(600, 600, 0, Some(10))
+        };
+        assert_eq!(close.reported(&report(1, 900, 0), NOW), None);
     }
 
     #[test]
