@@ -10,8 +10,8 @@ use crate::tokens::{RefillRate, Tokens};
 const NANOS_PER_TOKEN: i128 = 1_000_000_000;
 /// How precisely vendors give their resets: OpenAI to the millisecond (`12ms`).
 const RESET_PRECISION: Duration = Duration::from_millis(1);
-/// The least excess (a twentieth of a token) worth a write to lower a bucket.
-const TOLERANCE_NANOS: i128 = 50_000_000;
+/// The least excess (a hundredth of a token) worth a write to lower a bucket.
+const TOLERANCE_NANOS: i128 = 10_000_000;
 
 /// A vendor's report on one of its limits, as a successful response's headers give it.
 ///
@@ -35,11 +35,12 @@ impl BucketState {
     /// The tokens, refill timestamp and [burst](Self::burst) the row gets from the vendor's
     /// `report` at `now`, or `None` when it changes nothing.
     ///
-    /// - **Now**: the bucket holds at most what the vendor can hold now: what it held when it
-    ///   counted (its whole `remaining` count, made exact to the reset's millisecond by the
-    ///   burst less the refill the reset waits for, never more than one above the count)
-    ///   plus what the bucket's rate refills since `counted_after`. A bucket within a
-    ///   twentieth of a token of that (or two milliseconds of refill) is left as it is.
+    /// - **Now**: a bucket holding more than the vendor can hold now (what it held when it
+    ///   counted, plus what the bucket's rate refills since `counted_after`) has drifted,
+    ///   and is lowered to what the vendor held when it counted: its whole `remaining`
+    ///   count, made exact to the reset's millisecond by the burst less the refill the
+    ///   reset waits for (never more than one above the count). A bucket within a
+    ///   hundredth of a token (or two milliseconds of refill) of it is left as it is.
     /// - **Burst**: `remaining + rate × full_in`, to the nearest whole token and at least
     ///   `cost_per_call`: the most the bucket refills to from now on. A report at or above
     ///   the capacity lifts the burst (the bucket holds its capacity again); nothing ever
@@ -73,19 +74,24 @@ impl BucketState {
         let rate = self.bucket.effective_rate();
         let capacity = self.bucket.capacity();
         let burst = self.burst_from(report);
-        let now_at_most = self.vendor_held(report).saturating_add(refill_over(
+        let held = self.vendor_held(report);
+        let can_hold_now = held.saturating_add(refill_over(
             rate,
             now.saturating_since(report.counted_after),
         ));
         // From what the bucket holds now: a burst raised is refilled to from now on, never
-        // as if it had been there all along. Lowered only past a tolerance: a report per
-        // call must not cost a write per call for a few thousandths of a token.
+        // as if it had been there all along.
         let (was, last) = self.refilled(now);
         let holds = burst.unwrap_or(capacity);
+        // A bucket above what the vendor can possibly hold now has drifted from it (another
+        // tool's calls, a grant the vendor counted later than sluice): it goes back to what
+        // the vendor held when it counted, which leaves it no more than the vendor whatever
+        // was in flight. Within a tolerance it is left alone: a report per call must not
+        // cost a write per call.
         let tolerance =
             Tokens::from_nanos(TOLERANCE_NANOS).max(refill_over(rate, RESET_PRECISION * 2));
-        let tokens = if was > now_at_most.saturating_add(tolerance) {
-            now_at_most
+        let tokens = if was > can_hold_now.saturating_add(tolerance) {
+            held
         } else {
             was
         }
@@ -206,18 +212,22 @@ mod tests {
 
     #[test]
     fn refill_since_the_request_was_sent_is_not_taken_away() {
-        // Sent 200 ms ago with nothing left, full in a second: the vendor had at most 0.01
-        // and has refilled 2 since.
+        // Sent 200 ms ago with nothing left, full in a second: the vendor held at most 0.01
+        // then and 2.01 now. A bucket within that is left alone (the calls sluice granted
+        // since may still be on their way to the vendor).
+        let within = row(600, 600, 2, Some(10));
+        assert_eq!(within.reported(&report(0, 1_000, 200), NOW), None);
+        // One above it has drifted: back to what the vendor held when it counted.
         let (tokens, _, burst) = row(600, 600, 5, Some(10))
             .reported(&report(0, 1_000, 200), NOW)
             .unwrap();
         assert_eq!(
             (tokens, burst),
-            (Tokens::from_nanos(2_010_000_000), Some(Tokens::new(10)))
+            (Tokens::from_nanos(10_000_000), Some(Tokens::new(10)))
         );
-        // Within a twentieth of a token of what the vendor may hold: nothing to write.
+        // Within the tolerance of what the vendor may hold: nothing to write.
         let close = BucketState {
-            tokens: Tokens::from_nanos(1_050_000_000),
+            tokens: Tokens::from_nanos(1_020_000_000),
             ..row(600, 600, 0, Some(10))
         };
         assert_eq!(close.reported(&report(1, 900, 0), NOW), None);
