@@ -14,7 +14,7 @@ source scripts/dynamodb-local.sh
 trap dynamodb_local_stop EXIT
 dynamodb_local_start
 export SLUICE_REQUIRE_DYNAMODB=1
-features=sluice/cli,sluice-examples/dynamodb,sluice-tower/http
+features=sluice/cli,sluice-examples/dynamodb,sluice-examples/demo,sluice-tower/http
 operations="${CARGO_TARGET_DIR:-target}/dynamodb-operations"
 rm -rf "$operations"
 mkdir -p "$operations"
@@ -24,3 +24,12 @@ SLUICE_RECORD_DYNAMODB_OPERATIONS="$operations" \
 SLUICE_CHECK_RECORDED_OPERATIONS="$operations" \
     cargo test --workspace --features "$features" --test iam_policies -- \
     --exact every_operation_the_suite_sent_is_allowed_by_its_role --nocapture
+# The shared-quota demo, briefly, end to end: the vendor simulator, every mode's workers (as
+# processes, stopped by PID if they overrun) and the chart. Its numbers are measured by
+# ./scripts/demo-quota.sh and published in the README, never checked here.
+demo="${CARGO_TARGET_DIR:-target}/demo-smoke"
+cargo build -q --workspace --features "$features" --example shared_quota
+"${CARGO_TARGET_DIR:-target}/debug/examples/shared_quota" \
+    --endpoint "$SLUICE_TEST_DYNAMODB_ENDPOINT" --table sluice-demo-smoke \
+    --seconds 6 --processes 3 --chart "$demo/chart.svg" --table-out "$demo/table.md"
+test -s "$demo/chart.svg" && test -s "$demo/table.md"

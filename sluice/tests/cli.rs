@@ -416,6 +416,7 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
         [
             "available",
             "available_by_priority",
+            "burst",
             "capacity",
             "cost_per_call",
             "dimension",
@@ -535,6 +536,50 @@ fn reserves_are_put_applied_shown_and_kept_from_lower_priorities() {
     cli.ok(&["apply", file.to_str().unwrap()]);
     let text = cli.ok(&["bucket", "get", "team#rpm"]);
     assert!(text.contains("reserves        interactive=4"), "{text}");
+}
+
+#[test]
+fn a_burst_learned_from_the_vendor_is_shown_and_kept_by_a_redefinition() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    let put = [
+        "bucket",
+        "put",
+        "openai#rpm",
+        "--type",
+        "requests",
+        "--refill",
+        "600/min",
+    ];
+    cli.ok(&put);
+    // Another process's middleware saw the vendor: 9 left, full in 100 ms.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = sluice::DynamoStore::new(dynamo::client(&cli.endpoint), cli.table.clone());
+        let sluice = sluice::Sluice::builder().store(store).build().unwrap();
+        let report = sluice::Report {
+            remaining: sluice::Tokens::new(9),
+            full_in: Duration::from_millis(100),
+            counted_after: sluice.now(),
+        };
+        assert!(
+            sluice
+                .tighten("openai#rpm", sluice::Tighten::Reported(report))
+                .await
+                .unwrap()
+        );
+    });
+    let status = cli.ok(&["status"]);
+    assert!(status.contains("600 (burst 10)"), "{status}");
+    let json = cli.json(&["status", "openai#rpm", "--json"]);
+    assert_eq!(json[0]["burst"], 10);
+    assert_eq!(json[0]["capacity"], 600);
+    // Putting the same definition again keeps what the vendor showed.
+    cli.ok(&put);
+    let row = cli.json(&["bucket", "get", "openai#rpm", "--json"]);
+    assert_eq!(row["burst"], 10);
+    let text = cli.ok(&["bucket", "get", "openai#rpm"]);
+    assert!(text.contains("burst           10"), "{text}");
 }
 
 #[test]
