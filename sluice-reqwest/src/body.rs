@@ -27,8 +27,9 @@ pub(crate) struct Corrections {
 /// `response` with a body that holds `lease` until it ends: then the usage it reported
 /// corrects the charges in `corrections` and the lease is released, before the caller sees
 /// the end. A body dropped before its end releases the lease in the background (the
-/// estimate stays); one still being read when the lease expires fails with
-/// [`sluice::Error::Timeout`], since past that instant its slot may be another caller's.
+/// estimate stays). When the lease holds slots, a body still being read when it expires
+/// fails with [`sluice::Error::Timeout`] and its connection is dropped, since past that
+/// instant its slot may be another caller's.
 /// Everything else on the response (status, headers, URL, extensions) stays as it was.
 pub(crate) fn hold_until_read(
     response: Response,
@@ -47,6 +48,11 @@ pub(crate) fn hold_until_read(
         Scan::for_content_type(content_type.as_deref())
     };
     let ttl = lease.remaining();
+    // Only a slot must end by the lease's expiry (past it, it may be another caller's); a
+    // stream held only for its usage may run as long as the vendor streams it.
+    let deadline = lease
+        .holds_slots()
+        .then(|| Box::pin(tokio::time::sleep(ttl)));
     let (mut parts, body) = http::Response::<Body>::from(response).into_parts();
     // The way back to a reqwest response reads the URL from an extension the way there
     // drops: put it back.
@@ -55,7 +61,7 @@ pub(crate) fn hold_until_read(
     }
     let guarded = Guarded {
         inner: body,
-        deadline: Box::pin(tokio::time::sleep(ttl)),
+        deadline,
         ttl,
         scan,
         corrections: corrections.parts,
@@ -68,7 +74,8 @@ pub(crate) fn hold_until_read(
 
 struct Guarded {
     inner: Body,
-    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// The lease's expiry, for a lease holding slots.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     ttl: Duration,
     scan: Scan,
     corrections: Vec<(Dimension, Signal)>,
@@ -129,7 +136,11 @@ impl HttpBody for Guarded {
         if this.cut {
             return Poll::Ready(None);
         }
-        if this.lease.is_some() && this.deadline.as_mut().poll(cx).is_ready() {
+        let expired = this
+            .deadline
+            .as_mut()
+            .is_some_and(|d| d.as_mut().poll(cx).is_ready());
+        if this.lease.is_some() && expired {
             // The lease is over: its slot may be handed on, so the call must stop here.
             tracing::warn!(
                 ttl_ms = this.ttl.as_millis() as u64,
@@ -137,6 +148,8 @@ impl HttpBody for Guarded {
             );
             this.lease = None;
             this.cut = true;
+            // The connection goes too: the vendor must stop counting the call.
+            this.inner = Body::from(Vec::new());
             return Poll::Ready(Some(Err(Box::new(sluice::Error::Timeout(this.ttl)))));
         }
         match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {

@@ -256,8 +256,8 @@ impl Middleware for SluiceMiddleware {
             Err(error) => return Err(reqwest_middleware::Error::middleware(error)),
         };
         let sent_at = client.now();
-        let response = send(lease, ttl, next.run(request, extensions)).await?;
-        let (response, lease) = response;
+        let sent_system = SystemTime::now();
+        let (response, lease) = send(lease, ttl, next.run(request, extensions)).await?;
         // Held dimensions (`concurrent`) stay held while the vendor streams the body, and
         // token charges wait for the usage the body reports; anything else ends now.
         let corrections = if correct_usage && response.status().is_success() {
@@ -267,16 +267,19 @@ impl Middleware for SluiceMiddleware {
         };
         // A 429 answered with a pause never reaches the caller: its slot ends now.
         let pausing = self.feedback && response.status() == StatusCode::TOO_MANY_REQUESTS;
-        let response = if !pausing && (lease.holds_slots() || !corrections.parts.is_empty()) {
-            hold_until_read(response, lease, corrections)
+        let hold = !pausing && (lease.holds_slots() || !corrections.parts.is_empty());
+        let lease = if hold {
+            Some(lease)
         } else {
             if let Err(error) = lease.release().await {
                 tracing::warn!(%error, "release after the response failed; retried in the background");
             }
-            response
+            None
         };
         if self.feedback {
-            let vendor = VendorLimits::from_headers(response.headers(), SystemTime::now());
+            // Absolute resets (Anthropic's) are read from when the request left: the
+            // vendor counted no earlier.
+            let vendor = VendorLimits::from_headers(response.headers(), sent_system);
             if let Some(pause) = self
                 .learn(&client, &limits, response.status(), &vendor, sent_at)
                 .await
@@ -286,6 +289,10 @@ impl Middleware for SluiceMiddleware {
                 ));
             }
         }
+        let response = match lease {
+            Some(lease) => hold_until_read(response, lease, corrections),
+            None => response,
+        };
         Ok(response)
     }
 }

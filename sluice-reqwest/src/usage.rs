@@ -49,7 +49,10 @@ impl Usage {
         };
         let count = |keys: &[&str]| keys.iter().find_map(|k| usage.get(*k)?.as_u64());
         if let Some(n) = count(&["input_tokens", "prompt_tokens"]) {
-            self.input = Some(n);
+            // Anthropic counts tokens written to its prompt cache against its input limit
+            // too (reads from the cache it does not, for current models).
+            let cached = count(&["cache_creation_input_tokens"]).unwrap_or(0);
+            self.input = Some(n.saturating_add(cached));
         }
         if let Some(n) = count(&["output_tokens", "completion_tokens"]) {
             self.output = Some(n);
@@ -171,11 +174,12 @@ mod tests {
         assert_eq!(openai.of(Signal::OutputTokens), Some(30));
         let anthropic = scan(
             "application/json",
-            &[r#"{"type":"message","usage":{"input_tokens":10,"output_tokens":5}}"#],
+            &[r#"{"type":"message","usage":{"input_tokens":10,"cache_creation_input_tokens":4,"cache_read_input_tokens":100,"output_tokens":5}}"#],
         )
         .unwrap();
-        assert_eq!(anthropic.of(Signal::Tokens), Some(15));
-        assert_eq!(anthropic.of(Signal::InputTokens), Some(10));
+        // Tokens written to the prompt cache count as input; tokens read from it do not.
+        assert_eq!(anthropic.of(Signal::Tokens), Some(19));
+        assert_eq!(anthropic.of(Signal::InputTokens), Some(14));
         assert_eq!(scan("application/json", &[r#"{"id":"x"}"#]), None);
         assert_eq!(
             scan("text/plain", &[r#"{"usage":{"total_tokens":1}}"#]),

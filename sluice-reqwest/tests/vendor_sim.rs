@@ -161,6 +161,57 @@ async fn a_stream_outliving_its_lease_is_cut_and_its_slot_given_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_held_only_for_its_usage_may_outlive_the_lease() {
+    let world = World::new(VendorConfig {
+        stream_chunks: 10,
+        chunk_delay: Duration::from_millis(50),
+        ..VendorConfig::default()
+    })
+    .await;
+    world
+        .bucket(
+            "openai#tpm",
+            Bucket::tokens(RefillRate::per_minute(100_000)),
+        )
+        .await;
+    let routes = Routes::empty().route(
+        Route::new(OPENAI).limit(
+            Limit::parse("openai#tpm")
+                .unwrap()
+                .estimate(estimate::chat_tokens)
+                .signal(Signal::Tokens),
+        ),
+    );
+    let http = reqwest::Client::builder()
+        .resolve(OPENAI, world.vendor.addr())
+        .build()
+        .unwrap();
+    let client = ClientBuilder::new(http)
+        .with(
+            SluiceMiddleware::new(routes)
+                .client(world.sluice.clone())
+                .lease_ttl(Duration::from_millis(200)),
+        )
+        .build();
+    // Half a second of stream on a 200 ms lease: no slot to hand on, nothing is cut, and
+    // the usage still corrects the charge.
+    let body = client
+        .post(world.url())
+        .body(chat("m", true).to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+    assert_eq!(
+        world.available("openai#tpm").await,
+        Tokens::new(100_000 - 61)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tokens_charge_becomes_the_reported_usage_whole_or_streamed() {
     let world = World::new(VendorConfig::default()).await;
     let tpm = Bucket::tokens(RefillRate::per_minute(100_000));

@@ -242,8 +242,11 @@ fn redefined(
         write_id: Some(write_id),
         recent_writes: cur.recent_after(write_id, last_refill_at),
         held: Vec::new(),
-        // The vendor's burst does not change with the definition (a capacity below it
-        // caps it).
-        burst: cur.burst,
+        // The vendor's burst stays with the same limit; a new capacity or rate (a tier
+        // upgrade, say) is learned afresh from the vendor's next answers.
+        burst: cur
+            .burst
+            .filter(|_| cur.bucket.capacity() == bucket.capacity())
+            .filter(|_| cur.bucket.refill_rate() == bucket.refill_rate()),
     }
 }

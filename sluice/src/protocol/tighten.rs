@@ -47,16 +47,19 @@ pub(crate) async fn tighten(
 ) -> Result<bool, Error> {
     if let Tighten::Reported(_) = how {
         // A successful answer's report comes with every call: when it changes nothing in
-        // the row this client last saw, it is not worth a read. Other clients' writes only
-        // take tokens from that row (or give back what the report would not touch), so the
-        // stored row needs no change either.
+        // the row this client last saw, it is not worth a read. The stored row may have
+        // moved since (mostly other clients' grants, which only lower it; a refund or
+        // release elsewhere may raise it, and a drift that leaves is caught by a later
+        // report or the vendor's next 429): skipping never loosens a bucket.
         let remembered = core.lane(&dimension).memory().row().cloned();
         if remembered.is_some_and(|row| tightening(&row, how, core.now()).is_none()) {
             return Ok(false);
         }
     }
-    // The vendor said stop: tokens this client took ahead are not granted any more.
-    core.lane(&dimension).memory().set_prefetched(None);
+    if !matches!(how, Tighten::Reported(_)) {
+        // The vendor said stop: tokens this client took ahead are not granted any more.
+        core.lane(&dimension).memory().set_prefetched(None);
+    }
     let mut budget = Budget::new(core.config.max_retries);
     loop {
         let row = core
@@ -70,6 +73,9 @@ pub(crate) async fn tighten(
         let written = commit.buckets.first().map(BucketWrite::after);
         match core.commit(commit).await {
             Ok(()) => {
+                // What this client took ahead is not granted any more once the vendor's
+                // report has lowered the bucket.
+                core.lane(&dimension).memory().set_prefetched(None);
                 if let Some(row) = written {
                     core.lanes.learn_written(row, now);
                 }

@@ -49,9 +49,9 @@ pub async fn a_burst_learned_by_one_client_bounds_every_client_after_a_silence(e
     }
     let snapshot = other.snapshot(&dim).await.unwrap();
     assert_eq!(snapshot.burst, Some(Tokens::new(10)));
-    // Redefining the bucket keeps what the vendor showed.
+    // Putting the same limit again keeps what the vendor showed.
     env.sluice
-        .put_bucket(&dim, Bucket::requests(RefillRate::per_minute(1_200)))
+        .put_bucket(&dim, Bucket::requests(RefillRate::per_minute(600)))
         .await
         .unwrap();
     assert_eq!(
@@ -63,7 +63,7 @@ pub async fn a_burst_learned_by_one_client_bounds_every_client_after_a_silence(e
     env.advance_ms(60_000);
     assert!(
         env.sluice
-            .tighten(&dim, report(&env, 1_200, 0))
+            .tighten(&dim, report(&env, 600, 0))
             .await
             .unwrap()
     );
@@ -71,5 +71,17 @@ pub async fn a_burst_learned_by_one_client_bounds_every_client_after_a_silence(e
     assert_eq!(row.burst, None);
     assert_eq!(env.available("rpm").await, Tokens::new(10));
     env.advance_ms(60_000);
-    assert_eq!(env.available("rpm").await, Tokens::new(1_200));
+    assert_eq!(env.available("rpm").await, Tokens::new(600));
+    // A new limit (a tier upgrade) is learned afresh: the burst goes with the old one.
+    assert!(
+        env.sluice
+            .tighten(&dim, report(&env, 9, 100))
+            .await
+            .unwrap()
+    );
+    env.sluice
+        .put_bucket(&dim, Bucket::requests(RefillRate::per_minute(1_200)))
+        .await
+        .unwrap();
+    assert_eq!(env.sluice.bucket(&dim).await.unwrap().unwrap().burst, None);
 }

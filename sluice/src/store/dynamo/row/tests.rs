@@ -162,6 +162,16 @@ fn malformed_rows_are_named_with_the_reason() {
 }
 
 #[test]
+fn a_burst_that_is_not_positive_is_named_with_the_reason() {
+    assert_named(vec![(
+        "`burst`: a learned burst must be positive",
+        Box::new(|r| {
+            r.insert(BURST.to_owned(), n("0"));
+        }),
+    )]);
+}
+
+#[test]
 fn rows_beyond_a_buckets_bounds_are_named_with_the_reason() {
     let cases: Vec<(&str, Mutation)> = vec![
         (
@@ -188,12 +198,6 @@ fn rows_beyond_a_buckets_bounds_are_named_with_the_reason() {
             "`tokens`: tokens must be between",
             Box::new(|r| {
                 r.insert(TOKENS.to_owned(), n("-2000000000000000000"));
-            }),
-        ),
-        (
-            "`burst`: a learned burst must be positive",
-            Box::new(|r| {
-                r.insert(BURST.to_owned(), n("0"));
             }),
         ),
         (
