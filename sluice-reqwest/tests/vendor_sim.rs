@@ -30,12 +30,17 @@ impl World {
     }
 
     fn client(&self, routes: Routes) -> ClientWithMiddleware {
+        self.client_with(SluiceMiddleware::new(routes))
+    }
+
+    /// A client through `middleware`, on this world's sluice, reaching the vendor.
+    fn client_with(&self, middleware: SluiceMiddleware) -> ClientWithMiddleware {
         let http = reqwest::Client::builder()
             .resolve(OPENAI, self.vendor.addr())
             .build()
             .unwrap();
         ClientBuilder::new(http)
-            .with(SluiceMiddleware::new(routes).client(self.sluice.clone()))
+            .with(middleware.client(self.sluice.clone()))
             .build()
     }
 
@@ -130,17 +135,8 @@ async fn a_stream_outliving_its_lease_is_cut_and_its_slot_given_back() {
         .await;
     let routes =
         Routes::empty().route(Route::new(OPENAI).limit(Limit::parse("openai#concurrent").unwrap()));
-    let http = reqwest::Client::builder()
-        .resolve(OPENAI, world.vendor.addr())
-        .build()
-        .unwrap();
-    let client = ClientBuilder::new(http)
-        .with(
-            SluiceMiddleware::new(routes)
-                .client(world.sluice.clone())
-                .lease_ttl(Duration::from_millis(300)),
-        )
-        .build();
+    let client =
+        world.client_with(SluiceMiddleware::new(routes).lease_ttl(Duration::from_millis(300)));
     let response = client
         .post(world.url())
         .body(chat("m", true).to_string())
@@ -182,17 +178,8 @@ async fn a_stream_held_only_for_its_usage_may_outlive_the_lease() {
                 .signal(Signal::Tokens),
         ),
     );
-    let http = reqwest::Client::builder()
-        .resolve(OPENAI, world.vendor.addr())
-        .build()
-        .unwrap();
-    let client = ClientBuilder::new(http)
-        .with(
-            SluiceMiddleware::new(routes)
-                .client(world.sluice.clone())
-                .lease_ttl(Duration::from_millis(200)),
-        )
-        .build();
+    let client =
+        world.client_with(SluiceMiddleware::new(routes).lease_ttl(Duration::from_millis(200)));
     // Half a second of stream on a 200 ms lease: no slot to hand on, nothing is cut, and
     // the usage still corrects the charge.
     let body = client
