@@ -355,13 +355,15 @@ fn collect(children: &mut [Child], limit: Duration) -> Vec<u64> {
         .collect()
 }
 
-fn now_ms() -> u64 {
+/// Now, in unix milliseconds: the timeline every process shares.
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-async fn sleep_until(at_ms: u64) {
+/// Sleeps until `at_ms` (unix milliseconds); at once if it has passed.
+pub(crate) async fn sleep_until(at_ms: u64) {
     let now = now_ms();
     if at_ms > now {
         tokio::time::sleep(Duration::from_millis(at_ms - now)).await;

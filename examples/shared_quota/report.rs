@@ -120,33 +120,29 @@ fn draw(
         .light_line_style(WHITE)
         .draw()?;
     let limit = run.limit_per_second;
-    chart
-        .draw_series(LineSeries::new(
-            [(0, limit), (seconds, limit)],
-            BLACK.stroke_width(1),
-        ))?
-        .label("vendor's limit")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK));
-    chart
-        .draw_series(LineSeries::new(
-            run.seconds
-                .iter()
-                .enumerate()
-                .map(|(i, (a, _))| (i as u32, *a as f64)),
-            GREEN.stroke_width(2),
-        ))?
-        .label("accepted")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], GREEN));
-    chart
-        .draw_series(LineSeries::new(
-            run.seconds
-                .iter()
-                .enumerate()
-                .map(|(i, (_, r))| (i as u32, *r as f64)),
-            RED.stroke_width(2),
-        ))?
-        .label("429")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED));
+    let each_second = |pick: fn(&(u64, u64)) -> u64| {
+        run.seconds
+            .iter()
+            .enumerate()
+            .map(move |(i, s)| (i as u32, pick(s) as f64))
+            .collect::<Vec<_>>()
+    };
+    let lines = [
+        (
+            "vendor's limit",
+            vec![(0, limit), (seconds, limit)],
+            BLACK,
+            1,
+        ),
+        ("accepted", each_second(|s| s.0), GREEN, 2),
+        ("429", each_second(|s| s.1), RED, 2),
+    ];
+    for (label, points, color, width) in lines {
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(width)))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+    }
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use sluice::{Bucket, Config, DynamoStore, RefillRate, Sluice};
 use sluice_reqwest::{Limit, Route, Routes, Signal, SluiceMiddleware, estimate};
 
-use crate::{Mode, Plan, VENDOR_HOST};
+use crate::{Mode, Plan, VENDOR_HOST, now_ms, sleep_until};
 
 /// What one process got.
 #[derive(Debug, Default)]
@@ -103,19 +103,6 @@ fn body(index: u64) -> String {
     .to_string()
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-async fn sleep_until_ms(at: u64) {
-    let now = now_ms();
-    if at > now {
-        tokio::time::sleep(Duration::from_millis(at - now)).await;
-    }
-}
-
 /// One call; the pause it asks for before the next (a RetryIn, a 429's delay).
 async fn call(
     client: &ClientWithMiddleware,
@@ -197,7 +184,7 @@ async fn busy(
         if due >= until_ms {
             return;
         }
-        sleep_until_ms(due).await;
+        sleep_until(due).await;
         while now_ms() < until_ms {
             let Some(pause) = call(&client, &plan, index, &outcome).await else {
                 break;
@@ -214,16 +201,16 @@ pub(crate) async fn run(plan: Plan, index: u64) {
     let client = client(&plan, index).await;
     let outcome = Arc::new(Outcome::default());
     let phases = plan.phases();
-    sleep_until_ms(plan.start_ms).await;
+    sleep_until(plan.start_ms).await;
     // Light traffic: one call every two seconds.
     let mut at = plan.start_ms + index * 2_000 / plan.processes;
     while at < phases.heavy[0].0 {
-        sleep_until_ms(at).await;
+        sleep_until(at).await;
         call(&client, &plan, index, &outcome).await;
         at += 2_000;
     }
     for (from, until) in phases.heavy {
-        sleep_until_ms(from).await;
+        sleep_until(from).await;
         // Skewed load: process i offers twice what process i - 1 does, with i tasks.
         let pace = Arc::new(Pace::new(&plan, index, from));
         let tasks: Vec<_> = (0..index)

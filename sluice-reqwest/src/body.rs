@@ -17,12 +17,9 @@ use crate::usage::Scan;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Ending = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// What to do at the end of a body: which dimensions' charges the reported usage replaces.
-#[derive(Debug, Default)]
-pub(crate) struct Corrections {
-    /// Each dimension to correct, with the vendor count that replaces its charge.
-    pub(crate) parts: Vec<(Dimension, Signal)>,
-}
+/// What to do at the end of a body: each dimension whose charge the reported usage
+/// replaces, with the vendor count that replaces it.
+pub(crate) type Corrections = Vec<(Dimension, Signal)>;
 
 /// `response` with a body that holds `lease` until it ends: then the usage it reported
 /// corrects the charges in `corrections` and the lease is released, before the caller sees
@@ -37,15 +34,15 @@ pub(crate) fn hold_until_read(
     corrections: Corrections,
 ) -> Response {
     let url = response.url().clone();
-    let content_type = response
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let scan = if corrections.parts.is_empty() {
+    let scan = if corrections.is_empty() {
         Scan::Off
     } else {
-        Scan::for_content_type(content_type.as_deref())
+        Scan::for_content_type(
+            response
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+        )
     };
     let ttl = lease.remaining();
     // Only a slot must end by the lease's expiry (past it, it may be another caller's); a
@@ -64,7 +61,7 @@ pub(crate) fn hold_until_read(
         deadline,
         ttl,
         scan,
-        corrections: corrections.parts,
+        corrections,
         lease: Some(lease),
         ending: None,
         cut: false,

@@ -263,11 +263,11 @@ impl Middleware for SluiceMiddleware {
         let corrections = if correct_usage && response.status().is_success() {
             usage_corrections(&limits)
         } else {
-            Corrections::default()
+            Corrections::new()
         };
         // A 429 answered with a pause never reaches the caller: its slot ends now.
         let pausing = self.feedback && response.status() == StatusCode::TOO_MANY_REQUESTS;
-        let hold = !pausing && (lease.holds_slots() || !corrections.parts.is_empty());
+        let hold = !pausing && (lease.holds_slots() || !corrections.is_empty());
         let lease = if hold {
             Some(lease)
         } else {
@@ -335,14 +335,13 @@ async fn send(
 
 /// The limits whose charge the reported usage replaces: those fed by a token count.
 fn usage_corrections(limits: &[Limit]) -> Corrections {
-    let parts = limits
+    limits
         .iter()
         .filter_map(|l| match l.signal_value()? {
             Signal::Requests => None,
             signal => Some((l.dimension().clone(), signal)),
         })
-        .collect();
-    Corrections { parts }
+        .collect()
 }
 
 /// A delay rounded up to the millisecond, at least 1 ms (as every RetryIn is).

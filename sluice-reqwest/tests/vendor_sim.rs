@@ -53,6 +53,20 @@ impl World {
     }
 }
 
+/// A vendor that streams `chunks` chunks, `delay_ms` apart.
+fn streaming(chunks: u32, delay_ms: u64) -> VendorConfig {
+    VendorConfig {
+        stream_chunks: chunks,
+        chunk_delay: Duration::from_millis(delay_ms),
+        ..VendorConfig::default()
+    }
+}
+
+/// Every request to the vendor takes `limit`.
+fn one_route(limit: Limit) -> Routes {
+    Routes::empty().route(Route::new(OPENAI).limit(limit))
+}
+
 /// A chat body: 40 characters of content and 4 of role are 11 prompt tokens, plus 100 to
 /// generate: charged 111 before the call; the simulator reports 11 + 50 = 61 used.
 fn chat(model: &str, stream: bool) -> serde_json::Value {
@@ -77,17 +91,11 @@ async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_response_holds_its_concurrent_slot_until_the_body_is_read_or_dropped() {
-    let world = World::new(VendorConfig {
-        stream_chunks: 5,
-        chunk_delay: Duration::from_millis(30),
-        ..VendorConfig::default()
-    })
-    .await;
+    let world = World::new(streaming(5, 30)).await;
     world
         .bucket("openai#concurrent", Bucket::concurrent(2))
         .await;
-    let routes =
-        Routes::empty().route(Route::new(OPENAI).limit(Limit::parse("openai#concurrent").unwrap()));
+    let routes = one_route(Limit::parse("openai#concurrent").unwrap());
     let client = world.client(routes);
 
     let response = client
@@ -124,17 +132,11 @@ async fn a_streamed_response_holds_its_concurrent_slot_until_the_body_is_read_or
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_outliving_its_lease_is_cut_and_its_slot_given_back() {
-    let world = World::new(VendorConfig {
-        stream_chunks: 20,
-        chunk_delay: Duration::from_millis(50),
-        ..VendorConfig::default()
-    })
-    .await;
+    let world = World::new(streaming(20, 50)).await;
     world
         .bucket("openai#concurrent", Bucket::concurrent(1))
         .await;
-    let routes =
-        Routes::empty().route(Route::new(OPENAI).limit(Limit::parse("openai#concurrent").unwrap()));
+    let routes = one_route(Limit::parse("openai#concurrent").unwrap());
     let client =
         world.client_with(SluiceMiddleware::new(routes).lease_ttl(Duration::from_millis(300)));
     let response = client
@@ -158,25 +160,18 @@ async fn a_stream_outliving_its_lease_is_cut_and_its_slot_given_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_held_only_for_its_usage_may_outlive_the_lease() {
-    let world = World::new(VendorConfig {
-        stream_chunks: 10,
-        chunk_delay: Duration::from_millis(50),
-        ..VendorConfig::default()
-    })
-    .await;
+    let world = World::new(streaming(10, 50)).await;
     world
         .bucket(
             "openai#tpm",
             Bucket::tokens(RefillRate::per_minute(100_000)),
         )
         .await;
-    let routes = Routes::empty().route(
-        Route::new(OPENAI).limit(
-            Limit::parse("openai#tpm")
-                .unwrap()
-                .estimate(estimate::chat_tokens)
-                .signal(Signal::Tokens),
-        ),
+    let routes = one_route(
+        Limit::parse("openai#tpm")
+            .unwrap()
+            .estimate(estimate::chat_tokens)
+            .signal(Signal::Tokens),
     );
     let client =
         world.client_with(SluiceMiddleware::new(routes).lease_ttl(Duration::from_millis(200)));
@@ -304,9 +299,7 @@ async fn the_vendors_burst_is_learned_from_its_headers_and_never_loosens_the_buc
     world
         .bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(600)))
         .await;
-    let routes = Routes::empty().route(
-        Route::new(OPENAI).limit(Limit::parse("openai#rpm").unwrap().signal(Signal::Requests)),
-    );
+    let routes = one_route(Limit::parse("openai#rpm").unwrap().signal(Signal::Requests));
     let client = world.client(routes);
     client
         .post(world.url())

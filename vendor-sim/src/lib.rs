@@ -177,18 +177,14 @@ impl VendorSim {
 
     /// Whole requests `key` has left now.
     pub fn requests_left(&self, key: &str) -> u64 {
-        let mut state = self.lock();
         let now = Instant::now();
-        let config = state.config.clone();
-        state.key(key, &config, now).requests.remaining(now)
+        self.lock().key(key, now).requests.remaining(now)
     }
 
     /// Tokens `key` has left now (its charges corrected so far).
     pub fn tokens_left(&self, key: &str) -> u64 {
-        let mut state = self.lock();
         let now = Instant::now();
-        let config = state.config.clone();
-        state.key(key, &config, now).tokens.remaining(now)
+        self.lock().key(key, now).tokens.remaining(now)
     }
 
     /// Starts afresh: every key full, counters at zero, the clock of the per-second
@@ -207,7 +203,9 @@ impl VendorSim {
 }
 
 impl State {
-    fn key(&mut self, key: &str, config: &VendorConfig, now: Instant) -> &mut Key {
+    /// `key`'s limits and counters, full when first seen.
+    fn key(&mut self, key: &str, now: Instant) -> &mut Key {
+        let config = &self.config;
         let divisor = match config.shape {
             Shape::PerMinute => 1,
             Shape::PerSecond => 60,

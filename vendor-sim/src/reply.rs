@@ -79,8 +79,7 @@ impl Drop for Finish {
     fn drop(&mut self) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        let config = state.config.clone();
-        let key = state.key(&self.key, &config, now);
+        let key = state.key(&self.key, now);
         key.in_flight = key.in_flight.saturating_sub(1);
         key.tokens.give_back(self.refund, now);
         state.stats.tokens = state.stats.tokens.saturating_sub(self.refund);
@@ -159,7 +158,7 @@ impl VendorSim {
         let config = state.config.clone();
         state.served += 1;
         let served = state.served;
-        let key = state.key(&ask.key, &config, now);
+        let key = state.key(&ask.key, now);
         let busy = config.concurrent.is_some_and(|cap| key.in_flight >= cap);
         let requests_wait = key.requests.wait_for(1, now);
         let tokens_wait = key.tokens.wait_for(ask.charge(), now);

@@ -51,8 +51,13 @@ pub(crate) async fn tighten(
         // moved since (mostly other clients' grants, which only lower it; a refund or
         // release elsewhere may raise it, and a drift that leaves is caught by a later
         // report or the vendor's next 429): skipping never loosens a bucket.
-        let remembered = core.lane(&dimension).memory().row().cloned();
-        if remembered.is_some_and(|row| tightening(&row, how, core.now()).is_none()) {
+        let now = core.now();
+        let unchanged = core
+            .lane(&dimension)
+            .memory()
+            .row()
+            .is_some_and(|row| tightening(row, how, now).is_none());
+        if unchanged {
             return Ok(false);
         }
     }
