@@ -125,7 +125,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     tpm.available,
                 );
             }
-            Err(error) => match sluice_reqwest::retry_in(&error) {
+            Err(error) => match sluice::Error::find_retry_in(&error) {
                 Some(delay) => {
                     println!("{elapsed:5.2}s  rate limited: requeue in {delay:?}");
                     tokio::time::sleep(delay).await;

@@ -74,7 +74,7 @@ async fn main() -> Result<(), sluice_tower::BoxError> {
                     );
                     break;
                 }
-                Err(e) => match sluice_tower::retry_in(&*e) {
+                Err(e) => match sluice::Error::find_retry_in(&*e) {
                     Some(delay) => {
                         println!(
                             "{:>5} ms  request {i}: quota used up, retrying in {} ms",

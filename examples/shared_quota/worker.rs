@@ -137,7 +137,9 @@ async fn call(
                 .unwrap_or(1_000);
             Some(Duration::from_millis(delay))
         }
-        Err(error) => Some(sluice_reqwest::retry_in(&error).unwrap_or(Duration::from_millis(100))),
+        Err(error) => {
+            Some(sluice::Error::find_retry_in(&error).unwrap_or(Duration::from_millis(100)))
+        }
     }
 }
 

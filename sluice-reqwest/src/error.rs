@@ -1,56 +1,40 @@
-//! Finding a RetryIn in a `reqwest_middleware::Error`.
+//! How the middleware's own errors reach the caller.
 
-use std::time::Duration;
-
-/// The delay of a sluice RetryIn inside `error`, however it is wrapped: directly by this
-/// crate's middleware, or by `reqwest-retry`'s `RetryError::{Error, WithRetries}` around it
-/// (also through `anyhow` context). `None` for any other error.
+/// A sluice error as the middleware returns it: `reqwest_middleware::Error::Middleware`
+/// holding an `anyhow` error whose context says sluice held the request back and whose
+/// `source()` is the [`sluice::Error`] itself.
 ///
-/// ```
-/// use std::time::Duration;
-///
-/// let error = reqwest_middleware::Error::middleware(sluice::Error::RetryIn(Duration::from_secs(7)));
-/// assert_eq!(sluice_reqwest::retry_in(&error), Some(Duration::from_secs(7)));
-/// ```
-pub fn retry_in(error: &reqwest_middleware::Error) -> Option<Duration> {
-    match error {
-        reqwest_middleware::Error::Reqwest(_) => None,
-        reqwest_middleware::Error::Middleware(inner) => inner.chain().find_map(in_link),
-    }
-}
-
-/// A RetryIn carried by one link of an error chain.
-fn in_link(link: &(dyn std::error::Error + 'static)) -> Option<Duration> {
-    if let Some(e) = link.downcast_ref::<sluice::Error>() {
-        return e.retry_in();
-    }
-    if let Some(e) = link.downcast_ref::<reqwest_middleware::Error>() {
-        return retry_in(e);
-    }
-    if let Some(e) = link.downcast_ref::<reqwest_retry::RetryError>() {
-        return match e {
-            reqwest_retry::RetryError::Error(inner)
-            | reqwest_retry::RetryError::WithRetries { err: inner, .. } => retry_in(inner),
-        };
-    }
-    None
+/// The extra context level is what keeps the error findable:
+/// `reqwest_middleware::Error`, async-openai's `OpenAIError::Boxed` and other transparent
+/// wrappers forward `source()` to the source of what they hold, skipping the held error
+/// itself, so a bare `sluice::Error` there would be out of [`sluice::Error::find_retry_in`]'s
+/// reach. `anyhow`'s `downcast_ref::<sluice::Error>()` still finds it.
+pub(crate) fn not_sent(error: sluice::Error) -> reqwest_middleware::Error {
+    let context = format!("sluice held the request back: {error}");
+    reqwest_middleware::Error::Middleware(anyhow::Error::new(error).context(context))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn retry(ms: u64) -> reqwest_middleware::Error {
-        reqwest_middleware::Error::middleware(sluice::Error::RetryIn(Duration::from_millis(ms)))
+        not_sent(sluice::Error::RetryIn(Duration::from_millis(ms)))
+    }
+
+    fn find(error: &(dyn std::error::Error + 'static)) -> Option<Duration> {
+        sluice::Error::find_retry_in(error)
     }
 
     #[test]
-    fn found_directly_and_through_every_wrapping() {
-        assert_eq!(retry_in(&retry(1_500)), Some(Duration::from_millis(1_500)));
+    fn the_delay_is_found_directly_and_through_every_wrapping() {
+        assert_eq!(find(&retry(1_500)), Some(Duration::from_millis(1_500)));
         let once = reqwest_middleware::Error::Middleware(
             reqwest_retry::RetryError::Error(retry(20)).into(),
         );
-        assert_eq!(retry_in(&once), Some(Duration::from_millis(20)));
+        assert_eq!(find(&once), Some(Duration::from_millis(20)));
         let retried = reqwest_middleware::Error::Middleware(
             reqwest_retry::RetryError::WithRetries {
                 retries: 3,
@@ -58,20 +42,34 @@ mod tests {
             }
             .into(),
         );
-        assert_eq!(retry_in(&retried), Some(Duration::from_millis(30)));
-        let with_context = reqwest_middleware::Error::Middleware(
-            anyhow::Error::new(sluice::Error::RetryIn(Duration::from_millis(40)))
-                .context("calling the vendor"),
-        );
-        assert_eq!(retry_in(&with_context), Some(Duration::from_millis(40)));
+        assert_eq!(find(&retried), Some(Duration::from_millis(30)));
+        // In an application's anyhow error, with context of its own.
+        let app = anyhow::Error::new(retry(40)).context("calling the vendor");
+        assert_eq!(find(app.as_ref()), Some(Duration::from_millis(40)));
+        // Boxed, as a tower service's error.
+        let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(retry(50));
+        assert_eq!(find(&*boxed), Some(Duration::from_millis(50)));
+    }
+
+    #[test]
+    fn the_sluice_error_is_still_what_anyhow_holds_and_says_why() {
+        let error = retry(1_250);
+        let reqwest_middleware::Error::Middleware(inner) = &error else {
+            panic!("{error:?}");
+        };
+        assert!(matches!(
+            inner.downcast_ref::<sluice::Error>(),
+            Some(sluice::Error::RetryIn(_))
+        ));
+        let text = error.to_string();
+        assert!(text.contains("sluice") && text.contains("1.250s"), "{text}");
     }
 
     #[test]
     fn other_errors_carry_no_delay() {
-        let timeout =
-            reqwest_middleware::Error::middleware(sluice::Error::Timeout(Duration::from_secs(1)));
-        assert_eq!(retry_in(&timeout), None);
+        let timeout = not_sent(sluice::Error::Timeout(Duration::from_secs(1)));
+        assert_eq!(find(&timeout), None);
         let other = reqwest_middleware::Error::Middleware(anyhow::anyhow!("boom"));
-        assert_eq!(retry_in(&other), None);
+        assert_eq!(find(&other), None);
     }
 }

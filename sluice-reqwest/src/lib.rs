@@ -12,7 +12,7 @@
 //!     .build();
 //! match client.get("https://api.openai.com/v1/models").send().await {
 //!     Ok(response) => println!("{}", response.status()),
-//!     Err(e) => match sluice_reqwest::retry_in(&e) {
+//!     Err(e) => match sluice::Error::find_retry_in(&e) {
 //!         Some(delay) => println!("requeue in {delay:?}"),
 //!         None => return Err(e.into()),
 //!     },
@@ -24,6 +24,8 @@
 //! defaults, and [`VendorLimits`] for the headers understood.
 
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod body;
 mod error;
@@ -34,7 +36,6 @@ mod model;
 mod route;
 mod usage;
 
-pub use error::retry_in;
 pub use headers::{Signal, VendorLimits};
 pub use middleware::{DEFAULT_PAUSE, SluiceMiddleware};
 pub use route::{Limit, Override, Route, Routes};

@@ -11,6 +11,7 @@ use reqwest_middleware::{Middleware, Next};
 use sluice::{Acquire, Lease, Priority, Report, Sluice, Tighten, Tokens, UnixMillis};
 
 use crate::body::{Corrections, hold_until_read};
+use crate::error::not_sent;
 use crate::headers::{Signal, VendorLimits};
 use crate::route::{Limit, Override, Route, Routes};
 
@@ -32,7 +33,8 @@ pub const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
 ///   still waiting for its headers then is abandoned, and a body still being read then is
 ///   cut, with [`sluice::Error::Timeout`], so a slot can never outlive its lease. A
 ///   RetryIn is returned as `reqwest_middleware::Error::Middleware` carrying
-///   [`sluice::Error::RetryIn`]; find it with [`retry_in`](crate::retry_in).
+///   [`sluice::Error::RetryIn`]; find its delay with [`sluice::Error::find_retry_in`],
+///   however the error is wrapped afterwards.
 /// - **Usage**: on a successful JSON or event-stream response, the vendor's reported
 ///   `usage` (OpenAI's `total_tokens`, Anthropic's `input_tokens + output_tokens`, a
 ///   stream's last usage event) replaces the estimate charged to each dimension fed by a
@@ -236,10 +238,7 @@ impl Middleware for SluiceMiddleware {
             return next.run(request, extensions).await;
         }
         let correct_usage = route.is_none_or(Route::corrects_usage);
-        let client = self
-            .sluice()
-            .await
-            .map_err(reqwest_middleware::Error::middleware)?;
+        let client = self.sluice().await.map_err(not_sent)?;
         let ttl = self.lease_ttl.unwrap_or(client.config().lease_ttl);
         let acquire = limits
             .iter()
@@ -253,7 +252,7 @@ impl Middleware for SluiceMiddleware {
                 tracing::warn!(%dimension, url = %request.url(), "no bucket defined; sending without a slot");
                 return next.run(request, extensions).await;
             }
-            Err(error) => return Err(reqwest_middleware::Error::middleware(error)),
+            Err(error) => return Err(not_sent(error)),
         };
         let sent_at = client.now();
         let sent_system = SystemTime::now();
@@ -284,9 +283,7 @@ impl Middleware for SluiceMiddleware {
                 .learn(&client, &limits, response.status(), &vendor, sent_at)
                 .await
             {
-                return Err(reqwest_middleware::Error::middleware(
-                    sluice::Error::RetryIn(pause),
-                ));
+                return Err(not_sent(sluice::Error::RetryIn(pause)));
             }
         }
         let response = match lease {
@@ -314,9 +311,7 @@ async fn send(
     };
     if deadline.is_zero() {
         release(lease).await;
-        return Err(reqwest_middleware::Error::middleware(
-            sluice::Error::Timeout(deadline),
-        ));
+        return Err(not_sent(sluice::Error::Timeout(deadline)));
     }
     match tokio::time::timeout(deadline, request).await {
         Ok(Ok(response)) => Ok((response, lease)),
@@ -326,9 +321,7 @@ async fn send(
         }
         Err(_elapsed) => {
             release(lease).await;
-            Err(reqwest_middleware::Error::middleware(
-                sluice::Error::Timeout(deadline),
-            ))
+            Err(not_sent(sluice::Error::Timeout(deadline)))
         }
     }
 }

@@ -124,7 +124,7 @@ async fn retry_in_is_found_with_and_without_the_retry_middleware() {
         .await
         .unwrap_err();
     assert_eq!(
-        sluice_reqwest::retry_in(&error),
+        sluice::Error::find_retry_in(&error),
         Some(Duration::from_secs(1))
     );
     assert!(matches!(
@@ -148,7 +148,7 @@ async fn retry_in_is_found_with_and_without_the_retry_middleware() {
         .await
         .unwrap_err();
     assert_eq!(
-        sluice_reqwest::retry_in(&error),
+        sluice::Error::find_retry_in(&error),
         Some(Duration::from_secs(1))
     );
     assert_eq!(
@@ -207,7 +207,7 @@ async fn the_slot_is_released_on_success_error_statuses_and_connection_errors() 
         .await
         .unwrap_err();
     assert!(error.is_connect(), "{error}");
-    assert_eq!(sluice_reqwest::retry_in(&error), None);
+    assert_eq!(sluice::Error::find_retry_in(&error), None);
     assert_eq!(
         world.available("elevenlabs#concurrent").await,
         Tokens::new(1)
@@ -260,7 +260,7 @@ async fn a_vendor_429_pauses_every_process_for_the_vendors_delay() {
         .await
         .unwrap_err();
     assert_eq!(
-        sluice_reqwest::retry_in(&error),
+        sluice::Error::find_retry_in(&error),
         Some(Duration::from_secs(7))
     );
     assert_eq!(world.vendor.served(OPENAI), 1);
@@ -273,7 +273,7 @@ async fn a_vendor_429_pauses_every_process_for_the_vendors_delay() {
         .await
         .unwrap_err();
     assert_eq!(
-        sluice_reqwest::retry_in(&error),
+        sluice::Error::find_retry_in(&error),
         Some(Duration::from_secs(7))
     );
     assert_eq!(world.vendor.served(OPENAI), 1);
@@ -318,7 +318,7 @@ async fn a_429_naming_the_exhausted_limit_pauses_only_its_dimension() {
         .await
         .unwrap_err();
     assert_eq!(
-        sluice_reqwest::retry_in(&error),
+        sluice::Error::find_retry_in(&error),
         Some(Duration::from_secs(20))
     );
     // Tokens ran out: paused. Requests did not: lowered to what the vendor reports.
@@ -349,7 +349,7 @@ async fn an_anthropic_429_without_retry_after_pauses_until_the_exhausted_limit_r
         .send()
         .await
         .unwrap_err();
-    let delay = sluice_reqwest::retry_in(&error).unwrap();
+    let delay = sluice::Error::find_retry_in(&error).unwrap();
     // Whole seconds in the header, and real time passes while the test runs.
     assert!(
         delay > Duration::from_secs(27) && delay <= Duration::from_secs(30),
@@ -376,7 +376,7 @@ async fn a_429_on_a_concurrent_dimension_holds_every_slot_for_the_pause() {
         .await
         .unwrap_err();
     assert_eq!(
-        sluice_reqwest::retry_in(&error),
+        sluice::Error::find_retry_in(&error),
         Some(Duration::from_secs(3))
     );
     let denied = world
@@ -563,7 +563,7 @@ async fn priorities_come_from_the_request_then_the_route_then_the_middleware() {
     let client =
         world.client_with(SluiceMiddleware::new(routes).priority("standard".parse().unwrap()));
     let denied = |r: Result<reqwest::Response, reqwest_middleware::Error>| {
-        sluice_reqwest::retry_in(&r.unwrap_err()).is_some()
+        sluice::Error::find_retry_in(&r.unwrap_err()).is_some()
     };
     // The route's `batch` leaves 3: one request, then denied.
     let batches = || client.post(world.url(OPENAI, "/v1/batches"));

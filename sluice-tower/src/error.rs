@@ -10,11 +10,13 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// The shared quota is used up: retry after [`retry_in`](RetryIn::retry_in).
 ///
 /// Returned (boxed) by [`SluiceService`](crate::SluiceService) instead of calling the inner
-/// service. Find it in a [`BoxError`] with [`retry_in`](crate::retry_in) or
+/// service. Find its delay with [`sluice::Error::find_retry_in`] (in a [`BoxError`] `e`:
+/// `find_retry_in(&*e)`), however a client wraps the error afterwards, or with
 /// `downcast_ref::<RetryIn>()`.
 ///
-/// Its [`source`](StdError::source) is the [`sluice::Error::RetryIn`] it stands for, so
-/// [`sluice::Error::find_retry_in`] finds it too.
+/// Its [`source`](StdError::source) is the [`sluice::Error::RetryIn`] it stands for: a
+/// wrapper that forwards `source()` past what it holds (async-openai's
+/// `OpenAIError::Boxed`) still leads to it.
 #[derive(Debug)]
 pub struct RetryIn {
     /// Always a [`sluice::Error::RetryIn`].
@@ -71,18 +73,4 @@ pub(crate) fn from_sluice(e: sluice::Error) -> BoxError {
         Some(delay) => Box::new(RetryIn::new(delay)),
         None => Box::new(e),
     }
-}
-
-/// The RetryIn delay in `error`, looking through wrapping errors' `source()` chains; also
-/// finds a `sluice::Error::RetryIn`.
-///
-/// ```
-/// use std::time::Duration;
-/// use sluice_tower::BoxError;
-///
-/// let e: BoxError = Box::new(sluice::Error::RetryIn(Duration::from_millis(1_200)));
-/// assert_eq!(sluice_tower::retry_in(&*e), Some(Duration::from_millis(1_200)));
-/// ```
-pub fn retry_in(error: &(dyn StdError + 'static)) -> Option<Duration> {
-    sluice::Error::find_retry_in(error)
 }

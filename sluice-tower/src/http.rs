@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::error::{BoxError, retry_in};
+use crate::error::BoxError;
 
 /// Turns a RetryIn from the services below into a `429 Too Many Requests` response with a
 /// `Retry-After` header in whole seconds, rounded **up** (1.2 s becomes `2`; a wait is
@@ -64,7 +64,7 @@ where
         let mapped: BoxFuture<'static, Result<http::Response<B>, BoxError>> = async move {
             match future.await.map_err(Into::into) {
                 Ok(response) => Ok(response),
-                Err(error) => match retry_in(&*error) {
+                Err(error) => match sluice::Error::find_retry_in(&*error) {
                     Some(delay) => {
                         let mut response = http::Response::new(B::default());
                         *response.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;

@@ -21,14 +21,16 @@
 //! assert_eq!(svc.ready().await.unwrap().call("world").await.unwrap(), "hello world");
 //! // The bucket is empty now: the error says exactly when to retry.
 //! let e = svc.ready().await.unwrap().call("again").await.unwrap_err();
-//! assert_eq!(sluice_tower::retry_in(&*e), Some(Duration::from_secs(1)));
+//! assert_eq!(sluice::Error::find_retry_in(&*e), Some(Duration::from_secs(1)));
 //! # });
 //! ```
 //!
 //! [tower]: https://docs.rs/tower
-//! [sluice]: https://docs.rs/sluice
+//! [sluice]: https://docs.rs/sluice-limiter
 
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
 mod future;
@@ -37,7 +39,7 @@ mod http;
 mod layer;
 mod service;
 
-pub use error::{BoxError, RetryIn, retry_in};
+pub use error::{BoxError, RetryIn};
 pub use future::ResponseFuture;
 #[cfg(feature = "http")]
 pub use http::{TooManyRequests, TooManyRequestsLayer};

@@ -76,7 +76,7 @@ async fn retry_in_is_a_downcastable_error_with_the_exact_delay_and_the_inner_is_
     let retry = e.downcast_ref::<RetryIn>().expect("a RetryIn error");
     assert_eq!(retry.retry_in(), Duration::from_millis(500));
     assert_eq!(
-        sluice_tower::retry_in(&*e),
+        sluice::Error::find_retry_in(&*e),
         Some(Duration::from_millis(500))
     );
     assert_eq!(e.to_string(), "rate limited: retry in 500 ms");
@@ -114,7 +114,7 @@ async fn a_fixed_priority_keeps_the_reserves_above_it_and_a_per_request_one_wins
     // Two left, kept for `interactive`: the layer's `batch` is refused a whole refill.
     let e = svc.ready().await.unwrap().call(false).await.unwrap_err();
     assert_eq!(
-        sluice_tower::retry_in(&*e),
+        sluice::Error::find_retry_in(&*e),
         Some(Duration::from_millis(500))
     );
     for _ in 0..2 {
@@ -210,7 +210,7 @@ async fn clones_share_one_bucket() {
         let mut clone = svc.clone();
         match clone.ready().await.unwrap().call(()).await {
             Ok(()) => granted += 1,
-            Err(e) if sluice_tower::retry_in(&*e).is_some() => limited += 1,
+            Err(e) if sluice::Error::find_retry_in(&*e).is_some() => limited += 1,
             Err(e) => panic!("unexpected: {e}"),
         }
     }
@@ -298,7 +298,7 @@ mod http_on_loopback {
                     ok += 1;
                 }
                 Err(e) => {
-                    assert!(sluice_tower::retry_in(&*e).is_some(), "{e}");
+                    assert!(sluice::Error::find_retry_in(&*e).is_some(), "{e}");
                     limited += 1;
                 }
             }

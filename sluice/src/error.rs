@@ -144,8 +144,41 @@ impl Error {
         }
     }
 
-    /// Finds a sluice RetryIn anywhere in an error's `source()` chain, e.g. inside an
-    /// application error that wraps `sluice::Error`.
+    /// The one way to get the delay back from any error that carries a sluice RetryIn,
+    /// however it was wrapped on the way to you: searches `error` and its whole `source()`
+    /// chain.
+    ///
+    /// Every layer of sluice puts its RetryIn where this search reaches it, including
+    /// behind wrappers that forward `source()` past themselves (`#[error(transparent)]`):
+    ///
+    /// - the `#[rate_limited]` attribute and [`Sluice::acquire`](crate::Sluice::acquire):
+    ///   a [`sluice::Error`](Error) itself, or your error wrapping it as its `source`;
+    /// - `sluice_tower::SluiceLayer`: a `tower::BoxError` holding `sluice_tower::RetryIn`,
+    ///   also once a client wraps it again (async-openai's `OpenAIError::Boxed`);
+    /// - `sluice_reqwest::SluiceMiddleware`: a `reqwest_middleware::Error`, also inside
+    ///   reqwest-retry's `RetryError`, async-openai's `OpenAIError` or an `anyhow::Error`.
+    ///
+    /// Pass a reference to the error (`&e`), a boxed error's contents (`&*e`), or an
+    /// `anyhow::Error` as `e.as_ref()`. `None` when the error is not a quota denial.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// #[derive(Debug, thiserror::Error)]
+    /// enum AppError {
+    ///     #[error("summarizing failed")]
+    ///     Summarize(#[source] sluice::Error),
+    /// }
+    ///
+    /// let e = AppError::Summarize(sluice::Error::RetryIn(Duration::from_millis(1_500)));
+    /// assert_eq!(sluice::Error::find_retry_in(&e), Some(Duration::from_millis(1_500)));
+    ///
+    /// let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(e);
+    /// assert_eq!(sluice::Error::find_retry_in(&*boxed), Some(Duration::from_millis(1_500)));
+    ///
+    /// let other = sluice::Error::Timeout(Duration::from_secs(1));
+    /// assert_eq!(sluice::Error::find_retry_in(&other), None);
+    /// ```
     pub fn find_retry_in(error: &(dyn std::error::Error + 'static)) -> Option<Duration> {
         let mut current = Some(error);
         while let Some(e) = current {
