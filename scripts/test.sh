@@ -14,7 +14,7 @@ source scripts/dynamodb-local.sh
 trap dynamodb_local_stop EXIT
 dynamodb_local_start
 export SLUICE_REQUIRE_DYNAMODB=1
-features=sluice/cli,sluice-examples/dynamodb,sluice-examples/demo,sluice-tower/http
+features=sluice-limiter/cli,sluice-examples/dynamodb,sluice-examples/demo,sluice-tower/http
 operations="${CARGO_TARGET_DIR:-target}/dynamodb-operations"
 rm -rf "$operations"
 mkdir -p "$operations"

@@ -1,4 +1,4 @@
-//! The `#[rate_limited]` attribute of [sluice](https://docs.rs/sluice): runs an `async fn`
+//! The `#[rate_limited]` attribute of [sluice](https://docs.rs/sluice-limiter): runs an `async fn`
 //! in a slot of a shared quota. Use it through `sluice::rate_limited`.
 
 #![forbid(unsafe_code)]

@@ -1,7 +1,7 @@
 //! Benchmarks of the core: the pure bucket arithmetic and an acquire on the in-memory store.
 //!
 //! ```text
-//! cargo bench -p sluice --bench core
+//! cargo bench -p sluice-limiter --bench core
 //! ```
 #![allow(missing_docs)]
 

@@ -1,6 +1,6 @@
 //! Random and unique identifiers: lease suffixes, write ids, ids of leases kept in a row.
 
-use rand::Rng as _;
+use rand::RngExt as _;
 
 use crate::bucket::BucketState;
 

@@ -35,6 +35,8 @@
 //! [`MemoryStore`]; the [`Sluice`] client that runs the acquisition protocol.
 
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 mod bucket;

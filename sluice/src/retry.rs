@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use rand::{Rng, RngCore};
+use std::convert::Infallible;
+
+use rand::{Rng, RngExt as _, TryRng};
 
 /// The first backoff delay's upper bound.
 const BASE: Duration = Duration::from_millis(25);
@@ -24,17 +26,20 @@ pub(crate) struct Backoff<R = ThreadJitter> {
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct ThreadJitter;
 
-impl RngCore for ThreadJitter {
-    fn next_u32(&mut self) -> u32 {
-        rand::rng().next_u32()
+impl TryRng for ThreadJitter {
+    type Error = Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
+        Ok(rand::rng().next_u32())
     }
 
-    fn next_u64(&mut self) -> u64 {
-        rand::rng().next_u64()
+    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
+        Ok(rand::rng().next_u64())
     }
 
-    fn fill_bytes(&mut self, dst: &mut [u8]) {
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
         rand::rng().fill_bytes(dst);
+        Ok(())
     }
 }
 

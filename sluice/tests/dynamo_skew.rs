@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use dynamo::worker::{self, Start, Worker};
 use faults::SkewedClock;
-use rand::Rng as _;
+use rand::RngExt as _;
 use sluice::{
     Acquire, Bucket, Clock as _, Config, DynamoStore, Error, RefillRate, Sluice, SluiceBuilder,
     SystemClock,

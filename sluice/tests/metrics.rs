@@ -1,11 +1,13 @@
 //! The metrics sluice reports through the `metrics` facade, read back from a recorder.
 //! (Its own test binary: a recorder is process-wide state.)
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use metrics_util::{CompositeKey, MetricKind};
+use metrics::{
+    Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, SharedString, Unit,
+};
 use sluice::store::{
     Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
     StoreError,
@@ -85,44 +87,112 @@ impl Store for Scripted {
     }
 }
 
-type Snapshot = Vec<(CompositeKey, DebugValue)>;
-
-fn counter(snapshot: &Snapshot, name: &str, labels: &[(&str, &str)]) -> u64 {
-    snapshot
-        .iter()
-        .filter(|(k, _)| k.kind() == MetricKind::Counter && k.key().name() == name)
-        .filter(|(k, _)| {
-            labels
-                .iter()
-                .all(|(l, v)| k.key().labels().any(|x| x.key() == *l && x.value() == *v))
-        })
-        .map(|(_, v)| match v {
-            DebugValue::Counter(n) => *n,
-            other => panic!("{name} is not a counter: {other:?}"),
-        })
-        .sum()
+/// What the recorder kept of one metric.
+#[derive(Debug)]
+enum Value {
+    Counter(Arc<AtomicU64>),
+    Histogram(Arc<Mutex<Vec<f64>>>),
+    /// Gauges are registered but not read by these tests.
+    Gauge,
 }
 
-fn histogram_len(snapshot: &Snapshot, name: &str, labels: &[(&str, &str)]) -> usize {
-    snapshot
-        .iter()
-        .filter(|(k, _)| k.kind() == MetricKind::Histogram && k.key().name() == name)
-        .filter(|(k, _)| {
-            labels
-                .iter()
-                .all(|(l, v)| k.key().labels().any(|x| x.key() == *l && x.value() == *v))
-        })
-        .map(|(_, v)| match v {
-            DebugValue::Histogram(values) => values.len(),
-            other => panic!("{name} is not a histogram: {other:?}"),
-        })
-        .sum()
+/// A recorder that keeps every counter and histogram by name and labels.
+#[derive(Debug, Default)]
+struct Recorder {
+    metrics: Mutex<Vec<(Key, Value)>>,
+}
+
+#[derive(Debug)]
+struct CounterCell(Arc<AtomicU64>);
+
+impl CounterFn for CounterCell {
+    fn increment(&self, value: u64) {
+        self.0.fetch_add(value, Ordering::SeqCst);
+    }
+
+    fn absolute(&self, value: u64) {
+        self.0.fetch_max(value, Ordering::SeqCst);
+    }
+}
+
+#[derive(Debug)]
+struct HistogramCell(Arc<Mutex<Vec<f64>>>);
+
+impl HistogramFn for HistogramCell {
+    fn record(&self, value: f64) {
+        self.0.lock().unwrap().push(value);
+    }
+}
+
+impl metrics::Recorder for Recorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        let cell = Arc::new(AtomicU64::new(0));
+        let mut metrics = self.metrics.lock().unwrap();
+        metrics.push((key.clone(), Value::Counter(cell.clone())));
+        Counter::from_arc(Arc::new(CounterCell(cell)))
+    }
+
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        self.metrics
+            .lock()
+            .unwrap()
+            .push((key.clone(), Value::Gauge));
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        let cell = Arc::new(Mutex::new(Vec::new()));
+        let mut metrics = self.metrics.lock().unwrap();
+        metrics.push((key.clone(), Value::Histogram(cell.clone())));
+        Histogram::from_arc(Arc::new(HistogramCell(cell)))
+    }
+}
+
+impl Recorder {
+    /// The metrics named `name` carrying every one of `labels`.
+    fn matching<T>(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        read: impl Fn(&Value) -> Option<T>,
+    ) -> Vec<T> {
+        let metrics = self.metrics.lock().unwrap();
+        metrics
+            .iter()
+            .filter(|(key, _)| key.name() == name)
+            .filter(|(key, _)| {
+                labels
+                    .iter()
+                    .all(|(l, v)| key.labels().any(|x| x.key() == *l && x.value() == *v))
+            })
+            .map(|(_, value)| read(value).unwrap_or_else(|| panic!("{name}: {value:?}")))
+            .collect()
+    }
+
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        let read = |value: &Value| match value {
+            Value::Counter(n) => Some(n.load(Ordering::SeqCst)),
+            _ => None,
+        };
+        self.matching(name, labels, read).into_iter().sum()
+    }
+
+    fn histogram_len(&self, name: &str, labels: &[(&str, &str)]) -> usize {
+        let read = |value: &Value| match value {
+            Value::Histogram(values) => Some(values.lock().unwrap().len()),
+            _ => None,
+        };
+        self.matching(name, labels, read).into_iter().sum()
+    }
 }
 
 #[test]
 fn acquires_contention_errors_and_reconcile_passes_are_counted() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
+    let recorder = Recorder::default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -175,27 +245,18 @@ fn acquires_contention_errors_and_reconcile_passes_are_counted() {
             sluice.reconcile().await.unwrap();
         });
     });
-    let snapshot: Snapshot = snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(k, _, _, v)| (k, v))
-        .collect();
+    let snapshot = &recorder;
     let rpm = [("dimension", "openai#rpm")];
-    assert_eq!(counter(&snapshot, "sluice_grants_total", &rpm), 2);
-    assert_eq!(counter(&snapshot, "sluice_retry_in_total", &rpm), 1);
+    assert_eq!(snapshot.counter("sluice_grants_total", &rpm), 2);
+    assert_eq!(snapshot.counter("sluice_retry_in_total", &rpm), 1);
     // Labelled by priority: empty for none.
     let at = |priority| [("dimension", "openai#rpm"), ("priority", priority)];
-    assert_eq!(counter(&snapshot, "sluice_grants_total", &at("")), 2);
-    assert_eq!(counter(&snapshot, "sluice_retry_in_total", &at("batch")), 1);
-    assert_eq!(counter(&snapshot, "sluice_retry_in_total", &at("")), 0);
+    assert_eq!(snapshot.counter("sluice_grants_total", &at("")), 2);
+    assert_eq!(snapshot.counter("sluice_retry_in_total", &at("batch")), 1);
+    assert_eq!(snapshot.counter("sluice_retry_in_total", &at("")), 0);
+    assert_eq!(snapshot.counter("sluice_contention_retries_total", &rpm), 1);
     assert_eq!(
-        counter(&snapshot, "sluice_contention_retries_total", &rpm),
-        1
-    );
-    assert_eq!(
-        counter(
-            &snapshot,
+        snapshot.counter(
             "sluice_errors_total",
             &[
                 ("dimension", "anthropic#rpm"),
@@ -205,53 +266,42 @@ fn acquires_contention_errors_and_reconcile_passes_are_counted() {
         1
     );
     assert_eq!(
-        counter(
-            &snapshot,
+        snapshot.counter(
             "sluice_errors_total",
             &[("dimension", "broken#rpm"), ("error", "store_throttled")]
         ),
         1
     );
     assert_eq!(
-        counter(
-            &snapshot,
+        snapshot.counter(
             "sluice_grants_total",
             &[("dimension", "elevenlabs#concurrent")]
         ),
         1
     );
     assert_eq!(
-        histogram_len(
-            &snapshot,
-            "sluice_acquire_duration_seconds",
-            &[("outcome", "granted")]
-        ),
+        snapshot.histogram_len("sluice_acquire_duration_seconds", &[("outcome", "granted")]),
         3
     );
     assert_eq!(
-        histogram_len(
-            &snapshot,
+        snapshot.histogram_len(
             "sluice_acquire_duration_seconds",
             &[("outcome", "retry_in")]
         ),
         1
     );
     assert_eq!(
-        histogram_len(
-            &snapshot,
-            "sluice_acquire_duration_seconds",
-            &[("outcome", "error")]
-        ),
+        snapshot.histogram_len("sluice_acquire_duration_seconds", &[("outcome", "error")]),
         2
     );
-    assert_eq!(counter(&snapshot, "sluice_reconcile_passes_total", &[]), 2);
+    assert_eq!(snapshot.counter("sluice_reconcile_passes_total", &[]), 2);
     assert_eq!(
-        counter(&snapshot, "sluice_reconcile_leases_restored_total", &[]),
+        snapshot.counter("sluice_reconcile_leases_restored_total", &[]),
         1
     );
-    assert_eq!(counter(&snapshot, "sluice_reconcile_errors_total", &[]), 0);
+    assert_eq!(snapshot.counter("sluice_reconcile_errors_total", &[]), 0);
     assert_eq!(
-        histogram_len(&snapshot, "sluice_reconcile_duration_seconds", &[]),
+        snapshot.histogram_len("sluice_reconcile_duration_seconds", &[]),
         2
     );
 }

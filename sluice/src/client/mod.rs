@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng as _;
+use rand::RngExt as _;
 
 pub use builder::SluiceBuilder;
 
