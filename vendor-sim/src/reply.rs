@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::StreamExt as _;
@@ -132,6 +132,7 @@ impl VendorSim {
             let body = json!({
                 "id": format!("chatcmpl-sim-{served}"),
                 "object": "chat.completion",
+                "created": created(),
                 "model": ask.model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
                 "usage": usage,
@@ -302,4 +303,11 @@ mod tests {
         assert_eq!(go_duration(Duration::from_millis(1_500)), "1.500s");
         assert_eq!(go_duration(Duration::from_secs(360)), "6m0.000s");
     }
+}
+
+/// Now in whole seconds since the epoch, as a completion's `created`.
+fn created() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
