@@ -1,99 +1,16 @@
 //! The `sluice` binary against DynamoDB Local: every subcommand, its output, its exit codes,
 //! and a crashed caller's slot given back by `sluice reconcile`.
 
+mod cli_harness;
 mod dynamo;
 
 use std::io::{BufRead as _, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
 
-/// One run of the binary.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// The binary on a table of its own.
-struct Cli {
-    endpoint: String,
-    table: String,
-}
-
-impl Cli {
-    /// `None` (skip) without DynamoDB Local, as the other DynamoDB tests do.
-    fn new() -> Option<Cli> {
-        let endpoint = dynamo::endpoint()?;
-        Some(Cli {
-            endpoint,
-            table: format!("sluice-cli-{:016x}", rand::random::<u64>()),
-        })
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        command
-            .args(args)
-            .env_remove("SLUICE_TABLE_NAME")
-            .env_remove("SLUICE_LEASE_TTL")
-            .env("SLUICE_ENDPOINT_URL", &self.endpoint)
-            .env("SLUICE_TABLE_NAME", &self.table)
-            .env("AWS_ACCESS_KEY_ID", "sluicelocal")
-            .env("AWS_SECRET_ACCESS_KEY", "sluicelocal")
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_EC2_METADATA_DISABLED", "true");
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> Run {
-        let output = self.command(args).output().expect("run sluice");
-        Run {
-            code: output.status.code().unwrap_or(-1),
-            stdout: String::from_utf8(output.stdout).unwrap(),
-            stderr: String::from_utf8(output.stderr).unwrap(),
-        }
-    }
-
-    /// Runs and expects success.
-    fn ok(&self, args: &[&str]) -> String {
-        let run = self.run(args);
-        assert_eq!(
-            run.code, 0,
-            "sluice {args:?} failed:\n{}\n{}",
-            run.stdout, run.stderr
-        );
-        run.stdout
-    }
-
-    /// Runs and expects exit `code` with `message` on stderr.
-    fn fails(&self, args: &[&str], code: i32, message: &str) -> Run {
-        let run = self.run(args);
-        assert_eq!(
-            run.code, code,
-            "sluice {args:?}: exit {} (wanted {code}):\n{}\n{}",
-            run.code, run.stdout, run.stderr
-        );
-        assert!(
-            run.stderr.contains(message),
-            "sluice {args:?}: stderr lacks {message:?}:\n{}",
-            run.stderr
-        );
-        run
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        serde_json::from_str(&self.ok(args)).expect("JSON output")
-    }
-
-    fn file(&self, text: &str) -> std::path::PathBuf {
-        let path =
-            std::env::temp_dir().join(format!("{}-{:08x}.toml", self.table, rand::random::<u32>()));
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-}
+use cli_harness::{Cli, FILE};
 
 #[test]
 fn table_create_is_idempotent_and_a_missing_table_is_a_clear_error() {
@@ -224,21 +141,6 @@ fn bucket_put_get_list_delete() {
         "is not a rate",
     );
 }
-
-const FILE: &str = r#"
-["openai#rpm"]
-type = "requests"
-refill = "500/min"
-capacity = 500
-
-["openai#tpm"]
-type = "tokens"
-refill = "2000000/min"
-
-["eleven#concurrent"]
-type = "concurrent"
-capacity = 10
-"#;
 
 #[test]
 fn apply_shows_the_plan_applies_it_and_prunes_on_request() {
@@ -440,7 +342,7 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
     assert_eq!(one.as_array().unwrap().len(), 1);
     cli.fails(&["status", "nobody#rpm"], 3, "nobody#rpm");
     let watched = cli.ok(&["status", "--watch", "100ms", "--count", "3"]);
-    assert_eq!(watched.matches("DIMENSION").count(), 3, "{watched}");
+    assert_eq!(watched.matches("TIME TO FULL").count(), 3, "{watched}");
     assert_eq!(watched.matches(&format!("{} at ", cli.table)).count(), 3);
 }
 

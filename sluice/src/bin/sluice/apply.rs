@@ -2,9 +2,70 @@
 //! (`sluice::__cli::parse` reads the file).
 
 use std::fmt;
+use std::path::Path;
 
+use serde_json::{Value, json};
 pub(crate) use sluice::__cli::parse;
-use sluice::{Bucket, BucketState, Dimension, LimitType};
+use sluice::{Bucket, BucketState, Dimension, LimitType, Sluice};
+
+use crate::{Failure, exit, show};
+
+/// How `apply` runs and speaks.
+pub(crate) struct How {
+    pub(crate) dry_run: bool,
+    pub(crate) prune: bool,
+    pub(crate) detailed_exitcode: bool,
+    pub(crate) json: bool,
+}
+
+/// `sluice apply`: the plan from the bucket file, then its writes (none on a dry run).
+pub(crate) async fn run(sluice: &Sluice, file: &Path, how: How) -> Result<(), Failure> {
+    let outcome = plan_and_apply(sluice, file, &how).await;
+    match outcome {
+        // A detailed exit code keeps 2 for "changes pending": any failure is 1.
+        Err(failure) if how.detailed_exitcode && failure.code == exit::USAGE => Err(Failure {
+            code: exit::FAILURE,
+            ..failure
+        }),
+        Ok(writes) if how.detailed_exitcode && writes > 0 => Err(Failure {
+            code: exit::PENDING,
+            message: format!("{writes} change(s) pending"),
+        }),
+        other => other.map(|_| ()),
+    }
+}
+
+/// Prints the plan, applies it unless on a dry run; the number of writes it holds.
+async fn plan_and_apply(sluice: &Sluice, file: &Path, how: &How) -> Result<usize, Failure> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
+    let wanted = parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
+    let current = sluice.buckets().await?;
+    let changes = plan(&wanted, &current, how.prune);
+    let writes = changes.iter().filter(|c| c.writes()).count();
+    if !how.json {
+        for change in &changes {
+            println!("{change}");
+        }
+    }
+    if !how.dry_run {
+        for change in &changes {
+            change.apply(sluice).await?;
+        }
+    }
+    if how.json {
+        let all: Vec<Value> = changes.iter().map(Change::json).collect();
+        let applied = if how.dry_run { 0 } else { writes };
+        let plan =
+            json!({"dry_run": how.dry_run, "changes": all, "writes": writes, "applied": applied});
+        println!("{plan}");
+    } else if how.dry_run {
+        println!("dry run: {writes} change(s), nothing applied");
+    } else {
+        println!("applied {writes} change(s)");
+    }
+    Ok(writes)
+}
 
 /// What `apply` does to one dimension.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +119,52 @@ pub(crate) fn plan(
 }
 
 impl Change {
+    /// Makes the change in the table.
+    async fn apply(&self, sluice: &Sluice) -> Result<(), sluice::Error> {
+        match self {
+            Change::Create(d, b)
+            | Change::Update {
+                dimension: d,
+                to: b,
+                ..
+            } => {
+                sluice.put_bucket(d.as_str(), b.clone()).await?;
+            }
+            Change::Extra {
+                dimension,
+                delete: true,
+            } => {
+                sluice.delete_bucket(dimension.as_str()).await?;
+            }
+            Change::Extra { .. } | Change::Unchanged(_) => {}
+        }
+        Ok(())
+    }
+
+    /// The change for scripts: its dimension, action, and the definitions it moves between.
+    fn json(&self) -> Value {
+        match self {
+            Change::Create(d, b) => {
+                json!({"dimension": d.as_str(), "action": "create", "to": show::definition_json(b)})
+            }
+            Change::Update {
+                dimension,
+                from,
+                to,
+            } => json!({
+                "dimension": dimension.as_str(),
+                "action": "update",
+                "from": show::definition_json(from),
+                "to": show::definition_json(to),
+            }),
+            Change::Unchanged(d) => json!({"dimension": d.as_str(), "action": "unchanged"}),
+            Change::Extra { dimension, delete } => json!({
+                "dimension": dimension.as_str(),
+                "action": if *delete { "delete" } else { "not_in_file" },
+            }),
+        }
+    }
+
     /// Whether applying it writes anything.
     pub(crate) fn writes(&self) -> bool {
         match self {

@@ -16,7 +16,11 @@ use sluice::{Bucket, LimitType, Priority, RefillRate, Tokens};
 ///
 /// Exit codes: 0 success; 1 failure (store or service error); 2 bad usage, bad input file or
 /// bad definition; 3 not found (table or dimension); 75 denied for now (RetryIn; retry after
-/// the printed delay).
+/// the printed delay). `apply --dry-run --detailed-exitcode`: 0 nothing to change, 2 changes
+/// pending, 1 any failure.
+///
+/// Logs go to stderr: warnings by default, -v/-vv for more, or RUST_LOG directives
+/// (`debug`, `sluice=debug,aws_smithy_runtime=info`) when no -v is given.
 #[derive(Debug, Parser)]
 #[command(name = "sluice", version)]
 pub(crate) struct Cli {
@@ -29,7 +33,7 @@ pub(crate) struct Cli {
     /// The `caller` written on leases [env: SLUICE_CALLER].
     #[arg(long, global = true)]
     pub(crate) caller: Option<String>,
-    /// More logging on stderr (-v: info, -vv: debug).
+    /// More logging on stderr (-v: info, -vv: debug); overrides RUST_LOG.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub(crate) verbose: u8,
     #[command(subcommand)]
@@ -54,6 +58,13 @@ pub(crate) enum Command {
         /// Also delete buckets that are not in the file.
         #[arg(long)]
         prune: bool,
+        /// With --dry-run: exit 2 when changes are pending, 0 when none are (and 1 on any
+        /// failure, bad input included).
+        #[arg(long, requires = "dry_run")]
+        detailed_exitcode: bool,
+        /// The plan (and what was applied) as one JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Every bucket (or the named ones) right now: type, capacity, available, refill,
     /// live leases, time to full.
@@ -105,6 +116,16 @@ pub(crate) enum Command {
         /// Do not release: leave the lease to expire (to try the reconciler).
         #[arg(long)]
         keep: bool,
+        /// One JSON object per event (granted, retry_in, released, kept), one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prints a completion script for SHELL: e.g. `sluice completions bash >
+    /// /etc/bash_completion.d/sluice`, or `sluice completions zsh > ~/.zfunc/_sluice`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
 }
 

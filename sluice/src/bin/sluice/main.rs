@@ -3,9 +3,11 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod acquire;
 mod apply;
 mod cli;
 mod show;
+mod watch;
 
 use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
@@ -14,26 +16,31 @@ use std::time::Duration;
 use clap::Parser as _;
 use sluice::store::StoreError;
 use sluice::{Acquire, Config, DynamoStore, Error, Sluice};
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::cli::{BucketCommand, Cli, Command, TableCommand};
 
 /// Exit codes a shell script can rely on.
-mod exit {
+pub(crate) mod exit {
     pub(crate) const FAILURE: u8 = 1;
     pub(crate) const USAGE: u8 = 2;
+    /// `apply --dry-run --detailed-exitcode`: changes are pending.
+    pub(crate) const PENDING: u8 = 2;
     pub(crate) const NOT_FOUND: u8 = 3;
     /// RetryIn: denied for now (sysexits' EX_TEMPFAIL).
     pub(crate) const RETRY: u8 = 75;
 }
 
 /// A failure with its exit code and the message for stderr.
-struct Failure {
-    code: u8,
-    message: String,
+pub(crate) struct Failure {
+    pub(crate) code: u8,
+    pub(crate) message: String,
 }
 
 impl Failure {
-    fn usage(message: impl Into<String>) -> Failure {
+    pub(crate) fn usage(message: impl Into<String>) -> Failure {
         Failure {
             code: exit::USAGE,
             message: message.into(),
@@ -74,15 +81,22 @@ impl From<StoreError> for Failure {
 fn main() -> ExitCode {
     sluice::__private::operator_process();
     let cli = Cli::parse();
-    let level = match cli.verbose {
-        0 => tracing::Level::WARN,
-        1 => tracing::Level::INFO,
-        _ => tracing::Level::DEBUG,
+    let filter = match log_filter(cli.verbose, std::env::var("RUST_LOG").ok()) {
+        Ok(filter) => filter,
+        Err(message) => {
+            eprintln!("sluice: {message}");
+            return ExitCode::from(exit::USAGE);
+        }
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(filter)
         .init();
+    if let Command::Completions { shell } = cli.command {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(shell, &mut command, "sluice", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -101,6 +115,23 @@ fn main() -> ExitCode {
             ExitCode::from(failure.code)
         }
     }
+}
+
+/// What is logged: -v/-vv if given, else the `RUST_LOG` directives if set, else warnings.
+fn log_filter(verbose: u8, rust_log: Option<String>) -> Result<Targets, String> {
+    let level = match verbose {
+        0 => match rust_log.filter(|spec| !spec.trim().is_empty()) {
+            Some(spec) => {
+                return spec
+                    .parse::<Targets>()
+                    .map_err(|e| format!("RUST_LOG={spec:?} is not a log filter: {e}"));
+            }
+            None => LevelFilter::WARN,
+        },
+        1 => LevelFilter::INFO,
+        _ => LevelFilter::DEBUG,
+    };
+    Ok(Targets::new().with_default(level))
 }
 
 /// The client and store for the configured table.
@@ -145,7 +176,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             file,
             dry_run,
             prune,
-        } => apply_file(&sluice, &file, dry_run, prune).await,
+            detailed_exitcode,
+            json,
+        } => {
+            let how = apply::How {
+                dry_run,
+                prune,
+                detailed_exitcode,
+                json,
+            };
+            apply::run(&sluice, &file, how).await
+        }
         Command::Status {
             dimensions,
             json,
@@ -161,6 +202,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             ttl,
             wait,
             keep,
+            json,
         } => {
             let ttl = ttl.unwrap_or(sluice.config().lease_ttl.max(hold));
             if hold > ttl {
@@ -176,53 +218,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             .ttl(ttl)
             .or_priority(priority);
-            acquire(&sluice, &dimension, request, wait, hold, keep).await
+            let how = acquire::How {
+                wait,
+                hold,
+                keep,
+                json,
+            };
+            acquire::run(&sluice, &dimension, request, how).await
         }
+        Command::Completions { .. } => Ok(()),
     }
-}
-
-/// `sluice apply`: the plan from the bucket file, then its writes.
-async fn apply_file(
-    sluice: &Sluice,
-    file: &std::path::Path,
-    dry_run: bool,
-    prune: bool,
-) -> Result<(), Failure> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
-    let wanted =
-        apply::parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
-    let current = sluice.buckets().await?;
-    let changes = apply::plan(&wanted, &current, prune);
-    for change in &changes {
-        println!("{change}");
-    }
-    let writes = changes.iter().filter(|c| c.writes()).count();
-    if dry_run {
-        println!("dry run: {writes} change(s), nothing applied");
-        return Ok(());
-    }
-    for change in &changes {
-        match change {
-            apply::Change::Create(d, b)
-            | apply::Change::Update {
-                dimension: d,
-                to: b,
-                ..
-            } => {
-                sluice.put_bucket(d.as_str(), b.clone()).await?;
-            }
-            apply::Change::Extra {
-                dimension,
-                delete: true,
-            } => {
-                sluice.delete_bucket(dimension.as_str()).await?;
-            }
-            apply::Change::Extra { .. } | apply::Change::Unchanged(_) => {}
-        }
-    }
-    println!("applied {writes} change(s)");
-    Ok(())
 }
 
 /// `sluice status`: the buckets' snapshots, once or every `watch`.
@@ -235,6 +240,7 @@ async fn status(
     count: Option<u64>,
 ) -> Result<(), Failure> {
     let mut shown: u64 = 0;
+    let mut history = watch::History::default();
     loop {
         let mut snapshots = sluice.snapshots().await?;
         if !dimensions.is_empty() {
@@ -257,6 +263,11 @@ async fn status(
                 println!("{} at {}", store.table(), sluice.now());
             }
             print!("{}", show::status_table(&snapshots));
+            if let Some(every) = watch {
+                let levels: Vec<_> = snapshots.iter().map(watch::Level::of).collect();
+                history.record(&levels);
+                print!("\n{}", history.frame(&levels, every));
+            }
         }
         let _ = std::io::stdout().flush();
         shown += 1;
@@ -303,56 +314,6 @@ async fn reconcile(
             }
         }
     }
-    Ok(())
-}
-
-/// `sluice acquire`: takes a lease, holds it, then releases (or keeps) it.
-async fn acquire(
-    sluice: &Sluice,
-    dimension: &str,
-    request: Acquire,
-    wait: Duration,
-    hold: Duration,
-    keep: bool,
-) -> Result<(), Failure> {
-    let lease = match sluice.acquire_within(request, wait).await {
-        Ok(lease) => lease,
-        Err(Error::RetryIn(delay)) => {
-            println!(
-                "retry in {} ({} ms)",
-                humantime::format_duration(delay),
-                delay.as_millis()
-            );
-            return Err(Failure {
-                code: exit::RETRY,
-                message: format!(
-                    "{dimension} is short; retry in {}",
-                    humantime::format_duration(delay)
-                ),
-            });
-        }
-        Err(e) => return Err(e.into()),
-    };
-    println!(
-        "granted {} (cost {}, expires in {})",
-        lease.id(),
-        lease.cost(dimension).unwrap_or_default(),
-        humantime::format_duration(show::millis(lease.remaining()))
-    );
-    let _ = std::io::stdout().flush();
-    if keep {
-        std::mem::forget(lease);
-        println!("kept: the lease expires unreleased");
-        return Ok(());
-    }
-    if !hold.is_zero() {
-        tokio::select! {
-            () = tokio::time::sleep(hold) => {}
-            _ = tokio::signal::ctrl_c() => println!("interrupted"),
-        }
-    }
-    lease.release().await?;
-    println!("released");
     Ok(())
 }
 

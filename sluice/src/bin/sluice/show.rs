@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice::{BucketState, ReconcileReport, Reserve, Snapshot, Tokens};
+use sluice::{Bucket, BucketState, ReconcileReport, Reserve, Snapshot, Tokens};
 
 /// A decimal as a JSON number (exact decimal text parsed once, for scripts).
 fn number(text: String) -> Value {
@@ -13,7 +13,7 @@ fn number(text: String) -> Value {
         .unwrap_or(Value::String(text))
 }
 
-fn tokens(t: Tokens) -> Value {
+pub(crate) fn tokens(t: Tokens) -> Value {
     number(t.to_string())
 }
 
@@ -35,6 +35,18 @@ fn by_priority(s: &Snapshot) -> Vec<(String, Tokens)> {
         .map(|r| (r.priority.to_string(), s.available_to(Some(&r.priority))))
         .chain([("*".to_owned(), s.available_to_unlisted())])
         .collect()
+}
+
+/// A bucket's definition (no state): what `apply` compares.
+pub(crate) fn definition_json(b: &Bucket) -> Value {
+    json!({
+        "type": b.limit_type().as_str(),
+        "capacity": tokens(b.capacity()),
+        "refill_per_second": number(b.refill_rate().to_string()),
+        "cost_per_call": tokens(b.cost_per_call()),
+        "lean": !b.keeps_leases(),
+        "reserves": reserves_json(b.reserves()),
+    })
 }
 
 pub(crate) fn bucket_json(b: &BucketState) -> Value {

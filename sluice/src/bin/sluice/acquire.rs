@@ -1,0 +1,95 @@
+//! `sluice acquire`: takes a lease by hand, holds it, then releases (or keeps) it.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use serde_json::json;
+use sluice::{Acquire, Error, Sluice};
+
+use crate::{Failure, exit, show};
+
+/// How the acquire runs and speaks.
+pub(crate) struct How {
+    pub(crate) wait: Duration,
+    pub(crate) hold: Duration,
+    pub(crate) keep: bool,
+    pub(crate) json: bool,
+}
+
+/// Prints one event: a line of text, or its JSON object.
+fn say(how: &How, text: String, event: serde_json::Value) {
+    if how.json {
+        println!("{event}");
+    } else {
+        println!("{text}");
+    }
+    let _ = std::io::stdout().flush();
+}
+
+pub(crate) async fn run(
+    sluice: &Sluice,
+    dimension: &str,
+    request: Acquire,
+    how: How,
+) -> Result<(), Failure> {
+    let lease = match sluice.acquire_within(request, how.wait).await {
+        Ok(lease) => lease,
+        Err(Error::RetryIn(delay)) => {
+            let text = format!(
+                "retry in {} ({} ms)",
+                humantime::format_duration(delay),
+                delay.as_millis()
+            );
+            let event = json!({
+                "event": "retry_in",
+                "dimension": dimension,
+                "retry_in_ms": delay.as_millis() as u64,
+            });
+            say(&how, text, event);
+            return Err(Failure {
+                code: exit::RETRY,
+                message: format!(
+                    "{dimension} is short; retry in {}",
+                    humantime::format_duration(delay)
+                ),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let id = lease.id().to_string();
+    let cost = lease.cost(dimension).unwrap_or_default();
+    let expires_in = show::millis(lease.remaining());
+    let text = format!(
+        "granted {id} (cost {cost}, expires in {})",
+        humantime::format_duration(expires_in)
+    );
+    let event = json!({
+        "event": "granted",
+        "lease": id,
+        "dimension": dimension,
+        "cost": show::tokens(cost),
+        "expires_in_ms": expires_in.as_millis() as u64,
+    });
+    say(&how, text, event);
+    if how.keep {
+        std::mem::forget(lease);
+        let text = "kept: the lease expires unreleased".to_owned();
+        say(&how, text, json!({"event": "kept", "lease": id}));
+        return Ok(());
+    }
+    if !how.hold.is_zero() {
+        tokio::select! {
+            () = tokio::time::sleep(how.hold) => {}
+            _ = tokio::signal::ctrl_c() => {
+                say(&how, "interrupted".to_owned(), json!({"event": "interrupted", "lease": id}));
+            }
+        }
+    }
+    lease.release().await?;
+    say(
+        &how,
+        "released".to_owned(),
+        json!({"event": "released", "lease": id}),
+    );
+    Ok(())
+}
