@@ -78,7 +78,11 @@ pub fn through_layer(sluice: &Sluice, vendor: &VendorSim) -> OpenAI {
 pub fn through_middleware(sluice: &Sluice, vendor: &VendorSim) -> OpenAI {
     let routes = Routes::empty().route(
         Route::new(OPENAI)
-            .limit(Limit::parse("openai#rpm").expect("a valid dimension").signal(Signal::Requests))
+            .limit(
+                Limit::parse("openai#rpm")
+                    .expect("a valid dimension")
+                    .signal(Signal::Requests),
+            )
             .limit(
                 Limit::parse("openai#tpm")
                     .expect("a valid dimension")
@@ -168,7 +172,10 @@ pub async fn quota(sluice: &Sluice, per_minute: u64) -> Result<(), sluice::Error
         )
         .await?;
     sluice
-        .put_bucket("openai#tpm", Bucket::tokens(RefillRate::per_minute(150_000)))
+        .put_bucket(
+            "openai#tpm",
+            Bucket::tokens(RefillRate::per_minute(150_000)),
+        )
         .await?;
     Ok(())
 }
