@@ -94,4 +94,3 @@ async fn a_missing_table_fails_the_invocation() {
         "{error}"
     );
 }
-

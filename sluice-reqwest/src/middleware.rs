@@ -248,7 +248,7 @@ impl Middleware for SluiceMiddleware {
             .ttl(ttl);
         let lease = match client.acquire_within(acquire, self.wait).await {
             Ok(lease) => lease,
-            Err(sluice::Error::UnknownDimension(dimension)) if self.pass_unknown => {
+            Err(sluice::Error::UnknownDimension { dimension, .. }) if self.pass_unknown => {
                 tracing::warn!(%dimension, url = %request.url(), "no bucket defined; sending without a slot");
                 return next.run(request, extensions).await;
             }

@@ -604,7 +604,7 @@ async fn a_route_without_a_bucket_fails_loudly_unless_told_to_pass() {
     assert!(matches!(
         &error,
         reqwest_middleware::Error::Middleware(e)
-            if matches!(e.downcast_ref::<sluice::Error>(), Some(sluice::Error::UnknownDimension(_)))
+            if matches!(e.downcast_ref::<sluice::Error>(), Some(sluice::Error::UnknownDimension { .. }))
     ));
     assert!(error.to_string().contains("anthropic#rpm"), "{error}");
     assert_eq!(world.vendor.served(ANTHROPIC), 0);

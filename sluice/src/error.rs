@@ -77,11 +77,16 @@ pub enum Error {
     /// The priority's name is malformed.
     #[error(transparent)]
     InvalidPriority(#[from] PriorityError),
-    /// No bucket is defined for the dimension.
+    /// No bucket is defined for the dimension in the store the client uses.
     #[error(
-        "no bucket is defined for `{0}`; define it with `Sluice::put_bucket` or `sluice bucket put`"
+        "no bucket is defined for `{dimension}` in {store}; define it with `Sluice::put_bucket` or `sluice bucket put`"
     )]
-    UnknownDimension(Dimension),
+    UnknownDimension {
+        /// The dimension.
+        dimension: Dimension,
+        /// Where the client looked ([`Store::describe`](crate::Store::describe)).
+        store: String,
+    },
     /// A cost is negative.
     #[error("cost {cost} for `{dimension}` is negative")]
     InvalidCost {
@@ -224,11 +229,13 @@ mod tests {
         };
         assert!(e.to_string().contains("can never be granted"));
         assert_eq!(e.retry_in(), None);
-        assert!(
-            Error::UnknownDimension(d)
-                .to_string()
-                .contains("sluice bucket put")
-        );
+        let unknown = Error::UnknownDimension {
+            dimension: d,
+            store: crate::Store::describe(&crate::MemoryStore::new()),
+        }
+        .to_string();
+        assert!(unknown.contains("sluice bucket put"), "{unknown}");
+        assert!(unknown.contains("in-memory store") && unknown.contains("SLUICE_TABLE_NAME"));
     }
 
     #[test]

@@ -132,7 +132,7 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
         Error::CostExceedsShare { .. } => "cost_exceeds_share",
         Error::InvalidPriority(_) => "invalid_priority",
         Error::InvalidDimension(_) => "invalid_dimension",
-        Error::UnknownDimension(_) => "unknown_dimension",
+        Error::UnknownDimension { .. } => "unknown_dimension",
         Error::InvalidCost { .. } => "invalid_cost",
         Error::InvalidTtl(_) => "invalid_ttl",
         Error::DimensionCount { .. } => "dimension_count",

@@ -509,7 +509,15 @@ fn acquire_grants_releases_and_answers_retry_in_with_its_own_exit_code() {
         2,
         "exceeds the capacity",
     );
-    cli.fails(&["acquire", "nobody#rpm"], 3, "nobody#rpm");
+    // The message names the table it looked in.
+    cli.fails(
+        &["acquire", "nobody#rpm"],
+        3,
+        &format!(
+            "no bucket is defined for `nobody#rpm` in DynamoDB table `{}`",
+            cli.table
+        ),
+    );
     cli.fails(
         &["acquire", "slow#rpm", "--hold", "2m", "--ttl", "1m"],
         2,

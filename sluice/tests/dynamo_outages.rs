@@ -347,7 +347,7 @@ async fn restarted() -> Option<()> {
     store.create_table().await.unwrap();
     let e = sluice.acquire("openai#rpm").await.unwrap_err();
     assert!(
-        matches!(e, Error::UnknownDimension(_)),
+        matches!(e, Error::UnknownDimension { .. }),
         "no bucket yet: {e:?}"
     );
     sluice.put_bucket("openai#rpm", bucket()).await.unwrap();

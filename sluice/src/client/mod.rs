@@ -89,9 +89,14 @@ impl Sluice {
     }
 
     /// A client configured from the environment (`SLUICE_*`, see [`Config`]): the DynamoDB
-    /// store when `SLUICE_TABLE_NAME` is set, else a new in-memory store.
+    /// store when `SLUICE_TABLE_NAME` is set, else a new in-memory store, with a warning
+    /// (once per process) that its quotas are shared with no other process.
     pub async fn from_env() -> Result<Sluice, Error> {
-        SluiceBuilder::from_env()?.connect().await
+        let sluice = SluiceBuilder::from_env()?.connect().await?;
+        if sluice.config().table_name.is_none() {
+            memory_fallback_warning();
+        }
+        Ok(sluice)
     }
 
     /// The client's configuration.
@@ -383,3 +388,15 @@ const _: () = {
     is_send_sync::<Sluice>();
     is_send_sync::<Lease>();
 };
+
+/// Says once per process that the environment named no table, so quotas are not shared:
+/// otherwise the first sign would be "no bucket is defined" on a bucket that does exist in
+/// the table the user meant.
+fn memory_fallback_warning() {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "SLUICE_TABLE_NAME is not set: sluice is using an in-memory store that only this process sees, so its quotas are not shared with any other process; set SLUICE_TABLE_NAME (and AWS credentials) to share a DynamoDB table"
+        );
+    }
+}

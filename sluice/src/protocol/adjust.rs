@@ -33,7 +33,7 @@ pub(crate) struct Unsettled {
 /// refunded twice: no over-grant) and a charge as not (charged again at worst).
 async fn settle(core: &Core, part: &mut LeasePart, u: &Unsettled) -> Result<(), Error> {
     let Some((outcome, _)) = core.row_after(&u.probe).await? else {
-        return Err(Error::UnknownDimension(part.dimension.clone()));
+        return Err(core.unknown(&part.dimension));
     };
     tracing::debug!(dimension = %part.dimension, ?outcome, "settled an adjustment that lost its answer");
     match outcome {

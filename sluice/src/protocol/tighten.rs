@@ -70,7 +70,7 @@ pub(crate) async fn tighten(
         let row = core
             .read_one(&dimension)
             .await?
-            .ok_or_else(|| Error::UnknownDimension(dimension.clone()))?;
+            .ok_or_else(|| core.unknown(&dimension))?;
         let now = core.now();
         let Some(commit) = tightening(&row, how, now) else {
             return Ok(false);

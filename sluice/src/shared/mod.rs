@@ -177,12 +177,20 @@ impl Core {
         for (row, d) in rows.into_iter().zip(dimensions) {
             let Some(row) = row else {
                 self.lanes.forget(d);
-                return Err(Error::UnknownDimension(d.clone()));
+                return Err(self.unknown(d));
             };
             self.lanes.learn(row.clone(), sent);
             found.push(row);
         }
         Ok(found)
+    }
+
+    /// The error for a dimension without a bucket in this client's store.
+    pub(crate) fn unknown(&self, dimension: &Dimension) -> Error {
+        Error::UnknownDimension {
+            dimension: dimension.clone(),
+            store: self.store.describe(),
+        }
     }
 
     /// Reads the buckets of `dimensions`, all of which must exist.
@@ -193,7 +201,7 @@ impl Core {
         let rows = self.store.read_buckets(dimensions).await?;
         rows.into_iter()
             .zip(dimensions)
-            .map(|(row, d)| row.ok_or_else(|| Error::UnknownDimension(d.clone())))
+            .map(|(row, d)| row.ok_or_else(|| self.unknown(d)))
             .collect()
     }
 

@@ -92,6 +92,10 @@ impl Rows {
 
 #[async_trait::async_trait]
 impl Store for MemoryStore {
+    fn describe(&self) -> String {
+        "this process's in-memory store (no other process sees it; set SLUICE_TABLE_NAME to share a DynamoDB table)".to_owned()
+    }
+
     async fn read_buckets(
         &self,
         dimensions: &[Dimension],

@@ -133,6 +133,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Deletes a bucket row; returns whether it existed.
     async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError>;
+
+    /// Where the rows are, in words for error messages: which table, or that they are in
+    /// this process's memory.
+    fn describe(&self) -> String {
+        format!("the store {self:?}")
+    }
 }
 
 #[cfg(test)]

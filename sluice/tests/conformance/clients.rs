@@ -423,7 +423,9 @@ pub async fn a_multi_dimension_acquire_on_a_bucket_deleted_elsewhere_is_unknown(
     );
     for _ in 0..2 {
         match env.sluice.acquire(both()).await {
-            Err(Error::UnknownDimension(d)) => assert_eq!(d.as_str(), env.dim("tpm")),
+            Err(Error::UnknownDimension { dimension, .. }) => {
+                assert_eq!(dimension.as_str(), env.dim("tpm"));
+            }
             other => panic!("expected UnknownDimension, got {other:?}"),
         }
     }

@@ -496,11 +496,11 @@ pub async fn cost_above_capacity_is_a_distinct_error(env: Env) {
 
 pub async fn unknown_and_invalid_dimensions_are_typed_errors(env: Env) {
     let e = env.sluice.acquire(env.dim("missing")).await.unwrap_err();
-    assert!(matches!(e, Error::UnknownDimension(_)), "{e}");
+    assert!(matches!(e, Error::UnknownDimension { .. }), "{e}");
     let e = env.sluice.acquire("not a dimension").await.unwrap_err();
     assert!(matches!(e, Error::InvalidDimension(_)), "{e}");
     let e = env.sluice.snapshot(&env.dim("missing")).await.unwrap_err();
-    assert!(matches!(e, Error::UnknownDimension(_)), "{e}");
+    assert!(matches!(e, Error::UnknownDimension { .. }), "{e}");
 }
 
 pub async fn adjust_into_debt_is_repaid_by_refill(env: Env) {
@@ -847,7 +847,7 @@ pub async fn a_vendor_pause_empties_a_refilling_bucket_for_every_client(env: Env
         env.sluice
             .tighten(&env.dim("undefined"), Tighten::PauseFor(seven))
             .await,
-        Err(Error::UnknownDimension(_))
+        Err(Error::UnknownDimension { .. })
     ));
 }
 

@@ -52,7 +52,7 @@ impl From<Error> for Failure {
     fn from(error: Error) -> Failure {
         let code = match &error {
             Error::RetryIn(_) => exit::RETRY,
-            Error::UnknownDimension(_)
+            Error::UnknownDimension { .. }
             | Error::LeaseNotFound(_)
             | Error::Store(StoreError::TableNotFound { .. }) => exit::NOT_FOUND,
             Error::InvalidDimension(_)
@@ -132,6 +132,15 @@ fn log_filter(verbose: u8, rust_log: Option<String>) -> Result<Targets, String> 
         _ => LevelFilter::DEBUG,
     };
     Ok(Targets::new().with_default(level))
+}
+
+/// No bucket for `dimension` in `store`.
+fn unknown(store: &dyn sluice::Store, dimension: sluice::Dimension) -> Failure {
+    Error::UnknownDimension {
+        dimension,
+        store: store.describe(),
+    }
+    .into()
 }
 
 /// The client and store for the configured table.
@@ -247,7 +256,7 @@ async fn status(
             for d in dimensions {
                 let d = sluice::Dimension::new(d).map_err(Error::from)?;
                 if !snapshots.iter().any(|s| s.dimension == d) {
-                    return Err(Error::UnknownDimension(d).into());
+                    return Err(unknown(store, d));
                 }
             }
             snapshots.retain(|s| dimensions.iter().any(|d| d == s.dimension.as_str()));
@@ -334,7 +343,7 @@ async fn bucket(sluice: &Sluice, command: BucketCommand) -> Result<(), Failure> 
             let state = sluice
                 .bucket(&dimension)
                 .await?
-                .ok_or(Error::UnknownDimension(dim))?;
+                .ok_or_else(|| unknown(sluice.store().as_ref(), dim))?;
             if json {
                 println!("{}", show::bucket_json(&state));
             } else {
@@ -354,7 +363,7 @@ async fn bucket(sluice: &Sluice, command: BucketCommand) -> Result<(), Failure> 
         BucketCommand::Delete { dimension } => {
             let dim = sluice::Dimension::new(&dimension).map_err(Error::from)?;
             if !sluice.delete_bucket(&dimension).await? {
-                return Err(Error::UnknownDimension(dim).into());
+                return Err(unknown(sluice.store().as_ref(), dim));
             }
             println!("deleted {dimension}");
         }

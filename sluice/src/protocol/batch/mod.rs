@@ -142,11 +142,11 @@ impl Write<'_> {
             Ok(None) => {
                 // A deleted bucket grants nothing and has nothing to give back to; its
                 // lease rows are deleted all the same.
-                let dimension = self.dimension.clone();
+                let (core, dimension) = (self.core, &self.dimension);
                 answer_each(
                     std::mem::take(&mut self.acquires),
                     |a| a.reply,
-                    || Error::UnknownDimension(dimension.clone()),
+                    || core.unknown(dimension),
                 );
                 self.delete_released().await;
                 None

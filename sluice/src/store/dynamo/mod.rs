@@ -399,6 +399,10 @@ fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
 
 #[async_trait::async_trait]
 impl Store for DynamoStore {
+    fn describe(&self) -> String {
+        format!("DynamoDB table `{}`", self.table())
+    }
+
     async fn read_buckets(
         &self,
         dimensions: &[Dimension],
