@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# What a release needs beyond the tests: the API docs as docs.rs builds them (feature-gated
+# items marked), packages crates.io accepts (`cargo publish --workspace --dry-run`, which also
+# builds each package from its packaged sources), and the reconciler's Lambda function built
+# and zipped as deploy/README.md says.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+
+# docs.rs documents with nightly and `--cfg docsrs`; RUSTC_BOOTSTRAP lets this stable
+# toolchain take the same path (`doc_cfg`), and warnings (broken links) fail it.
+RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo doc --no-deps --locked \
+    -p sluice-limiter -p sluice-dimension -p sluice-macros -p sluice-tower -p sluice-reqwest \
+    -p sluice-lambda --features sluice-limiter/dynamodb,sluice-limiter/macros,sluice-tower/http
+marked() {
+    if ! grep -q "Available on <strong>crate feature <code>$2</code></strong> only" "$target/doc/$1"; then
+        echo "FAILED: $1 does not say it needs the crate feature $2" >&2
+        exit 1
+    fi
+    echo "ok: $1 is marked as needing the feature $2"
+}
+marked sluice_tower/struct.TooManyRequestsLayer.html http
+marked sluice/struct.DynamoStore.html dynamodb
+marked sluice/attr.rate_limited.html macros
+
+cargo publish --workspace --dry-run --locked
+
+# The reconciler function: the binary, as `bootstrap` in a zip.
+cargo build --release --locked -p sluice-lambda --bin sluice-reconciler-lambda
+lambda="$target/lambda"
+rm -rf "$lambda" && mkdir -p "$lambda"
+cp "$target/release/sluice-reconciler-lambda" "$lambda/bootstrap"
+# The provided.al2023 runtime has glibc 2.34: a binary asking for newer symbols would not
+# start there (build with cargo-lambda instead, as deploy/README.md says).
+glibc=$(objdump -T "$lambda/bootstrap" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)
+if [ "$(printf '%s\n' "$glibc" 2.34 | sort -V | tail -n 1)" != 2.34 ]; then
+    echo "FAILED: bootstrap needs glibc $glibc; Amazon Linux 2023 has 2.34" >&2
+    exit 1
+fi
+echo "ok: bootstrap needs glibc $glibc at most (Amazon Linux 2023 has 2.34)"
+(cd "$lambda" && python3 -m zipfile -c reconciler.zip bootstrap)
+python3 - "$lambda/reconciler.zip" <<'PY'
+import stat, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    info = z.getinfo("bootstrap")
+    assert info.file_size > 0, "empty bootstrap"
+    assert (info.external_attr >> 16) & stat.S_IXUSR, "bootstrap is not executable in the zip"
+print(f"ok: {sys.argv[1]} holds an executable bootstrap of {info.file_size} bytes")
+PY
