@@ -11,7 +11,7 @@ target="${CARGO_TARGET_DIR:-target}"
 # toolchain take the same path (`doc_cfg`), and warnings (broken links) fail it.
 RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo doc --no-deps --locked \
     -p sluice-limiter -p sluice-dimension -p sluice-macros -p sluice-tower -p sluice-reqwest \
-    -p sluice-lambda --features sluice-limiter/dynamodb,sluice-limiter/macros,sluice-tower/http
+    -p sluice-lambda --features sluice-limiter/dynamodb,sluice-limiter/macros,sluice-limiter/serde,sluice-tower/http
 marked() {
     if ! grep -q "Available on <strong>crate feature <code>$2</code></strong> only" "$target/doc/$1"; then
         echo "FAILED: $1 does not say it needs the crate feature $2" >&2
@@ -20,7 +20,7 @@ marked() {
     echo "ok: $1 is marked as needing the feature $2"
 }
 marked sluice_tower/struct.TooManyRequestsLayer.html http
-marked sluice/struct.DynamoStore.html dynamodb
+marked sluice/store/struct.DynamoStore.html dynamodb
 marked sluice/attr.rate_limited.html macros
 
 cargo publish --workspace --dry-run --locked

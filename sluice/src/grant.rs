@@ -13,7 +13,7 @@ use crate::tokens::Tokens;
 ///
 /// Its text form (`Display`/`FromStr`) is the comma-separated row keys, e.g.
 /// `lease#openai#rpm#4f1c…,lease#openai#tpm#4f1c…`, so a lease taken in one process can be
-/// released in another with [`Sluice::release_id`].
+/// released in another with [`Sluice::release_id`](crate::Sluice::release_id).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LeaseId {
     keys: Vec<LeaseKey>,

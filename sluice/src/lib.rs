@@ -55,9 +55,13 @@ mod priority;
 mod protocol;
 mod retry;
 mod role;
+#[cfg(feature = "serde")]
+mod serde;
 mod shared;
 mod snapshot;
 pub mod store;
+#[cfg(any(feature = "cli", feature = "serde"))]
+mod text;
 mod tokens;
 
 pub use acquire::{Acquire, MAX_DIMENSIONS};

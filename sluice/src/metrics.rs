@@ -21,7 +21,7 @@
 //! | `sluice_reconcile_duration_seconds` | histogram | | pass duration |
 //!
 //! `dimension` is the acquire's dimensions, comma-separated (one, usually); `priority` the
-//! acquire's priority, empty for none (see [`Priority`](crate::Priority)).
+//! acquire's priority, empty for none (see [`Priority`]).
 
 use std::time::Duration;
 

@@ -292,6 +292,13 @@ fn go_duration(d: Duration) -> String {
     }
 }
 
+/// Now in whole seconds since the epoch, as a completion's `created`.
+fn created() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 #[cfg(test)]
 mod tests {
     use super::go_duration;
@@ -303,11 +310,4 @@ mod tests {
         assert_eq!(go_duration(Duration::from_millis(1_500)), "1.500s");
         assert_eq!(go_duration(Duration::from_secs(360)), "6m0.000s");
     }
-}
-
-/// Now in whole seconds since the epoch, as a completion's `created`.
-fn created() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

@@ -21,95 +21,21 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use crate::{Bucket, Dimension};
 
-use crate::{Bucket, Dimension, LimitType, Priority, Tokens};
-
-/// One bucket as written in the file.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Entry {
-    #[serde(rename = "type")]
-    limit_type: String,
-    capacity: Option<toml::Value>,
-    refill: Option<String>,
-    cost_per_call: Option<toml::Value>,
-    #[serde(default)]
-    lean: bool,
-    #[serde(default)]
-    reserves: Vec<ReserveEntry>,
-}
-
-/// One reserve as written in the file.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReserveEntry {
-    priority: String,
-    reserve: toml::Value,
-}
-
-/// Reads a bucket file; every problem names the dimension and what was expected.
+/// Reads a bucket file; every problem names the dimension and what was expected. Each entry
+/// is read as [`Bucket`]'s `Deserialize` reads it (the `serde` feature).
 pub fn parse(text: &str) -> Result<Vec<(Dimension, Bucket)>, String> {
-    let entries: BTreeMap<String, Entry> = toml::from_str(text).map_err(|e| e.to_string())?;
+    let entries: BTreeMap<String, toml::Value> = toml::from_str(text).map_err(|e| e.to_string())?;
     let mut buckets = Vec::with_capacity(entries.len());
     for (name, entry) in entries {
         let dimension = Dimension::new(&name).map_err(|e| format!("[\"{name}\"]: {e}"))?;
-        let bucket = entry.bucket().map_err(|e| format!("[\"{name}\"]: {e}"))?;
+        let bucket: Bucket = entry
+            .try_into()
+            .map_err(|e: toml::de::Error| format!("[\"{name}\"]: {}", e.message()))?;
         buckets.push((dimension, bucket));
     }
     Ok(buckets)
-}
-
-impl Entry {
-    fn bucket(&self) -> Result<Bucket, String> {
-        let limit_type: LimitType = self.limit_type.parse().map_err(|e| format!("type: {e}"))?;
-        let capacity = self
-            .capacity
-            .as_ref()
-            .map(|v| number(v, "capacity"))
-            .transpose()?;
-        let cost = self
-            .cost_per_call
-            .as_ref()
-            .map(|v| number(v, "cost_per_call"))
-            .transpose()?;
-        let refill = self
-            .refill
-            .as_deref()
-            .map(|r| super::rate(r).map_err(|e| format!("refill: {e}")))
-            .transpose()?;
-        let reserves = self
-            .reserves
-            .iter()
-            .map(|r| {
-                let priority = Priority::new(&r.priority).map_err(|e| format!("reserves: {e}"))?;
-                let size = match &r.reserve {
-                    toml::Value::String(s) => s.clone(),
-                    other => number(other, "reserves")?.to_string(),
-                };
-                let amount = super::amount(&size).map_err(|e| format!("reserves: {e}"))?;
-                Ok((priority, amount))
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        super::bucket(limit_type, capacity, refill, cost, self.lean, &reserves)
-    }
-}
-
-/// A token amount written as a TOML integer, float or string (`500`, `0.5`, `"8.333333"`).
-fn number(value: &toml::Value, field: &str) -> Result<Tokens, String> {
-    let text = match value {
-        toml::Value::Integer(i) => i.to_string(),
-        toml::Value::Float(f) => f.to_string(),
-        toml::Value::String(s) => s.clone(),
-        other => {
-            return Err(format!(
-                "{field}: expected a number, got {}",
-                other.type_str()
-            ));
-        }
-    };
-    text.parse()
-        .map_err(|e| format!("{field}: `{text}` is not a token amount ({e})"))
 }
 
 #[cfg(test)]
@@ -181,13 +107,13 @@ capacity = 10
             ),
             (
                 "[\"a#b\"]\ntype = \"concurrent\"\ncapacty = 1\n",
-                "",
+                "a#b",
                 "unknown field `capacty`",
             ),
             (
                 "[\"a#b\"]\ntype = \"requests\"\nrefill = \"fast\"\n",
                 "a#b",
-                "refill",
+                "`fast` is not a rate like 500/min",
             ),
             (
                 "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = true\n",
@@ -197,7 +123,7 @@ capacity = 10
             (
                 "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = 2\nreserves = [{ priority = \"x y\", reserve = 1 }]\n",
                 "a#b",
-                "reserves: priority `x y`",
+                "priority `x y`",
             ),
             (
                 "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = 2\nreserves = [{ priority = \"x\", reserve = 3 }]\n",
@@ -206,7 +132,7 @@ capacity = 10
             ),
             (
                 "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = 2\nreserves = [{ priority = \"x\", share = 1 }]\n",
-                "",
+                "a#b",
                 "unknown field `share`",
             ),
             ("not toml [", "", ""),

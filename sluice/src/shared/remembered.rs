@@ -4,7 +4,7 @@
 //! A client keeps, per dimension, the bucket row as it last learned it from the store: the
 //! row its own write produced, the row a read returned, or the current row a failed
 //! condition handed back. Other clients and processes change that row all the time, so
-//! what a client remembers is a cache with these rules, all held by [`Remembered`]:
+//! what a client remembers is a cache with these rules, all held by `Remembered`:
 //!
 //! 1. **A grant never comes from memory.** A remembered row is only where a conditional
 //!    write starts from, and the write applies only if the stored row is still exactly that

@@ -1,0 +1,335 @@
+//! `Serialize` and `Deserialize` for the configuration types (feature `serde`), in the words
+//! people write them: names as strings, token amounts as exact decimal strings (numbers are
+//! read too), refill rates as `AMOUNT/UNIT`, and a [`Bucket`] as one entry of
+//! `sluice apply`'s file. Every value is checked as it is read, with the same rules and
+//! messages as the constructors; as in that file, a `concurrent` bucket's reserves are whole
+//! slots (a fraction is rounded up).
+//!
+//! ```
+//! use sluice::{Bucket, RefillRate};
+//!
+//! let bucket: Bucket = serde_json::from_str(
+//!     r#"{"type": "requests", "refill": "500/min", "capacity": 500,
+//!         "reserves": [{"priority": "interactive", "reserve": "20%"}]}"#,
+//! )?;
+//! assert_eq!(bucket.refill_rate(), RefillRate::per_minute(500));
+//! assert_eq!(bucket.reserves()[0].tokens, 100.into());
+//!
+//! // Written back exactly (the reserve as the tokens it came to).
+//! let text = serde_json::to_string(&bucket)?;
+//! assert_eq!(serde_json::from_str::<Bucket>(&text)?, bucket);
+//! # Ok::<(), serde_json::Error>(())
+//! ```
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::text::{Amount, amount, bucket, rate};
+use crate::{Bucket, Dimension, LimitType, Priority, RefillRate, Tokens};
+
+/// Serializes as the value's `Display` text.
+macro_rules! as_text {
+    ($($ty:ty),*) => {$(
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+    )*};
+}
+
+as_text!(Dimension, Priority, LimitType, Tokens);
+
+/// Deserializes from a string, through the type's checked parser.
+macro_rules! from_text {
+    ($($ty:ty),*) => {$(
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(deserializer)?;
+                text.parse().map_err(de::Error::custom)
+            }
+        }
+    )*};
+}
+
+from_text!(Dimension, Priority, LimitType);
+
+/// A number or a decimal string, as its exact decimal text.
+struct Decimal;
+
+impl Visitor<'_> for Decimal {
+    type Value = String;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a number of tokens, as a number or a decimal string")
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<String, E> {
+        // The shortest text that reads back as this float, e.g. `0.5`.
+        Ok(v.to_string())
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+        Ok(v.to_owned())
+    }
+}
+
+impl<'de> Deserialize<'de> for Tokens {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = deserializer.deserialize_any(Decimal)?;
+        text.parse().map_err(de::Error::custom)
+    }
+}
+
+impl Serialize for RefillRate {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&format_args!("{self}/s"))
+    }
+}
+
+impl<'de> Deserialize<'de> for RefillRate {
+    /// `AMOUNT/UNIT` (`500/min`, `10/s`, `1000/h`, `50000/day`), or a bare number of tokens
+    /// per second.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = deserializer.deserialize_any(Decimal)?;
+        match text.parse() {
+            Ok(per_second) if !text.contains('/') => Ok(per_second),
+            _ => rate(&text).map_err(de::Error::custom),
+        }
+    }
+}
+
+/// A bucket as written in `sluice apply`'s file.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Definition {
+    #[serde(rename = "type")]
+    limit_type: LimitType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    capacity: Option<Tokens>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    refill: Option<RefillRate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cost_per_call: Option<Tokens>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    lean: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    reserves: Vec<ReserveDefinition>,
+}
+
+/// One reserve: tokens, or `"20%"` of the capacity.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReserveDefinition {
+    priority: Priority,
+    reserve: ReserveAmount,
+}
+
+/// A reserve's size as written: a number of tokens or a percentage string.
+struct ReserveAmount(Amount);
+
+impl Serialize for ReserveAmount {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Amount::Tokens(t) => t.serialize(serializer),
+            Amount::Percent(p) => serializer.collect_str(&format_args!("{p}%")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ReserveAmount {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = deserializer.deserialize_any(Decimal)?;
+        amount(&text).map(ReserveAmount).map_err(de::Error::custom)
+    }
+}
+
+impl Serialize for Bucket {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let limited = self.limit_type() != LimitType::Concurrent;
+        Definition {
+            limit_type: self.limit_type(),
+            capacity: Some(self.capacity()),
+            refill: limited.then(|| self.refill_rate()),
+            cost_per_call: Some(self.cost_per_call()),
+            lean: !self.keeps_leases(),
+            reserves: self
+                .reserves()
+                .iter()
+                .map(|r| ReserveDefinition {
+                    priority: r.priority.clone(),
+                    reserve: ReserveAmount(Amount::Tokens(r.tokens)),
+                })
+                .collect(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Bucket {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let d = Definition::deserialize(deserializer)?;
+        let reserves: Vec<(Priority, Amount)> = d
+            .reserves
+            .into_iter()
+            .map(|r| (r.priority, r.reserve.0))
+            .collect();
+        bucket(
+            d.limit_type,
+            d.capacity,
+            d.refill,
+            d.cost_per_call,
+            d.lean,
+            &reserves,
+        )
+        .map_err(de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn read<T: for<'de> Deserialize<'de>>(json: &str) -> Result<T, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn names_are_strings_checked_as_they_are_read() {
+        let d: Dimension = read(r#""openai#rpm""#).unwrap();
+        assert_eq!(serde_json::to_string(&d).unwrap(), r#""openai#rpm""#);
+        assert!(
+            read::<Dimension>(r#""openai""#)
+                .unwrap_err()
+                .contains("exactly one `#`")
+        );
+        assert!(read::<Priority>(r#""a b""#).is_err());
+        let t: LimitType = read(r#""concurrent""#).unwrap();
+        assert_eq!(t, LimitType::Concurrent);
+        assert!(read::<LimitType>(r#""slots""#).is_err());
+    }
+
+    #[test]
+    fn tokens_and_rates_are_exact_decimals() {
+        assert_eq!(read::<Tokens>("500").unwrap(), Tokens::new(500));
+        assert_eq!(read::<Tokens>("0.5").unwrap(), "0.5".parse().unwrap());
+        assert_eq!(
+            read::<Tokens>(r#""8.333333""#).unwrap(),
+            "8.333333".parse().unwrap()
+        );
+        assert!(read::<Tokens>(r#""lots""#).is_err());
+        assert_eq!(
+            serde_json::to_string(&"1.25".parse::<Tokens>().unwrap()).unwrap(),
+            r#""1.25""#
+        );
+        assert_eq!(
+            read::<RefillRate>(r#""500/min""#).unwrap(),
+            RefillRate::per_minute(500)
+        );
+        assert_eq!(
+            read::<RefillRate>("10").unwrap(),
+            RefillRate::per_second(10)
+        );
+        assert_eq!(
+            serde_json::to_string(&RefillRate::per_minute(500)).unwrap(),
+            r#""8.333333/s""#
+        );
+        assert!(read::<RefillRate>(r#""500/week""#).is_err());
+    }
+
+    #[test]
+    fn buckets_are_read_as_in_the_apply_file_and_checked() {
+        let slots: Bucket = read(r#"{"type": "concurrent", "capacity": 10}"#).unwrap();
+        assert_eq!(slots, Bucket::concurrent(10));
+        let rpm: Bucket =
+            read(r#"{"type": "requests", "refill": "60/min", "lean": true}"#).unwrap();
+        assert_eq!(rpm, Bucket::requests(RefillRate::per_minute(60)).lean());
+        let cases = [
+            (r#"{"type": "requests"}"#, "needs a refill rate"),
+            (
+                r#"{"type": "concurrent", "capacity": 2, "refill": "1/s"}"#,
+                "does not refill",
+            ),
+            (
+                r#"{"type": "tokens", "refill": "1/s", "capacty": 5}"#,
+                "unknown field `capacty`",
+            ),
+            (
+                r#"{"type": "tokens", "refill": "10/s", "capacity": 5, "cost_per_call": 6}"#,
+                "cost per call",
+            ),
+            (
+                r#"{"type": "concurrent", "capacity": 4, "reserves": [{"priority": "x", "reserve": "150%"}]}"#,
+                "at most 100%",
+            ),
+        ];
+        for (json, message) in cases {
+            let error = read::<Bucket>(json).unwrap_err();
+            assert!(error.contains(message), "{json}: {error}");
+        }
+    }
+
+    fn any_bucket() -> impl Strategy<Value = Bucket> {
+        let limit = prop_oneof![
+            Just(LimitType::Requests),
+            Just(LimitType::Tokens),
+            Just(LimitType::Concurrent)
+        ];
+        (
+            limit,
+            1u64..1_000_000,
+            1u64..100_000,
+            any::<bool>(),
+            0u8..3,
+            1u64..40,
+        )
+            .prop_map(|(limit, capacity, per_minute, lean, reserves, share)| {
+                let b = match limit {
+                    LimitType::Concurrent => Bucket::concurrent(capacity),
+                    LimitType::Requests => Bucket::requests(RefillRate::per_minute(per_minute)),
+                    LimitType::Tokens => Bucket::tokens(RefillRate::per_minute(per_minute)),
+                };
+                let mut b = if lean && limit != LimitType::Concurrent {
+                    b.lean()
+                } else {
+                    b
+                };
+                // Reserves of `share` percent of the capacity each: fractional tokens, or
+                // whole slots (as a slot reserve is read).
+                let mut reserve = b.capacity().as_nanos() * i128::from(share) / 100;
+                if limit == LimitType::Concurrent {
+                    reserve = reserve.div_euclid(1_000_000_000).max(1) * 1_000_000_000;
+                }
+                let reserve = Tokens::from_nanos(reserve);
+                for name in ["interactive", "standard"]
+                    .iter()
+                    .take(usize::from(reserves))
+                {
+                    b = b.with_reserve(name.parse().unwrap(), reserve);
+                }
+                b
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn any_valid_bucket_reads_back_as_itself(bucket in any_bucket()) {
+            prop_assume!(bucket.validate().is_ok());
+            let json = serde_json::to_string(&bucket).unwrap();
+            let back: Bucket = serde_json::from_str(&json).unwrap();
+            prop_assert_eq!(back, bucket, "{}", json);
+        }
+    }
+}
