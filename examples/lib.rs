@@ -1,7 +1,7 @@
 //! Runnable examples of sluice, one per way of using it (see `examples/*.rs`).
 //!
 //! The library itself holds no code: it exists so that the workspace README's examples (and
-//! the core crate's README) are compiled and run as doctests, with every crate of the
+//! the published crates' READMEs) are compiled and run as doctests, with every crate of the
 //! workspace in reach.
 
 #![forbid(unsafe_code)]
@@ -11,7 +11,19 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-/// The core crate's README (its page on crates.io).
+/// The published crates' READMEs (their pages on crates.io).
 #[cfg(doctest)]
 #[doc = include_str!("../sluice/README.md")]
 struct CoreReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../sluice-tower/README.md")]
+struct TowerReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../sluice-reqwest/README.md")]
+struct ReqwestReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../sluice-macros/README.md")]
+struct MacrosReadmeDoctests;

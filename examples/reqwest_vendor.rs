@@ -1,11 +1,16 @@
-//! `SluiceMiddleware`: a small vendor client with retries, sharing one quota.
+//! `SluiceMiddleware` in a small vendor client built on reqwest-middleware, with retries,
+//! against the simulated vendor on loopback.
 //!
-//! A stand-in for `api.openai.com` listens on loopback (the client resolves the real host
-//! name to it). It reports `x-ratelimit-remaining-requests` on every answer and, once, says
-//! 429 with `retry-after: 2` and no requests remaining: `openai#rpm` pauses for every
-//! process sharing it, `openai#tpm` is left alone. The client stacks reqwest-retry (outside, for transient
-//! failures) and sluice (inside), charges `openai#rpm` per request and `openai#tpm` by each
-//! chat body's token estimate, and requeues on RetryIn by sleeping exactly that long.
+//! The vendor (the repository's simulator, under the real host name `api.openai.com`)
+//! enforces 240 requests a minute a second at a time: at most 4 at once, refilled at 4 a
+//! second, and says so in its `x-ratelimit-*-requests` headers. The shared `openai#rpm`
+//! bucket was configured more generously (100 at once, 120 a minute): the vendor's own
+//! headers bring it down to what the vendor holds and teach it the vendor's burst, and a
+//! 429, should one come, pauses it for every process sharing it. `openai#tpm` is charged by
+//! each chat body's token estimate and corrected to the usage the vendor reports.
+//!
+//! The client stacks reqwest-retry (outside, for transient failures; it never retries a
+//! RetryIn) and sluice (inside), and requeues on RetryIn by sleeping exactly that long.
 //! Runs on the in-memory store.
 //!
 //! ```text
@@ -13,130 +18,161 @@
 //! ```
 #![allow(clippy::print_stdout)]
 
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper_util::rt::TokioIo;
-use reqwest_middleware::ClientBuilder;
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
 use sluice::{Bucket, RefillRate, Sluice};
 use sluice_reqwest::{Limit, Route, Routes, Signal, SluiceMiddleware, estimate};
+use sluice_vendor_sim::{Shape, VendorConfig, VendorSim};
 
-/// The stand-in vendor: 60 requests a minute by its own count, and one 429 on the 4th call.
-async fn vendor() -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind loopback");
-    let addr = listener.local_addr().expect("local address");
-    let calls = Arc::new(AtomicU32::new(0));
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let calls = calls.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |_: hyper::Request<Incoming>| {
-                    let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-                    async move {
-                        let mut response =
-                            hyper::Response::new(Full::new(Bytes::from_static(b"{}")));
-                        // The 4th answer says requests ran out.
-                        let remaining = if n == 4 { 0 } else { 60u32.saturating_sub(n) };
-                        let remaining = remaining.to_string();
-                        let headers = response.headers_mut();
-                        headers.insert(
-                            "x-ratelimit-remaining-requests",
-                            remaining.parse().expect("a number is a header value"),
-                        );
-                        headers.insert(
-                            "x-ratelimit-reset-requests",
-                            hyper::header::HeaderValue::from_static("1s"),
-                        );
-                        if n == 4 {
-                            headers.insert(
-                                "retry-after",
-                                hyper::header::HeaderValue::from_static("2"),
-                            );
-                            *response.status_mut() = hyper::StatusCode::TOO_MANY_REQUESTS;
-                        }
-                        Ok::<_, Infallible>(response)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
+/// The host the client believes it calls; it resolves to the simulator.
+const OPENAI: &str = "api.openai.com";
+
+/// A chat body: 200 tokens to generate at most.
+const CHAT: &str = r#"{"model":"gpt-4o","max_tokens":200,"messages":[{"role":"user","content":"Write a haiku about shared quotas."}]}"#;
+
+/// The vendor: 240 requests a minute, enforced a second at a time.
+pub fn vendor_config() -> VendorConfig {
+    VendorConfig {
+        rpm: 240,
+        shape: Shape::PerSecond,
+        ..VendorConfig::default()
+    }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr = vendor().await;
-    let sluice = Sluice::in_memory();
-    sluice
-        .put_bucket(
-            "openai#rpm",
-            Bucket::requests(RefillRate::per_minute(120)).with_capacity(100),
-        )
-        .await?;
-    sluice
-        .put_bucket("openai#tpm", Bucket::tokens(RefillRate::per_minute(40_000)))
-        .await?;
+/// The shared buckets, as an operator defined them: more requests at once than the vendor
+/// really takes.
+pub async fn buckets(sluice: &Sluice) -> Result<(), sluice::Error> {
+    let rpm = Bucket::requests(RefillRate::per_minute(120)).with_capacity(100);
+    sluice.put_bucket("openai#rpm", rpm).await?;
+    let tpm = Bucket::tokens(RefillRate::per_minute(40_000));
+    sluice.put_bucket("openai#tpm", tpm).await?;
+    Ok(())
+}
 
+/// The vendor client: retries outside, sluice inside, reaching `vendor`.
+pub fn client(sluice: &Sluice, vendor: &VendorSim) -> reqwest::Result<ClientWithMiddleware> {
     let routes = Routes::vendors().route(
-        Route::new("api.openai.com")
-            .limit(Limit::parse("openai#rpm")?.signal(Signal::Requests))
+        Route::new(OPENAI)
             .limit(
-                Limit::parse("openai#tpm")?
+                Limit::parse("openai#rpm")
+                    .expect("a valid dimension")
+                    .signal(Signal::Requests),
+            )
+            .limit(
+                Limit::parse("openai#tpm")
+                    .expect("a valid dimension")
                     .estimate(estimate::chat_tokens)
                     .signal(Signal::Tokens),
             ),
     );
     let http = reqwest::Client::builder()
-        .resolve("api.openai.com", addr)
+        .resolve(OPENAI, vendor.addr())
         .build()?;
-    let client = ClientBuilder::new(http)
+    Ok(ClientBuilder::new(http)
         .with(RetryTransientMiddleware::new_with_policy(
             ExponentialBackoff::builder().build_with_max_retries(3),
         ))
         .with(SluiceMiddleware::new(routes).client(sluice.clone()))
-        .build();
+        .build())
+}
 
-    let url = format!("http://api.openai.com:{}/v1/chat/completions", addr.port());
-    let body = r#"{"model":"gpt-4o","max_tokens":200,"messages":[{"role":"user","content":"Write a haiku about shared quotas."}]}"#;
+/// What `calls` sequential chat calls came to.
+#[derive(Debug, Default)]
+pub struct Run {
+    /// Calls answered with a completion.
+    pub completed: u32,
+    /// RetryIns slept out on the way.
+    pub requeued: u32,
+}
+
+/// Sends `calls` chat calls one after another, sleeping out every RetryIn.
+pub async fn run(
+    client: &ClientWithMiddleware,
+    vendor: &VendorSim,
+    calls: u32,
+    mut report: impl FnMut(String),
+) -> Result<Run, reqwest_middleware::Error> {
+    let url = vendor.url(OPENAI, "/v1/chat/completions");
     let started = Instant::now();
-    let mut done = 0;
-    while done < 6 {
+    let mut run = Run::default();
+    while run.completed < calls {
         let elapsed = started.elapsed().as_secs_f64();
-        match client.post(&url).body(body).send().await {
+        match client
+            .post(&url)
+            .bearer_auth("sk-example")
+            .body(CHAT)
+            .send()
+            .await
+        {
             Ok(response) => {
-                done += 1;
-                let rpm = sluice.snapshot("openai#rpm").await?;
-                let tpm = sluice.snapshot("openai#tpm").await?;
-                println!(
-                    "{elapsed:5.2}s  call {done}: {}  openai#rpm available {}  openai#tpm available {}",
-                    response.status(),
-                    rpm.available,
-                    tpm.available,
-                );
+                let status = response.status();
+                // Reading the body to its end lets its usage correct the token charge.
+                response.bytes().await?;
+                run.completed += 1;
+                report(format!("{elapsed:5.2}s  call {}: {status}", run.completed));
             }
             Err(error) => match sluice::Error::find_retry_in(&error) {
                 Some(delay) => {
-                    println!("{elapsed:5.2}s  rate limited: requeue in {delay:?}");
+                    run.requeued += 1;
+                    report(format!("{elapsed:5.2}s  held back: requeue in {delay:?}"));
                     tokio::time::sleep(delay).await;
                 }
-                None => return Err(error.into()),
+                None => return Err(error),
             },
         }
     }
+    Ok(run)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let vendor = VendorSim::start(vendor_config()).await;
+    let sluice = Sluice::in_memory();
+    buckets(&sluice).await?;
+    let client = client(&sluice, &vendor)?;
+    let started = Instant::now();
+    let run = run(&client, &vendor, 12, |line| println!("{line}")).await?;
+    let rpm = sluice.snapshot("openai#rpm").await?;
+    let stats = vendor.stats();
     println!(
-        "six calls in {:.1}s; the vendor's 429 paused openai#rpm for every process sharing it",
-        started.elapsed().as_secs_f64()
+        "{} calls in {:.1}s, {} requeued; the vendor answered {} with 429; openai#rpm learned \
+         the vendor's burst: {}",
+        run.completed,
+        started.elapsed().as_secs_f64(),
+        run.requeued,
+        stats.rejected,
+        rpm.burst
+            .map_or_else(|| "none".to_owned(), |b| b.to_string()),
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice::Tokens;
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_vendors_headers_bring_a_generous_bucket_down_to_its_real_burst() {
+        let vendor = VendorSim::start(vendor_config()).await;
+        let sluice = Sluice::in_memory();
+        buckets(&sluice).await.unwrap();
+        let client = client(&sluice, &vendor).unwrap();
+        let run = run(&client, &vendor, 12, |_| {}).await.unwrap();
+        assert_eq!(run.completed, 12);
+        // 12 calls against a vendor that takes 4 at once: sluice held some back.
+        assert!(run.requeued > 0, "{run:?}");
+        let stats = vendor.stats();
+        assert_eq!(stats.accepted, 12);
+        // The vendor's headers, not its 429s, paced the client: at most one refusal (a
+        // call in flight before the first answer arrived).
+        assert!(stats.rejected <= 1, "{stats:?}");
+        let rpm = sluice.snapshot("openai#rpm").await.unwrap();
+        let burst = rpm.burst.expect("a burst learned from the headers");
+        assert!(burst <= Tokens::new(5), "{burst}");
+    }
 }

@@ -5,10 +5,11 @@
 # syn 2 under tracing-attributes, is theirs to remove, and is listed for information.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$(pwd -P)
 tree=(cargo tree --workspace --all-features -e normal,build,dev)
 failed=0
 for crate in rand rand_core toml syn; do
-    versions=$("${tree[@]}" -d --depth 0 --prefix none 2>/dev/null |
+    versions=$("${tree[@]}" -d --depth 0 --prefix none |
         awk -v c="$crate" '$1 == c { print $2 }' | sort -uV)
     [ -n "$versions" ] || { echo "ok: one version of $crate"; continue; }
     newest=$(tail -n 1 <<< "$versions")
@@ -16,14 +17,14 @@ for crate in rand rand_core toml syn; do
         [ "$version" = "$newest" ] && continue
         spec="$crate@${version#v}"
         # Direct dependents of the older version; ours carry their path in parentheses.
-        ours=$("${tree[@]}" -i "$spec" --depth 1 --prefix none 2>/dev/null |
-            tail -n +2 | grep -F "($PWD/" || true)
+        ours=$("${tree[@]}" -i "$spec" --depth 1 --prefix none |
+            tail -n +2 | grep -F "($root/" || true)
         if [ -n "$ours" ]; then
             echo "FAILED: $crate $version (not the newest, $newest) is a direct dependency of:"
             sed 's/^/    /' <<< "$ours"
             failed=1
         else
-            others=$("${tree[@]}" -i "$spec" --depth 1 --prefix none 2>/dev/null |
+            others=$("${tree[@]}" -i "$spec" --depth 1 --prefix none |
                 tail -n +2 | sort -u | awk '{ print $1 }' | paste -sd, -)
             echo "ok: $crate $version is only other crates' ($others); ours use $newest"
         fi

@@ -27,12 +27,17 @@ cargo publish --workspace --dry-run --locked
 
 # The reconciler function: the binary, as `bootstrap` in a zip.
 cargo build --release --locked -p sluice-lambda --bin sluice-reconciler-lambda
-lambda="$target/lambda"
+lambda="$target/lambda-zip"
 rm -rf "$lambda" && mkdir -p "$lambda"
 cp "$target/release/sluice-reconciler-lambda" "$lambda/bootstrap"
 # The provided.al2023 runtime has glibc 2.34: a binary asking for newer symbols would not
 # start there (build with cargo-lambda instead, as deploy/README.md says).
-glibc=$(objdump -T "$lambda/bootstrap" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)
+glibc=$(objdump -T "$lambda/bootstrap" | { grep -o 'GLIBC_[0-9.]*' || true; } |
+    sed 's/GLIBC_//' | sort -uV | tail -n 1)
+if [ -z "$glibc" ]; then
+    echo "FAILED: found no glibc symbol versions in $lambda/bootstrap (objdump -T)" >&2
+    exit 1
+fi
 if [ "$(printf '%s\n' "$glibc" 2.34 | sort -V | tail -n 1)" != 2.34 ]; then
     echo "FAILED: bootstrap needs glibc $glibc; Amazon Linux 2023 has 2.34" >&2
     exit 1

@@ -17,7 +17,7 @@
 //! use serde_json::Value;
 //!
 //! # async fn run() -> Result<(), lambda_runtime::Error> {
-//! let sluice = sluice::Sluice::from_env().await?;
+//! let sluice = sluice_lambda::client_from_env().await?;
 //! lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
 //!     let sluice = sluice.clone();
 //!     async move { sluice_lambda::handler(&sluice, event).await }
@@ -46,6 +46,23 @@ pub async fn handler(sluice: &Sluice, event: LambdaEvent<Value>) -> Result<Value
     Ok(counts(&report))
 }
 
+/// The client the function runs on: configured from the environment like any sluice
+/// client, except that a missing `SLUICE_TABLE_NAME` is an error. (An SDK client falls back
+/// to an in-memory store; a reconciler there would report empty passes forever.)
+pub async fn client_from_env() -> Result<Sluice, Error> {
+    let config = sluice::Config::from_env()?;
+    require_table(&config)?;
+    Ok(sluice::SluiceBuilder::from_config(config).connect().await?)
+}
+
+/// Fails when `config` names no table.
+pub fn require_table(config: &sluice::Config) -> Result<(), Error> {
+    if config.table_name.is_none() {
+        return Err("SLUICE_TABLE_NAME is not set: the reconciler needs the shared table".into());
+    }
+    Ok(())
+}
+
 /// A report's counts as the invocation's result.
 pub fn counts(report: &ReconcileReport) -> Value {
     json!({
@@ -60,4 +77,21 @@ pub fn counts(report: &ReconcileReport) -> Value {
         "buckets_busy": report.buckets_busy,
         "buckets_not_raised": report.buckets_not_raised,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reconciler_without_a_table_refuses_to_start() {
+        let mut config = sluice::Config::default();
+        let error = require_table(&config).unwrap_err();
+        assert!(
+            error.to_string().contains("SLUICE_TABLE_NAME is not set"),
+            "{error}"
+        );
+        config.table_name = Some("vendor-buckets".to_owned());
+        assert!(require_table(&config).is_ok());
+    }
 }

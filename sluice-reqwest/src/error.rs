@@ -1,16 +1,34 @@
 //! How the middleware's own errors reach the caller.
 
+/// What became of a request the middleware answers with a sluice error, as the first line of
+/// that error.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Fate {
+    /// The shared quota could not take it: it was never sent.
+    NotSent,
+    /// The vendor answered 429 and the route is paused for every process sharing it.
+    Paused,
+    /// It was abandoned at its lease's deadline, after it was sent.
+    Abandoned,
+}
+
 /// A sluice error as the middleware returns it: `reqwest_middleware::Error::Middleware`
-/// holding an `anyhow` error whose context says sluice held the request back and whose
-/// `source()` is the [`sluice::Error`] itself.
+/// holding an `anyhow` error whose context says what became of the request (and repeats
+/// the error, for callers that print only the first line) and whose `source()` is the
+/// [`sluice::Error`] itself.
 ///
 /// The extra context level is what keeps the error findable:
 /// `reqwest_middleware::Error`, async-openai's `OpenAIError::Boxed` and other transparent
 /// wrappers forward `source()` to the source of what they hold, skipping the held error
 /// itself, so a bare `sluice::Error` there would be out of [`sluice::Error::find_retry_in`]'s
 /// reach. `anyhow`'s `downcast_ref::<sluice::Error>()` still finds it.
-pub(crate) fn not_sent(error: sluice::Error) -> reqwest_middleware::Error {
-    let context = format!("sluice held the request back: {error}");
+pub(crate) fn middleware_error(fate: Fate, error: sluice::Error) -> reqwest_middleware::Error {
+    let what = match fate {
+        Fate::NotSent => "sluice held the request back",
+        Fate::Paused => "the vendor answered 429; sluice paused the route for every process",
+        Fate::Abandoned => "sluice abandoned the request at its lease's deadline",
+    };
+    let context = format!("{what}: {error}");
     reqwest_middleware::Error::Middleware(anyhow::Error::new(error).context(context))
 }
 
@@ -21,7 +39,10 @@ mod tests {
     use super::*;
 
     fn retry(ms: u64) -> reqwest_middleware::Error {
-        not_sent(sluice::Error::RetryIn(Duration::from_millis(ms)))
+        middleware_error(
+            Fate::NotSent,
+            sluice::Error::RetryIn(Duration::from_millis(ms)),
+        )
     }
 
     fn find(error: &(dyn std::error::Error + 'static)) -> Option<Duration> {
@@ -62,12 +83,23 @@ mod tests {
             Some(sluice::Error::RetryIn(_))
         ));
         let text = error.to_string();
-        assert!(text.contains("sluice") && text.contains("1.250s"), "{text}");
+        assert!(
+            text.contains("held the request back") && text.contains("1.250s"),
+            "{text}"
+        );
+        let paused = middleware_error(Fate::Paused, sluice::Error::RetryIn(Duration::from_secs(2)));
+        assert!(
+            paused.to_string().starts_with("the vendor answered 429"),
+            "{paused}"
+        );
     }
 
     #[test]
     fn other_errors_carry_no_delay() {
-        let timeout = not_sent(sluice::Error::Timeout(Duration::from_secs(1)));
+        let timeout = middleware_error(
+            Fate::Abandoned,
+            sluice::Error::Timeout(Duration::from_secs(1)),
+        );
         assert_eq!(find(&timeout), None);
         let other = reqwest_middleware::Error::Middleware(anyhow::anyhow!("boom"));
         assert_eq!(find(&other), None);

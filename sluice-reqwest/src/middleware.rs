@@ -11,7 +11,7 @@ use reqwest_middleware::{Middleware, Next};
 use sluice::{Acquire, Lease, Priority, Report, Sluice, Tighten, Tokens, UnixMillis};
 
 use crate::body::{Corrections, hold_until_read};
-use crate::error::not_sent;
+use crate::error::{Fate, middleware_error};
 use crate::headers::{Signal, VendorLimits};
 use crate::route::{Limit, Override, Route, Routes};
 
@@ -238,7 +238,10 @@ impl Middleware for SluiceMiddleware {
             return next.run(request, extensions).await;
         }
         let correct_usage = route.is_none_or(Route::corrects_usage);
-        let client = self.sluice().await.map_err(not_sent)?;
+        let client = self
+            .sluice()
+            .await
+            .map_err(|e| middleware_error(Fate::NotSent, e))?;
         let ttl = self.lease_ttl.unwrap_or(client.config().lease_ttl);
         let acquire = limits
             .iter()
@@ -252,7 +255,7 @@ impl Middleware for SluiceMiddleware {
                 tracing::warn!(%dimension, url = %request.url(), "no bucket defined; sending without a slot");
                 return next.run(request, extensions).await;
             }
-            Err(error) => return Err(not_sent(error)),
+            Err(error) => return Err(middleware_error(Fate::NotSent, error)),
         };
         let sent_at = client.now();
         let sent_system = SystemTime::now();
@@ -283,7 +286,10 @@ impl Middleware for SluiceMiddleware {
                 .learn(&client, &limits, response.status(), &vendor, sent_at)
                 .await
             {
-                return Err(not_sent(sluice::Error::RetryIn(pause)));
+                return Err(middleware_error(
+                    Fate::Paused,
+                    sluice::Error::RetryIn(pause),
+                ));
             }
         }
         let response = match lease {
@@ -311,7 +317,10 @@ async fn send(
     };
     if deadline.is_zero() {
         release(lease).await;
-        return Err(not_sent(sluice::Error::Timeout(deadline)));
+        return Err(middleware_error(
+            Fate::NotSent,
+            sluice::Error::Timeout(deadline),
+        ));
     }
     match tokio::time::timeout(deadline, request).await {
         Ok(Ok(response)) => Ok((response, lease)),
@@ -321,7 +330,10 @@ async fn send(
         }
         Err(_elapsed) => {
             release(lease).await;
-            Err(not_sent(sluice::Error::Timeout(deadline)))
+            Err(middleware_error(
+                Fate::Abandoned,
+                sluice::Error::Timeout(deadline),
+            ))
         }
     }
 }

@@ -166,6 +166,13 @@ impl Error {
     /// Pass a reference to the error (`&e`), a boxed error's contents (`&*e`), or an
     /// `anyhow::Error` as `e.as_ref()`. `None` when the error is not a quota denial.
     ///
+    /// One wrapping hides it: a `sluice::Error` held *directly* by a transparent wrapper
+    /// (`#[error(transparent)] Sluice(#[from] sluice::Error)`, or
+    /// `reqwest_middleware::Error::middleware(sluice_error)` in a middleware of your own),
+    /// because such a wrapper's `source()` is the source of the `sluice::Error`, which a
+    /// RetryIn does not have. Give your own wrapper a message of its own
+    /// (`#[error("calling the vendor")] Sluice(#[from] sluice::Error)`), or match on it.
+    ///
     /// ```
     /// use std::time::Duration;
     ///

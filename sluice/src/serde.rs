@@ -15,7 +15,7 @@
 //! assert_eq!(bucket.refill_rate(), RefillRate::per_minute(500));
 //! assert_eq!(bucket.reserves()[0].tokens, 100.into());
 //!
-//! // Written back exactly (the reserve as the tokens it came to).
+//! // Written back as itself (the reserve as the tokens it came to).
 //! let text = serde_json::to_string(&bucket)?;
 //! assert_eq!(serde_json::from_str::<Bucket>(&text)?, bucket);
 //! # Ok::<(), serde_json::Error>(())
@@ -84,10 +84,19 @@ impl Visitor<'_> for Decimal {
     }
 }
 
+/// A decimal's text from a number or a string; from a string only in formats that do not
+/// describe themselves (bincode, postcard), where every decimal is written as a string.
+fn decimal<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    if deserializer.is_human_readable() {
+        deserializer.deserialize_any(Decimal)
+    } else {
+        deserializer.deserialize_str(Decimal)
+    }
+}
+
 impl<'de> Deserialize<'de> for Tokens {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = deserializer.deserialize_any(Decimal)?;
-        text.parse().map_err(de::Error::custom)
+        decimal(deserializer)?.parse().map_err(de::Error::custom)
     }
 }
 
@@ -98,14 +107,11 @@ impl Serialize for RefillRate {
 }
 
 impl<'de> Deserialize<'de> for RefillRate {
-    /// `AMOUNT/UNIT` (`500/min`, `10/s`, `1000/h`, `50000/day`), or a bare number of tokens
-    /// per second.
+    /// `AMOUNT/UNIT` (`500/min`, `10/s`, `1000/h`, `50000/day`); a bare number is refused,
+    /// as its unit would be a guess.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = deserializer.deserialize_any(Decimal)?;
-        match text.parse() {
-            Ok(per_second) if !text.contains('/') => Ok(per_second),
-            _ => rate(&text).map_err(de::Error::custom),
-        }
+        // A number is read too, to be refused with what a rate looks like.
+        rate(&decimal(deserializer)?).map_err(de::Error::custom)
     }
 }
 
@@ -149,8 +155,9 @@ impl Serialize for ReserveAmount {
 
 impl<'de> Deserialize<'de> for ReserveAmount {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = deserializer.deserialize_any(Decimal)?;
-        amount(&text).map(ReserveAmount).map_err(de::Error::custom)
+        amount(&decimal(deserializer)?)
+            .map(ReserveAmount)
+            .map_err(de::Error::custom)
     }
 }
 
@@ -238,10 +245,15 @@ mod tests {
             read::<RefillRate>(r#""500/min""#).unwrap(),
             RefillRate::per_minute(500)
         );
-        assert_eq!(
-            read::<RefillRate>("10").unwrap(),
-            RefillRate::per_second(10)
+        assert!(
+            read::<RefillRate>("10").is_err(),
+            "a bare number has no unit"
         );
+        // Per second, exactly; per minute, to a millionth per second.
+        let fine: RefillRate = read(r#""0.000000001/s""#).unwrap();
+        assert_eq!(fine.as_nanos_per_second(), 1);
+        let json = serde_json::to_string(&fine).unwrap();
+        assert_eq!(read::<RefillRate>(&json).unwrap(), fine);
         assert_eq!(
             serde_json::to_string(&RefillRate::per_minute(500)).unwrap(),
             r#""8.333333/s""#

@@ -134,7 +134,9 @@ fn whole_up(tokens: Tokens) -> Tokens {
     )
 }
 
-/// A refill rate: `AMOUNT/UNIT` with UNIT one of s, min, h, day (long names too).
+/// A refill rate: `AMOUNT/UNIT` with UNIT one of s, min, h, day (long names too). A rate
+/// per second is kept exactly (to a billionth of a token); one per longer unit is rounded
+/// down to a millionth of a token per second, as [`RefillRate::new`] does.
 pub fn rate(text: &str) -> Result<RefillRate, String> {
     let bad = || format!("`{text}` is not a rate like 500/min, 10/s, 1000/h or 50000/day");
     let (amount, unit) = text.split_once('/').ok_or_else(bad)?;
@@ -143,7 +145,9 @@ pub fn rate(text: &str) -> Result<RefillRate, String> {
         return Err(format!("`{text}`: the amount must be positive"));
     }
     let period = match unit.trim() {
-        "s" | "sec" | "second" => Duration::from_secs(1),
+        "s" | "sec" | "second" => {
+            return Ok(RefillRate::from_nanos_per_second(amount.as_nanos()));
+        }
         "m" | "min" | "minute" => Duration::from_secs(60),
         "h" | "hour" => Duration::from_secs(3_600),
         "d" | "day" => Duration::from_secs(86_400),

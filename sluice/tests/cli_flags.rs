@@ -76,7 +76,20 @@ fn apply_dry_run_with_a_detailed_exit_code_says_whether_changes_are_pending() {
         1,
         "expected",
     );
-    // Only with --dry-run.
+    // So is a missing table (otherwise 3), and a bad RUST_LOG (otherwise 2).
+    let missing = cli
+        .command(&args)
+        .env("SLUICE_TABLE_NAME", "sluice-no-such-table")
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    let bad_log = cli
+        .command(&args)
+        .env("RUST_LOG", "x=loud")
+        .output()
+        .unwrap();
+    assert_eq!(bad_log.status.code(), Some(1));
+    // Only with --dry-run (a usage error clap reports before anything runs).
     cli.fails(&["apply", file, "--detailed-exitcode"], 2, "--dry-run");
 }
 
@@ -185,7 +198,15 @@ fn acquire_json_prints_one_event_per_line() {
 
 #[test]
 fn completions_are_printed_for_each_shell_without_a_table() {
-    let Some(cli) = Cli::new() else { return };
+    // No table, no endpoint: completions need neither (nor DynamoDB Local).
+    let completions = |shell: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["completions", shell])
+            .env_remove("SLUICE_TABLE_NAME")
+            .env_remove("SLUICE_ENDPOINT_URL")
+            .output()
+            .unwrap()
+    };
     for (shell, marker) in [
         ("bash", "complete -F"),
         ("zsh", "#compdef sluice"),
@@ -193,12 +214,7 @@ fn completions_are_printed_for_each_shell_without_a_table() {
         ("powershell", "Register-ArgumentCompleter"),
         ("elvish", "edit:completion"),
     ] {
-        let output = cli
-            .command(&["completions", shell])
-            .env_remove("SLUICE_TABLE_NAME")
-            .env_remove("SLUICE_ENDPOINT_URL")
-            .output()
-            .unwrap();
+        let output = completions(shell);
         assert_eq!(output.status.code(), Some(0), "{shell}");
         let script = String::from_utf8(output.stdout).unwrap();
         assert!(script.contains(marker), "{shell}: {script}");
@@ -213,7 +229,10 @@ fn completions_are_printed_for_each_shell_without_a_table() {
             assert!(script.contains(word), "{shell} lacks {word}");
         }
     }
-    cli.fails(&["completions", "tcsh"], 2, "invalid value 'tcsh'");
+    let unknown = completions("tcsh");
+    assert_eq!(unknown.status.code(), Some(2));
+    let stderr = String::from_utf8(unknown.stderr).unwrap();
+    assert!(stderr.contains("invalid value 'tcsh'"), "{stderr}");
 }
 
 #[test]

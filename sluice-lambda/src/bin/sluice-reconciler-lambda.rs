@@ -27,7 +27,7 @@ async fn main() -> Result<(), Error> {
         )
         .with(filter)
         .init();
-    let sluice = Sluice::from_env().await?;
+    let sluice: Sluice = sluice_lambda::client_from_env().await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
         let sluice = sluice.clone();
         async move { sluice_lambda::handler(&sluice, event).await }

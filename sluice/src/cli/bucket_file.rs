@@ -30,9 +30,12 @@ pub fn parse(text: &str) -> Result<Vec<(Dimension, Bucket)>, String> {
     let mut buckets = Vec::with_capacity(entries.len());
     for (name, entry) in entries {
         let dimension = Dimension::new(&name).map_err(|e| format!("[\"{name}\"]: {e}"))?;
-        let bucket: Bucket = entry
-            .try_into()
-            .map_err(|e: toml::de::Error| format!("[\"{name}\"]: {}", e.message()))?;
+        let bucket: Bucket = entry.try_into().map_err(|e: toml::de::Error| {
+            format!(
+                "[\"{name}\"]: {}",
+                e.to_string().trim_end().replace('\n', " ")
+            )
+        })?;
         buckets.push((dimension, bucket));
     }
     Ok(buckets)
@@ -113,12 +116,12 @@ capacity = 10
             (
                 "[\"a#b\"]\ntype = \"requests\"\nrefill = \"fast\"\n",
                 "a#b",
-                "`fast` is not a rate like 500/min",
+                "`fast` is not a rate like 500/min, 10/s, 1000/h or 50000/day in `refill`",
             ),
             (
                 "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = true\n",
                 "a#b",
-                "expected a number",
+                "expected a number of tokens, as a number or a decimal string in `capacity`",
             ),
             (
                 "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = 2\nreserves = [{ priority = \"x y\", reserve = 1 }]\n",

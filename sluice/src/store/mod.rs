@@ -137,7 +137,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Where the rows are, in words for error messages: which table, or that they are in
     /// this process's memory.
     fn describe(&self) -> String {
-        format!("the store {self:?}")
+        format!("the store `{}`", std::any::type_name::<Self>())
     }
 }
 

@@ -52,6 +52,7 @@ pub(crate) async fn run(
                     "{dimension} is short; retry in {}",
                     humantime::format_duration(delay)
                 ),
+                pending: false,
             });
         }
         Err(e) => return Err(e.into()),

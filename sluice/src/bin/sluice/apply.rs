@@ -19,20 +19,18 @@ pub(crate) struct How {
 }
 
 /// `sluice apply`: the plan from the bucket file, then its writes (none on a dry run).
+/// With `--detailed-exitcode`, pending changes end as [`exit::PENDING`] (and `main` makes
+/// every failure 1).
 pub(crate) async fn run(sluice: &Sluice, file: &Path, how: How) -> Result<(), Failure> {
-    let outcome = plan_and_apply(sluice, file, &how).await;
-    match outcome {
-        // A detailed exit code keeps 2 for "changes pending": any failure is 1.
-        Err(failure) if how.detailed_exitcode && failure.code == exit::USAGE => Err(Failure {
-            code: exit::FAILURE,
-            ..failure
-        }),
-        Ok(writes) if how.detailed_exitcode && writes > 0 => Err(Failure {
+    let writes = plan_and_apply(sluice, file, &how).await?;
+    if how.detailed_exitcode && writes > 0 {
+        return Err(Failure {
             code: exit::PENDING,
             message: format!("{writes} change(s) pending"),
-        }),
-        other => other.map(|_| ()),
+            pending: true,
+        });
     }
+    Ok(())
 }
 
 /// Prints the plan, applies it unless on a dry run; the number of writes it holds.

@@ -37,6 +37,8 @@ pub(crate) mod exit {
 pub(crate) struct Failure {
     pub(crate) code: u8,
     pub(crate) message: String,
+    /// Not a failure: `apply --dry-run --detailed-exitcode` found changes to make.
+    pub(crate) pending: bool,
 }
 
 impl Failure {
@@ -44,6 +46,7 @@ impl Failure {
         Failure {
             code: exit::USAGE,
             message: message.into(),
+            pending: false,
         }
     }
 }
@@ -68,6 +71,7 @@ impl From<Error> for Failure {
         Failure {
             code,
             message: error.to_string(),
+            pending: false,
         }
     }
 }
@@ -81,12 +85,26 @@ impl From<StoreError> for Failure {
 fn main() -> ExitCode {
     sluice::__private::operator_process();
     let cli = Cli::parse();
+    // `apply --detailed-exitcode` keeps 2 for "changes pending": any failure is then 1.
+    let detailed = matches!(
+        cli.command,
+        Command::Apply {
+            detailed_exitcode: true,
+            ..
+        }
+    );
+    let fail = |failure: Failure| {
+        eprintln!("sluice: {}", failure.message);
+        let code = match (detailed, failure.pending) {
+            (false, _) => failure.code,
+            (true, true) => exit::PENDING,
+            (true, false) => exit::FAILURE,
+        };
+        ExitCode::from(code)
+    };
     let filter = match log_filter(cli.verbose, std::env::var("RUST_LOG").ok()) {
         Ok(filter) => filter,
-        Err(message) => {
-            eprintln!("sluice: {message}");
-            return ExitCode::from(exit::USAGE);
-        }
+        Err(message) => return fail(Failure::usage(message)),
     };
     tracing_subscriber::registry()
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
@@ -104,16 +122,16 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("sluice: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::FAILURE);
+            return fail(Failure {
+                code: exit::FAILURE,
+                message: format!("cannot start the async runtime: {e}"),
+                pending: false,
+            });
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(failure) => {
-            eprintln!("sluice: {}", failure.message);
-            ExitCode::from(failure.code)
-        }
+        Err(failure) => fail(failure),
     }
 }
 
@@ -317,6 +335,7 @@ async fn reconcile(
                     return Err(Failure {
                         code: exit::FAILURE,
                         message: format!("{} error(s) in the last pass", report.errors.len()),
+                        pending: false,
                     });
                 }
                 break;
