@@ -17,11 +17,10 @@ pub(crate) enum Fate {
 /// the error, for callers that print only the first line) and whose `source()` is the
 /// [`sluice::Error`] itself.
 ///
-/// The extra context level is what keeps the error findable:
-/// `reqwest_middleware::Error`, async-openai's `OpenAIError::Boxed` and other transparent
-/// wrappers forward `source()` to the source of what they hold, skipping the held error
-/// itself, so a bare `sluice::Error` there would be out of [`sluice::Error::find_retry_in`]'s
-/// reach. `anyhow`'s `downcast_ref::<sluice::Error>()` still finds it.
+/// [`sluice::Error::find_retry_in`] finds the delay through `reqwest_middleware::Error`,
+/// async-openai's `OpenAIError::Boxed` and other transparent wrappers (which forward
+/// `source()` past the error they hold), and `anyhow`'s `downcast_ref::<sluice::Error>()`
+/// still finds the error itself.
 pub(crate) fn middleware_error(fate: Fate, error: sluice::Error) -> reqwest_middleware::Error {
     let what = match fate {
         Fate::NotSent => "sluice held the request back",

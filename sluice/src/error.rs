@@ -1,6 +1,9 @@
 //! The one error type of the `sluice` crate.
 
+use std::fmt;
 use std::time::Duration;
+
+use ref_cast::RefCast;
 
 use crate::bucket::BucketError;
 use crate::config::ConfigError;
@@ -23,7 +26,7 @@ use crate::tokens::Tokens;
 /// }
 /// assert_eq!(requeue_delay(&sluice::Error::RetryIn(Duration::from_millis(1500))), Some(Duration::from_millis(1500)));
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
     /// Not enough tokens now: retry after this delay, rounded up to the millisecond.
@@ -41,12 +44,8 @@ pub enum Error {
     /// an upper bound (a release may free a slot sooner), or the slot poll interval when no
     /// live lease shows; [`Sluice::acquire_within`](crate::Sluice::acquire_within) and the
     /// waits built on it look again at most every poll interval.
-    #[error("rate limited: retry in {}", crate::error::fmt_duration(*.0))]
     RetryIn(Duration),
     /// The cost is larger than the bucket's capacity, so the request can never be granted.
-    #[error(
-        "cost {cost} exceeds the capacity {capacity} of `{dimension}`; it can never be granted: lower the cost or raise the capacity"
-    )]
     CostExceedsCapacity {
         /// The dimension.
         dimension: Dimension,
@@ -58,9 +57,6 @@ pub enum Error {
     /// The cost fits the bucket's capacity, but not what the acquire's priority may ever
     /// take (the capacity less the reserves kept for the priorities above it), so it can
     /// never be granted at this priority.
-    #[error(
-        "cost {cost} exceeds the {share} that priority `{priority}` may take of `{dimension}` (its capacity less the reserves above it); it can never be granted at this priority: lower the cost, use a higher priority or lower the reserves"
-    )]
     CostExceedsShare {
         /// The dimension.
         dimension: Dimension,
@@ -72,15 +68,10 @@ pub enum Error {
         share: Tokens,
     },
     /// The dimension's name is malformed.
-    #[error(transparent)]
-    InvalidDimension(#[from] DimensionError),
+    InvalidDimension(DimensionError),
     /// The priority's name is malformed.
-    #[error(transparent)]
-    InvalidPriority(#[from] PriorityError),
+    InvalidPriority(PriorityError),
     /// No bucket is defined for the dimension in the store the client uses.
-    #[error(
-        "no bucket is defined for `{dimension}` in {store}; define it with `Sluice::put_bucket` or `sluice bucket put`"
-    )]
     UnknownDimension {
         /// The dimension.
         dimension: Dimension,
@@ -88,7 +79,6 @@ pub enum Error {
         store: String,
     },
     /// A cost is negative.
-    #[error("cost {cost} for `{dimension}` is negative")]
     InvalidCost {
         /// The dimension.
         dimension: Dimension,
@@ -96,10 +86,8 @@ pub enum Error {
         cost: Tokens,
     },
     /// A lease TTL (or a slot's timeout) is shorter than one millisecond.
-    #[error("a lease TTL must be at least 1 ms, got {0:?}")]
     InvalidTtl(Duration),
     /// A request names no dimension, or too many for one atomic write.
-    #[error("an acquire must name between 1 and {max} dimensions, got {got}")]
     DimensionCount {
         /// How many were named.
         got: usize,
@@ -107,22 +95,16 @@ pub enum Error {
         max: usize,
     },
     /// A bucket definition is unusable.
-    #[error("invalid bucket for `{dimension}`: {source}")]
     InvalidBucket {
         /// The dimension.
         dimension: Dimension,
         /// What is wrong.
-        #[source]
         source: BucketError,
     },
     /// A slot's body ran past the slot's timeout; its lease was released.
-    #[error("the slot's body ran past its timeout of {}", crate::error::fmt_duration(*.0))]
     Timeout(Duration),
     /// Other clients kept winning the race for the same bucket, although it had tokens.
     /// This is contention, not a quota denial; retrying soon is reasonable.
-    #[error(
-        "lost the race for `{dimension}` {attempts} times in a row to other writers (contention, not a quota denial)"
-    )]
     Contention {
         /// A dimension that kept changing.
         dimension: Dimension,
@@ -130,15 +112,147 @@ pub enum Error {
         attempts: u32,
     },
     /// The lease no longer exists: it was released, or it expired and was reconciled.
-    #[error("lease `{0}` no longer exists: it was released, or it expired and was reconciled")]
     LeaseNotFound(String),
     /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
     /// The configuration is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(ConfigError),
 }
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::RetryIn(delay) => write!(f, "rate limited: retry in {}", fmt_duration(*delay)),
+            Error::CostExceedsCapacity {
+                dimension,
+                cost,
+                capacity,
+            } => write!(
+                f,
+                "cost {cost} exceeds the capacity {capacity} of `{dimension}`; it can never be granted: lower the cost or raise the capacity"
+            ),
+            Error::CostExceedsShare {
+                dimension,
+                cost,
+                priority,
+                share,
+            } => write!(
+                f,
+                "cost {cost} exceeds the {share} that priority `{priority}` may take of `{dimension}` (its capacity less the reserves above it); it can never be granted at this priority: lower the cost, use a higher priority or lower the reserves"
+            ),
+            Error::InvalidDimension(e) => fmt::Display::fmt(e, f),
+            Error::InvalidPriority(e) => fmt::Display::fmt(e, f),
+            Error::UnknownDimension { dimension, store } => write!(
+                f,
+                "no bucket is defined for `{dimension}` in {store}; define it with `Sluice::put_bucket` or `sluice bucket put`"
+            ),
+            Error::InvalidCost { dimension, cost } => {
+                write!(f, "cost {cost} for `{dimension}` is negative")
+            }
+            Error::InvalidTtl(ttl) => write!(f, "a lease TTL must be at least 1 ms, got {ttl:?}"),
+            Error::DimensionCount { got, max } => write!(
+                f,
+                "an acquire must name between 1 and {max} dimensions, got {got}"
+            ),
+            Error::InvalidBucket { dimension, source } => {
+                write!(f, "invalid bucket for `{dimension}`: {source}")
+            }
+            Error::Timeout(timeout) => write!(
+                f,
+                "the slot's body ran past its timeout of {}",
+                fmt_duration(*timeout)
+            ),
+            Error::Contention {
+                dimension,
+                attempts,
+            } => write!(
+                f,
+                "lost the race for `{dimension}` {attempts} times in a row to other writers (contention, not a quota denial)"
+            ),
+            Error::LeaseNotFound(id) => write!(
+                f,
+                "lease `{id}` no longer exists: it was released, or it expired and was reconciled"
+            ),
+            Error::Store(e) => fmt::Display::fmt(e, f),
+            Error::Config(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    /// A RetryIn's source is its [`Delay`]: even a wrapper that forwards `source()` past
+    /// the `sluice::Error` it holds (`#[error(transparent)]`) leads to the delay.
+    /// Transparent variants (a malformed name, a store or configuration error) forward
+    /// their inner error's source, as `#[error(transparent)]` does.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::RetryIn(delay) => Some(Delay::ref_cast(delay)),
+            Error::InvalidDimension(e) => e.source(),
+            Error::InvalidPriority(e) => e.source(),
+            Error::Store(e) => e.source(),
+            Error::Config(e) => e.source(),
+            Error::InvalidBucket { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<DimensionError> for Error {
+    fn from(e: DimensionError) -> Self {
+        Error::InvalidDimension(e)
+    }
+}
+
+impl From<PriorityError> for Error {
+    fn from(e: PriorityError) -> Self {
+        Error::InvalidPriority(e)
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        Error::Store(e)
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Self {
+        Error::Config(e)
+    }
+}
+
+/// The delay of a [`Error::RetryIn`], as that error's [`source`](std::error::Error::source).
+///
+/// It is what lets [`Error::find_retry_in`] find a RetryIn that a transparent wrapper holds
+/// directly: such a wrapper's `source()` is the `sluice::Error`'s source, this delay.
+///
+/// ```
+/// use std::error::Error as _;
+/// use std::time::Duration;
+///
+/// let e = sluice::Error::RetryIn(Duration::from_millis(250));
+/// let delay = e.source().and_then(|s| s.downcast_ref::<sluice::Delay>()).unwrap();
+/// assert_eq!(delay.duration(), Duration::from_millis(250));
+/// assert_eq!(delay.to_string(), "250ms");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, RefCast)]
+#[repr(transparent)]
+pub struct Delay(Duration);
+
+impl Delay {
+    /// The wait before the request can be granted.
+    pub fn duration(&self) -> Duration {
+        self.0
+    }
+}
+
+impl fmt::Display for Delay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&fmt_duration(self.0))
+    }
+}
+
+impl std::error::Error for Delay {}
 
 impl Error {
     /// The delay to wait before retrying, when this error is a quota denial.
@@ -166,12 +280,10 @@ impl Error {
     /// Pass a reference to the error (`&e`), a boxed error's contents (`&*e`), or an
     /// `anyhow::Error` as `e.as_ref()`. `None` when the error is not a quota denial.
     ///
-    /// One wrapping hides it: a `sluice::Error` held *directly* by a transparent wrapper
+    /// A `sluice::Error` held *directly* by a transparent wrapper
     /// (`#[error(transparent)] Sluice(#[from] sluice::Error)`, or
-    /// `reqwest_middleware::Error::middleware(sluice_error)` in a middleware of your own),
-    /// because such a wrapper's `source()` is the source of the `sluice::Error`, which a
-    /// RetryIn does not have. Give your own wrapper a message of its own
-    /// (`#[error("calling the vendor")] Sluice(#[from] sluice::Error)`), or match on it.
+    /// `reqwest_middleware::Error::middleware(sluice_error)` in a middleware of your own) is
+    /// found too: such a wrapper's `source()` is the RetryIn's own source, its [`Delay`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -196,6 +308,9 @@ impl Error {
         while let Some(e) = current {
             if let Some(d) = e.downcast_ref::<Error>().and_then(Error::retry_in) {
                 return Some(d);
+            }
+            if let Some(delay) = e.downcast_ref::<Delay>() {
+                return Some(delay.duration());
             }
             current = e.source();
         }
@@ -243,6 +358,32 @@ mod tests {
         .to_string();
         assert!(unknown.contains("sluice bucket put"), "{unknown}");
         assert!(unknown.contains("in-memory store") && unknown.contains("SLUICE_TABLE_NAME"));
+    }
+
+    #[test]
+    fn retry_in_is_found_even_under_a_transparent_wrapper() {
+        #[derive(Debug, thiserror::Error)]
+        enum App {
+            #[error(transparent)]
+            Sluice(#[from] Error),
+        }
+        let app = App::from(Error::RetryIn(Duration::from_millis(1_250)));
+        assert_eq!(app.to_string(), "rate limited: retry in 1.250s");
+        assert_eq!(
+            Error::find_retry_in(&app),
+            Some(Duration::from_millis(1_250))
+        );
+        // Twice transparent, then boxed.
+        #[derive(Debug, thiserror::Error)]
+        #[error(transparent)]
+        struct Outer(#[from] App);
+        let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(Outer(app));
+        assert_eq!(
+            Error::find_retry_in(&*boxed),
+            Some(Duration::from_millis(1_250))
+        );
+        let timeout = App::from(Error::Timeout(Duration::from_secs(1)));
+        assert_eq!(Error::find_retry_in(&timeout), None);
     }
 
     #[test]

@@ -79,7 +79,7 @@ pub use config::{
 };
 pub use decimal::{DecimalError, Rounding};
 pub use dimension::{Dimension, DimensionError};
-pub use error::Error;
+pub use error::{Delay, Error};
 pub use grant::{LeaseId, LeaseIdError};
 pub use lease::Lease;
 pub use priority::{MAX_RESERVES, Priority, PriorityError, Reserve};
