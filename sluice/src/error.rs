@@ -305,10 +305,9 @@ impl Error {
     /// ```
     pub fn find_retry_in(error: &(dyn std::error::Error + 'static)) -> Option<Duration> {
         let mut current = Some(error);
+        // A RetryIn's source is its `Delay`: the walk reaches it from the error itself and
+        // from any wrapper, transparent ones included.
         while let Some(e) = current {
-            if let Some(d) = e.downcast_ref::<Error>().and_then(Error::retry_in) {
-                return Some(d);
-            }
             if let Some(delay) = e.downcast_ref::<Delay>() {
                 return Some(delay.duration());
             }
