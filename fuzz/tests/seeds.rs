@@ -145,6 +145,17 @@ fn realistic_rows() -> Vec<(&'static str, Item)> {
         Bucket::concurrent(10),
         at,
     );
+    // One a day, refilled a millisecond after it was drained: it carries a part of a
+    // billionth.
+    let mut daily = BucketState {
+        tokens: Tokens::ZERO,
+        ..BucketState::full(
+            "mail#daily".parse().unwrap(),
+            Bucket::requests(RefillRate::per_day(1)).with_capacity(10),
+            at,
+        )
+    };
+    daily.set_level(daily.refilled(UnixMillis::new(at.as_millis() + 1)));
     let reserved = BucketState::full(
         "openai#tpm".parse().unwrap(),
         Bucket::tokens(RefillRate::per_minute(2_000_000))
@@ -192,6 +203,7 @@ fn realistic_rows() -> Vec<(&'static str, Item)> {
         ("bucket-lean", write_bucket_row(&lean)),
         ("bucket-concurrent", write_bucket_row(&slots)),
         ("bucket-reserves", write_bucket_row(&reserved)),
+        ("bucket-carry", write_bucket_row(&daily)),
         ("bucket-other-sdk", other_sdk),
         ("lease-slot", write_lease_row(&lease)),
         ("lease-other-sdk", seed_lease),

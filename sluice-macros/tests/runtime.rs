@@ -282,3 +282,40 @@ async fn without_a_client_the_process_wide_default_is_used() {
     on_the_global_client().await.unwrap();
     assert_eq!(available(&sluice, "test#rpm").await, Tokens::new(2));
 }
+
+#[rate_limited("test#concurrent", client = sluice, timeout = 5)]
+async fn one_slot(sluice: &Sluice) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_requeues_on_retry_in_gets_the_slot_another_client_freed() {
+    let store = std::sync::Arc::new(sluice::MemoryStore::new());
+    let on_store = || {
+        Sluice::builder()
+            .store_arc(store.clone())
+            .clock(TokioClock::starting_at(UnixMillis::from_secs(
+                1_700_000_000,
+            )))
+            .build()
+            .unwrap()
+    };
+    let holder = on_store();
+    holder
+        .put_bucket("test#concurrent", Bucket::concurrent(1))
+        .await
+        .unwrap();
+    let caller = on_store();
+    for released_after in [Duration::ZERO, sluice::DEFAULT_SLOT_POLL / 2] {
+        let held = holder.acquire("test#concurrent").await.unwrap();
+        let Err(AppError::RateLimited(wait)) = one_slot(&caller).await else {
+            panic!("the slot is held elsewhere");
+        };
+        assert!(wait <= sluice::DEFAULT_SLOT_POLL, "{wait:?}");
+        tokio::time::sleep(released_after).await;
+        held.release().await.unwrap();
+        // The caller requeues for the RetryIn, and the slot is there when it asks again.
+        tokio::time::sleep(wait - released_after).await;
+        one_slot(&caller).await.unwrap();
+    }
+}

@@ -672,3 +672,34 @@ fn rfc3339(t: std::time::SystemTime) -> String {
         rem % 60
     )
 }
+
+#[tokio::test]
+async fn a_caller_that_requeues_on_retry_in_gets_the_slot_another_client_freed() {
+    let world = World::new().await;
+    world
+        .bucket("elevenlabs#concurrent", Bucket::concurrent(1))
+        .await;
+    let holder = world.sluice();
+    let client = world.client();
+    let send = || {
+        client
+            .post(world.url(ELEVENLABS, "/v1/text-to-speech/x"))
+            .send()
+    };
+    // Released at once, or half-way through the wait the caller was given.
+    for released_after in [Duration::ZERO, sluice::DEFAULT_SLOT_POLL / 2] {
+        let held = holder.acquire("elevenlabs#concurrent").await.unwrap();
+        let error = send().await.unwrap_err();
+        let wait = sluice::Error::find_retry_in(&error).expect("a RetryIn");
+        assert!(wait <= sluice::DEFAULT_SLOT_POLL, "{wait:?}");
+        world.clock.advance(released_after);
+        held.release().await.unwrap();
+        // The caller requeues for the RetryIn, and the slot is there when it asks again.
+        world.clock.advance(wait - released_after);
+        let response = send().await.unwrap();
+        assert!(response.status().is_success());
+        // Its slot ends with the body.
+        response.bytes().await.unwrap();
+    }
+    assert_eq!(world.leases().await, 0);
+}

@@ -358,3 +358,35 @@ mod too_many_requests {
         assert_eq!(limited.body(), "");
     }
 }
+
+#[tokio::test]
+async fn a_caller_that_requeues_on_retry_in_gets_the_slot_another_client_freed() {
+    let clock = clock();
+    let store = Arc::new(sluice::MemoryStore::new());
+    let on_store = || {
+        Sluice::builder()
+            .store_arc(store.clone())
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    };
+    let holder = on_store();
+    holder
+        .put_bucket("vendor#concurrent", Bucket::concurrent(1))
+        .await
+        .unwrap();
+    let mut svc = ServiceBuilder::new()
+        .layer(SluiceLayer::new("vendor#concurrent").client(on_store()))
+        .service_fn(|n: u32| async move { Ok::<_, Infallible>(n + 1) });
+    for released_after in [Duration::ZERO, sluice::DEFAULT_SLOT_POLL / 2] {
+        let held = holder.acquire("vendor#concurrent").await.unwrap();
+        let e = svc.ready().await.unwrap().call(1).await.unwrap_err();
+        let wait = e.downcast_ref::<RetryIn>().expect("a RetryIn").retry_in();
+        assert!(wait <= sluice::DEFAULT_SLOT_POLL, "{wait:?}");
+        clock.advance(released_after);
+        held.release().await.unwrap();
+        // The caller requeues for the RetryIn, and the slot is there when it asks again.
+        clock.advance(wait - released_after);
+        assert_eq!(svc.ready().await.unwrap().call(1).await.unwrap(), 2);
+    }
+}

@@ -23,6 +23,7 @@ fn state() -> BucketState {
         bucket: Bucket::requests(RefillRate::per_minute(500)),
         tokens: Tokens::new(250),
         last_refill_at: UnixMillis::from_secs(1_700_000_000),
+        refill_carry: sluice::RefillCarry::ZERO,
         version: 7,
         write_id: Some(42),
         recent_writes: sluice::RecentWrites::default(),
@@ -39,8 +40,7 @@ fn bucket_refill(bencher: Bencher<'_, '_>) {
         .saturating_add(Duration::from_millis(1_234));
     bencher.bench(|| {
         refill(
-            black_box(s.tokens),
-            black_box(s.last_refill_at),
+            black_box(s.level()),
             s.bucket.capacity(),
             s.bucket.refill_rate(),
             black_box(now),

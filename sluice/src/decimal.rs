@@ -119,6 +119,31 @@ pub(crate) fn parse(text: &str, decimals: u32, rounding: Rounding) -> Result<i12
     Ok(if negative { -value } else { value })
 }
 
+/// Parses `text` exactly as `digits / 10^scale`, with as few decimal places as its value
+/// needs, at most `max_scale`; digits beyond that are rounded as asked.
+pub(crate) fn parse_fraction(
+    text: &str,
+    max_scale: u32,
+    rounding: Rounding,
+) -> Result<(i128, u32), DecimalError> {
+    let scale = places_needed(text).clamp(0, i64::from(max_scale));
+    let scale = u32::try_from(scale).unwrap_or(max_scale);
+    parse(text, scale, rounding).map(|digits| (digits, scale))
+}
+
+/// The decimal places the value written `text` needs (its fraction's significant digits,
+/// moved by its exponent), or 0 for text [`parse`] refuses anyway.
+fn places_needed(text: &str) -> i64 {
+    let s = text.trim().trim_start_matches(['-', '+']);
+    let (mantissa, exponent) = match s.find(['e', 'E']) {
+        Some(at) => (&s[..at], s[at + 1..].parse::<i64>().unwrap_or(0)),
+        None => (s, 0),
+    };
+    let fraction = mantissa.split_once('.').map_or("", |(_, f)| f);
+    let significant = fraction.trim_end_matches('0').len() as i64;
+    significant.saturating_sub(exponent).max(0)
+}
+
 /// Formats an integer scaled by `10^decimals` as a plain decimal string, without
 /// trailing zeros in the fraction and without an exponent.
 pub(crate) fn format(value: i128, decimals: u32) -> String {
@@ -206,6 +231,23 @@ mod tests {
             parse("1e60", 9, Rounding::Exact),
             Err(DecimalError::OutOfRange(_))
         ));
+    }
+
+    #[test]
+    fn fractions_keep_the_places_their_value_needs() {
+        assert_eq!(parse_fraction("47", 38, Rounding::Exact), Ok((47, 0)));
+        assert_eq!(parse_fraction("47.500", 38, Rounding::Exact), Ok((475, 1)));
+        assert_eq!(
+            parse_fraction("0.000011574074074074", 38, Rounding::Exact),
+            Ok((11_574_074_074_074, 18))
+        );
+        assert_eq!(
+            parse_fraction("1.1574074074074073e-05", 38, Rounding::Exact),
+            Ok((11_574_074_074_074_073, 21))
+        );
+        assert_eq!(parse_fraction("1.5e3", 38, Rounding::Exact), Ok((1_500, 0)));
+        assert_eq!(parse_fraction("0.125", 2, Rounding::Floor), Ok((12, 2)));
+        assert!(parse_fraction("0.125", 2, Rounding::Exact).is_err());
     }
 
     #[test]

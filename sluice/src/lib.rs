@@ -53,6 +53,7 @@ mod lease;
 pub mod metrics;
 mod priority;
 mod protocol;
+mod rate;
 mod retry;
 mod role;
 #[cfg(feature = "serde")]
@@ -66,8 +67,8 @@ mod tokens;
 
 pub use acquire::{Acquire, MAX_DIMENSIONS};
 pub use bucket::{
-    Bucket, BucketError, BucketState, HeldLease, LimitType, MAX_VERSION, RECENT_WRITES,
-    RECENT_WRITES_WITH_LEASES, RecentWrites, Report, Take, UnknownLimitType, refill,
+    Bucket, BucketError, BucketState, HeldLease, Level, LimitType, MAX_VERSION, RECENT_WRITES,
+    RECENT_WRITES_WITH_LEASES, RecentWrites, RefillCarry, Report, Take, UnknownLimitType, refill,
 };
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};
@@ -85,6 +86,7 @@ pub use lease::Lease;
 pub use priority::{MAX_RESERVES, Priority, PriorityError, Reserve};
 pub use protocol::reconcile::{ReconcileError, ReconcileReport};
 pub use protocol::tighten::Tighten;
+pub use rate::RefillRate;
 pub use shared::remembered;
 /// Runs an `async fn` in a slot of a shared quota.
 ///
@@ -128,7 +130,7 @@ pub use snapshot::Snapshot;
 #[cfg(feature = "dynamodb")]
 pub use store::{DynamoStats, DynamoStore, SLOTS_INDEX};
 pub use store::{MemoryStore, Store};
-pub use tokens::{RefillRate, Tokens};
+pub use tokens::Tokens;
 
 #[doc(hidden)]
 #[path = "private.rs"]

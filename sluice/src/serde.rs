@@ -102,7 +102,7 @@ impl<'de> Deserialize<'de> for Tokens {
 
 impl Serialize for RefillRate {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(&format_args!("{self}/s"))
+        serializer.collect_str(self)
     }
 }
 
@@ -249,16 +249,20 @@ mod tests {
             read::<RefillRate>("10").is_err(),
             "a bare number has no unit"
         );
-        // Per second, exactly; per minute, to a millionth per second.
+        // Exactly, whatever the period.
         let fine: RefillRate = read(r#""0.000000001/s""#).unwrap();
-        assert_eq!(fine.as_nanos_per_second(), 1);
+        assert_eq!(fine, RefillRate::from_nanos_per_second(1));
         let json = serde_json::to_string(&fine).unwrap();
         assert_eq!(read::<RefillRate>(&json).unwrap(), fine);
         assert_eq!(
             serde_json::to_string(&RefillRate::per_minute(500)).unwrap(),
-            r#""8.333333/s""#
+            r#""500/min""#
         );
-        assert!(read::<RefillRate>(r#""500/week""#).is_err());
+        assert_eq!(
+            read::<RefillRate>(r#""3/week""#).unwrap(),
+            RefillRate::per_week(3)
+        );
+        assert!(read::<RefillRate>(r#""500/fortnight""#).is_err());
     }
 
     #[test]
@@ -299,19 +303,28 @@ mod tests {
             Just(LimitType::Tokens),
             Just(LimitType::Concurrent)
         ];
+        // Any amount (in billionths) per any period (in nanoseconds).
+        let rate = (1i128..1_000_000_000_000_000, 1u64..1_000_000_000_000_000).prop_map(
+            |(amount, period)| {
+                RefillRate::new(
+                    Tokens::from_nanos(amount),
+                    std::time::Duration::from_nanos(period),
+                )
+            },
+        );
         (
             limit,
             1u64..1_000_000,
-            1u64..100_000,
+            rate,
             any::<bool>(),
             0u8..3,
             1u64..40,
         )
-            .prop_map(|(limit, capacity, per_minute, lean, reserves, share)| {
+            .prop_map(|(limit, capacity, rate, lean, reserves, share)| {
                 let b = match limit {
                     LimitType::Concurrent => Bucket::concurrent(capacity),
-                    LimitType::Requests => Bucket::requests(RefillRate::per_minute(per_minute)),
-                    LimitType::Tokens => Bucket::tokens(RefillRate::per_minute(per_minute)),
+                    LimitType::Requests => Bucket::requests(rate).with_capacity(capacity),
+                    LimitType::Tokens => Bucket::tokens(rate).with_capacity(capacity),
                 };
                 let mut b = if lean && limit != LimitType::Concurrent {
                     b.lean()

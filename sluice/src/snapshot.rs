@@ -6,8 +6,9 @@ use crate::bucket::{BucketState, LimitType};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::priority::{Priority, Reserve, above, floor};
+use crate::rate::RefillRate;
 use crate::store::LeaseRecord;
-use crate::tokens::{RefillRate, Tokens};
+use crate::tokens::Tokens;
 
 /// A dimension's state at one moment: enough to tell at a glance whether a product is
 /// hitting the limit.

@@ -6,8 +6,6 @@
 // `serde` feature reads is used.
 #![cfg_attr(not(feature = "cli"), allow(unreachable_pub, dead_code))]
 
-use std::time::Duration;
-
 use crate::{Bucket, LimitType, Priority, RefillRate, Reserve, Tokens};
 
 /// A reserve's size as written: tokens, or a percentage of the bucket's capacity.
@@ -134,24 +132,16 @@ fn whole_up(tokens: Tokens) -> Tokens {
     )
 }
 
-/// A refill rate: `AMOUNT/UNIT` with UNIT one of s, min, h, day (long names too). A rate
-/// per second is kept exactly (to a billionth of a token); one per longer unit is rounded
-/// down to a millionth of a token per second, as [`RefillRate::new`] does.
+/// A refill rate: `AMOUNT/UNIT` with UNIT one of ms, s, min, h, day, week (long names
+/// too), optionally a multiple of it (`7/7.001s`, `1/2h`), kept exactly.
 pub fn rate(text: &str) -> Result<RefillRate, String> {
-    let bad = || format!("`{text}` is not a rate like 500/min, 10/s, 1000/h or 50000/day");
-    let (amount, unit) = text.split_once('/').ok_or_else(bad)?;
-    let amount: Tokens = amount.trim().parse().map_err(|_| bad())?;
-    if amount <= Tokens::ZERO {
+    let bad = || format!("`{text}` is not a rate like 500/min, 10/s, 1000/h, 50000/day or 1/week");
+    let rate = crate::rate::parse(text, false, crate::Rounding::Exact).map_err(|e| match e {
+        crate::DecimalError::Malformed(_) => bad(),
+        other => format!("`{text}`: {other}"),
+    })?;
+    if rate <= RefillRate::ZERO {
         return Err(format!("`{text}`: the amount must be positive"));
     }
-    let period = match unit.trim() {
-        "s" | "sec" | "second" => {
-            return Ok(RefillRate::from_nanos_per_second(amount.as_nanos()));
-        }
-        "m" | "min" | "minute" => Duration::from_secs(60),
-        "h" | "hour" => Duration::from_secs(3_600),
-        "d" | "day" => Duration::from_secs(86_400),
-        _ => return Err(bad()),
-    };
-    Ok(RefillRate::new(amount, period))
+    Ok(rate)
 }

@@ -1,8 +1,7 @@
-//! Fixed-point token amounts and refill rates.
+//! Fixed-point token amounts.
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
 
 use crate::decimal::{self, DecimalError, Rounding};
 
@@ -196,146 +195,13 @@ impl std::iter::Sum for Tokens {
     }
 }
 
-/// How fast a bucket refills, in tokens per second, kept exactly in billionths of a token
-/// per second.
-///
-/// The constructors take an amount per period and are unambiguous:
-/// `RefillRate::per_minute(500)` refills 500 tokens per minute. Rates that do not divide
-/// evenly are rounded *down* to a millionth of a token per second, so a bucket never
-/// refills faster than asked (500 per minute becomes 8.333333 per second, which is
-/// 499.99998 per minute) and refill stays exact at millisecond granularity.
-///
-/// ```
-/// use sluice::RefillRate;
-///
-/// assert_eq!(RefillRate::per_second(10).to_string(), "10");
-/// assert_eq!(RefillRate::per_minute(500).to_string(), "8.333333");
-/// assert_eq!("1.667".parse::<RefillRate>()?.to_string(), "1.667");
-/// # Ok::<(), sluice::DecimalError>(())
-/// ```
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct RefillRate(i128);
-
-/// Constructor rates are kept to a millionth of a token per second.
-const CONSTRUCTOR_GRANULARITY: i128 = 1_000;
-
-impl RefillRate {
-    /// No refill at all.
-    pub const ZERO: RefillRate = RefillRate(0);
-
-    /// The fastest refill sluice accepts: 10^15 tokens per second.
-    pub const MAX: RefillRate = RefillRate(1_000_000 * NANOS_PER_TOKEN * NANOS_PER_TOKEN);
-
-    /// `amount` tokens every `period`, rounded down to a millionth of a token per second.
-    ///
-    /// A zero `period` gives [`RefillRate::ZERO`].
-    pub fn new(amount: impl Into<Tokens>, period: Duration) -> Self {
-        let period_nanos = period.as_nanos() as i128;
-        if period_nanos == 0 {
-            return RefillRate::ZERO;
-        }
-        let amount = amount.into().as_nanos().max(0);
-        // nanotokens per second = amount * 1e9 / period_ns; computed in u128 range safely.
-        let per_second = amount
-            .checked_mul(1_000_000_000)
-            .map(|v| v / period_nanos)
-            .unwrap_or(i128::MAX / 2);
-        RefillRate(per_second - per_second % CONSTRUCTOR_GRANULARITY)
-    }
-
-    /// `amount` tokens per second.
-    pub fn per_second(amount: u64) -> Self {
-        Self::new(amount, Duration::from_secs(1))
-    }
-
-    /// `amount` tokens per minute.
-    pub fn per_minute(amount: u64) -> Self {
-        Self::new(amount, Duration::from_secs(60))
-    }
-
-    /// `amount` tokens per hour.
-    pub fn per_hour(amount: u64) -> Self {
-        Self::new(amount, Duration::from_secs(3_600))
-    }
-
-    /// `amount` tokens per day.
-    pub fn per_day(amount: u64) -> Self {
-        Self::new(amount, Duration::from_secs(86_400))
-    }
-
-    /// A rate given in billionths of a token per second.
-    pub const fn from_nanos_per_second(nanos: i128) -> Self {
-        RefillRate(nanos)
-    }
-
-    /// The rate in billionths of a token per second.
-    pub const fn as_nanos_per_second(self) -> i128 {
-        self.0
-    }
-
-    /// Whether the rate refills nothing.
-    pub const fn is_zero(self) -> bool {
-        self.0 == 0
-    }
-
-    /// Reads a decimal string of tokens per second, rounding as asked.
-    pub fn parse_rounded(text: &str, rounding: Rounding) -> Result<Self, DecimalError> {
-        decimal::parse(text, TOKEN_DECIMALS, rounding).map(RefillRate)
-    }
-}
-
-impl FromStr for RefillRate {
-    type Err = DecimalError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::parse_rounded(s, Rounding::Exact)
-    }
-}
-
-impl fmt::Display for RefillRate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        decimal::Display {
-            value: self.0,
-            decimals: TOKEN_DECIMALS,
-        }
-        .fmt(f)
-    }
-}
-
-impl fmt::Debug for RefillRate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RefillRate({self}/s)")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn rate_constructors_mean_amount_per_period() {
-        assert_eq!(
-            RefillRate::per_second(5).as_nanos_per_second(),
-            5_000_000_000
-        );
-        assert_eq!(
-            RefillRate::per_minute(60).as_nanos_per_second(),
-            1_000_000_000
-        );
-        assert_eq!(RefillRate::per_minute(500).to_string(), "8.333333");
-        assert_eq!(
-            RefillRate::per_minute(2_000_000).to_string(),
-            "33333.333333"
-        );
-        assert_eq!(RefillRate::per_hour(3_600).to_string(), "1");
-        assert_eq!(RefillRate::per_day(86_400).to_string(), "1");
-        assert_eq!(RefillRate::new(1, Duration::ZERO), RefillRate::ZERO);
-    }
-
-    #[test]
     fn checked_arithmetic_stays_within_the_bounds() {
         assert_eq!(Tokens::MAX.to_string(), "1000000000000000000");
-        assert_eq!(RefillRate::MAX.to_string(), "1000000000000000");
         assert_eq!(Tokens::MAX.checked_add(Tokens::from_nanos(1)), None);
         assert_eq!(
             Tokens::MAX.checked_add(-Tokens::new(1)),

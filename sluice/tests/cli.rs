@@ -53,7 +53,7 @@ fn bucket_put_get_list_delete() {
             "--refill",
             "500/min"
         ]),
-        "openai#rpm: requests, capacity 500, refill 8.333333/s, cost per call 1\n"
+        "openai#rpm: requests, capacity 500, refill 500/min, cost per call 1\n"
     );
     cli.ok(&[
         "bucket",
@@ -68,7 +68,9 @@ fn bucket_put_get_list_delete() {
     assert_eq!(rpm["type"], "requests");
     assert_eq!(rpm["capacity"], 500);
     assert_eq!(rpm["tokens"], 500);
-    assert_eq!(rpm["refill_per_second"], 8.333333);
+    assert_eq!(rpm["refill"], "500/min");
+    // The seed's tokens per second, as a JSON number (its 38 digits read as a float).
+    assert!(rpm["refill_per_second"].is_f64());
     assert_eq!(rpm["cost_per_call"], 1);
     let text = cli.ok(&["bucket", "get", "eleven#concurrent"]);
     assert!(text.contains("type            concurrent"), "{text}");
@@ -165,8 +167,8 @@ fn apply_shows_the_plan_applies_it_and_prunes_on_request() {
         dry,
         "~ update    eleven#concurrent: capacity 5 -> 10\n\
          ? not in file old#rpm (kept; --prune deletes it)\n\
-         + create    openai#rpm: requests, capacity 500, refill 8.333333/s, cost per call 1\n\
-         + create    openai#tpm: tokens, capacity 2000000, refill 33333.333333/s, cost per call 1\n\
+         + create    openai#rpm: requests, capacity 500, refill 500/min, cost per call 1\n\
+         + create    openai#tpm: tokens, capacity 2000000, refill 2000000/min, cost per call 1\n\
          dry run: 3 change(s), nothing applied\n"
     );
     // A dry run changes nothing.
@@ -261,7 +263,7 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
             "TYPE",
             "CAPACITY",
             "AVAILABLE",
-            "REFILL/S",
+            "REFILL",
             "LEASES",
             "TIME",
             "TO",
@@ -275,7 +277,7 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
             "concurrent",
             "10",
             "9",
-            "0",
+            "0/s",
             "1",
             "on",
             "release"
@@ -288,7 +290,7 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
             "requests",
             "500",
             "500",
-            "8.333333",
+            "500/min",
             "0",
             "full"
         ]
@@ -326,6 +328,7 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
             "lean",
             "leased",
             "live_leases",
+            "refill",
             "refill_per_second",
             "reserves",
             "time_to_full_ms",

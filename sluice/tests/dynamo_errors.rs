@@ -158,8 +158,7 @@ fn two_item_commit() -> Commit {
                     UnixMillis::from_secs(1_700_000_000),
                 )
             },
-            Tokens::new(9),
-            UnixMillis::from_secs(1_700_000_000),
+            sluice::Level::new(Tokens::new(9), UnixMillis::from_secs(1_700_000_000)),
         )],
         leases: vec![LeaseWrite::Create(LeaseRecord {
             slot: false,

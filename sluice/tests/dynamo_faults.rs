@@ -230,7 +230,8 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str) {
 fn supply(baseline: &sluice::BucketState, rate: u64, until: UnixMillis) -> Tokens {
     let ms = i128::from(until.as_millis() - baseline.last_refill_at.as_millis());
     baseline.tokens
-        + Tokens::from_nanos(ms * RefillRate::per_second(rate).as_nanos_per_second() / 1_000)
+        + RefillRate::per_second(rate)
+            .refill_over(std::time::Duration::from_millis(ms.unsigned_abs() as u64))
 }
 
 async fn parent(mode: &str) -> Option<()> {

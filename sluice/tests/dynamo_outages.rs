@@ -275,7 +275,8 @@ async fn frozen(mode: &str) -> Option<()> {
     let row = sluice.bucket(&rpm).await.unwrap().unwrap();
     let ms = i128::from(row.last_refill_at.as_millis() - baseline.last_refill_at.as_millis());
     let supplied = baseline.tokens
-        + Tokens::from_nanos(ms * RefillRate::per_second(RPM.2).as_nanos_per_second() / 1_000);
+        + RefillRate::per_second(RPM.2)
+            .refill_over(std::time::Duration::from_millis(ms.unsigned_abs() as u64));
     assert_eq!(
         row.tokens + Tokens::from(granted),
         supplied,

@@ -330,7 +330,7 @@ async fn parent(mode: &str) -> Option<()> {
     let rate = RefillRate::per_second(per_second(mode));
     let supply = |until: UnixMillis| {
         let ms = i128::from(until.as_millis() - baseline.last_refill_at.as_millis());
-        baseline.tokens + Tokens::from_nanos(ms * rate.as_nanos_per_second() / 1_000)
+        baseline.tokens + rate.refill_over(Duration::from_millis(ms.unsigned_abs() as u64))
     };
     assert!(
         Tokens::from(total) <= supply(now),
@@ -364,11 +364,10 @@ async fn parent(mode: &str) -> Option<()> {
     let tpm_rate = RefillRate::per_second(TPM.2);
     let tpm_row = sluice.bucket(&tpm).await.unwrap().unwrap();
     let tpm_supply = tpm_baseline.tokens
-        + Tokens::from_nanos(
-            i128::from(
-                tpm_row.last_refill_at.as_millis() - tpm_baseline.last_refill_at.as_millis(),
-            ) * tpm_rate.as_nanos_per_second()
-                / 1_000,
+        + tpm_rate.refill_over(
+            tpm_row
+                .last_refill_at
+                .saturating_since(tpm_baseline.last_refill_at),
         );
     assert_eq!(
         tpm_row.tokens + Tokens::from(pairs * TPM.3),

@@ -13,8 +13,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use sluice::store::{LeaseFilter, StoreError};
 use sluice::{
-    Acquire, Bucket, Config, DynamoStore, Error, ManualClock, Protocol, RefillRate, Sluice, Store,
-    Tokens, UnixMillis,
+    Acquire, Bucket, Config, DynamoStore, Error, Level, ManualClock, Protocol, RefillRate, Sluice,
+    Store, Tokens, UnixMillis,
 };
 
 /// Each conformance test on a table of its own: the reconciler works table-wide.
@@ -103,6 +103,101 @@ async fn rows_written_by_other_sdks_are_acquired_exactly() {
     let e = sluice.acquire(dim.as_str()).await.unwrap_err();
     assert_eq!(e.retry_in(), Some(Duration::from_millis(600)));
     lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_per_day_rate_another_sdk_wrote_is_read_exactly_and_honoured() {
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let t = dynamo::future_secs();
+    let dim = format!("{}#daily", vendor());
+    // One a day, as another SDK writes it: tokens per second to 18 places.
+    let mut row = seed_row_at(&dim, t);
+    row.insert("capacity".to_owned(), n("10"));
+    row.insert("tokens".to_owned(), n("0"));
+    row.insert("refill_rate".to_owned(), n("0.000011574074074074"));
+    put_raw(&store, row).await;
+    let clock = ManualClock::new(UnixMillis::from_secs(t));
+    let sluice = client_at(&store, &clock);
+    // 86,400.0000000000055 s for one token at that rate: the RetryIn rounds it up.
+    let e = sluice.acquire(&dim).await.unwrap_err();
+    assert_eq!(e.retry_in(), Some(Duration::from_millis(86_400_001)));
+    clock.advance(Duration::from_millis(86_400_000));
+    let e = sluice.acquire(&dim).await.unwrap_err();
+    assert_eq!(e.retry_in(), Some(Duration::from_millis(1)));
+    clock.advance(Duration::from_millis(1));
+    sluice.acquire(&dim).await.unwrap().release().await.unwrap();
+    // Written back with the same rate, to the digit; the other SDK reads what it wrote.
+    let after = get_raw(&store, &dim).await.unwrap();
+    assert_eq!(after["refill_rate"], n("0.000011574074074074"));
+    assert!(!after.contains_key("refill_amount"));
+    assert_eq!(
+        sluice
+            .bucket(&dim)
+            .await
+            .unwrap()
+            .unwrap()
+            .bucket
+            .refill_rate(),
+        "0.000011574074074074".parse().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_rate_sluice_writes_reads_back_exactly_and_other_sdks_read_its_decimal() {
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let t = dynamo::future_secs();
+    let clock = ManualClock::new(UnixMillis::from_secs(t));
+    let sluice = client_at(&store, &clock);
+    let dim = format!("{}#daily", vendor());
+    let bucket = Bucket::requests(RefillRate::per_day(1_000)).with_capacity(1_000);
+    sluice.put_bucket(&dim, bucket.clone()).await.unwrap();
+    sluice
+        .acquire(Acquire::with_cost(&dim, 1_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Granted whenever a token is there, looked at every 9,973 ms for a day: each grant
+    // writes the refill with what it carries, and the day refills exactly 1,000.
+    let mut granted = 0;
+    let mut carried = 0;
+    for _ in 0..8_663 {
+        clock.advance(Duration::from_millis(9_973));
+        while let Ok(lease) = sluice.acquire(&dim).await {
+            lease.release().await.unwrap();
+            granted += 1;
+            carried += usize::from(
+                get_raw(&store, &dim)
+                    .await
+                    .unwrap()
+                    .contains_key("refill_carry"),
+            );
+        }
+    }
+    clock.advance(Duration::from_millis(86_400_000 - 8_663 * 9_973));
+    let row = sluice.bucket(&dim).await.unwrap().unwrap();
+    assert_eq!(row.bucket, bucket);
+    assert_eq!(
+        row.available(clock.now()) + Tokens::from(granted),
+        Tokens::new(1_000)
+    );
+    assert!(carried > 0, "a part of a billionth was carried");
+    // Another SDK reads `refill_rate`: 1,000 a day to 38 digits.
+    let raw = get_raw(&store, &dim).await.unwrap();
+    assert_eq!(
+        raw["refill_rate"],
+        n("0.011574074074074074074074074074074074074")
+    );
+    assert_eq!(
+        (&raw["refill_amount"], &raw["refill_period"]),
+        (&n("1000"), &n("86400"))
+    );
+    sluice.acquire(&dim).await.unwrap().release().await.unwrap();
 }
 
 #[tokio::test]
@@ -198,6 +293,8 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
             kept.as_str(),
             "limit_type",
             "recent_writes",
+            "refill_amount",
+            "refill_period",
             "refill_rate",
             "tokens",
             "vendor_dimension",
@@ -225,7 +322,11 @@ async fn rows_sluice_writes_carry_exactly_the_seed_attributes_and_types() {
     assert_eq!(bucket["vendor_dimension"], s(&dim));
     assert_eq!(bucket["capacity"], n("100"));
     assert_eq!(bucket["tokens"], n("98.5"));
-    assert_eq!(bucket["refill_rate"], n("1.666666"));
+    // 100 a minute: the seed's tokens per second to DynamoDB's 38 digits, and the exact
+    // rate beside it.
+    assert_eq!(bucket["refill_rate"], n(&format!("1.{}", "6".repeat(37))));
+    assert_eq!(bucket["refill_amount"], n("100"));
+    assert_eq!(bucket["refill_period"], n("60"));
     assert_eq!(bucket["last_refill_at"], n(&format!("{t}.125")));
     assert_eq!(bucket["cost_per_call"], n("2"));
     assert_eq!(bucket["limit_type"], s("tokens"));
@@ -975,7 +1076,13 @@ async fn a_lost_race_hands_back_the_current_row() {
         .await
         .unwrap();
     let d: sluice::Dimension = dim.parse().unwrap();
-    let stale = BucketWrite::new(row.clone(), Tokens::new(1), row.last_refill_at);
+    let stale = BucketWrite::new(
+        row.clone(),
+        Level {
+            tokens: Tokens::new(1),
+            ..row.level()
+        },
+    );
     // Alone (a single conditional UpdateItem) and inside a transaction with a lease put.
     let lease = LeaseRecord {
         slot: false,
@@ -1093,8 +1200,10 @@ async fn a_transaction_resent_after_a_lost_answer_is_not_applied_twice() {
     let commit = Commit {
         buckets: vec![BucketWrite::new(
             row.clone(),
-            row.tokens - Tokens::new(1),
-            row.last_refill_at,
+            Level {
+                tokens: row.tokens - Tokens::new(1),
+                ..row.level()
+            },
         )],
         leases: vec![LeaseWrite::Create(LeaseRecord {
             slot: false,
@@ -1150,7 +1259,13 @@ async fn a_single_write_resent_after_a_lost_answer_is_not_applied_twice() {
     // carries this write's id: that is this write, applied once.
     let (proxied, updates) = answer_losing_proxy_for(endpoint.clone(), "UpdateItem").await;
     let store = DynamoStore::new(dynamo::client(&proxied), direct.table());
-    let write = BucketWrite::new(row.clone(), row.tokens - Tokens::new(1), row.last_refill_at);
+    let write = BucketWrite::new(
+        row.clone(),
+        Level {
+            tokens: row.tokens - Tokens::new(1),
+            ..row.level()
+        },
+    );
     store
         .commit(Commit {
             buckets: vec![write.clone()],
@@ -1178,8 +1293,10 @@ async fn a_single_write_resent_after_a_lost_answer_is_not_applied_twice() {
             .commit(Commit {
                 buckets: vec![BucketWrite::new(
                     row.clone(),
-                    row.tokens,
-                    row.last_refill_at
+                    Level {
+                        tokens: row.tokens,
+                        ..row.level()
+                    }
                 )],
                 leases: vec![],
             })

@@ -184,9 +184,9 @@ async fn a_leaked_slot_comes_back_the_skew_margin_after_its_expiry() {
     std::mem::forget(lease);
     let started = Instant::now();
     // By the other host's clock the lease expires in 0.5 s and may be given back 2 s
-    // after that: its RetryIn says so exactly.
+    // after that; its holder might release it sooner: ask again after the poll interval.
     let e = ahead.acquire("eleven#concurrent").await.unwrap_err();
-    assert_eq!(e.retry_in(), Some(Duration::from_millis(2_500)));
+    assert_eq!(e.retry_in(), Some(Duration::from_millis(50)));
     let granted = ahead
         .acquire_within("eleven#concurrent", Duration::from_secs(30))
         .await

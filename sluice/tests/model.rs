@@ -451,20 +451,32 @@ impl World {
             .floor_for(self.clients[client].priority.as_ref())
     }
 
-    /// The RetryIn of a `concurrent` bucket found short: until its earliest live slot
-    /// lease may be given back (`SKEW` after its expiry), or the poll interval when none.
+    /// The RetryIn of a `concurrent` bucket found short: until the last live cool-down
+    /// ends while one holds the slots; else the poll interval, or sooner when the earliest
+    /// live slot lease may be given back sooner (`SKEW` after its expiry); the poll
+    /// interval when none is live.
     async fn slot_wait(&self) -> Duration {
         let now = self.now();
-        let earliest = self
+        let live: Vec<_> = self
             .store
             .slot_leases(&C.parse().unwrap(), 1_000)
             .await
             .unwrap()
             .into_iter()
-            .map(|l| back_at(&l))
-            .filter(|t| *t > now)
-            .min();
-        earliest.map_or(SLOT_POLL, |t| t.saturating_since(now))
+            .filter(|l| back_at(l) > now)
+            .collect();
+        let cooling = live
+            .iter()
+            .filter(|l| l.caller == sluice::COOLDOWN_CALLER)
+            .map(back_at)
+            .max();
+        if let Some(end) = cooling {
+            return end.saturating_since(now);
+        }
+        live.iter()
+            .map(back_at)
+            .min()
+            .map_or(SLOT_POLL, |t| t.saturating_since(now).min(SLOT_POLL))
     }
 
     /// The tokens expired slot leases of `C` hold now: what an acquire may give back to the
@@ -548,9 +560,7 @@ impl World {
                         .filter(|g| g.step == b && g.dim == dim)
                         .map(|g| g.cost)
                         .sum::<Tokens>();
-                    let refill = Tokens::from_nanos(
-                        i128::from(t_b - t_a) * rate.as_nanos_per_second() / 1_000,
-                    );
+                    let refill = rate.refill_over(Duration::from_millis((t_b - t_a) as u64));
                     let prefetched = if dim == Dim::L {
                         Tokens::new(PREFETCH * prefetchers)
                     } else {

@@ -78,9 +78,9 @@ proptest! {
                         prop_assert_eq!(&take, &unreserved.take(cost, at(now)));
                     }
                     match take {
-                        Take::Granted { tokens, last_refill_at } => {
-                            prop_assert!(tokens >= floor, "{:?} left {} below its floor {}", p, tokens, floor);
-                            (row.tokens, row.last_refill_at) = (tokens, last_refill_at);
+                        Take::Granted { level } => {
+                            prop_assert!(level.tokens >= floor, "{:?} left {} below its floor {}", p, level.tokens, floor);
+                            row.set_level(level);
                         }
                         Take::Short { wait: Some(wait) } => {
                             let ms = i64::try_from(wait.as_millis()).unwrap();

@@ -100,7 +100,7 @@ proptest! {
                     granted += e.granted;
                     refunded += e.refunded;
                     let window_ms = i128::from(e.at - first.at);
-                    let refill = Tokens::from_nanos(window_ms * rate.as_nanos_per_second() / 1_000);
+                    let refill = rate.refill_over(Duration::from_millis(window_ms as u64));
                     prop_assert!(
                         granted <= cap + refill + refunded,
                         "{} granted in {} ms (cap {}, refill {}, refunds {})", granted, window_ms, cap, refill, refunded
@@ -168,7 +168,7 @@ proptest! {
                 for (at, cost) in &grants[i..] {
                     granted += *cost;
                     let window_ms = i128::from(at - first) + i128::from(hold_ms);
-                    let refill = Tokens::from_nanos(window_ms * rate.as_nanos_per_second() / 1_000);
+                    let refill = rate.refill_over(Duration::from_millis(window_ms as u64));
                     prop_assert!(
                         granted <= cap + refill,
                         "{} granted in {} ms plus a {} ms hold (cap {}, refill {})",

@@ -78,7 +78,7 @@ fn write(buckets: &[(Dimension, Bucket)]) -> String {
         let _ = writeln!(file, "type = \"{}\"", b.limit_type());
         let _ = writeln!(file, "capacity = \"{}\"", b.capacity());
         if b.limit_type() != LimitType::Concurrent {
-            let _ = writeln!(file, "refill = \"{}/s\"", b.refill_rate());
+            let _ = writeln!(file, "refill = \"{}\"", b.refill_rate());
         }
         let _ = writeln!(file, "cost_per_call = \"{}\"", b.cost_per_call());
         let reserves: Vec<String> = b

@@ -33,7 +33,7 @@ pub const TARGET: Target = Target {
 };
 
 /// The attribute names a name byte below [`CUSTOM_NAME`] picks from.
-pub const NAMES: [&str; 24] = [
+pub const NAMES: [&str; 27] = [
     "vendor_dimension",
     "capacity",
     "tokens",
@@ -58,6 +58,9 @@ pub const NAMES: [&str; 24] = [
     "lease#0123456789abcdef",
     "lease",
     "other",
+    "refill_amount",
+    "refill_period",
+    "refill_carry",
 ];
 
 /// A name byte at or above this is followed by the name itself.

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use super::{BucketState, LimitType};
+use super::{BucketState, Level, LimitType};
 use crate::clock::UnixMillis;
-use crate::tokens::{RefillRate, Tokens};
+use crate::rate::RefillRate;
+use crate::tokens::Tokens;
 
 const NANOS_PER_TOKEN: i128 = 1_000_000_000;
 /// How precisely vendors give their resets: OpenAI to the millisecond (`12ms`).
@@ -32,8 +33,8 @@ pub struct Report {
 }
 
 impl BucketState {
-    /// The tokens, refill timestamp and [burst](Self::burst) the row gets from the vendor's
-    /// `report` at `now`, or `None` when it changes nothing.
+    /// The level and [burst](Self::burst) the row gets from the vendor's `report` at
+    /// `now`, or `None` when it changes nothing.
     ///
     /// - **Now**: a bucket holding more than the vendor can hold now (what it held when it
     ///   counted, plus what the bucket's rate refills since `counted_after`) has drifted,
@@ -59,15 +60,11 @@ impl BucketState {
     /// // The vendor has 7 left and is full in 300 ms: it holds 7 + 10/s x 0.3 s = 10 at once,
     /// // and had 10 - 3 = 7 when it counted (7.01 with a reset rounded up to the millisecond).
     /// let report = Report { remaining: Tokens::new(7), full_in: Duration::from_millis(300), counted_after: now };
-    /// let (tokens, _, burst) = row.reported(&report, now).unwrap();
-    /// assert_eq!((tokens, burst), (Tokens::from_nanos(7_010_000_000), Some(Tokens::new(10))));
+    /// let (level, burst) = row.reported(&report, now).unwrap();
+    /// assert_eq!((level.tokens, burst), (Tokens::from_nanos(7_010_000_000), Some(Tokens::new(10))));
     /// # Ok::<(), sluice::DimensionError>(())
     /// ```
-    pub fn reported(
-        &self,
-        report: &Report,
-        now: UnixMillis,
-    ) -> Option<(Tokens, UnixMillis, Option<Tokens>)> {
+    pub fn reported(&self, report: &Report, now: UnixMillis) -> Option<(Level, Option<Tokens>)> {
         if self.bucket.limit_type() == LimitType::Concurrent {
             return None;
         }
@@ -81,7 +78,8 @@ impl BucketState {
         ));
         // From what the bucket holds now: a burst raised is refilled to from now on, never
         // as if it had been there all along.
-        let (was, last) = self.refilled(now);
+        let level = self.refilled(now);
+        let was = level.tokens;
         let holds = burst.unwrap_or(capacity);
         // A bucket above what the vendor can possibly hold now has drifted from it (another
         // tool's calls, a grant the vendor counted later than sluice): it goes back to what
@@ -96,7 +94,12 @@ impl BucketState {
             was
         }
         .min(holds);
-        (tokens < was || burst != self.burst).then_some((tokens, last, burst))
+        let level = if tokens < was {
+            Level::new(tokens, level.last_refill_at)
+        } else {
+            level
+        };
+        (tokens < was || burst != self.burst).then_some((level, burst))
     }
 
     /// The most the vendor held when it counted: its whole `remaining` count hides less
@@ -151,12 +154,7 @@ fn whole_up(tokens: Tokens) -> Tokens {
 
 /// What `rate` refills over `span`, rounded down to the billionth of a token.
 fn refill_over(rate: RefillRate, span: Duration) -> Tokens {
-    let nanos = rate
-        .as_nanos_per_second()
-        .max(0)
-        .checked_mul(span.as_nanos() as i128)
-        .map_or(Tokens::MAX.as_nanos(), |n| n / NANOS_PER_TOKEN);
-    Tokens::from_nanos(nanos.min(Tokens::MAX.as_nanos()))
+    rate.max(RefillRate::ZERO).refill_over(span)
 }
 
 #[cfg(test)]
@@ -191,7 +189,8 @@ mod tests {
     #[test]
     fn a_per_second_vendor_bounds_a_per_minute_bucket_to_its_second() {
         let full = row(600, 600, 600, None);
-        let (tokens, _, burst) = full.reported(&report(9, 100, 0), NOW).unwrap();
+        let (level, burst) = full.reported(&report(9, 100, 0), NOW).unwrap();
+        let tokens = level.tokens;
         // 9 remaining, full in 100 ms: 9.01 at most (the reset rounded up to the ms).
         assert_eq!(
             (tokens, burst),
@@ -218,11 +217,11 @@ mod tests {
         let within = row(600, 600, 2, Some(10));
         assert_eq!(within.reported(&report(0, 1_000, 200), NOW), None);
         // One above it has drifted: back to what the vendor held when it counted.
-        let (tokens, _, burst) = row(600, 600, 5, Some(10))
+        let (level, burst) = row(600, 600, 5, Some(10))
             .reported(&report(0, 1_000, 200), NOW)
             .unwrap();
         assert_eq!(
-            (tokens, burst),
+            (level.tokens, burst),
             (Tokens::from_nanos(10_000_000), Some(Tokens::new(10)))
         );
         // Within the tolerance of what the vendor may hold: nothing to write.
@@ -240,19 +239,19 @@ mod tests {
         // 16 left, full in 40 ms: 16.67 shown, rounded up to 17: within a token, kept.
         assert_eq!(learned.reported(&report(16, 40, 0), NOW), None);
         // A vendor that really takes more: raised.
-        let (_, _, burst) = learned.reported(&report(30, 0, 0), NOW).unwrap();
+        let (_, burst) = learned.reported(&report(30, 0, 0), NOW).unwrap();
         assert_eq!(burst, Some(Tokens::new(30)));
         // Any lower count: lowered.
-        let (_, _, burst) = learned.reported(&report(10, 0, 0), NOW).unwrap();
+        let (_, burst) = learned.reported(&report(10, 0, 0), NOW).unwrap();
         assert_eq!(burst, Some(Tokens::new(10)));
     }
 
     #[test]
     fn a_report_at_or_above_capacity_lifts_the_burst_but_adds_no_token() {
-        let (tokens, _, burst) = row(600, 600, 3, Some(10))
+        let (level, burst) = row(600, 600, 3, Some(10))
             .reported(&report(600, 0, 0), NOW)
             .unwrap();
-        assert_eq!((tokens, burst), (Tokens::new(3), None));
+        assert_eq!((level.tokens, burst), (Tokens::new(3), None));
     }
 
     #[test]
@@ -299,10 +298,11 @@ mod tests {
         ) {
             let before = row(capacity, per_minute, tokens.min(capacity), burst);
             let plain = BucketState { burst: None, ..before.clone() };
-            if let Some((tokens, last, burst)) =
+            if let Some((level, burst)) =
                 before.reported(&report(remaining, full_in_ms, sent_ms_ago), NOW)
             {
-                let after = BucketState { tokens, last_refill_at: last, burst, ..before.clone() };
+                let mut after = BucketState { burst, ..before.clone() };
+                after.set_level(level);
                 prop_assert!(after.available(NOW) <= before.available(NOW));
                 prop_assert!(after.holds() <= after.bucket.capacity());
                 let later = NOW.saturating_add(Duration::from_millis(later_ms));

@@ -5,7 +5,8 @@ use std::str::FromStr;
 
 use crate::clock::UnixMillis;
 use crate::priority::{MAX_RESERVES, Priority, Reserve, floor};
-use crate::tokens::{NANOS_PER_TOKEN, RefillRate, Tokens};
+use crate::rate::RefillRate;
+use crate::tokens::{NANOS_PER_TOKEN, Tokens};
 
 /// What a bucket counts, which decides how its tokens come back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -419,7 +420,9 @@ impl Bucket {
 fn default_capacity(rate: RefillRate) -> Tokens {
     // One minute of refill, rounded to whole tokens, and never less than one token. A rate
     // too large for that saturates, and `validate` refuses the bucket.
-    let per_minute = rate.as_nanos_per_second().saturating_mul(60);
+    let per_minute = rate
+        .refill_over(std::time::Duration::from_secs(60))
+        .as_nanos();
     let rounded =
         per_minute.saturating_add(NANOS_PER_TOKEN / 2) / NANOS_PER_TOKEN * NANOS_PER_TOKEN;
     Tokens::from_nanos(rounded.max(NANOS_PER_TOKEN))

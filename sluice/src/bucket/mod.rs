@@ -13,7 +13,7 @@ pub use burst::Report;
 pub use definition::{Bucket, BucketError, LimitType, MAX_VERSION, UnknownLimitType};
 pub(crate) use definition::{first_version, timestamp_in_range};
 pub use recent::{RECENT_WRITES, RECENT_WRITES_WITH_LEASES, RecentWrites};
-pub use refill::refill;
+pub use refill::{Level, RefillCarry, refill};
 pub(crate) use state::WriteOutcome;
 pub use state::{BucketState, HeldLease, Take};
 

@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use super::recent::{RECENT_WRITES, RECENT_WRITES_WITH_LEASES, RecentWrites};
-use super::refill::{grid_ms, refill, wait_until_available};
+use super::refill::{Level, RefillCarry, level_reaching, refill, wait_until_available};
 use super::{Bucket, BucketError, LimitType, MAX_VERSION, timestamp_in_range};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::priority::Priority;
-use crate::tokens::{RefillRate, Tokens};
+use crate::tokens::Tokens;
 
 /// A bucket as stored: its definition plus the changing state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +21,9 @@ pub struct BucketState {
     pub tokens: Tokens,
     /// When refill was last accounted for.
     pub last_refill_at: UnixMillis,
+    /// What refill had earned by `last_refill_at` beyond `tokens`: less than a billionth of
+    /// a token (see [`RefillCarry`]).
+    pub refill_carry: RefillCarry,
     /// Bumped by every write; writes are conditioned on it.
     pub version: u64,
     /// The id of the sluice write that produced this row (`None`: no sluice write has
@@ -80,12 +83,10 @@ pub(crate) enum WriteOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Take {
-    /// Granted: the bucket's tokens and refill timestamp after the take.
+    /// Granted: the bucket's level after the take.
     Granted {
-        /// Tokens after the take.
-        tokens: Tokens,
-        /// Refill timestamp after the take.
-        last_refill_at: UnixMillis,
+        /// Tokens, refill timestamp and carry after the take.
+        level: Level,
     },
     /// Not enough tokens now; with a refill rate, the exact wait until there are.
     Short {
@@ -112,6 +113,7 @@ impl BucketState {
             dimension,
             bucket,
             last_refill_at: now,
+            refill_carry: RefillCarry::ZERO,
             version: 0,
             write_id: None,
             recent_writes: RecentWrites::default(),
@@ -129,6 +131,7 @@ impl BucketState {
             && self.bucket == other.bucket
             && self.tokens == other.tokens
             && self.last_refill_at == other.last_refill_at
+            && self.refill_carry == other.refill_carry
             && self.version == other.version
             && self.write_id == other.write_id
             && self.burst == other.burst
@@ -235,35 +238,42 @@ impl BucketState {
         }
     }
 
-    /// Tokens and refill timestamp at `now`, after lazy refill up to what the bucket
+    /// The row's level: its tokens, refill timestamp and carry.
+    pub fn level(&self) -> Level {
+        Level {
+            tokens: self.tokens,
+            last_refill_at: self.last_refill_at,
+            carry: self.refill_carry,
+        }
+    }
+
+    /// Sets the row's tokens, refill timestamp and carry.
+    pub fn set_level(&mut self, level: Level) {
+        self.tokens = level.tokens;
+        self.last_refill_at = level.last_refill_at;
+        self.refill_carry = level.carry;
+    }
+
+    /// The level at `now`, after lazy refill up to what the bucket
     /// [holds](Self::holds).
-    pub fn refilled(&self, now: UnixMillis) -> (Tokens, UnixMillis) {
+    pub fn refilled(&self, now: UnixMillis) -> Level {
         self.refilled_to(self.holds(), now)
     }
 
-    fn refilled_to(&self, cap: Tokens, now: UnixMillis) -> (Tokens, UnixMillis) {
-        refill(
-            self.tokens,
-            self.last_refill_at,
-            cap,
-            self.bucket.effective_rate(),
-            now,
-        )
+    fn refilled_to(&self, cap: Tokens, now: UnixMillis) -> Level {
+        refill(self.level(), cap, self.bucket.effective_rate(), now)
     }
 
     /// This row as it stands at `now`: refilled, nothing else changed.
     pub fn refilled_row(&self, now: UnixMillis) -> BucketState {
-        let (tokens, last_refill_at) = self.refilled(now);
-        BucketState {
-            tokens,
-            last_refill_at,
-            ..self.clone()
-        }
+        let mut row = self.clone();
+        row.set_level(self.refilled(now));
+        row
     }
 
     /// Tokens available at `now`.
     pub fn available(&self, now: UnixMillis) -> Tokens {
-        self.refilled(now).0
+        self.refilled(now).tokens
     }
 
     /// Tries to take `cost` tokens at `now`, at the highest priority (no reserve kept).
@@ -313,15 +323,17 @@ impl BucketState {
         }
         // A take larger than the vendor's burst waits until the bucket has refilled to it
         // (never past the capacity): the bucket then holds exactly it, at once.
-        let (tokens, last) = self.refilled_to(self.holds().max(need).min(capacity), now);
-        if tokens >= need {
+        let level = self.refilled_to(self.holds().max(need).min(capacity), now);
+        if level.tokens >= need {
             return Take::Granted {
-                tokens: tokens - cost,
-                last_refill_at: last,
+                level: Level {
+                    tokens: level.tokens - cost,
+                    ..level
+                },
             };
         }
         Take::Short {
-            wait: wait_until_available(tokens, last, self.bucket.effective_rate(), need, now),
+            wait: wait_until_available(level, self.bucket.effective_rate(), need, now),
         }
     }
 
@@ -331,97 +343,87 @@ impl BucketState {
         crate::priority::above(self.available(now), self.bucket.floor_for(priority))
     }
 
-    /// Tokens and refill timestamp after giving back `amount` at `now` (release of a
-    /// concurrent slot, or reconciliation), capped at capacity.
-    pub fn restored(&self, amount: Tokens, now: UnixMillis) -> (Tokens, UnixMillis) {
-        let (tokens, last) = self.refilled(now);
-        ((tokens + amount).min(self.holds()).max(tokens), last)
+    /// The level after giving back `amount` at `now` (release of a concurrent slot, or
+    /// reconciliation), capped at capacity.
+    pub fn restored(&self, amount: Tokens, now: UnixMillis) -> Level {
+        let level = self.refilled(now);
+        let tokens = (level.tokens + amount).min(self.holds()).max(level.tokens);
+        self.at_most_full(Level { tokens, ..level })
     }
 
-    /// Tokens and refill timestamp after charging `delta` more at `now` (a lease's
-    /// adjustment). The result may be negative (debt); a negative `delta` refunds, capped at
-    /// capacity.
+    /// The level after charging `delta` more at `now` (a lease's adjustment). The result
+    /// may be negative (debt); a negative `delta` refunds, capped at capacity.
     ///
     /// Debt stops at [`Tokens::MAX`] below zero.
-    pub fn charged(&self, delta: Tokens, now: UnixMillis) -> (Tokens, UnixMillis) {
-        let (tokens, last) = self.refilled(now);
-        if delta >= Tokens::ZERO {
-            (tokens.saturating_sub(delta), last)
+    pub fn charged(&self, delta: Tokens, now: UnixMillis) -> Level {
+        let level = self.refilled(now);
+        let tokens = if delta >= Tokens::ZERO {
+            level.tokens.saturating_sub(delta)
         } else {
-            ((tokens - delta).min(self.holds()).max(tokens), last)
+            (level.tokens - delta).min(self.holds()).max(level.tokens)
+        };
+        self.at_most_full(Level { tokens, ..level })
+    }
+
+    /// `level`, carrying nothing once it is full: a full bucket earns no part of a token.
+    fn at_most_full(&self, level: Level) -> Level {
+        if level.tokens >= self.holds() {
+            Level::new(level.tokens, level.last_refill_at)
+        } else {
+            level
         }
     }
 
-    /// Tokens and refill timestamp after lowering the bucket to at most `limit` tokens at
-    /// `now` (a vendor said only that many remain), or `None` when it already holds no more
-    /// than that: tightening never makes a bucket looser.
+    /// The level after lowering the bucket to at most `limit` tokens at `now` (a vendor
+    /// said only that many remain), or `None` when it already holds no more than that:
+    /// tightening never makes a bucket looser.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use sluice::{Bucket, BucketState, RefillRate, Tokens, UnixMillis};
+    /// use sluice::{Bucket, BucketState, Level, RefillRate, Tokens, UnixMillis};
     ///
     /// let now = UnixMillis::from_secs(1_700_000_000);
     /// let bucket = Bucket::requests(RefillRate::per_second(10)).with_capacity(10);
     /// let full = BucketState::full("openai#rpm".parse()?, bucket, now);
-    /// assert_eq!(full.lowered_to(Tokens::new(3), now), Some((Tokens::new(3), now)));
+    /// assert_eq!(full.lowered_to(Tokens::new(3), now), Some(Level::new(Tokens::new(3), now)));
     /// assert_eq!(full.lowered_to(Tokens::new(20), now), None);
     /// # Ok::<(), sluice::DimensionError>(())
     /// ```
-    pub fn lowered_to(&self, limit: Tokens, now: UnixMillis) -> Option<(Tokens, UnixMillis)> {
-        let (tokens, last) = self.refilled(now);
-        (limit < tokens).then_some((limit, last))
+    pub fn lowered_to(&self, limit: Tokens, now: UnixMillis) -> Option<Level> {
+        let level = self.refilled(now);
+        (limit < level.tokens || (limit == level.tokens && !level.carry.is_zero()))
+            .then_some(Level::new(limit, level.last_refill_at))
     }
 
-    /// Tokens and refill timestamp after emptying a refilling bucket for `pause` from `now`
-    /// (a vendor answered 429 with that delay): nothing is granted before `now + pause`, when
-    /// exactly `cost_per_call` is available, and refill goes on at the bucket's rate after
-    /// that. `None` for a bucket that does not refill, or one already at least this strict.
+    /// The level after emptying a refilling bucket for `pause` from `now` (a vendor
+    /// answered 429 with that delay): nothing is granted before `now + pause`, when exactly
+    /// `cost_per_call` is available, and refill goes on at the bucket's rate after that.
+    /// `None` for a bucket that does not refill, or one already at least this strict.
     ///
     /// ```
     /// use std::time::Duration;
     /// use sluice::{Bucket, BucketState, RefillRate, Take, UnixMillis};
     ///
     /// let now = UnixMillis::from_secs(1_700_000_000);
-    /// let mut state = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_second(10)), now);
-    /// (state.tokens, state.last_refill_at) = state.emptied_for(Duration::from_secs(7), now).unwrap();
+    /// let mut state = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_minute(7)), now);
+    /// state.set_level(state.emptied_for(Duration::from_secs(7), now).unwrap());
     /// assert_eq!(state.take(1.into(), now), Take::Short { wait: Some(Duration::from_secs(7)) });
     /// # Ok::<(), sluice::DimensionError>(())
     /// ```
-    pub fn emptied_for(&self, pause: Duration, now: UnixMillis) -> Option<(Tokens, UnixMillis)> {
+    pub fn emptied_for(&self, pause: Duration, now: UnixMillis) -> Option<Level> {
         let rate = self.bucket.effective_rate();
-        if rate <= RefillRate::ZERO {
-            return None;
-        }
-        let (tokens, last) = self.refilled(now);
+        let level = self.refilled(now);
         let ready_at = now.saturating_add(pause);
-        // Refill only counts whole grid steps: round the span up so that the bucket holds
-        // `cost_per_call` no earlier than `ready_at`.
-        let grid = grid_ms(rate);
-        let span = i128::from(ready_at.as_millis().saturating_sub(last.as_millis()).max(0));
-        let grid = i128::from(grid);
-        let span = (span + grid - 1) / grid * grid;
-        // A pause so long that its refill overflows refills any bucket many times over.
-        let refill_by_then = span
-            .checked_mul(rate.as_nanos_per_second())
-            .map_or(Tokens::MAX, |n| {
-                Tokens::from_nanos(n / 1_000).min(Tokens::MAX)
-            });
-        let target = self.bucket.cost_per_call().saturating_sub(refill_by_then);
-        (target < tokens).then_some((target, last))
+        let target = level_reaching(self.bucket.cost_per_call(), ready_at, rate, now)?;
+        target.is_below(&level).then_some(target)
     }
 
     /// The time until the bucket is full, if it refills over time; zero when full.
     pub fn time_to_full(&self, now: UnixMillis) -> Option<Duration> {
-        let (tokens, last) = self.refilled(now);
-        if tokens >= self.holds() {
+        let level = self.refilled(now);
+        if level.tokens >= self.holds() {
             return Some(Duration::ZERO);
         }
-        wait_until_available(
-            tokens,
-            last,
-            self.bucket.effective_rate(),
-            self.holds(),
-            now,
-        )
+        wait_until_available(level, self.bucket.effective_rate(), self.holds(), now)
     }
 }

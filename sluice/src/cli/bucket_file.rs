@@ -90,6 +90,23 @@ capacity = 10
         assert_eq!(get("elevenlabs#concurrent"), Bucket::concurrent(10));
     }
 
+    proptest::proptest! {
+        /// Any rate, written as its text form in a bucket file, reads back as itself.
+        #[test]
+        fn a_rate_in_a_bucket_file_reads_back_exactly(
+            amount in 1i128..1_000_000_000_000_000,
+            period in 1u64..1_000_000_000_000_000,
+        ) {
+            let rate = RefillRate::new(
+                crate::Tokens::from_nanos(amount),
+                std::time::Duration::from_nanos(period),
+            );
+            let file = format!("[\"a#b\"]\ntype = \"tokens\"\ncapacity = 10\nrefill = \"{rate}\"\n");
+            let read = parse(&file).unwrap();
+            proptest::prop_assert_eq!(read[0].1.refill_rate(), rate, "{}", file);
+        }
+    }
+
     #[test]
     fn bad_files_say_where_and_what() {
         let cases = [
@@ -116,7 +133,7 @@ capacity = 10
             (
                 "[\"a#b\"]\ntype = \"requests\"\nrefill = \"fast\"\n",
                 "a#b",
-                "`fast` is not a rate like 500/min, 10/s, 1000/h or 50000/day in `refill`",
+                "`fast` is not a rate like 500/min, 10/s, 1000/h, 50000/day or 1/week in `refill`",
             ),
             (
                 "[\"a#b\"]\ntype = \"concurrent\"\ncapacity = true\n",

@@ -22,7 +22,12 @@ mod tests {
         assert_eq!(rate("1000 / hour"), Ok(RefillRate::per_hour(1000)));
         assert_eq!(rate("50000/day"), Ok(RefillRate::per_day(50_000)));
         assert_eq!(rate("1.5/s"), Ok("1.5".parse().unwrap()));
-        for bad in ["500", "500/week", "x/min", "0/s", "-3/s", "/s"] {
+        assert_eq!(rate("3/week"), Ok(RefillRate::per_week(3)));
+        assert_eq!(
+            rate("7/7.001s"),
+            Ok(RefillRate::new(7, std::time::Duration::from_millis(7_001)))
+        );
+        for bad in ["500", "500/fortnight", "x/min", "0/s", "-3/s", "/s"] {
             assert!(rate(bad).is_err(), "{bad}");
         }
     }

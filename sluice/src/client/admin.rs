@@ -1,7 +1,7 @@
 //! Administration: defining buckets, looking at them, releasing leases by id, tightening
 //! and reconciling.
 
-use crate::bucket::{Bucket, BucketState, LimitType, RecentWrites, first_version};
+use crate::bucket::{Bucket, BucketState, LimitType, RecentWrites, RefillCarry, first_version};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
@@ -222,7 +222,8 @@ fn redefined(
             ..BucketState::full(dimension.clone(), bucket.clone(), now)
         };
     };
-    let (tokens, last_refill_at) = cur.refilled(now);
+    let level = cur.refilled(now);
+    let (tokens, last_refill_at) = (level.tokens, level.last_refill_at);
     let write_id = new_write_id();
     let tokens = if cur.bucket.limit_type() == LimitType::Concurrent
         && bucket.limit_type() == LimitType::Concurrent
@@ -238,6 +239,13 @@ fn redefined(
         tokens,
         bucket: bucket.clone(),
         last_refill_at,
+        // What was carried stays with the tokens it was earned beside (read in the new
+        // rate's terms, rounded down, if the rate changed); a bucket cut down carries none.
+        refill_carry: if tokens == level.tokens {
+            level.carry
+        } else {
+            RefillCarry::ZERO
+        },
         version: cur.version.saturating_add(1),
         write_id: Some(write_id),
         recent_writes: cur.recent_after(write_id, last_refill_at),

@@ -4,7 +4,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::tokens::{RefillRate, Tokens};
+use crate::rate::RefillRate;
+use crate::tokens::Tokens;
 
 /// Local prefetch for a hot dimension whose bucket is in lean mode: when this client
 /// writes a grant, it takes `tokens` more in the same write and grants later acquires from
@@ -136,9 +137,7 @@ impl FailurePolicy {
     pub(crate) fn share_of_rate(self, rate: RefillRate) -> RefillRate {
         match self {
             FailurePolicy::Closed => RefillRate::ZERO,
-            FailurePolicy::Open { percent } => RefillRate::from_nanos_per_second(
-                rate.as_nanos_per_second() * i128::from(percent) / 100,
-            ),
+            FailurePolicy::Open { percent } => rate.scaled(u32::from(percent), 100),
         }
     }
 

@@ -53,7 +53,7 @@ fn adjustment(
     now: UnixMillis,
 ) -> (Commit, BucketState, Unsettled) {
     let delta = actual - part.cost;
-    let mut write = BucketWrite::of(row.clone(), row.charged(delta, now));
+    let mut write = BucketWrite::new(row.clone(), row.charged(delta, now));
     let mut leases = Vec::new();
     match part.kept {
         Kept::Row => leases.push(LeaseWrite::SetCost {

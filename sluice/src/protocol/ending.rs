@@ -223,7 +223,7 @@ async fn restoring_writes(
                 .map(|p| HeldWrite::Remove(p.key.unique().to_owned()))
                 .collect();
             let restored = row.restored(*amount, now);
-            Some(BucketWrite::of(row, restored).with_held(held))
+            Some(BucketWrite::new(row, restored).with_held(held))
         })
         .collect();
     let existing: Vec<&Dimension> = buckets.iter().map(BucketWrite::dimension).collect();

@@ -329,11 +329,11 @@ mod tests {
     use crate::bucket::{Bucket, BucketState};
     use crate::clock::ManualClock;
     use crate::dimension::Dimension;
+    use crate::rate::RefillRate;
     use crate::store::{
         Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, MemoryStore, Store,
         StoreError,
     };
-    use crate::tokens::RefillRate;
 
     fn client(store: Arc<dyn Store>, clock: &ManualClock) -> Sluice {
         Sluice::builder()

@@ -47,16 +47,12 @@ pub(super) fn ride(
         return None;
     }
     let p = core.config.prefetch.get(&row.dimension)?;
-    let Take::Granted {
-        tokens,
-        last_refill_at,
-    } = after.take(p.tokens(), now)
-    else {
+    let Take::Granted { level } = after.take(p.tokens(), now) else {
         return None;
     };
-    if tokens < p.tokens().saturating_add(row.bucket.reserved()) {
+    if level.tokens < p.tokens().saturating_add(row.bucket.reserved()) {
         return None;
     }
-    (after.tokens, after.last_refill_at) = (tokens, last_refill_at);
+    after.set_level(level);
     Some((p.tokens(), now.saturating_add(p.hold())))
 }

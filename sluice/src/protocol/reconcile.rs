@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
-use crate::bucket::{BucketState, LimitType};
+use crate::bucket::{BucketState, Level, LimitType};
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::shared::Core;
@@ -219,7 +219,13 @@ async fn heal_concurrent(core: &Core, report: &mut ReconcileReport) -> Result<()
             continue;
         }
         let commit = Commit {
-            buckets: vec![BucketWrite::new(row.clone(), expected, row.last_refill_at)],
+            buckets: vec![BucketWrite::new(
+                row.clone(),
+                Level {
+                    tokens: expected,
+                    ..row.level()
+                },
+            )],
             leases: Vec::new(),
         };
         match core.commit(commit).await {

@@ -161,18 +161,12 @@ fn plan(
     };
     for (i, (w, row)) in wanted.iter().zip(rows).enumerate() {
         let cost = w.cost(row.bucket.cost_per_call());
-        let Take::Granted {
-            tokens,
-            last_refill_at,
-        } = w.take_from(row, now)
-        else {
+        let Take::Granted { level } = w.take_from(row, now) else {
             attempt.refused.push(i);
             continue;
         };
         let key = LeaseKey::new(&row.dimension, unique);
-        attempt
-            .writes
-            .push(BucketWrite::new(row.clone(), tokens, last_refill_at));
+        attempt.writes.push(BucketWrite::new(row.clone(), level));
         let restores = row.bucket.limit_type().restores_on_release();
         let has_row = row.bucket.keeps_leases();
         if has_row {

@@ -7,9 +7,10 @@ use std::time::Duration;
 use crate::acquire::Wanted;
 use crate::bucket::{BucketState, Take};
 use crate::clock::UnixMillis;
+use crate::config::COOLDOWN_CALLER;
 use crate::error::Error;
 use crate::shared::Core;
-use crate::shared::remembered::retry_in;
+use crate::shared::remembered::{SlotsBack, retry_in};
 use crate::store::LeaseRecord;
 use crate::tokens::Tokens;
 
@@ -83,7 +84,9 @@ pub(crate) fn refused_now(
 }
 
 /// The refusal of a short `concurrent` bucket (whatever the cost) to requests leaving at
-/// least `floor`: from memory within the poll interval, else from its leases.
+/// least `floor`: from memory within the poll interval, else from its leases. Its RetryIn
+/// is at most the poll interval while a holder may release a lease (rule 4 of
+/// [`remembered`](crate::shared::remembered)).
 pub(crate) async fn slots_short(
     core: &Core,
     row: &BucketState,
@@ -111,14 +114,15 @@ enum SlotOutlook {
     /// Expired leases were given back (by this call or, meanwhile, another client): the
     /// bucket changed, look again.
     LookAgain,
-    /// A slot comes back for sure when the earliest live lease may be given back, the
-    /// clock-skew margin after its expiry (`None`: no live lease showed).
-    BackBy(Option<UnixMillis>),
+    /// What the live leases say: when the earliest may be given back (the clock-skew margin
+    /// after its expiry), and whether a holder may release one sooner.
+    BackBy(SlotsBack),
 }
 
 /// What the leases of a short `concurrent` bucket say: when a slot comes back for sure
-/// (when the earliest live lease may be given back), after giving back, exactly once each, the expired
-/// leases found on the way (the reconciler's work). Reads the dimension's slot leases
+/// (when the earliest live lease may be given back) and whether a holder may release one
+/// sooner, after giving back, exactly once each, the expired leases found on the way (the
+/// reconciler's work). Reads the dimension's slot leases
 /// earliest expiry first, a page at a time, never the whole table.
 ///
 /// `looked_again`: how many times this acquire already looked again; from
@@ -133,7 +137,7 @@ async fn slot_outlook(
     let dimension = &row.dimension;
     let mut reclaimed = 0;
     let mut found_expired = false;
-    let mut back = None;
+    let mut back = SlotsBack::default();
     // Every lease on the dimension, those the row keeps and lease rows alike (another
     // SDK's, one from before the bucket was created again), earliest expiry first.
     for _ in 0..SLOT_PAGES {
@@ -150,8 +154,14 @@ async fn slot_outlook(
         }
         if !live.is_empty() || !more {
             // The earliest to come back (a cool-down lease has no margin: it may come back
-            // before one that expires earlier).
-            back = live.iter().map(back_at).min();
+            // before one that expires earlier). Nobody releases a cool-down; any other
+            // lease, on this page or a later one, its holder may release at any moment.
+            let cooling = |l: &&LeaseRecord| l.caller == COOLDOWN_CALLER;
+            back = SlotsBack {
+                earliest: live.iter().map(back_at).min(),
+                releasable: more || live.iter().any(|l| !cooling(&l)),
+                cooling_until: live.iter().filter(cooling).map(back_at).max(),
+            };
             break;
         }
     }

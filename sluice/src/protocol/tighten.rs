@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::bucket::{BucketState, LimitType, Report};
+use crate::bucket::{BucketState, Level, LimitType, Report};
 use crate::clock::UnixMillis;
 use crate::config::COOLDOWN_CALLER;
 use crate::dimension::Dimension;
@@ -113,17 +113,15 @@ fn tightening(row: &BucketState, how: Tighten, now: UnixMillis) -> Option<Commit
     let lowered = match (how, concurrent) {
         (Tighten::AtMost(limit), false) => row
             .lowered_to(limit.clamp(Tokens::ZERO, Tokens::MAX), now)
-            .map(|(t, l)| (t, l, row.burst)),
-        (Tighten::PauseFor(pause), false) => {
-            row.emptied_for(pause, now).map(|(t, l)| (t, l, row.burst))
-        }
+            .map(|level| (level, row.burst)),
+        (Tighten::PauseFor(pause), false) => row.emptied_for(pause, now).map(|l| (l, row.burst)),
         (Tighten::Reported(report), false) => row.reported(&report, now),
         _ => None,
     };
     let dimension = &row.dimension;
     Some(match (how, concurrent, lowered) {
-        (_, false, Some((tokens, last_refill_at, burst))) => Commit {
-            buckets: vec![BucketWrite::new(row.clone(), tokens, last_refill_at).with_burst(burst)],
+        (_, false, Some((level, burst))) => Commit {
+            buckets: vec![BucketWrite::new(row.clone(), level).with_burst(burst)],
             leases: Vec::new(),
         },
         (Tighten::AtMost(_) | Tighten::Reported(_), _, _) | (Tighten::PauseFor(_), false, None) => {
@@ -140,8 +138,10 @@ fn tightening(row: &BucketState, how: Tighten, now: UnixMillis) -> Option<Commit
             Commit {
                 buckets: vec![BucketWrite::new(
                     row.clone(),
-                    row.tokens.saturating_sub(capacity),
-                    row.last_refill_at.max(now),
+                    Level::new(
+                        row.tokens.saturating_sub(capacity),
+                        row.last_refill_at.max(now),
+                    ),
                 )],
                 leases: vec![LeaseWrite::Create(LeaseRecord {
                     slot: true,

@@ -133,10 +133,7 @@ impl Fallback {
                 .entry((*dimension).clone())
                 .or_insert_with(|| local_bucket(dimension, bucket, *policy, now));
             match local.take_as(cost, *priority, now) {
-                Take::Granted {
-                    tokens,
-                    last_refill_at,
-                } => after.push(((*dimension).clone(), tokens, last_refill_at)),
+                Take::Granted { level } => after.push(((*dimension).clone(), level)),
                 Take::Short { wait: Some(wait) } => longest = longest.max(wait),
                 Take::Short { wait: None } | Take::ExceedsCapacity | Take::ExceedsShare { .. } => {
                     return Local::Closed;
@@ -147,10 +144,9 @@ impl Fallback {
         if longest > Duration::ZERO {
             return Local::Short(longest);
         }
-        for (dimension, tokens, last_refill_at) in after {
+        for (dimension, level) in after {
             if let Some(local) = state.buckets.get_mut(&dimension) {
-                local.tokens = tokens;
-                local.last_refill_at = last_refill_at;
+                local.set_level(level);
             }
         }
         Local::Granted(taken)
@@ -161,9 +157,8 @@ impl Fallback {
     pub(crate) fn charge(&self, dimension: &Dimension, delta: Tokens, now: UnixMillis) {
         let mut state = self.state();
         if let Some(local) = state.buckets.get_mut(dimension) {
-            let (tokens, last_refill_at) = local.charged(delta, now);
-            local.tokens = tokens;
-            local.last_refill_at = last_refill_at;
+            let level = local.charged(delta, now);
+            local.set_level(level);
         }
     }
 }

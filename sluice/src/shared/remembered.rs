@@ -27,10 +27,12 @@
 //!    has looked at since a RetryIn ran out.
 //! 4. **A short `concurrent` bucket is remembered for at most the slot poll interval**
 //!    ([`Config::slot_poll`](crate::Config::slot_poll), 300 ms by default): its tokens come
-//!    back only through releases, which memory cannot see. Its RetryIn is the earliest
-//!    time one of its live leases may be given back (its expiry plus the clock-skew
-//!    margin; an upper bound: a release may free a slot sooner), or the poll interval when
-//!    no live lease shows.
+//!    back only through releases, which memory cannot see. Its RetryIn is a good time to
+//!    look again: while any live lease could be released by its holder, the poll
+//!    interval, or sooner if a lease may be given back sooner (its expiry plus the
+//!    clock-skew margin); while a cool-down after a vendor's 429 holds every slot (nobody
+//!    releases it, and no release reopens the bucket), exactly until it ends; the poll
+//!    interval when no live lease shows.
 //! 5. **`CostExceedsCapacity` is confirmed by the store** before it is answered, so a
 //!    capacity raised elsewhere is seen at once.
 //! 6. **A waiting caller** ([`Sluice::acquire_within`](crate::Sluice::acquire_within) and the
@@ -45,8 +47,10 @@
 //! window. Against the live bucket a RetryIn may be **early** (other clients took tokens
 //! since: the retry is refused with a new, exact RetryIn), and it is **never late** except
 //! when tokens came back other than by refill since that row was read (a refund, a
-//! reconciled lease, a raised limit, a lowered reserve, a released slot): the window ends at the RetryIn
-//! itself, so the retry that follows always looks at the store.
+//! reconciled lease, a raised limit, a lowered reserve): the window ends at the RetryIn
+//! itself, so the retry that follows always looks at the store. A short `concurrent`
+//! bucket's RetryIn is at most the poll interval while a holder may release a slot (rule
+//! 4), so a slot freed by any process is found by a caller that asks again at its RetryIn.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -84,12 +88,25 @@ pub(crate) struct Remembered {
     /// The latest end of a RetryIn that did not fit in `outstanding`: memory answers no
     /// refusal until the store is consulted after it.
     overflow_until: Option<UnixMillis>,
-    /// For a short `concurrent` row: when its leases were looked up, and the earliest time
-    /// one of the live ones may be given back, when one showed (`None`: none did). Cleared whenever the
-    /// row changes.
-    slots_back: Option<(UnixMillis, Option<UnixMillis>)>,
+    /// For a short `concurrent` row: when its leases were looked up, what they said, and
+    /// when the RetryIn answered from them ends. Cleared whenever the row changes.
+    slots_back: Option<(UnixMillis, SlotsBack, UnixMillis)>,
     /// Tokens this client took ahead (see [`Prefetch`](crate::Prefetch)).
     reservoir: Option<Reservoir>,
+}
+
+/// What the live leases of a short `concurrent` bucket say about when a slot comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct SlotsBack {
+    /// The earliest time one of them may be given back by anyone but its holder (its
+    /// expiry plus the clock-skew margin), if one showed.
+    pub(crate) earliest: Option<UnixMillis>,
+    /// Whether one of them could be released by its holder at any moment (any lease but a
+    /// cool-down after a vendor's 429).
+    pub(crate) releasable: bool,
+    /// When the last live cool-down comes back, if one showed: each holds every slot, so
+    /// nothing is granted before then, whatever is released.
+    pub(crate) cooling_until: Option<UnixMillis>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -225,11 +242,14 @@ impl Remembered {
             Take::Short { .. } if !in_window => Recall::Unconfirmed,
             Take::Short { wait: Some(wait) } => Recall::Denied(retry_in(wait)),
             Take::Short { wait: None } => {
-                let back = self
+                // The RetryIn the store's answer gave, counted down (the window ends there,
+                // or at the poll interval when that is sooner).
+                let until = self
                     .slots_back
-                    .and_then(|(_, back)| back)
-                    .filter(|t| *t > now);
-                let until = back.or(window).unwrap_or(now);
+                    .map(|(_, _, end)| end)
+                    .filter(|end| *end > now)
+                    .or(window)
+                    .unwrap_or(now);
                 Recall::Denied(retry_in(until.saturating_since(now)))
             }
         }
@@ -252,30 +272,32 @@ impl Remembered {
         }
     }
 
-    /// When the first live lease of the remembered (short, `concurrent`) row may be given
-    /// back, if looked up for this very row and not passed: no need to look again (any
-    /// lease taken or given back since would have changed the row). That no live lease
-    /// showed holds at most `poll`: the lease index may lag a lease just written.
-    pub(crate) fn slots_back(&self, now: UnixMillis, poll: Duration) -> Option<Option<UnixMillis>> {
+    /// What the live leases of the remembered (short, `concurrent`) row said, if looked up
+    /// for this very row and their earliest give-back has not passed: no need to look
+    /// again (any lease taken or given back since would have changed the row). That no
+    /// live lease showed holds at most `poll`: the lease index may lag a lease just written.
+    pub(crate) fn slots_back(&self, now: UnixMillis, poll: Duration) -> Option<SlotsBack> {
         match self.slots_back? {
-            (_, Some(back)) if back > now => Some(Some(back)),
-            (looked, None) if now < looked.saturating_add(poll) => Some(None),
+            (_, back, _) if back.earliest.is_some_and(|t| t > now) => Some(back),
+            (looked, back, _) if back.earliest.is_none() && now < looked.saturating_add(poll) => {
+                Some(back)
+            }
             _ => None,
         }
     }
 
-    /// The store confirmed the remembered `concurrent` row short at `now`, with `back` when
-    /// the first of its live leases may be given back (`None`: none showed). Returns the RetryIn, and
-    /// remembers the shortage for at most `poll` (rule 4).
+    /// The store confirmed the remembered `concurrent` row short at `now`, its live leases
+    /// saying `back`. Returns the RetryIn, and remembers the shortage until then, at most
+    /// `poll` (rule 4).
     pub(crate) fn confirm_slots_short(
         &mut self,
         now: UnixMillis,
-        back: Option<UnixMillis>,
+        back: SlotsBack,
         poll: Duration,
         floor: Tokens,
     ) -> Duration {
         let retry_in = slot_retry_in(back, now, poll);
-        self.slots_back = Some((now, back));
+        self.slots_back = Some((now, back, now.saturating_add(retry_in)));
         self.open_window(floor, now.saturating_add(retry_in.min(poll)), false);
         retry_in
     }
@@ -309,13 +331,23 @@ impl Remembered {
     }
 }
 
-/// The RetryIn of a `concurrent` bucket found short at `now`: until the first live lease may
-/// be given back (`back`), or the poll interval when no live lease showed.
-pub(crate) fn slot_retry_in(back: Option<UnixMillis>, now: UnixMillis, poll: Duration) -> Duration {
-    retry_in(
-        back.filter(|t| *t > now)
-            .map_or(poll, |t| t.saturating_since(now)),
-    )
+/// The RetryIn of a `concurrent` bucket found short at `now` (rule 4): exactly until the
+/// last cool-down ends while one holds the slots; else the poll interval while a holder
+/// may release a lease at any moment (sooner if a lease may be given back sooner); the
+/// poll interval when no live lease showed.
+pub(crate) fn slot_retry_in(back: SlotsBack, now: UnixMillis, poll: Duration) -> Duration {
+    if let Some(cooling) = back.cooling_until.filter(|t| *t > now) {
+        return retry_in(cooling.saturating_since(now));
+    }
+    let until_back = back
+        .earliest
+        .filter(|t| *t > now)
+        .map(|t| t.saturating_since(now));
+    retry_in(match until_back {
+        Some(wait) if back.releasable => wait.min(poll),
+        Some(wait) => wait,
+        None => poll,
+    })
 }
 
 #[cfg(test)]

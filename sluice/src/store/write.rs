@@ -1,6 +1,6 @@
 //! The conditional writes of a [`Commit`], and why one did not apply.
 
-use crate::bucket::{BucketState, HeldLease, WriteOutcome};
+use crate::bucket::{BucketState, HeldLease, Level, RefillCarry, WriteOutcome};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::tokens::Tokens;
@@ -88,6 +88,9 @@ pub struct BucketWrite {
     pub tokens: Tokens,
     /// The new refill timestamp.
     pub last_refill_at: UnixMillis,
+    /// What refill had earned by `last_refill_at` beyond `tokens` (see
+    /// [`RefillCarry`](crate::RefillCarry)).
+    pub refill_carry: RefillCarry,
     /// The id this write stamps on the row.
     pub write_id: u64,
     /// Changes to the leases kept in the row, applied with the write.
@@ -101,24 +104,20 @@ pub struct BucketWrite {
 }
 
 impl BucketWrite {
-    /// A write of `tokens` and `last_refill_at` over the row `expected`.
-    pub fn new(expected: BucketState, tokens: Tokens, last_refill_at: UnixMillis) -> Self {
+    /// A write of the level `to` (tokens, refill timestamp and carry) over the row
+    /// `expected`, as computed from it ([`BucketState::refilled`],
+    /// [`restored`](BucketState::restored), [`charged`](BucketState::charged), …).
+    pub fn new(expected: BucketState, to: Level) -> Self {
         BucketWrite {
             burst: expected.burst,
             expected,
-            tokens,
-            last_refill_at,
+            tokens: to.tokens,
+            last_refill_at: to.last_refill_at,
+            refill_carry: to.carry,
             write_id: crate::ids::new_write_id(),
             held: Vec::new(),
             written_at: crate::clock::Clock::now(&crate::clock::SystemClock),
         }
-    }
-
-    /// A write over the row `expected` to the tokens and refill timestamp of `to`, as
-    /// computed from it ([`BucketState::refilled`], [`restored`](BucketState::restored),
-    /// [`charged`](BucketState::charged), …).
-    pub(crate) fn of(expected: BucketState, to: (Tokens, UnixMillis)) -> Self {
-        BucketWrite::new(expected, to.0, to.1)
     }
 
     /// This write, also setting the row's [`burst`](BucketState::burst).
@@ -174,6 +173,7 @@ impl BucketWrite {
         BucketState {
             tokens: self.tokens,
             last_refill_at: self.last_refill_at,
+            refill_carry: self.refill_carry,
             version: self.expected.version.saturating_add(1),
             write_id: Some(self.write_id),
             recent_writes: self

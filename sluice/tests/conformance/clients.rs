@@ -5,11 +5,7 @@ use std::time::Duration;
 
 use sluice::{Acquire, Bucket, BucketState, Error, RefillRate, Take, Tokens};
 
-use super::{Env, SKEW, requests, retry_in};
-
-/// The default slot poll interval: a short `concurrent` bucket is remembered at most this
-/// long.
-const SLOT_POLL: Duration = sluice::DEFAULT_SLOT_POLL;
+use super::{Env, SLOT_POLL, requests, retry_in};
 
 /// Rewrites the bucket of `metric` as another tool would re-seed it: deleted, then written
 /// whole at `version = 0`, full.
@@ -36,22 +32,36 @@ pub async fn a_slot_freed_by_another_client_is_seen_within_the_poll_interval(env
         .unwrap();
     let b = env.client("b");
     let held = b.acquire(dim.as_str()).await.unwrap();
-    // The holder's lease lives 60 s, and may be given back SKEW later: that is this
-    // client's RetryIn, an upper bound.
-    assert_eq!(
-        retry_in(env.sluice.acquire(dim.as_str()).await),
-        Duration::from_secs(60) + SKEW
-    );
+    // The holder's lease lives 60 s, but its holder may release it any moment: the RetryIn
+    // is the poll interval, a good time to ask again.
+    let wait = retry_in(env.sluice.acquire(dim.as_str()).await);
+    assert_eq!(wait, SLOT_POLL);
     held.release().await.unwrap();
-    // Within the poll interval this client may still answer from what it saw...
-    env.advance_ms(SLOT_POLL.as_millis() as u64);
-    // ...after it, it asks the store and finds the slot another client freed.
+    // Within it this client may still answer from what it saw; at it, it asks the store
+    // and finds the slot another client freed.
+    env.advance_ms(wait.as_millis() as u64);
     let lease = env
         .sluice
         .acquire(dim.as_str())
         .await
-        .expect("the slot another client freed is seen");
+        .expect("the slot another client freed is granted at its RetryIn");
     lease.release().await.unwrap();
+    // Held again, and released while the waiter's RetryIn runs: granted at it.
+    for released_after in [0, SLOT_POLL.as_millis() as u64 / 2] {
+        let held = b.acquire(dim.as_str()).await.unwrap();
+        let wait = retry_in(env.sluice.acquire(dim.as_str()).await);
+        assert!(wait <= SLOT_POLL, "{wait:?}");
+        env.advance_ms(released_after);
+        held.release().await.unwrap();
+        env.advance_ms(wait.as_millis() as u64 - released_after);
+        env.sluice
+            .acquire(dim.as_str())
+            .await
+            .expect("granted at the RetryIn")
+            .release()
+            .await
+            .unwrap();
+    }
 }
 
 pub async fn a_short_concurrent_bucket_with_no_live_lease_answers_the_poll_interval(env: Env) {

@@ -27,6 +27,8 @@ use sluice::{
 /// The clock skew every client of the suite allows for: an expired slot comes back this
 /// long after its expiry.
 pub const SKEW: Duration = Duration::from_millis(250);
+/// The slot poll interval of every client (the default).
+pub const SLOT_POLL: Duration = sluice::DEFAULT_SLOT_POLL;
 
 /// One test's world: a store, a manual clock, and a client on both.
 pub struct Env {
@@ -162,7 +164,7 @@ macro_rules! suite {
             multi_dimension_acquire_is_all_or_nothing,
             multi_dimension_retry_in_is_the_longest_wait,
             concurrent_slots_are_given_back_on_release_exactly_once,
-            concurrent_retry_in_is_the_earliest_live_lease_expiry,
+            concurrent_retry_in_is_the_poll_interval_or_the_earliest_give_back_if_sooner,
             expired_concurrent_leases_are_reclaimed_when_the_bucket_is_short,
             cost_above_capacity_is_a_distinct_error,
             unknown_and_invalid_dimensions_are_typed_errors,
@@ -409,7 +411,9 @@ pub async fn concurrent_slots_are_given_back_on_release_exactly_once(env: Env) {
     assert_eq!(env.lease_count("concurrent").await, 0);
 }
 
-pub async fn concurrent_retry_in_is_the_earliest_live_lease_expiry(env: Env) {
+pub async fn concurrent_retry_in_is_the_poll_interval_or_the_earliest_give_back_if_sooner(
+    env: Env,
+) {
     env.sluice
         .put_bucket(&env.dim("concurrent"), Bucket::concurrent(2))
         .await
@@ -426,9 +430,15 @@ pub async fn concurrent_retry_in_is_the_earliest_live_lease_expiry(env: Env) {
         .await
         .unwrap();
     env.advance_ms(2_500);
-    // a expires in 26.5 s, b in 7.5 s, and b's slot comes back SKEW after that.
+    // a expires in 26.5 s, b in 7.5 s (its slot may be given back SKEW after that), but
+    // their holders may release them any moment: ask again after the poll interval.
     let d = retry_in(env.sluice.acquire(env.dim("concurrent")).await);
-    assert_eq!(d, Duration::from_millis(7_500) + SKEW);
+    assert_eq!(d, SLOT_POLL);
+    // When b's slot may be given back sooner than that, its time is the RetryIn.
+    let soon = 7_500 + SKEW.as_millis() as u64 - SLOT_POLL.as_millis() as u64 / 3;
+    env.advance_ms(soon);
+    let d = retry_in(env.sluice.acquire(env.dim("concurrent")).await);
+    assert_eq!(d, SLOT_POLL / 3);
     a.release().await.unwrap();
     b.release().await.unwrap();
 }

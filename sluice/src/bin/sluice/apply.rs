@@ -181,7 +181,7 @@ impl fmt::Display for Describe<'_> {
         let b = self.0;
         write!(f, "{}, capacity {}", b.limit_type(), b.capacity())?;
         if b.limit_type() != LimitType::Concurrent {
-            write!(f, ", refill {}/s", b.refill_rate())?;
+            write!(f, ", refill {}", b.refill_rate())?;
         }
         write!(f, ", cost per call {}", b.cost_per_call())?;
         if !b.keeps_leases() {
@@ -233,8 +233,8 @@ impl fmt::Display for Change {
                     ),
                     (
                         "refill",
-                        format!("{}/s", from.refill_rate()),
-                        format!("{}/s", to.refill_rate()),
+                        from.refill_rate().to_string(),
+                        to.refill_rate().to_string(),
                     ),
                     (
                         "cost per call",
@@ -318,7 +318,7 @@ reserves = [{ priority = "interactive", reserve = 2 }]
                 "~ update    elevenlabs#concurrent: capacity 5 -> 10, reserves none -> interactive=2",
                 "? not in file old#rpm (kept; --prune deletes it)",
                 "= unchanged openai#rpm",
-                "+ create    openai#tpm: tokens, capacity 2000000, refill 33333.333333/s, cost per call 1000, lean",
+                "+ create    openai#tpm: tokens, capacity 2000000, refill 2000000/min, cost per call 1000, lean",
             ]
         );
         let pruned = plan(&wanted, &current, true);

@@ -177,7 +177,8 @@ pub(crate) struct Definition {
     /// refill.
     #[arg(long)]
     pub(crate) capacity: Option<Tokens>,
-    /// The refill rate, AMOUNT/UNIT: `500/min`, `10/s`, `1000/h`, `50000/day`.
+    /// The refill rate, AMOUNT/UNIT: `500/min`, `10/s`, `1000/h`, `50000/day`, `1/week`,
+    /// or a multiple of a unit (`7/7.001s`); kept exactly.
     #[arg(long, value_parser = rate)]
     pub(crate) refill: Option<RefillRate>,
     /// Tokens an acquire takes when it names no cost.

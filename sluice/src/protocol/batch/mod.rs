@@ -252,8 +252,7 @@ impl Write<'_> {
         writes: Writes,
         now: UnixMillis,
     ) -> Next {
-        let write = BucketWrite::new(row, plan.after.tokens, plan.after.last_refill_at)
-            .with_held(writes.held);
+        let write = BucketWrite::new(row, plan.after.level()).with_held(writes.held);
         let written = write.after();
         let commit = Commit {
             buckets: if writes.bucket {

@@ -234,18 +234,16 @@ fn take_in_order(
         acquires.sort_by_key(|a| a.wanted.floor(&row.bucket));
     }
     if restored > Tokens::ZERO {
-        (after.tokens, after.last_refill_at) = after.restored(restored, now);
+        let level = after.restored(restored, now);
+        after.set_level(level);
     }
     let mut granted = Vec::with_capacity(acquires.len());
     let mut refused = Vec::new();
     for a in acquires {
         let cost = a.wanted.cost(row.bucket.cost_per_call());
         match a.wanted.take_from(&after, now) {
-            Take::Granted {
-                tokens,
-                last_refill_at,
-            } => {
-                (after.tokens, after.last_refill_at) = (tokens, last_refill_at);
+            Take::Granted { level } => {
+                after.set_level(level);
                 granted.push((a, cost));
             }
             _ => refused.push(a),

@@ -3,7 +3,7 @@
 use super::*;
 use crate::acquire::Acquire;
 use crate::bucket::Bucket;
-use crate::tokens::RefillRate;
+use crate::rate::RefillRate;
 
 fn t(ms: i64) -> UnixMillis {
     UnixMillis::new(1_700_000_000_000 + ms)
@@ -185,16 +185,21 @@ fn a_short_slot_bucket_is_remembered_at_most_the_poll_interval() {
     let mut memory = Remembered::default();
     memory.learn(empty_row(Bucket::concurrent(2)), t(0));
     assert_eq!(memory.recall(&wanted(1), t(0), None), Recall::Unconfirmed);
-    // The earliest lease expires in 60 s: that is the RetryIn, remembered 300 ms.
-    let back = Some(t(60_000));
+    // The earliest lease may be given back in 60 s, but its holder may release it any
+    // moment: look again after the poll interval, and remember the shortage until then.
+    let back = SlotsBack {
+        earliest: Some(t(60_000)),
+        releasable: true,
+        cooling_until: None,
+    };
     assert_eq!(
         memory.confirm_slots_short(t(0), back, poll, Tokens::ZERO),
-        Duration::from_secs(60)
+        poll
     );
     assert_eq!(memory.slots_back(t(100), poll), Some(back));
     assert_eq!(
         memory.recall(&wanted(1), t(100), None),
-        Recall::Denied(Duration::from_millis(59_900))
+        Recall::Denied(Duration::from_millis(200))
     );
     assert_eq!(memory.recall(&wanted(1), t(300), None), Recall::Unconfirmed);
     // Read again, unchanged: the lookup still holds; changed: it is looked up again.
@@ -210,8 +215,9 @@ fn a_short_slot_bucket_is_remembered_at_most_the_poll_interval() {
     );
     assert_eq!(memory.slots_back(t(300), poll), None);
     // No live lease explains the shortage: look again after the poll interval.
+    let none = SlotsBack::default();
     assert_eq!(
-        memory.confirm_slots_short(t(300), None, poll, Tokens::ZERO),
+        memory.confirm_slots_short(t(300), none, poll, Tokens::ZERO),
         poll
     );
     assert_eq!(
@@ -220,10 +226,55 @@ fn a_short_slot_bucket_is_remembered_at_most_the_poll_interval() {
     );
     // That no lease showed holds the poll interval for the same row, no longer.
     memory.learn(memory.row().cloned().unwrap(), t(450));
-    assert_eq!(memory.slots_back(t(450), poll), Some(None));
+    assert_eq!(memory.slots_back(t(450), poll), Some(none));
     assert_eq!(memory.slots_back(t(600), poll), None);
     // A cost above the capacity is never answered from memory.
     assert_eq!(memory.recall(&wanted(3), t(400), None), Recall::Unconfirmed);
+}
+
+#[test]
+fn a_slot_back_sooner_than_the_poll_interval_is_the_retry_in() {
+    let poll = Duration::from_millis(300);
+    let mut memory = Remembered::default();
+    memory.learn(empty_row(Bucket::concurrent(2)), t(0));
+    let soon = SlotsBack {
+        earliest: Some(t(120)),
+        releasable: true,
+        cooling_until: None,
+    };
+    assert_eq!(
+        memory.confirm_slots_short(t(0), soon, poll, Tokens::ZERO),
+        Duration::from_millis(120)
+    );
+    assert_eq!(
+        memory.recall(&wanted(1), t(20), None),
+        Recall::Denied(Duration::from_millis(100))
+    );
+    assert_eq!(memory.recall(&wanted(1), t(120), None), Recall::Unconfirmed);
+}
+
+#[test]
+fn a_cool_down_nobody_releases_is_waited_out_exactly() {
+    let poll = Duration::from_millis(300);
+    let mut memory = Remembered::default();
+    memory.learn(empty_row(Bucket::concurrent(2)), t(0));
+    // A cool-down after a vendor's 429 holds every slot: nothing is granted before it ends,
+    // 7 s from now, whatever the holder of another lease releases; the shortage is still
+    // remembered no longer than the poll interval.
+    let cooling = SlotsBack {
+        earliest: Some(t(3_000)),
+        releasable: true,
+        cooling_until: Some(t(7_000)),
+    };
+    assert_eq!(
+        memory.confirm_slots_short(t(0), cooling, poll, Tokens::ZERO),
+        Duration::from_secs(7)
+    );
+    assert_eq!(
+        memory.recall(&wanted(1), t(100), None),
+        Recall::Denied(Duration::from_millis(6_900))
+    );
+    assert_eq!(memory.recall(&wanted(1), t(300), None), Recall::Unconfirmed);
 }
 
 #[test]

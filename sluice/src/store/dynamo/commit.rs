@@ -114,6 +114,18 @@ impl DynamoStore {
         );
         let mut update = BUCKET_UPDATE.to_owned();
         let mut removes = Vec::new();
+        match row::carry_value(w.refill_carry, w.last_refill_at) {
+            Some(carry) => {
+                names.insert("#rc".to_owned(), row::REFILL_CARRY.to_owned());
+                update.push_str(", #rc = :rc");
+                values.insert(":rc".to_owned(), carry);
+            }
+            None if !w.expected.refill_carry.is_zero() => {
+                names.insert("#rc".to_owned(), row::REFILL_CARRY.to_owned());
+                removes.push("#rc".to_owned());
+            }
+            None => {}
+        }
         if w.burst != w.expected.burst {
             names.insert("#b".to_owned(), row::BURST.to_owned());
             match w.burst {

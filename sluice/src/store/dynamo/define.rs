@@ -105,6 +105,15 @@ impl DynamoStore {
             names.insert("#burst".to_owned(), row::BURST.to_owned());
             removes.push("#burst");
         }
+        if state.bucket.refill_rate().stored_decimal().1 {
+            names.insert("#ramount".to_owned(), row::REFILL_AMOUNT.to_owned());
+            names.insert("#rperiod".to_owned(), row::REFILL_PERIOD.to_owned());
+            removes.extend(["#ramount", "#rperiod"]);
+        }
+        if state.refill_carry.is_zero() {
+            names.insert("#rcarry".to_owned(), row::REFILL_CARRY.to_owned());
+            removes.push("#rcarry");
+        }
         if state.write_id.is_none() {
             names.insert("#wid".to_owned(), row::WRITE_ID.to_owned());
             removes.push("#wid");

@@ -5,6 +5,18 @@
 //! `limit_type` S, `version` N, sluice's extra `lean` BOOL (only when true) for a bucket in
 //! lean mode, and sluice's extra `write_id` S (16 hex digits) stamped by every sluice
 //! write.
+//!
+//! `refill_rate` is tokens per second, as the seed has it: exact when the rate is a decimal
+//! of at most 38 significant digits (`10`, `1.667`, `0.000011574074074074`), else rounded
+//! toward zero to 38 digits (`8.333333333333333333333333333333333333` for 500 a minute).
+//! Then sluice also writes the exact rate as `refill_amount` N (tokens) per
+//! `refill_period` N (seconds): `500` per `60`. It reads them back only while they agree
+//! with `refill_rate` (another tool that changes the rate changes only `refill_rate`).
+//! A rate that does not come to whole billionths of a token per millisecond can leave a
+//! part of a billionth earned but not yet added to `tokens` ([`RefillCarry`](crate::RefillCarry)): sluice keeps
+//! it in `refill_carry` S, `units/per@millis` (the carry is `units/per` of a billionth of a
+//! token as of `last_refill_at` = `millis` since the epoch), and ignores one whose
+//! `millis` is not the row's `last_refill_at` (another SDK refilled the row since).
 //! Lease row: `vendor_dimension` S (`lease#{dimension}#{unique}`), `dimension` S, `cost` N,
 //! `created_at` N, `ttl` N (whole unix seconds, for DynamoDB's TTL), `caller` S, and the
 //! extra `expires_at` N (unix seconds, millisecond fraction) that keeps the exact expiry;
@@ -33,8 +45,9 @@ use crate::bucket::{Bucket, BucketState, HeldLease, LimitType, RecentWrites};
 use crate::clock::UnixMillis;
 use crate::decimal::{self, Rounding};
 use crate::dimension::{Dimension, LEASE_PREFIX};
+use crate::rate::RefillRate;
 use crate::store::{LeaseKey, LeaseRecord, StoreError};
-use crate::tokens::{RefillRate, Tokens};
+use crate::tokens::Tokens;
 
 pub(crate) type Item = HashMap<String, AttributeValue>;
 
@@ -42,6 +55,13 @@ pub(crate) const KEY: &str = "vendor_dimension";
 pub(crate) const CAPACITY: &str = "capacity";
 pub(crate) const TOKENS: &str = "tokens";
 pub(crate) const REFILL_RATE: &str = "refill_rate";
+/// sluice's extra bucket attributes: the exact rate, `refill_amount` tokens every
+/// `refill_period` seconds, when `refill_rate` cannot hold it.
+pub(crate) const REFILL_AMOUNT: &str = "refill_amount";
+pub(crate) const REFILL_PERIOD: &str = "refill_period";
+/// sluice's extra bucket attribute: the refill carried beside `tokens` (see the module
+/// documentation).
+pub(crate) const REFILL_CARRY: &str = "refill_carry";
 pub(crate) const LAST_REFILL_AT: &str = "last_refill_at";
 pub(crate) const COST_PER_CALL: &str = "cost_per_call";
 pub(crate) const LIMIT_TYPE: &str = "limit_type";
@@ -90,12 +110,15 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
         (KEY.to_owned(), s(state.dimension.as_str())),
         (CAPACITY.to_owned(), n(state.bucket.capacity())),
         (TOKENS.to_owned(), n(state.tokens)),
-        (REFILL_RATE.to_owned(), n(state.bucket.refill_rate())),
         (LAST_REFILL_AT.to_owned(), n(state.last_refill_at)),
         (COST_PER_CALL.to_owned(), n(state.bucket.cost_per_call())),
         (LIMIT_TYPE.to_owned(), s(state.bucket.limit_type().as_str())),
         (VERSION.to_owned(), n(state.version)),
     ]);
+    item.extend(rate_attributes(state.bucket.refill_rate()));
+    if let Some(carry) = carry_value(state.refill_carry, state.last_refill_at) {
+        item.insert(REFILL_CARRY.to_owned(), carry);
+    }
     if !state.bucket.keeps_leases() {
         item.insert(LEAN.to_owned(), AttributeValue::Bool(true));
     }
@@ -325,11 +348,13 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
     }
     // In id order, whatever order the attributes came in: the same row reads the same.
     held.sort_by(|a, b| a.id.cmp(&b.id));
+    let refill_carry = read_carry(&r, last_refill_at)?;
     let state = BucketState {
         dimension,
         bucket: if lean { bucket.lean() } else { bucket },
         tokens,
         last_refill_at,
+        refill_carry,
         version,
         write_id,
         recent_writes,
@@ -356,9 +381,7 @@ fn definition(r: &Reader<'_>) -> Result<Bucket, StoreError> {
     if capacity <= Tokens::ZERO {
         return Err(r.corrupt(format!("`{CAPACITY}` must be positive, found {capacity}")));
     }
-    let rate_text = r.required_number(REFILL_RATE)?;
-    let refill_rate = RefillRate::parse_rounded(rate_text, Rounding::Floor)
-        .map_err(|e| r.corrupt(format!("`{REFILL_RATE}`: {e}")))?;
+    let refill_rate = read_rate(r)?;
     if refill_rate < RefillRate::ZERO {
         return Err(r.corrupt(format!(
             "`{REFILL_RATE}` must not be negative, found {refill_rate}"
@@ -425,9 +448,13 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
     })
 }
 
+mod rate;
 mod reserves;
 mod same;
 mod writes;
+
+pub(crate) use rate::{carry_value, rate_attributes};
+use rate::{read_carry, read_rate};
 
 use reserves::read_reserves;
 pub(crate) use reserves::{RESERVES, reserves_value};

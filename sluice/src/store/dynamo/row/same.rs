@@ -2,13 +2,15 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::types::AttributeValue;
+
 use super::{
     CAPACITY, COST_PER_CALL, Item, LAST_REFILL_AT, LIMIT_TYPE, REFILL_RATE, RESERVES, TOKENS,
     VERSION, WRITE_ID, n, reserves_value, s, write_id,
 };
 use crate::bucket::BucketState;
 use crate::clock::UnixMillis;
-use crate::tokens::{RefillRate, Tokens};
+use crate::tokens::Tokens;
 
 /// The condition that the stored bucket row is the one `expected` was read as.
 ///
@@ -36,7 +38,7 @@ pub(crate) fn same_row(expected: &BucketState) -> (String, Item, HashMap<String,
     const NANO: Tokens = Tokens::from_nanos(1);
     let b = &expected.bucket;
     let last = expected.last_refill_at;
-    let rate_above = RefillRate::from_nanos_per_second(b.refill_rate().as_nanos_per_second() + 1);
+    let (rate, rate_above) = b.refill_rate().stored_interval();
     let mut names = HashMap::from([
         ("#v".to_owned(), VERSION.to_owned()),
         ("#t".to_owned(), TOKENS.to_owned()),
@@ -57,8 +59,9 @@ pub(crate) fn same_row(expected: &BucketState) -> (String, Item, HashMap<String,
         (":l1".to_owned(), n(last)),
         (":c0".to_owned(), n(b.capacity())),
         (":c1".to_owned(), n(b.capacity() + NANO)),
-        (":r0".to_owned(), n(b.refill_rate())),
-        (":r1".to_owned(), n(rate_above)),
+        // Read exactly, or rounded toward zero beyond 38 places.
+        (":r0".to_owned(), AttributeValue::N(rate)),
+        (":r1".to_owned(), AttributeValue::N(rate_above)),
         // Read rounding up: the stored value is in (p - 1e-9, p].
         (":p0".to_owned(), n(b.cost_per_call() - NANO)),
         (":p1".to_owned(), n(b.cost_per_call())),

@@ -1,5 +1,5 @@
 use super::*;
-use crate::bucket::RecentWrites;
+use crate::bucket::{RecentWrites, RefillCarry};
 
 fn seed_row() -> Item {
     HashMap::from([
@@ -20,7 +20,7 @@ fn reads_the_seed_example_row_exactly() {
     assert_eq!(b.dimension.as_str(), "openai#rpm");
     assert_eq!(b.bucket.capacity(), Tokens::new(100));
     assert_eq!(b.tokens, Tokens::new(47));
-    assert_eq!(b.bucket.refill_rate().to_string(), "1.667");
+    assert_eq!(b.bucket.refill_rate(), "1.667".parse().unwrap());
     assert_eq!(b.last_refill_at, UnixMillis::from_secs(1_709_550_002));
     assert_eq!(b.version, 42);
     assert_eq!(b.write_id, None);
@@ -82,15 +82,123 @@ fn reads_the_seed_example_row_exactly() {
 }
 
 #[test]
-fn float_noise_from_other_sdks_rounds_toward_fewer_tokens() {
+fn float_noise_from_other_sdks_rounds_toward_fewer_tokens_and_rates_are_read_exactly() {
     let mut row = seed_row();
     row.insert(TOKENS.to_owned(), n("46.666666666666664"));
     row.insert(REFILL_RATE.to_owned(), n("1.6666666666666667"));
     row.insert(LAST_REFILL_AT.to_owned(), n("1709550002.1234567"));
     let b = bucket_state(&row).unwrap();
     assert_eq!(b.tokens.to_string(), "46.666666666");
-    assert_eq!(b.bucket.refill_rate().to_string(), "1.666666666");
+    assert_eq!(
+        b.bucket.refill_rate().stored_decimal(),
+        ("1.6666666666666667".to_owned(), true)
+    );
     assert_eq!(b.last_refill_at, UnixMillis::new(1_709_550_002_124));
+}
+
+#[test]
+fn a_per_day_rate_another_sdk_wrote_is_read_exactly_and_honoured() {
+    let mut row = seed_row();
+    row.insert(TOKENS.to_owned(), n("0"));
+    row.insert(REFILL_RATE.to_owned(), n("0.000011574074074074"));
+    let b = bucket_state(&row).unwrap();
+    assert_eq!(
+        b.bucket.refill_rate(),
+        RefillRate::from_parts(11_574_074_074_074, 1_000_000_000_000_000_000).unwrap()
+    );
+    let day = b
+        .last_refill_at
+        .saturating_add(std::time::Duration::from_secs(86_400));
+    // 86,400 s at 0.000011574074074074 a second: 0.9999999999999936 tokens.
+    assert_eq!(b.available(day), Tokens::from_nanos(999_999_999));
+    // One token takes 86,400.0000000000055 s: RetryIn rounds it up to the millisecond.
+    assert_eq!(
+        b.take(Tokens::new(1), b.last_refill_at),
+        crate::Take::Short {
+            wait: Some(std::time::Duration::from_millis(86_400_001))
+        }
+    );
+    // Written back, the rate is the same decimal and needs nothing else.
+    let item = bucket_item(&b);
+    assert_eq!(item[REFILL_RATE], n("0.000011574074074074"));
+    assert!(!item.contains_key(REFILL_AMOUNT) && !item.contains_key(REFILL_PERIOD));
+    assert_eq!(bucket_state(&item).unwrap(), b);
+}
+
+#[test]
+fn a_rate_refill_rate_cannot_hold_is_stored_in_parts_too() {
+    let mut b = bucket_state(&seed_row()).unwrap();
+    b.bucket = Bucket::requests(RefillRate::per_minute(500)).with_capacity(100);
+    let item = bucket_item(&b);
+    assert_eq!(item[REFILL_RATE], n(format!("8.{}", "3".repeat(37))));
+    assert_eq!(
+        (&item[REFILL_AMOUNT], &item[REFILL_PERIOD]),
+        (&n("500"), &n("60"))
+    );
+    assert_eq!(bucket_state(&item).unwrap(), b);
+    // Another tool sets `refill_rate` alone: the parts no longer agree with it and are
+    // not used.
+    let mut changed = item.clone();
+    changed.insert(REFILL_RATE.to_owned(), n("10"));
+    assert_eq!(
+        bucket_state(&changed).unwrap().bucket.refill_rate(),
+        RefillRate::per_second(10)
+    );
+    let mut bad = item;
+    bad.insert(REFILL_PERIOD.to_owned(), n("0"));
+    assert!(
+        matches!(bucket_state(&bad), Err(StoreError::CorruptRow { reason, .. }) if reason.contains(REFILL_AMOUNT))
+    );
+}
+
+#[test]
+fn a_carry_is_kept_only_beside_the_refill_timestamp_it_was_earned_by() {
+    let mut b = bucket_state(&seed_row()).unwrap();
+    b.bucket = Bucket::requests(RefillRate::per_day(1)).with_capacity(10);
+    b.tokens = Tokens::ZERO;
+    let later = b
+        .last_refill_at
+        .saturating_add(std::time::Duration::from_millis(1));
+    b.set_level(b.refilled(later));
+    assert_eq!(b.tokens, Tokens::from_nanos(11));
+    assert_eq!(b.refill_carry, RefillCarry::new(31, 54).unwrap());
+    let item = bucket_item(&b);
+    assert_eq!(
+        item[REFILL_CARRY],
+        s(format!("31/54@{}", later.as_millis()))
+    );
+    assert_eq!(bucket_state(&item).unwrap(), b);
+    // Another SDK refilled the row since (a new `last_refill_at`): the carry is not its.
+    let mut moved = item.clone();
+    moved.insert(LAST_REFILL_AT.to_owned(), n("1709550003"));
+    assert_eq!(
+        bucket_state(&moved).unwrap().refill_carry,
+        RefillCarry::ZERO
+    );
+    for bad in ["31/54", "54/54@1", "x/54@1", "31/0@1"] {
+        let mut broken = item.clone();
+        broken.insert(REFILL_CARRY.to_owned(), s(bad));
+        assert!(bucket_state(&broken).is_err(), "{bad}");
+    }
+}
+
+proptest::proptest! {
+    /// Any rate, and any level refill leaves a bucket at, reads back from the row exactly.
+    #[test]
+    fn rates_and_levels_round_trip_through_the_row(
+        amount in 1i128..1_000_000_000_000_000,
+        period in 1u64..1_000_000_000_000_000,
+        tokens in -1_000_000i64..1_000_000,
+        elapsed in 0u64..100_000_000,
+    ) {
+        let rate = RefillRate::new(Tokens::from_nanos(amount), std::time::Duration::from_nanos(period));
+        let mut b = bucket_state(&seed_row()).unwrap();
+        b.bucket = Bucket::tokens(rate).with_capacity(Tokens::MAX);
+        b.tokens = Tokens::new(tokens);
+        let level = b.refilled(b.last_refill_at.saturating_add(std::time::Duration::from_millis(elapsed)));
+        b.set_level(level);
+        proptest::prop_assert_eq!(bucket_state(&bucket_item(&b)).unwrap(), b);
+    }
 }
 
 type Mutation = Box<dyn Fn(&mut Item)>;
