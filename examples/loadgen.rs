@@ -222,9 +222,8 @@ const LIMIT_TPM: u64 = 5_000;
 const TPM_COSTS: std::ops::RangeInclusive<u64> = 50..=500;
 
 /// The modes measured.
-const MODES: [(&str, &str); 9] = [
+const MODES: [(&str, &str); 8] = [
     ("seed protocol", "seed"),
-    ("fast path, lease rows", "fast-rows"),
     ("fast path", "fast"),
     ("fast path, `batch` under a reserve", "fast-res"),
     ("lean mode", "lean"),
@@ -274,11 +273,6 @@ async fn child(args: Args, kind: String) {
             Protocol::Seed
         } else {
             Protocol::Fast
-        },
-        leases_per_row: if kind == "fast-rows" {
-            0
-        } else {
-            sluice::DEFAULT_LEASES_PER_ROW
         },
         priority: reserved(&kind).then(|| "batch".parse().expect("priority")),
         ..Config::default()

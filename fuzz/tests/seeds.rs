@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use sluice::__fuzz::{Item, read_bucket_row, read_lease_row, write_bucket_row, write_lease_row};
 use sluice::store::{LeaseKey, LeaseRecord};
-use sluice::{Bucket, BucketState, HeldLease, RecentWrites, RefillRate, Tokens, UnixMillis};
+use sluice::{Bucket, BucketState, RecentWrites, RefillRate, Tokens, UnixMillis};
 use sluice_fuzz::input::Reader;
 use sluice_fuzz::targets::row;
 use sluice_fuzz::{Budget, TARGETS, Target, driver};
@@ -126,13 +126,6 @@ fn realistic_rows() -> Vec<(&'static str, Item)> {
             writes: vec![(1, at), (u64::MAX, UnixMillis::new(at.as_millis() + 10))],
             forgotten: UnixMillis::new(at.as_millis() - 500),
         },
-        held: vec![HeldLease {
-            id: "0123456789abcdef".to_owned(),
-            cost: Tokens::new(1),
-            created_at: at,
-            expires_at: UnixMillis::new(at.as_millis() + 60_000),
-            caller: "worker-1".to_owned(),
-        }],
         ..rpm.clone()
     };
     let lean = BucketState::full(
@@ -175,7 +168,6 @@ fn realistic_rows() -> Vec<(&'static str, Item)> {
         created_at: at,
         expires_at: UnixMillis::new(at.as_millis() + 30_000),
         caller: "worker-1".to_owned(),
-        in_bucket: false,
     };
     let n = |v: &str| AttributeValue::N(v.to_owned());
     let s = |v: &str| AttributeValue::S(v.to_owned());

@@ -27,7 +27,6 @@ fn state() -> BucketState {
         version: 7,
         write_id: Some(42),
         recent_writes: sluice::RecentWrites::default(),
-        held: Vec::new(),
         burst: None,
     }
 }

@@ -86,23 +86,10 @@ pub(crate) enum Kept {
     Nowhere,
     /// In a lease row of its own.
     Row,
-    /// In its bucket's row ([`BucketState::held`](crate::BucketState::held)).
-    InBucket,
     /// Nowhere in the store: granted from this process's local bucket while the store
     /// could not answer (the `open` failure policy). Nothing to release; an adjustment
     /// charges the local bucket.
     Local,
-}
-
-impl Kept {
-    /// Where the lease `record` describes is kept.
-    pub(crate) fn of(record: &LeaseRecord) -> Kept {
-        if record.in_bucket {
-            Kept::InBucket
-        } else {
-            Kept::Row
-        }
-    }
 }
 
 impl LeasePart {
@@ -146,7 +133,7 @@ impl LeasePart {
     /// cost back.
     pub(crate) fn of_record(record: LeaseRecord, restores: bool) -> LeasePart {
         LeasePart {
-            kept: Kept::of(&record),
+            kept: Kept::Row,
             key: record.key,
             dimension: record.dimension,
             cost: record.cost,

@@ -1,26 +1,10 @@
-//! Random and unique identifiers: lease suffixes, write ids, ids of leases kept in a row.
+//! Random and unique identifiers: lease suffixes and write ids.
 
 use rand::RngExt as _;
-
-use crate::bucket::BucketState;
 
 /// 128 random bits in hex: the unique suffix of a lease's rows.
 pub(crate) fn new_unique() -> String {
     format!("{:032x}", rand::rng().random::<u128>())
-}
-
-/// A new id for a lease kept in `row`: 64 random bits in hex, none of the row's nor of
-/// `adding` (the ids a write is adding).
-pub(crate) fn new_held_id<'a>(
-    row: &BucketState,
-    adding: impl Iterator<Item = &'a str> + Clone,
-) -> String {
-    loop {
-        let id = format!("{:016x}", rand::random::<u64>());
-        if row.held_lease(&id).is_none() && !adding.clone().any(|a| a == id) {
-            return id;
-        }
-    }
 }
 
 /// A new [`BucketState::write_id`](crate::BucketState::write_id): distinct within the process (a counter through a

@@ -67,16 +67,16 @@ mod tokens;
 
 pub use acquire::{Acquire, MAX_DIMENSIONS};
 pub use bucket::{
-    Bucket, BucketError, BucketState, HeldLease, Level, LimitType, MAX_VERSION, RECENT_WRITES,
-    RECENT_WRITES_WITH_LEASES, RecentWrites, RefillCarry, Report, Take, UnknownLimitType, refill,
+    Bucket, BucketError, BucketState, Commute, Condition, Level, LimitType, MAX_VERSION,
+    RECENT_WRITES, RecentWrites, RefillCarry, Report, Take, TokensOp, UnknownLimitType, refill,
 };
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};
 pub use config::{
-    COOLDOWN_CALLER, Config, ConfigError, DEFAULT_CLOCK_SKEW, DEFAULT_LEASE_TTL,
-    DEFAULT_LEASES_PER_ROW, DEFAULT_MAX_RETRIES, DEFAULT_OPEN_PERCENT, DEFAULT_SLOT_POLL,
-    DEFAULT_STORE_ATTEMPT_TIMEOUT, DEFAULT_STORE_TIMEOUT, FailurePolicy, MAX_CLOCK_SKEW,
-    MAX_LEASES_PER_ROW, Prefetch, Protocol, RELEASE_GRACE,
+    COOLDOWN_CALLER, Config, ConfigError, DEFAULT_CLOCK_SKEW, DEFAULT_FOLD_AFTER,
+    DEFAULT_HEAL_SETTLE, DEFAULT_LEASE_TTL, DEFAULT_MAX_RETRIES, DEFAULT_OPEN_PERCENT,
+    DEFAULT_SLOT_POLL, DEFAULT_STORE_ATTEMPT_TIMEOUT, DEFAULT_STORE_TIMEOUT, FailurePolicy,
+    MAX_CLOCK_SKEW, Prefetch, Protocol, RELEASE_GRACE,
 };
 pub use decimal::{DecimalError, Rounding};
 pub use dimension::{Dimension, DimensionError};

@@ -12,6 +12,9 @@
 //! | `sluice_grants_per_write` | histogram | | grants carried by one fast-path write |
 //! | `sluice_fail_open_grants_total` | counter | `dimension` | grants from a local bucket while the store could not answer ([`FailurePolicy::Open`](crate::FailurePolicy::Open)) |
 //! | `sluice_lost_answers_total` | counter | `dimension`, `outcome` (`applied`, `not_applied`, `unknown`) | writes whose answer was lost, and what the row then told of them |
+//! | `sluice_bucket_write_units_total` | counter | `dimension` | write units the store billed for successful writes of the bucket row (as it reported them; DynamoDB Local reports one per write) |
+//! | `sluice_bucket_failed_writes_total` | counter | `dimension` | writes of the bucket row whose condition failed (DynamoDB bills them too) |
+//! | `sluice_bucket_throttles_total` | counter | `dimension` | writes of the bucket row the store throttled (back-pressure: retried, or a RetryIn) |
 //! | `sluice_reconcile_passes_total` | counter | | reconcile passes |
 //! | `sluice_reconcile_leases_restored_total` | counter | | expired leases given back |
 //! | `sluice_reconcile_leases_skipped_total` | counter | | expired leases already gone |
@@ -98,6 +101,18 @@ pub(crate) fn lost_answer(dimension: &str, outcome: crate::bucket::WriteOutcome)
     .increment(1);
 }
 
+/// Records a write of `dimension`'s bucket row whose condition failed.
+pub(crate) fn bucket_failed_write(dimension: &str) {
+    metrics::counter!("sluice_bucket_failed_writes_total", "dimension" => dimension.to_owned())
+        .increment(1);
+}
+
+/// Records a write of `dimension`'s bucket row the store throttled.
+pub(crate) fn bucket_throttled(dimension: &str) {
+    metrics::counter!("sluice_bucket_throttles_total", "dimension" => dimension.to_owned())
+        .increment(1);
+}
+
 /// Records a reconcile pass.
 /// What one reconcile pass did, as counted.
 pub(crate) struct Reconciled {
@@ -146,8 +161,9 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
             StoreError::Throttled { .. } => "store_throttled",
             StoreError::Timeout { .. } => "store_timeout",
             StoreError::CorruptRow { .. } => "store_corrupt_row",
-            StoreError::Unavailable { .. } => "store_unavailable",
+            StoreError::Unavailable { .. } | StoreError::Unreachable { .. } => "store_unavailable",
             StoreError::OutcomeUnknown { .. } => "store_outcome_unknown",
+            StoreError::Rejected { .. } => "store_rejected",
             StoreError::Service { .. } => "store_service",
         },
     }

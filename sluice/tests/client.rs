@@ -106,9 +106,10 @@ mod prefetch {
             .unwrap()
     }
 
+    /// What the bucket holds now, and its version.
     async fn tokens(sluice: &Sluice, dim: &str) -> (Tokens, u64) {
         let row = sluice.bucket(dim).await.unwrap().unwrap();
-        (row.tokens, row.version)
+        (row.available(sluice.now()), row.version)
     }
 
     #[tokio::test]

@@ -39,7 +39,6 @@ fn client_with_lease_rows(store: &DynamoStore, clock: &ManualClock, caller: &str
         .clock(clock.clone())
         .caller(caller)
         .max_retries(20)
-        .leases_per_row(0)
         .build()
         .unwrap()
 }

@@ -46,14 +46,14 @@ fn bucket_item(version: &str) -> std::collections::HashMap<String, AttributeValu
     .collect()
 }
 
-/// A fast-path client on the mocked DynamoDB that keeps its leases in rows of their own,
-/// so that a grant is a transaction (what the replayed transaction errors need).
+/// A client of the seed's protocol on the mocked DynamoDB, so that a grant is a transaction
+/// (what the replayed transaction errors need).
 fn sluice_on(client: Client, retries: u32) -> Sluice {
     Sluice::builder()
         .store(DynamoStore::new(client, "buckets"))
         .clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000)))
         .max_retries(retries)
-        .leases_per_row(0)
+        .protocol(sluice::Protocol::Seed)
         .build()
         .unwrap()
 }
@@ -168,7 +168,6 @@ fn two_item_commit() -> Commit {
             created_at: UnixMillis::from_secs(1_700_000_000),
             expires_at: UnixMillis::from_secs(1_700_000_060),
             caller: "test".into(),
-            in_bucket: false,
         })],
     }
 }
@@ -270,7 +269,7 @@ async fn a_server_that_never_answers_is_a_timeout() {
 }
 
 #[tokio::test]
-async fn a_refused_connection_is_unavailable() {
+async fn a_refused_connection_is_unreachable_and_sent_nothing() {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -278,7 +277,7 @@ async fn a_refused_connection_is_unavailable() {
     let sluice = sluice_on(real_client(&format!("http://127.0.0.1:{port}")), 3);
     let e = sluice.acquire("openai#rpm").await.unwrap_err();
     assert!(
-        matches!(e, Error::Store(StoreError::Unavailable { .. })),
+        matches!(e, Error::Store(ref s @ StoreError::Unreachable { .. }) if !s.may_have_applied()),
         "{e:?}"
     );
     assert!(e.to_string().contains("could not be reached"), "{e}");

@@ -8,11 +8,14 @@
 //! what it was granted and what it adjusted to, then releases. Every store call of the
 //! children goes through the proxy, with the store timeouts short enough that lost answers
 //! are asked again within the run. The parent reads the rows directly and checks the
-//! exact ledger: the bucket's decrease equals the grants delivered (`rpm`) and the final
-//! adjusted costs (`tpm`), the grants stay within `tokens + refill_rate * elapsed`, the
-//! leases per process equal the grants reported, and after the releases no lease is left
-//! and the `concurrent` bucket is whole. It runs on the fast path with leases kept in the
-//! bucket row, and on lean buckets (no leases).
+//! ledger: the bucket's decrease equals the grants delivered (`rpm`) and the final adjusted
+//! costs (`tpm`), but for the writes whose answer was lost and that the children counted as
+//! unsure (a change adds to the row and never tells whether it applied: it may have taken
+//! its tokens, never granted them); the grants stay within `tokens + refill_rate *
+//! elapsed`; the leases per process equal the grants reported; and after the releases no
+//! lease is left and the `concurrent` bucket, once the reconciler healed what lost answers
+//! left short, is whole. It runs on the fast path with lease rows, and on lean buckets (no
+//! leases).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -23,7 +26,7 @@ use std::time::Duration;
 
 use dynamo::proxy::{Faults, Proxy};
 use dynamo::worker::{self, Start, Worker};
-use sluice::store::{LeaseFilter, StoreError};
+use sluice::store::LeaseFilter;
 use sluice::{
     Acquire, Bucket, Clock as _, Config, Error, Lease, RefillRate, Sluice, SluiceBuilder,
     SystemClock, Tokens, UnixMillis,
@@ -68,6 +71,7 @@ async fn client(endpoint: &str, table: &str, caller: &str) -> Sluice {
         table_name: Some(table.to_owned()),
         endpoint_url: Some(endpoint.to_owned()),
         lease_ttl: Duration::from_secs(300),
+        heal_settle: Duration::from_secs(1),
         ..Config::default()
     })
     .store_timeouts(Duration::from_secs(2), Duration::from_millis(250))
@@ -89,8 +93,7 @@ struct Counts {
     /// Adjustments that failed and were retried.
     adjust_retries: u64,
     /// The most tokens of each bucket that writes whose outcome the row could no longer
-    /// tell may have taken without a grant (lean buckets only: a write that keeps a lease
-    /// always tells).
+    /// tell may have taken without a grant.
     unknown_rpm: u64,
     unknown_tpm: u64,
 }
@@ -100,7 +103,7 @@ async fn adjust(lease: &mut Lease, tpm: &str, actual: u64, counts: &mut Counts) 
     for _ in 0..50 {
         match lease.adjust(tpm, actual).await {
             Ok(()) => return,
-            Err(Error::Store(StoreError::OutcomeUnknown { .. })) => {
+            Err(Error::Store(e)) if e.may_have_applied() => {
                 counts.adjust_retries += 1;
                 // Charged again at worst: the estimate was 3, the actual 1 to 5.
                 counts.unknown_tpm += 2;
@@ -167,7 +170,7 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str) {
                     }
                     Err(Error::RetryIn(d)) => tokio::time::sleep(d).await,
                     Err(Error::Contention { .. }) => {}
-                    Err(Error::Store(StoreError::OutcomeUnknown { .. })) => {
+                    Err(Error::Store(e)) if e.may_have_applied() => {
                         counts.unknown_rpm += 1;
                         if pair {
                             counts.unknown_tpm += TPM.3;
@@ -293,23 +296,21 @@ async fn parent(mode: &str) -> Option<()> {
     let (granted, pairs, tpm_cost, store_errors, adjust_retries) =
         (sum(0), sum(1), sum(2), sum(3), sum(4));
     let (unknown_rpm, unknown_tpm) = (sum(5), sum(6));
-    assert!(
-        lean || unknown_rpm + unknown_tpm == 0,
-        "{mode}: a write that keeps a lease always tells whether it applied"
-    );
     let injected = proxy.injected();
     let lost = injected.lost.load(std::sync::atomic::Ordering::Relaxed);
     let reset = injected.reset.load(std::sync::atomic::Ordering::Relaxed);
     assert!(lost + reset > 0, "{mode}: the proxy injected no fault");
     assert!(pairs > 0, "{mode}: no pair was granted");
 
-    // The ledger, exact: what each bucket lost is what was granted, and what the pairs'
-    // adjustments left them at.
-    // Exact, except for what writes the row could no longer tell may have taken (lean
-    // buckets; counted by the children): never more granted than taken.
+    // The ledger: what each bucket lost is what was granted, and what the pairs'
+    // adjustments left them at, except for what writes whose answer was lost may have
+    // taken (counted by the children, and give-backs whose answer was lost, one cost each
+    // at most): never more granted than taken.
+    let faults = lost + reset;
     let within = |row: &sluice::BucketState, used: u64, unknown: u64, supplied: Tokens| {
         let taken = supplied - row.tokens;
-        taken >= Tokens::from(used) && taken <= Tokens::from(used + unknown)
+        let most_cost = 5;
+        taken >= Tokens::from(used) && taken <= Tokens::from(used + unknown + faults * most_cost)
     };
     let rpm_row = sluice.bucket(&rpm).await.unwrap().unwrap();
     let rpm_supplied = supply(&rpm_baseline, RPM.2, rpm_row.last_refill_at);
@@ -365,10 +366,21 @@ async fn parent(mode: &str) -> Option<()> {
             "{mode}: {dimension} leases left: {left:#?}"
         );
     }
+    // Slots a lost answer left short (taken, or given back, without telling) are healed
+    // once the bucket is quiet; none is ever invented.
+    let slots = sluice.bucket(&concurrent).await.unwrap().unwrap().tokens;
+    assert!(
+        slots <= Tokens::from(SLOTS),
+        "{mode}: concurrent slots invented"
+    );
+    if slots < Tokens::from(SLOTS) {
+        let report = sluice.reconcile().await.unwrap();
+        eprintln!("{mode}: {} slots healed", report.tokens_healed);
+    }
     assert_eq!(
         sluice.bucket(&concurrent).await.unwrap().unwrap().tokens,
         Tokens::from(SLOTS),
-        "{mode}: concurrent slots lost or invented"
+        "{mode}: concurrent slots lost"
     );
     eprintln!(
         "{mode}: {} rpm and {} tpm writes",

@@ -1,7 +1,7 @@
 //! Callers that go away: an acquire whose caller dropped it (cancelled, timed out) is never
 //! granted, or its grant is given back at once; a caller queued behind them is answered.
 //!
-//! The store holds each commit after applying it until the test opens its gate, so that a
+//! The store holds each change after applying it until the test opens its gate, so that a
 //! write can be caught in flight, with callers queued behind it.
 
 use std::sync::Arc;
@@ -9,14 +9,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sluice::store::{
-    Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, Store, StoreError,
+    BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
+    Store, StoreError,
 };
 use sluice::{
     Bucket, BucketState, Dimension, ManualClock, MemoryStore, RefillRate, Sluice, Tokens,
     UnixMillis,
 };
 
-/// A memory store whose commits wait, once applied, for the gate to open.
+/// A memory store whose changes wait, once applied, for the gate to open.
 #[derive(Debug, Clone)]
 struct GatedStore {
     inner: MemoryStore,
@@ -46,7 +47,7 @@ impl GatedStore {
         self.gate.add_permits(1_000);
     }
 
-    /// Waits until `n` commits are held at the gate.
+    /// Waits until `n` changes are held at the gate.
     async fn held(&self, n: usize) {
         while self.held.load(Ordering::SeqCst) < n {
             tokio::task::yield_now().await;
@@ -64,12 +65,7 @@ impl Store for GatedStore {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-        let result = self.inner.commit(commit).await;
-        if self.closed.load(Ordering::SeqCst) {
-            self.held.fetch_add(1, Ordering::SeqCst);
-            let _permit = self.gate.acquire().await.unwrap();
-        }
-        result
+        self.inner.commit(commit).await
     }
 
     async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
@@ -92,8 +88,21 @@ impl Store for GatedStore {
         self.inner.slot_leases(dimension, limit).await
     }
 
-    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
-        self.inner.forget_held(dimension, ids).await
+    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
+        let result = self.inner.change(change).await;
+        if self.closed.load(Ordering::SeqCst) {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            let _permit = self.gate.acquire().await.unwrap();
+        }
+        result
+    }
+
+    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
+        self.inner.put_leases(leases).await
+    }
+
+    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+        self.inner.end_lease(key).await
     }
 
     async fn put_bucket(

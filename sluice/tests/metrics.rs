@@ -9,7 +9,7 @@ use metrics::{
     Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, SharedString, Unit,
 };
 use sluice::store::{
-    Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
+    BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
     StoreError,
 };
 use sluice::{
@@ -17,7 +17,7 @@ use sluice::{
     UnixMillis,
 };
 
-/// The in-memory store, except that the first commit loses a race and reads of
+/// The in-memory store, except that the first change loses a race and reads of
 /// `broken#rpm` are throttled.
 #[derive(Debug, Default)]
 struct Scripted {
@@ -38,19 +38,6 @@ impl Store for Scripted {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-        // The first commit that writes a lease (a lease row, or one kept in the row) loses
-        // a race.
-        let writes_lease =
-            !commit.leases.is_empty() || commit.buckets.iter().any(|b| !b.held.is_empty());
-        if let (true, Some(bucket)) = (writes_lease, commit.buckets.first())
-            && !self.raced.swap(true, Ordering::SeqCst)
-        {
-            let dimension = bucket.dimension().clone();
-            return Err(CommitError::Condition(ConditionFailure::BucketChanged {
-                dimension,
-                current: None,
-            }));
-        }
         self.inner.commit(commit).await
     }
 
@@ -66,8 +53,26 @@ impl Store for Scripted {
         self.inner.scan_leases(filter).await
     }
 
-    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
-        self.inner.forget_held(dimension, ids).await
+    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
+        // The first change loses a race: the row it hands back is the current one.
+        if !self.raced.swap(true, Ordering::SeqCst) {
+            let current = self
+                .inner
+                .read_buckets(std::slice::from_ref(&change.dimension))
+                .await?;
+            return Err(ChangeError::Condition(
+                current.into_iter().next().flatten().map(Box::new),
+            ));
+        }
+        self.inner.change(change).await
+    }
+
+    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
+        self.inner.put_leases(leases).await
+    }
+
+    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+        self.inner.end_lease(key).await
     }
 
     async fn put_bucket(

@@ -39,7 +39,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sluice::store::{
-    Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, Store, StoreError,
+    BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
+    Store, StoreError,
 };
 use sluice::{
     Acquire, Bucket, BucketState, Config, Dimension, Error, Lease, ManualClock, MemoryStore,
@@ -252,9 +253,19 @@ impl Store for ClientStore {
         self.inner.scan_leases(filter).await
     }
 
-    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
+    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
         self.enter().await;
-        self.inner.forget_held(dimension, ids).await
+        self.inner.change(change).await
+    }
+
+    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
+        self.enter().await;
+        self.inner.put_leases(leases).await
+    }
+
+    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+        self.enter().await;
+        self.inner.end_lease(key).await
     }
 
     async fn put_bucket(

@@ -114,8 +114,8 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// One client of each kind on `store`: fast with leases kept in the row, seed, fast with a
-/// lease row per grant.
+/// One client of each kind on `store`: fast, seed, fast folding the refill into the row on
+/// every grant that counts it.
 fn clients(store: &std::sync::Arc<MemoryStore>, clock: &ManualClock) -> Vec<Sluice> {
     [Protocol::Fast, Protocol::Seed, Protocol::Fast]
         .into_iter()
@@ -123,7 +123,11 @@ fn clients(store: &std::sync::Arc<MemoryStore>, clock: &ManualClock) -> Vec<Slui
         .map(|(i, protocol)| {
             SluiceBuilder::from_config(Config {
                 protocol,
-                leases_per_row: if i == 2 { 0 } else { 32 },
+                fold_after: if i == 2 {
+                    Duration::from_millis(1)
+                } else {
+                    sluice::DEFAULT_FOLD_AFTER
+                },
                 ..Config::default()
             })
             .store_arc(store.clone())

@@ -4,18 +4,21 @@
 //! time in milliseconds, rates in billionths of a token per second.
 
 mod burst;
+mod commute;
 mod definition;
 mod recent;
 mod refill;
 mod state;
 
 pub use burst::Report;
+pub use commute::{Commute, Condition, TokensOp};
+pub(crate) use commute::{Want, commute};
 pub use definition::{Bucket, BucketError, LimitType, MAX_VERSION, UnknownLimitType};
 pub(crate) use definition::{first_version, timestamp_in_range};
-pub use recent::{RECENT_WRITES, RECENT_WRITES_WITH_LEASES, RecentWrites};
+pub use recent::{RECENT_WRITES, RecentWrites};
 pub use refill::{Level, RefillCarry, refill};
 pub(crate) use state::WriteOutcome;
-pub use state::{BucketState, HeldLease, Take};
+pub use state::{BucketState, Take};
 
 #[cfg(test)]
 mod tests;

@@ -3,15 +3,12 @@
 
 use crate::clock::UnixMillis;
 
-/// How many writes a lean bucket's row lists at most ([`RecentWrites::writes`]): 16 bytes
-/// each on DynamoDB, plus 8 for [`RecentWrites::forgotten`] (520 bytes at most: a lean row
-/// stays within one write unit).
-pub const RECENT_WRITES: usize = 32;
-
-/// How many writes the row of a bucket that keeps leases lists: a write that adds, ends or
-/// changes a kept lease shows in the lease whether it applied, so the list serves the
-/// other writes only, and each byte it takes is a byte fewer for kept leases.
-pub const RECENT_WRITES_WITH_LEASES: usize = 8;
+/// How many writes a bucket's row lists at most ([`RecentWrites::writes`]): 16 bytes each
+/// on DynamoDB, plus 8 for [`RecentWrites::forgotten`] (136 bytes at most). Only the
+/// writes conditioned on the exact row list themselves (a definition, a vendor's report,
+/// healing, the seed's protocol): the grants and give-backs that commute with other
+/// writers' (see [`Commute`](crate::Commute)) leave the list as it is.
+pub const RECENT_WRITES: usize = 8;
 
 /// The last sluice writes to a bucket row (see
 /// [`BucketState::recent_writes`](super::BucketState::recent_writes)).

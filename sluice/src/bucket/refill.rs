@@ -72,9 +72,17 @@ impl RefillCarry {
         self.units == 0
     }
 
+    /// `units` (fewer than `rate`'s denominator) of a billionth, as carried at `rate`.
+    pub(super) fn of(units: U256, rate: PerMilli) -> RefillCarry {
+        RefillCarry {
+            units: units.as_u128(),
+            per: rate.den.as_u128(),
+        }
+    }
+
     /// The carry in `den`ths of a billionth: exact when it was kept for a rate with that
     /// denominator, rounded down otherwise (the bucket's rate changed since).
-    fn in_units_of(self, den: U256) -> U256 {
+    pub(super) fn in_units_of(self, den: U256) -> U256 {
         let per = U256::from(self.per);
         if per == den {
             U256::from(self.units)
@@ -149,15 +157,7 @@ pub fn refill(level: Level, capacity: Tokens, rate: RefillRate, now: UnixMillis)
     Level {
         tokens: level.tokens + Tokens::from_nanos(added),
         last_refill_at: now,
-        carry: carry_of(earned % rate.den, rate),
-    }
-}
-
-/// `units` (fewer than the rate's denominator) as a carry.
-fn carry_of(units: U256, rate: PerMilli) -> RefillCarry {
-    RefillCarry {
-        units: units.as_u128(),
-        per: rate.den.as_u128(),
+        carry: RefillCarry::of(earned % rate.den, rate),
     }
 }
 
@@ -222,7 +222,7 @@ pub(super) fn level_reaching(
     Some(Level {
         tokens,
         last_refill_at: now,
-        carry: carry_of(carry, rate),
+        carry: RefillCarry::of(carry, rate),
     })
 }
 

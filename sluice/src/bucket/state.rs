@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::recent::{RECENT_WRITES, RECENT_WRITES_WITH_LEASES, RecentWrites};
+use super::recent::{RECENT_WRITES, RecentWrites};
 use super::refill::{Level, RefillCarry, level_reaching, refill, wait_until_available};
 use super::{Bucket, BucketError, LimitType, MAX_VERSION, timestamp_in_range};
 use crate::clock::UnixMillis;
@@ -38,34 +38,12 @@ pub struct BucketState {
     /// have moved the row on (see [`RecentWrites`]). Other SDKs leave it as it is; a row
     /// written whole by another tool has none.
     pub recent_writes: RecentWrites,
-    /// The leases kept in the row itself (sluice's fast path keeps a grant's lease where
-    /// the grant's one write carries it), in id order. Their tokens are already
-    /// taken from `tokens`, like those of lease rows. Releasing a lease that gives nothing
-    /// back removes it without changing the version, so two rows that differ only here are
-    /// the same row for a write's condition (see [`same_row`](Self::same_row)).
-    pub held: Vec<HeldLease>,
     /// The most a refilling bucket holds, as learned from the vendor's own reports (its
     /// burst: a vendor enforcing 600 a minute as 10 a second holds 10), or `None` for the
     /// bucket's capacity. Never above the capacity: it only ever makes the bucket
     /// stricter. Set by [`Tighten::Reported`](crate::Tighten::Reported); other SDKs
     /// leave it as it is and refill to the capacity.
     pub burst: Option<Tokens>,
-}
-
-/// A lease kept in its bucket's row (see [`BucketState::held`]): what a lease row would
-/// say, without the row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldLease {
-    /// The lease's unique id: its key is `lease#{dimension}#{id}`, as a lease row's would be.
-    pub id: String,
-    /// The tokens taken.
-    pub cost: Tokens,
-    /// When the lease was taken.
-    pub created_at: UnixMillis,
-    /// When the lease expires and becomes the reconciler's to give back.
-    pub expires_at: UnixMillis,
-    /// Who took it (`SLUICE_CALLER`).
-    pub caller: String,
 }
 
 /// What became of a write whose answer was lost (see [`BucketState::outcome_of`]).
@@ -117,15 +95,12 @@ impl BucketState {
             version: 0,
             write_id: None,
             recent_writes: RecentWrites::default(),
-            held: Vec::new(),
             burst: None,
         }
     }
 
     /// Whether `other` is the same row for a write's condition: everything but the
-    /// [`held`](Self::held) leases, which a release that gives nothing back removes
-    /// without a new version (and the [`recent_writes`](Self::recent_writes), which
-    /// follow from the write id).
+    /// [`recent_writes`](Self::recent_writes), which follow from the write id.
     pub fn same_row(&self, other: &BucketState) -> bool {
         self.dimension == other.dimension
             && self.bucket == other.bucket
@@ -137,11 +112,6 @@ impl BucketState {
             && self.burst == other.burst
     }
 
-    /// The lease with the unique id `id` kept in the row, if any.
-    pub fn held_lease(&self, id: &str) -> Option<&HeldLease> {
-        self.held.iter().find(|h| h.id == id)
-    }
-
     /// Whether the sluice write `write_id` is listed among the last that led to this row:
     /// it applied (see [`RecentWrites`]).
     pub fn wrote(&self, write_id: u64) -> bool {
@@ -151,17 +121,7 @@ impl BucketState {
     /// The [`recent_writes`](Self::recent_writes) of the row a write `write_id` made at
     /// `at` over this one leaves.
     pub(crate) fn recent_after(&self, write_id: u64, at: UnixMillis) -> RecentWrites {
-        self.recent_writes.after(write_id, at, self.recent_limit())
-    }
-
-    /// How many writes this row lists: [`RECENT_WRITES`] for a lean bucket,
-    /// [`RECENT_WRITES_WITH_LEASES`] for one that keeps leases.
-    pub(crate) fn recent_limit(&self) -> usize {
-        if self.bucket.keeps_leases() {
-            RECENT_WRITES_WITH_LEASES
-        } else {
-            RECENT_WRITES
-        }
+        self.recent_writes.after(write_id, at, RECENT_WRITES)
     }
 
     /// What became of the write `write_id`, made at `at` to give this bucket `version`,
@@ -171,7 +131,7 @@ impl BucketState {
         if self.wrote(write_id) {
             WriteOutcome::Applied
         } else if self.version < version
-            || self.version - version < listed.min(self.recent_limit() as u64)
+            || self.version - version < listed.min(RECENT_WRITES as u64)
             || self.recent_writes.forgotten < at
         {
             WriteOutcome::NotApplied

@@ -23,7 +23,6 @@ fn state(capacity: i64, rate: RefillRate, tokens: Tokens) -> BucketState {
         version: 0,
         write_id: None,
         recent_writes: RecentWrites::default(),
-        held: Vec::new(),
         burst: None,
     }
 }
@@ -183,7 +182,6 @@ fn deepest() -> BucketState {
         version: MAX_VERSION,
         write_id: None,
         recent_writes: RecentWrites::default(),
-        held: Vec::new(),
         burst: None,
     }
 }
@@ -317,7 +315,7 @@ proptest! {
             row.bucket = row.bucket.lean();
         }
         row.version = 1;
-        let limit = row.recent_limit();
+        let limit = RECENT_WRITES;
         let ours = u64::MAX;
         // Real time goes on; each writer's clock is off by its own amount.
         let mut real = 1_000i64;

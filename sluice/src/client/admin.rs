@@ -249,7 +249,6 @@ fn redefined(
         version: cur.version.saturating_add(1),
         write_id: Some(write_id),
         recent_writes: cur.recent_after(write_id, last_refill_at),
-        held: Vec::new(),
         // The vendor's burst stays with the same limit; a new capacity or rate (a tier
         // upgrade, say) is learned afresh from the vendor's next answers.
         burst: cur

@@ -108,6 +108,20 @@ impl SluiceBuilder {
         self
     }
 
+    /// How acquires talk to the store (`SLUICE_PROTOCOL`, see [`Protocol`]).
+    ///
+    /// ```
+    /// use sluice::Protocol;
+    ///
+    /// let sluice = sluice::Sluice::builder().protocol(Protocol::Seed).build()?;
+    /// assert_eq!(sluice.config().protocol, Protocol::Seed);
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn protocol(mut self, protocol: crate::Protocol) -> Self {
+        self.config.protocol = protocol;
+        self
+    }
+
     /// How long a short `concurrent` bucket is remembered, and the longest a waiting caller
     /// sleeps on one before looking again (`SLUICE_SLOT_POLL_MS`, see
     /// [`Config::slot_poll`]).
@@ -116,16 +130,33 @@ impl SluiceBuilder {
         self
     }
 
-    /// Sets the most live leases a bucket row keeps itself on the fast path (see
-    /// [`Config::leases_per_row`]; `0`: every lease in a row of its own).
+    /// Sets how old a bucket row's refill timestamp may get before a grant that counts the
+    /// refill since folds it into the row (see [`Config::fold_after`]).
     ///
     /// ```
-    /// let sluice = sluice::Sluice::builder().leases_per_row(0).build()?;
-    /// assert_eq!(sluice.config().leases_per_row, 0);
+    /// use std::time::Duration;
+    ///
+    /// let sluice = sluice::Sluice::builder().fold_after(Duration::from_secs(10)).build()?;
+    /// assert_eq!(sluice.config().fold_after, Duration::from_secs(10));
     /// # Ok::<(), sluice::Error>(())
     /// ```
-    pub fn leases_per_row(mut self, leases: usize) -> Self {
-        self.config.leases_per_row = leases;
+    pub fn fold_after(mut self, interval: Duration) -> Self {
+        self.config.fold_after = interval;
+        self
+    }
+
+    /// Sets how long a `concurrent` bucket that does not match its lease rows must stay
+    /// unchanged before the reconciler corrects it (see [`Config::heal_settle`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let sluice = sluice::Sluice::builder().heal_settle(Duration::from_secs(30)).build()?;
+    /// assert_eq!(sluice.config().heal_settle, Duration::from_secs(30));
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn heal_settle(mut self, interval: Duration) -> Self {
+        self.config.heal_settle = interval;
         self
     }
 

@@ -19,9 +19,12 @@ pub const DEFAULT_MAX_RETRIES: u32 = 5;
 /// Default slot poll interval (`SLUICE_SLOT_POLL_MS`): how long a short `concurrent` bucket
 /// is remembered, and the longest a waiting caller sleeps before looking again.
 pub const DEFAULT_SLOT_POLL: Duration = Duration::from_millis(300);
-/// Default most leases a bucket row keeps itself (`SLUICE_LEASES_PER_ROW`; see
-/// [`Config::leases_per_row`]).
-pub const DEFAULT_LEASES_PER_ROW: usize = 32;
+/// Default age of a bucket row's refill timestamp past which a grant that counts the refill
+/// since folds it into the row (see [`Config::fold_after`]).
+pub const DEFAULT_FOLD_AFTER: Duration = Duration::from_secs(60);
+/// Default time a `concurrent` bucket that does not match its leases must stay unchanged
+/// before the reconciler corrects it (`SLUICE_HEAL_SETTLE_MS`; see [`Config::heal_settle`]).
+pub const DEFAULT_HEAL_SETTLE: Duration = Duration::from_secs(10);
 /// Default deadline of one store call, its retries included (`SLUICE_STORE_TIMEOUT_MS`;
 /// see [`Config::store_timeout`]).
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -42,9 +45,6 @@ pub const RELEASE_GRACE: Duration = Duration::from_secs(60);
 /// `concurrent` bucket (see [`Tighten::PauseFor`](crate::Tighten::PauseFor)). Nothing runs
 /// under one, so it is given back at its expiry exactly, without the clock-skew margin.
 pub const COOLDOWN_CALLER: &str = "sluice-cooldown";
-/// The most [`Config::leases_per_row`] may be: the row must stay well within DynamoDB's
-/// 400 KB item limit.
-pub const MAX_LEASES_PER_ROW: usize = 1_000;
 
 /// An environment variable with a value sluice cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -85,7 +85,7 @@ pub enum ConfigError {
 /// | `SLUICE_CALLER` | `caller` written on leases | Lambda function name or host name |
 /// | `SLUICE_PROTOCOL` | `fast` or `seed` (see [`Protocol`]) | `fast` |
 /// | `SLUICE_SLOT_POLL_MS` | slot poll interval, milliseconds (see [`Config::slot_poll`]) | 300 |
-/// | `SLUICE_LEASES_PER_ROW` | most leases a bucket row keeps itself (see [`Config::leases_per_row`]) | 32 |
+/// | `SLUICE_HEAL_SETTLE_MS` | how long a `concurrent` bucket off its leases must stay unchanged before the reconciler corrects it, milliseconds (see [`Config::heal_settle`]) | 10000 |
 /// | `SLUICE_STORE_TIMEOUT_MS` | deadline of one store call, retries included, milliseconds (see [`Config::store_timeout`]) | 3000 |
 /// | `SLUICE_STORE_ATTEMPT_TIMEOUT_MS` | deadline of one attempt of a store call, milliseconds | 1000 |
 /// | `SLUICE_CLOCK_SKEW_MS` | most two hosts' clocks may disagree, milliseconds (see [`Config::clock_skew`]) | 1000 |
@@ -114,12 +114,23 @@ pub struct Config {
     /// the bucket row about once per half interval to once per interval (its waiters on one
     /// dimension share the reads), plus a lease query when the row changed. At least 1 ms.
     pub slot_poll: Duration,
-    /// On the fast path, the most live leases a bucket row keeps itself, so that a grant
-    /// and its lease are one single-item write: each lease adds about 60 bytes to the row,
-    /// and on DynamoDB every write of the row costs one write unit per started kilobyte.
-    /// A grant beyond it gets a lease row of its own, written with the bucket in one
-    /// transaction. `0`: every lease in a row of its own. At most [`MAX_LEASES_PER_ROW`].
-    pub leases_per_row: usize,
+    /// On the fast path, how old a bucket row's refill timestamp may get before a grant
+    /// that counts the refill since it folds that refill into the row's tokens and moves
+    /// the timestamp on. Grants that count refill are conditioned on the timestamp they
+    /// counted from, so other processes' grants computed from the old one fail once after a
+    /// fold (and are computed again from the row the failure hands back): folds are kept
+    /// to about one per this interval. A full bucket moves the timestamp on its own (a
+    /// grant from a full bucket sets it). At least 1 ms.
+    pub fold_after: Duration,
+    /// How long a `concurrent` bucket that does not match its lease rows must stay as it
+    /// is, its row and its lease rows unchanged, before the reconciler sets its tokens to
+    /// match them. A slot's acquire and its release each write the bucket row and a lease
+    /// row one after the other; between the two the bucket looks off by the slot. A
+    /// mismatch that outlasts this interval unchanged is no write in flight but one lost
+    /// (a holder that died between its writes, an answer lost): it must exceed the longest
+    /// time between a client's two writes, the store's deadline and retries included.
+    /// At least 1 ms.
+    pub heal_settle: Duration,
     /// The longest one call to the store may take, its retries included: a store that
     /// stops answering makes a call fail with [`StoreError::Timeout`](crate::store::StoreError::Timeout)
     /// after this long, not after the SDK's own limits. Applied to the DynamoDB client
@@ -165,7 +176,8 @@ impl Default for Config {
             protocol: Protocol::default(),
             prefetch: HashMap::new(),
             slot_poll: DEFAULT_SLOT_POLL,
-            leases_per_row: DEFAULT_LEASES_PER_ROW,
+            fold_after: DEFAULT_FOLD_AFTER,
+            heal_settle: DEFAULT_HEAL_SETTLE,
             store_timeout: DEFAULT_STORE_TIMEOUT,
             store_attempt_timeout: DEFAULT_STORE_ATTEMPT_TIMEOUT,
             clock_skew: DEFAULT_CLOCK_SKEW,
@@ -261,6 +273,9 @@ impl Config {
         if let Some(poll) = millis("SLUICE_SLOT_POLL_MS")? {
             config.slot_poll = poll;
         }
+        if let Some(settle) = millis("SLUICE_HEAL_SETTLE_MS")? {
+            config.heal_settle = settle;
+        }
         if let Some(timeout) = millis("SLUICE_STORE_TIMEOUT_MS")? {
             config.store_timeout = timeout;
         }
@@ -271,18 +286,6 @@ impl Config {
             millis_from(0, "SLUICE_CLOCK_SKEW_MS", non_empty("SLUICE_CLOCK_SKEW_MS"))?
         {
             config.clock_skew = skew;
-        }
-        if let Some(v) = non_empty("SLUICE_LEASES_PER_ROW") {
-            config.leases_per_row = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|n| *n <= MAX_LEASES_PER_ROW)
-                .ok_or_else(|| ConfigError::Invalid {
-                    variable: "SLUICE_LEASES_PER_ROW",
-                    value: v.clone(),
-                    reason: "expected a whole number from 0 to 1000",
-                })?;
         }
         if let Some(v) = non_empty("SLUICE_PROTOCOL") {
             config.protocol = match v.trim() {
@@ -319,10 +322,9 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks what the environment cannot express wrongly but code can: a TTL and a slot
-    /// poll interval of at least a millisecond, at most [`MAX_LEASES_PER_ROW`], and
-    /// prefetches of a positive number of tokens held at least a millisecond. Every client
-    /// is built through it.
+    /// Checks what the environment cannot express wrongly but code can: a TTL, a slot poll
+    /// interval and a fold interval of at least a millisecond, and prefetches of a positive
+    /// number of tokens held at least a millisecond. Every client is built through it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.lease_ttl < Duration::from_millis(1) {
             return Err(ConfigError::Invalid {
@@ -331,11 +333,18 @@ impl Config {
                 reason: "the lease TTL must be at least one millisecond",
             });
         }
-        if self.leases_per_row > MAX_LEASES_PER_ROW {
+        if self.fold_after < Duration::from_millis(1) {
             return Err(ConfigError::Invalid {
-                variable: "SLUICE_LEASES_PER_ROW",
-                value: self.leases_per_row.to_string(),
-                reason: "at most 1000 leases per bucket row",
+                variable: "fold_after",
+                value: format!("{:?}", self.fold_after),
+                reason: "the fold interval must be at least one millisecond",
+            });
+        }
+        if self.heal_settle < Duration::from_millis(1) {
+            return Err(ConfigError::Invalid {
+                variable: "SLUICE_HEAL_SETTLE_MS",
+                value: format!("{:?}", self.heal_settle),
+                reason: "the heal settle interval must be at least one millisecond",
             });
         }
         if self.clock_skew > MAX_CLOCK_SKEW {

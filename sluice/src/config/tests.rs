@@ -34,17 +34,16 @@ fn every_variable_is_read() {
         ("SLUICE_CALLER", "audit-service"),
         ("SLUICE_PROTOCOL", "seed"),
         ("SLUICE_SLOT_POLL_MS", "150"),
-        ("SLUICE_LEASES_PER_ROW", "0"),
+        ("SLUICE_HEAL_SETTLE_MS", "2500"),
     ]))
     .unwrap();
-    assert_eq!(c.leases_per_row, 0);
-    assert_eq!(
-        Config::from_lookup(env(&[])).unwrap().leases_per_row,
-        DEFAULT_LEASES_PER_ROW
-    );
-    assert!(Config::from_lookup(env(&[("SLUICE_LEASES_PER_ROW", "1001")])).is_err());
-    assert!(Config::from_lookup(env(&[("SLUICE_LEASES_PER_ROW", "-1")])).is_err());
     assert_eq!(c.slot_poll, Duration::from_millis(150));
+    assert_eq!(c.heal_settle, Duration::from_millis(2_500));
+    assert!(Config::from_lookup(env(&[("SLUICE_HEAL_SETTLE_MS", "0")])).is_err());
+    assert_eq!(
+        Config::from_lookup(env(&[])).unwrap().heal_settle,
+        crate::DEFAULT_HEAL_SETTLE
+    );
     assert!(Config::from_lookup(env(&[("SLUICE_SLOT_POLL_MS", "0")])).is_err());
     assert_eq!(
         Config::from_lookup(env(&[])).unwrap().slot_poll,

@@ -1,16 +1,17 @@
-//! Correcting a lease's cost after the fact: the difference is charged, or refunded, in
-//! one conditional write of the bucket row (and of the lease, wherever it is kept).
+//! Correcting a lease's cost after the fact: the difference is charged, or refunded. On the
+//! fast path, a change of the bucket row (which commutes with other writers') and an update
+//! of the lease row, one after the other; on the seed's, both in one transaction.
 
-use crate::bucket::BucketState;
-use crate::bucket::WriteOutcome;
+use crate::bucket::{BucketState, Want, WriteOutcome, commute};
 use crate::clock::UnixMillis;
 use crate::config::Protocol;
 use crate::error::Error;
 use crate::grant::{Kept, LeasePart};
-use crate::retry::Budget;
+use crate::retry::{Backoff, Budget};
 use crate::shared::Core;
 use crate::store::{
-    BucketWrite, Commit, CommitError, ConditionFailure, HeldWrite, LeaseWrite, WriteProbe,
+    BucketChange, BucketWrite, ChangeError, Commit, CommitError, ConditionFailure, LeaseWrite,
+    StoreError, WriteProbe,
 };
 use crate::tokens::Tokens;
 
@@ -20,8 +21,10 @@ use super::batch::MAX_FRESH_RETRIES;
 /// applied. Kept by the lease until the next adjustment of its dimension settles it.
 #[derive(Debug, Clone)]
 pub(crate) struct Unsettled {
-    /// What tells whether its write applied.
-    probe: WriteProbe,
+    /// What tells whether its write applied (the seed's protocol: a transaction stamps the
+    /// row), or nothing (a change, which does not).
+    probe: Option<WriteProbe>,
+    dimension: crate::dimension::Dimension,
     /// The cost it was to set.
     cost: Tokens,
     /// Whether it refunded (a lower cost).
@@ -29,11 +32,15 @@ pub(crate) struct Unsettled {
 }
 
 /// Learns what became of an adjustment of `part` whose answer was lost, and takes its cost
-/// when it applied. When the row no longer tells, a refund counts as applied (never
-/// refunded twice: no over-grant) and a charge as not (charged again at worst).
+/// when it applied. When the row does not tell, a refund counts as applied (never refunded
+/// twice: no over-grant) and a charge as not (charged again at worst).
 async fn settle(core: &Core, part: &mut LeasePart, u: &Unsettled) -> Result<(), Error> {
-    let Some((outcome, _)) = core.row_after(&u.probe).await? else {
-        return Err(core.unknown(&part.dimension));
+    let outcome = match &u.probe {
+        Some(probe) => match core.row_after(probe).await? {
+            Some((outcome, _)) => outcome,
+            None => return Err(core.unknown(&part.dimension)),
+        },
+        None => WriteOutcome::Unknown,
     };
     tracing::debug!(dimension = %part.dimension, ?outcome, "settled an adjustment that lost its answer");
     match outcome {
@@ -42,6 +49,144 @@ async fn settle(core: &Core, part: &mut LeasePart, u: &Unsettled) -> Result<(), 
         WriteOutcome::NotApplied | WriteOutcome::Unknown => {}
     }
     Ok(())
+}
+
+/// Changes one part's cost to `actual`, charging or refunding the difference, exactly
+/// once: an earlier adjustment of the part whose answer was lost (in `unsettled`) is
+/// settled first, and this one is kept there when its own answer is lost.
+pub(crate) async fn adjust_part(
+    core: &Core,
+    part: &mut LeasePart,
+    actual: Tokens,
+    unsettled: &mut Vec<Unsettled>,
+) -> Result<(), Error> {
+    if let Some(i) = unsettled.iter().position(|u| u.dimension == part.dimension) {
+        settle(core, part, &unsettled[i]).await?;
+        unsettled.swap_remove(i);
+    }
+    if actual == part.cost {
+        return Ok(());
+    }
+    if core.config.protocol == Protocol::Fast {
+        adjust_by_change(core, part, actual, unsettled).await
+    } else {
+        adjust_in_transaction(core, part, actual, unsettled).await
+    }
+}
+
+/// The fast path: the bucket's change and the lease row's new cost, one after the other,
+/// in the order that leaves a process dying between the two short of nothing it may give
+/// back: a charge is taken from the bucket first (a lease row showing less than was taken
+/// is refunded less, should the lease expire), a refund is shown in the lease row first
+/// (one showing more than is left taken would refund too much).
+async fn adjust_by_change(
+    core: &Core,
+    part: &mut LeasePart,
+    actual: Tokens,
+    unsettled: &mut Vec<Unsettled>,
+) -> Result<(), Error> {
+    let delta = actual - part.cost;
+    let refund = delta.is_negative();
+    if refund {
+        set_lease_cost(core, part, actual).await?;
+    }
+    if let Err(e) = charge(core, part, delta).await {
+        if let Error::Store(s) = &e
+            && s.may_have_applied()
+        {
+            unsettled.push(Unsettled {
+                probe: None,
+                dimension: part.dimension.clone(),
+                cost: actual,
+                refund,
+            });
+        }
+        return Err(e);
+    }
+    if !refund {
+        set_lease_cost(core, part, actual).await?;
+    }
+    part.cost = actual;
+    Ok(())
+}
+
+/// Sets the lease row's cost (nothing for a lease without a row).
+async fn set_lease_cost(core: &Core, part: &LeasePart, cost: Tokens) -> Result<(), Error> {
+    if part.kept != Kept::Row {
+        return Ok(());
+    }
+    let commit = Commit {
+        buckets: Vec::new(),
+        leases: vec![LeaseWrite::SetCost {
+            key: part.key.clone(),
+            cost,
+        }],
+    };
+    match core.commit(commit).await {
+        Ok(()) => Ok(()),
+        Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
+            Err(Error::LeaseNotFound(key.to_string()))
+        }
+        Err(CommitError::Condition(failure)) => Err(StoreError::impossible(&failure).into()),
+        Err(CommitError::TransactionConflict) => Err(Error::Contention {
+            dimension: part.dimension.clone(),
+            attempts: 1,
+        }),
+        Err(CommitError::Store(e)) => Err(e.into()),
+    }
+}
+
+/// Charges `delta` more to `part`'s bucket (a negative one refunds, capped at what it
+/// holds), in one change computed from the row this client remembers; the bucket may go
+/// into debt.
+async fn charge(core: &Core, part: &LeasePart, delta: Tokens) -> Result<(), Error> {
+    let mut backoff = Backoff::new();
+    let mut throttled: u32 = 0;
+    for _ in 0..=MAX_FRESH_RETRIES {
+        let row = core.remembered_row(&part.dimension).await?;
+        let now = core.now();
+        let change = charging(core, &row, delta, now)
+            .ok_or_else(|| StoreError::service("a charge found no change to make"))?;
+        match core.change(change).await {
+            Ok(after) => {
+                core.lanes.learn_written(after, now);
+                return Ok(());
+            }
+            Err(ChangeError::Condition(Some(current))) => core.lanes.learn(*current, now),
+            Err(ChangeError::Condition(None)) => {
+                core.lanes.forget(&part.dimension);
+                return Err(core.unknown(&part.dimension));
+            }
+            Err(ChangeError::Store(StoreError::Throttled { .. })) => {
+                throttled += 1;
+                backoff.sleep(throttled.min(8)).await;
+            }
+            Err(ChangeError::Store(e)) => {
+                core.lanes.forget(&part.dimension);
+                return Err(e.into());
+            }
+        }
+    }
+    Err(Error::Contention {
+        dimension: part.dimension.clone(),
+        attempts: MAX_FRESH_RETRIES + 1,
+    })
+}
+
+/// The change that charges `delta` to `row`'s bucket at `now` (a negative one refunds).
+fn charging(
+    core: &Core,
+    row: &BucketState,
+    delta: Tokens,
+    now: UnixMillis,
+) -> Option<BucketChange> {
+    let want = Want {
+        restored: (-delta).max(Tokens::ZERO),
+        taken: delta.max(Tokens::ZERO),
+        need: None,
+        ceiling: row.holds(),
+    };
+    commute(row, &want, now, core.config.fold_after).map(|c| BucketChange::of(row, c))
 }
 
 /// The commit that changes `part`'s cost to `actual` over `row` at `now`, the row it
@@ -53,22 +198,17 @@ fn adjustment(
     now: UnixMillis,
 ) -> (Commit, BucketState, Unsettled) {
     let delta = actual - part.cost;
-    let mut write = BucketWrite::new(row.clone(), row.charged(delta, now));
+    let write = BucketWrite::new(row.clone(), row.charged(delta, now));
     let mut leases = Vec::new();
-    match part.kept {
-        Kept::Row => leases.push(LeaseWrite::SetCost {
+    if part.kept == Kept::Row {
+        leases.push(LeaseWrite::SetCost {
             key: part.key.clone(),
             cost: actual,
-        }),
-        Kept::InBucket => write.held.push(HeldWrite::SetCost {
-            id: part.key.unique().to_owned(),
-            cost: actual,
-        }),
-        // (A local grant is adjusted locally, never here.)
-        Kept::Nowhere | Kept::Local => {}
+        });
     }
     let pending = Unsettled {
-        probe: write.probe(),
+        probe: Some(write.probe()),
+        dimension: part.dimension.clone(),
         cost: actual,
         refund: delta.is_negative(),
     };
@@ -80,37 +220,18 @@ fn adjustment(
     (commit, written, pending)
 }
 
-/// Changes one part's cost to `actual`, charging or refunding the difference, exactly
-/// once: an earlier adjustment of the part whose answer was lost (in `unsettled`) is
-/// settled first, and this one is kept there when its own answer is lost.
-///
-/// On the fast path the row comes from memory (no read) and a lost race retries at once
-/// from the row the store hands back.
-pub(crate) async fn adjust_part(
+/// The seed's protocol: the bucket row read, then its write and the lease row's new cost
+/// in one transaction.
+async fn adjust_in_transaction(
     core: &Core,
     part: &mut LeasePart,
     actual: Tokens,
     unsettled: &mut Vec<Unsettled>,
 ) -> Result<(), Error> {
-    if let Some(i) = unsettled
-        .iter()
-        .position(|u| u.probe.dimension == part.dimension)
-    {
-        settle(core, part, &unsettled[i]).await?;
-        unsettled.swap_remove(i);
-    }
-    let fast = core.config.protocol == Protocol::Fast;
     let dimensions = std::slice::from_ref(&part.dimension);
-    // Writes lost to contention so far; a lost race that handed back the current row (fast
-    // path) is retried at once and does not count.
     let mut budget = Budget::new(core.config.max_retries);
-    let mut fresh_retries: u32 = 0;
     loop {
-        let row = if fast {
-            core.remembered_row(&part.dimension).await?
-        } else {
-            core.read_existing(dimensions).await?.remove(0)
-        };
+        let row = core.read_existing(dimensions).await?.remove(0);
         let now = core.now();
         let (commit, written, pending) = adjustment(part, actual, row, now);
         match core.commit(commit).await {
@@ -121,14 +242,6 @@ pub(crate) async fn adjust_part(
             }
             Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
                 return Err(Error::LeaseNotFound(key.to_string()));
-            }
-            Err(CommitError::Condition(ConditionFailure::BucketChanged {
-                current: Some(current),
-                ..
-            })) if fast && fresh_retries < MAX_FRESH_RETRIES => {
-                fresh_retries += 1;
-                core.lanes.learn(*current, now);
-                continue;
             }
             Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {
                 core.lanes.forget(&part.dimension);
@@ -141,7 +254,7 @@ pub(crate) async fn adjust_part(
             }
             Err(CommitError::Store(e)) => {
                 core.lanes.forget(&part.dimension);
-                if e.unsure() {
+                if e.may_have_applied() {
                     unsettled.push(pending);
                 }
                 return Err(e.into());

@@ -1,11 +1,18 @@
-//! Ending leases in transactions: the seed protocol's release, giving back a grant nobody
-//! will use, and reclaiming expired leases (the reconciler's work). Each part ends exactly
-//! once whatever else races on it: every lease row's delete and every kept lease's
-//! removal is conditioned on it still being there.
+//! Ending leases: giving back a grant nobody will use, reclaiming expired leases (the
+//! reconciler's work, and a short `concurrent` bucket's), and the seed protocol's release
+//! in one transaction. Each lease ends exactly once whatever else races on it: whoever
+//! deletes its row (a delete conditioned on the row existing) gives its cost back.
+//!
+//! Outside the seed's protocol, a lease's row and its bucket are written one after the
+//! other, never in one transaction (a transaction on the bucket row would make every
+//! other writer of that row fail while it is in flight): the row is deleted first, then the
+//! cost is given back in a [`BucketChange`]. A process that dies between the two leaves
+//! the bucket short of that cost: a `concurrent` bucket is healed by the reconciler; a
+//! `requests`/`tokens` one counts it as used. Neither ever grants more than it holds.
 
 use std::sync::Arc;
 
-use crate::bucket::BucketState;
+use crate::bucket::{BucketState, Want, commute};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
@@ -13,8 +20,8 @@ use crate::grant::{Kept, LeasePart};
 use crate::retry::Backoff;
 use crate::shared::Core;
 use crate::store::{
-    BucketWrite, Commit, CommitError, ConditionFailure, HeldWrite, LeaseKey, LeaseRecord,
-    LeaseWrite, StoreError,
+    BucketChange, BucketWrite, ChangeError, Commit, CommitError, ConditionFailure, LeaseKey,
+    LeaseRecord, LeaseWrite, StoreError,
 };
 use crate::tokens::Tokens;
 
@@ -22,13 +29,18 @@ use crate::tokens::Tokens;
 /// updates are far below 40 KB each).
 const MAX_TRANSACTION_ITEMS: usize = 100;
 
+/// Changes lost to another writer's fold or fill before a give-back gives up (each hands
+/// back the current row, from which the next is computed at once).
+const MAX_FRESH_RETRIES: u32 = 64;
+
 /// Gives a grant nobody will use back to its buckets, whatever their limit type, and
-/// deletes its lease rows (each exactly once, like a reclaimed lease).
+/// deletes its lease rows (each exactly once, like a reclaimed lease). Returns how many
+/// parts it ended.
 pub(crate) async fn give_back(core: &Core, mut parts: Vec<LeasePart>) -> Result<usize, Error> {
     for part in &mut parts {
         part.restores = true;
     }
-    end_parts(core, parts, None).await
+    end_leases(core, parts, None).await
 }
 
 /// How long a background give-back whose store keeps failing goes on trying: longer than
@@ -39,7 +51,7 @@ const GIVE_BACK_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 /// [`give_back`] for a grant its caller never received (gone away, or told the write
 /// failed when it may have applied), in a task of its own. A give-back that fails because
 /// the store is down, slow or lost the answer is tried again with backoff when that is
-/// harmless: every part is a kept lease, whose ending happens once whatever the attempts.
+/// harmless: every part has a lease row, whose ending happens once whatever the attempts.
 pub(crate) fn give_back_in_background(core: &Arc<Core>, parts: Vec<LeasePart>) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
@@ -57,7 +69,7 @@ pub(crate) fn give_back_in_background(core: &Arc<Core>, parts: Vec<LeasePart>) {
                 Ok(_) => return,
                 Err(Error::Store(e))
                     if idempotent
-                        && (e.is_transient() || e.unsure())
+                        && (e.is_transient() || e.may_have_applied())
                         && tokio::time::Instant::now() < until =>
                 {
                     tracing::debug!(error = %e, attempt, "giving back a grant failed; retrying");
@@ -73,25 +85,161 @@ pub(crate) fn give_back_in_background(core: &Arc<Core>, parts: Vec<LeasePart>) {
 }
 
 /// Ends expired leases, giving their cost back to their buckets whatever the limit type.
-/// Exactly once: each removal is conditioned on the lease still existing, so a concurrent
-/// release or reconciler wins or loses as a whole.
+/// Exactly once: each lease row's delete is conditioned on it still existing, so a
+/// concurrent release or reconciler wins or loses as a whole. Returns how many it ended.
 pub(crate) async fn reclaim(core: &Core, records: Vec<LeaseRecord>) -> Result<usize, Error> {
     let parts = records
         .into_iter()
         .map(|r| LeasePart::of_record(r, true))
         .collect();
-    end_parts(core, parts, None).await
+    end_leases(core, parts, None).await
 }
 
-/// Ends lease parts: deletes their rows and gives back the cost of those that restore (a
-/// part without a row, from a lean bucket, only gives back). Returns how many parts this
-/// call ended (rows already gone are skipped, and give nothing back). Parts go in
-/// transactions DynamoDB accepts (at most 100 items each), each one atomic.
+/// What became of a lease row this client tried to delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// This client deleted it: it gives the cost back.
+    Here,
+    /// Someone else did (a release elsewhere, the reconciler), or it never was.
+    Elsewhere,
+}
+
+/// Deletes `part`'s lease row. An answer that was lost is settled by reading the row: gone
+/// before anyone but its holder may end it (`holder_until`), it was this client's delete;
+/// after that, it may have been the reconciler's, and is taken as someone else's (a slot
+/// that may then stay short of its cost is healed by the reconciler, never given twice).
+pub(crate) async fn end_lease_row(
+    core: &Core,
+    key: &LeaseKey,
+    holder_until: Option<UnixMillis>,
+) -> Result<Ended, Error> {
+    match core.store.end_lease(key).await {
+        Ok(true) => Ok(Ended::Here),
+        Ok(false) => Ok(Ended::Elsewhere),
+        Err(e) if e.answer_lost() => {
+            let row = core.store.read_leases(std::slice::from_ref(key)).await?;
+            match (row.first().and_then(Option::as_ref), holder_until) {
+                // Still there: the delete did not apply.
+                (Some(_), _) => Box::pin(end_lease_row(core, key, holder_until)).await,
+                (None, Some(until)) if core.now() < until => Ok(Ended::Here),
+                (None, _) => {
+                    tracing::warn!(%key, error = %e, "a lease row's delete lost its answer and the row is gone; not giving its cost back (the reconciler heals a slot left short)");
+                    Ok(Ended::Elsewhere)
+                }
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Ends lease parts: deletes their rows and gives back the cost of those that restore and
+/// whose row this call deleted (a part without a row, from a lean bucket, only gives
+/// back). Returns how many parts this call ended (rows already gone are skipped, and give
+/// nothing back). `holder_until`: the parts' holder ends them, and no one else may before
+/// then (see [`end_lease_row`]).
+pub(crate) async fn end_leases(
+    core: &Core,
+    parts: Vec<LeasePart>,
+    holder_until: Option<UnixMillis>,
+) -> Result<usize, Error> {
+    let mut ended = 0;
+    let mut back: Vec<(Dimension, Tokens)> = Vec::new();
+    for part in parts {
+        let mine = match part.kept {
+            Kept::Row => end_lease_row(core, &part.key, holder_until).await? == Ended::Here,
+            Kept::Nowhere => true,
+            Kept::Local => false,
+        };
+        if !mine {
+            continue;
+        }
+        ended += 1;
+        if part.restores && part.cost > Tokens::ZERO {
+            match back.iter_mut().find(|(d, _)| *d == part.dimension) {
+                Some((_, sum)) => *sum += part.cost,
+                None => back.push((part.dimension.clone(), part.cost)),
+            }
+        }
+    }
+    for (dimension, amount) in back {
+        restore(core, &dimension, amount).await?;
+    }
+    Ok(ended)
+}
+
+/// Gives `amount` back to `dimension`'s bucket (capped at what it holds), in one change
+/// computed from the row this client remembers; a lost race is computed again at once from
+/// the row the failure hands back. A bucket that is gone has nothing to give back to.
+/// A change whose answer was lost is not sent again: giving back twice could grant what the
+/// bucket does not hold.
+pub(crate) async fn restore(
+    core: &Core,
+    dimension: &Dimension,
+    amount: Tokens,
+) -> Result<(), Error> {
+    let mut backoff = Backoff::new();
+    let mut throttled: u32 = 0;
+    for _ in 0..=MAX_FRESH_RETRIES {
+        let row = match core.remembered_row(dimension).await {
+            Ok(row) => row,
+            Err(Error::UnknownDimension { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let now = core.now();
+        let Some(change) = restoring(core, &row, amount, now) else {
+            return Ok(());
+        };
+        match core.change(change).await {
+            Ok(after) => {
+                core.lanes.learn_written(after, now);
+                return Ok(());
+            }
+            Err(ChangeError::Condition(Some(current))) => core.lanes.learn(*current, now),
+            Err(ChangeError::Condition(None)) => {
+                core.lanes.forget(dimension);
+                return Ok(());
+            }
+            Err(ChangeError::Store(StoreError::Throttled { .. })) => {
+                throttled += 1;
+                backoff.sleep(throttled.min(8)).await;
+            }
+            Err(ChangeError::Store(e)) => {
+                core.lanes.forget(dimension);
+                return Err(e.into());
+            }
+        }
+    }
+    Err(Error::Contention {
+        dimension: dimension.clone(),
+        attempts: MAX_FRESH_RETRIES + 1,
+    })
+}
+
+/// The change that gives `amount` back to `row`'s bucket at `now`.
+fn restoring(
+    core: &Core,
+    row: &BucketState,
+    amount: Tokens,
+    now: UnixMillis,
+) -> Option<BucketChange> {
+    let want = Want {
+        restored: amount,
+        taken: Tokens::ZERO,
+        need: None,
+        ceiling: row.holds(),
+    };
+    let commute = commute(row, &want, now, core.config.fold_after)?;
+    Some(BucketChange::of(row, commute))
+}
+
+/// Ends lease parts in transactions, the seed's protocol: deletes their rows and gives back
+/// the cost of those that restore, each transaction atomic (at most 100 items). Returns how
+/// many parts this call ended (rows already gone are skipped, and give nothing back).
 ///
 /// A release lost to other writers is retried at least `max_retries` times and, while the
 /// lease is alive (`keep_trying_until`), until it expires: a slot given up early would
 /// stay lost until the reconciler found it.
-pub(crate) async fn end_parts(
+pub(crate) async fn end_in_transactions(
     core: &Core,
     parts: Vec<LeasePart>,
     keep_trying_until: Option<UnixMillis>,
@@ -103,24 +251,23 @@ pub(crate) async fn end_parts(
     Ok(ended)
 }
 
-/// [`end_parts`] for parts that fit in one transaction.
+/// [`end_in_transactions`] for parts that fit in one transaction.
 async fn end_chunk(
     core: &Core,
-    parts: Vec<LeasePart>,
+    mut parts: Vec<LeasePart>,
     keep_trying_until: Option<UnixMillis>,
 ) -> Result<usize, Error> {
     let mut backoff = Backoff::new();
     let give_up = |attempt: u32| {
         attempt > core.config.max_retries && keep_trying_until.is_none_or(|t| core.now() >= t)
     };
-    let (forgotten, mut parts) = forget_kept(core, parts).await?;
     let mut attempt: u32 = 0;
     loop {
         attempt += 1;
         if parts.is_empty() {
-            return Ok(forgotten);
+            return Ok(0);
         }
-        let (buckets, now) = restoring_writes(core, &mut parts).await?;
+        let (buckets, now) = restoring_writes(core, &parts).await?;
         let written: Vec<BucketState> = buckets.iter().map(BucketWrite::after).collect();
         let commit = Commit {
             buckets,
@@ -135,7 +282,7 @@ async fn end_chunk(
                 for row in written {
                     core.lanes.learn_written(row, now);
                 }
-                return Ok(forgotten + parts.len());
+                return Ok(parts.len());
             }
             Err(CommitError::Condition(ConditionFailure::LeaseMissing(key))) => {
                 tracing::debug!(%key, "lease row already gone (released or reconciled)");
@@ -161,22 +308,6 @@ async fn end_chunk(
     }
 }
 
-/// Removes the leases kept in a bucket row that give nothing back, without any condition
-/// (see [`Store::forget_held`](crate::store::Store::forget_held)): how many, and the
-/// parts left to end.
-async fn forget_kept(core: &Core, parts: Vec<LeasePart>) -> Result<(usize, Vec<LeasePart>), Error> {
-    let (forget, rest): (Vec<LeasePart>, Vec<LeasePart>) = parts
-        .into_iter()
-        .partition(|p| p.kept == Kept::InBucket && !p.restores);
-    let mut forgotten = 0;
-    for (dimension, ids) in by_dimension(forget.into_iter().map(|p| (p.dimension, p.key))) {
-        let ids: Vec<String> = ids.iter().map(|k| k.unique().to_owned()).collect();
-        core.store.forget_held(&dimension, &ids).await?;
-        forgotten += ids.len();
-    }
-    Ok((forgotten, rest))
-}
-
 /// Groups `(dimension, item)` pairs by dimension, in first-seen order.
 fn by_dimension<T>(items: impl Iterator<Item = (Dimension, T)>) -> Vec<(Dimension, Vec<T>)> {
     let mut grouped: Vec<(Dimension, Vec<T>)> = Vec::new();
@@ -189,12 +320,11 @@ fn by_dimension<T>(items: impl Iterator<Item = (Dimension, T)>) -> Vec<(Dimensio
     grouped
 }
 
-/// The bucket writes that give the restoring parts' cost back and remove the leases their
-/// rows keep, from rows read now, and the time they were computed at. A deleted bucket has
-/// nothing to give back to, and the leases it kept went with it: those parts are dropped.
+/// The bucket writes that give the restoring parts' cost back, from rows read now, and the
+/// time they were computed at. A deleted bucket has nothing to give back to.
 async fn restoring_writes(
     core: &Core,
-    parts: &mut Vec<LeasePart>,
+    parts: &[LeasePart],
 ) -> Result<(Vec<BucketWrite>, UnixMillis), Error> {
     let restore: Vec<(Dimension, Tokens)> = by_dimension(
         parts
@@ -215,19 +345,12 @@ async fn restoring_writes(
     let buckets: Vec<BucketWrite> = restore
         .iter()
         .zip(rows)
-        .filter_map(|((dimension, amount), row)| {
+        .filter_map(|((_, amount), row)| {
             let row = row?;
-            let held = parts
-                .iter()
-                .filter(|p| p.kept == Kept::InBucket && p.dimension == *dimension)
-                .map(|p| HeldWrite::Remove(p.key.unique().to_owned()))
-                .collect();
             let restored = row.restored(*amount, now);
-            Some(BucketWrite::new(row, restored).with_held(held))
+            Some(BucketWrite::new(row, restored))
         })
         .collect();
-    let existing: Vec<&Dimension> = buckets.iter().map(BucketWrite::dimension).collect();
-    parts.retain(|p| p.kept != Kept::InBucket || existing.contains(&&p.dimension));
     Ok((buckets, now))
 }
 

@@ -7,9 +7,11 @@
 //! without reading it first ([`batch`](super::batch)); requests waiting on the same lane
 //! ride on one write ([`lane`](super::lane)). A denial is computed from a row the store just
 //! confirmed and, for as long as that denial runs, later ones come from memory without a
-//! call. Under load, calls per grant drop well below one; a single caller pays exactly one
-//! write to acquire and one to release. A release does not read the bucket either: a
-//! `concurrent` slot goes back through the same conditional write.
+//! call. Under load, calls per grant drop well below one; a single caller pays one write
+//! to the bucket to acquire (plus its lease row's), and a `concurrent` slot's release one
+//! to the bucket (plus its lease row's delete). Each write to the bucket is a
+//! [`BucketChange`](crate::store::BucketChange): it commutes with other processes' writes,
+//! so they do not make it fail.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,11 +19,13 @@ use std::time::Duration;
 use crate::acquire::Wanted;
 use crate::clock::UnixMillis;
 use crate::error::Error;
-use crate::grant::{Grant, LeasePart};
+use crate::grant::{Grant, Kept, LeasePart};
+use crate::retry::Backoff;
 use crate::shared::Core;
 use crate::shared::lanes::{AcquireJob, Job, ReleaseJob};
 use crate::shared::remembered::Recall;
 
+use super::ending::{Ended, end_lease_row};
 use super::lane::on_lane;
 use super::prefetch;
 
@@ -58,16 +62,50 @@ pub(crate) async fn acquire(
     on_lane(core, &lane, job, answer).await
 }
 
-/// Releases one lease part on the fast path: its end (and, for a `concurrent` bucket, the
-/// slot given back) rides on the lane's next write, without reading the bucket.
-pub(crate) async fn release(core: &Arc<Core>, part: LeasePart) -> Result<(), Error> {
+/// Releases one lease part that gives its cost back (a `concurrent` slot, or a grant given
+/// back): its lease row deleted, on condition that it still exists, then, if this call
+/// deleted it, its cost given back riding on its lane's next change, without reading the
+/// bucket. Once the row is gone nobody else gives the cost back: a give-back that fails for
+/// a passing reason is tried again with backoff while the lease is its holder's to end.
+pub(crate) async fn release(
+    core: &Arc<Core>,
+    part: LeasePart,
+    expires_at: UnixMillis,
+) -> Result<(), Error> {
+    let holder_until = core.config.reclaimable_at(expires_at, true);
+    match part.kept {
+        Kept::Row => {
+            if end_lease_row(core, &part.key, Some(holder_until)).await? == Ended::Elsewhere {
+                tracing::debug!(key = %part.key, "lease already gone (released or reconciled)");
+                return Ok(());
+            }
+        }
+        Kept::Nowhere => {}
+        Kept::Local => return Ok(()),
+    }
+    if part.cost <= crate::tokens::Tokens::ZERO {
+        return Ok(());
+    }
     let lane = core.lane(&part.dimension);
-    let (reply, answer) = tokio::sync::oneshot::channel();
-    on_lane(
-        core,
-        &lane,
-        Job::Release(ReleaseJob { part, reply }),
-        answer,
-    )
-    .await
+    let mut backoff = Backoff::new();
+    let mut failures: u32 = 0;
+    loop {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job::Release(ReleaseJob {
+            part: part.clone(),
+            reply,
+        });
+        match on_lane(core, &lane, job, answer).await {
+            Err(Error::Store(e)) if e.is_transient() && core.now() < holder_until => {
+                failures += 1;
+                tracing::debug!(error = %e, failures, "giving a slot back failed; retrying");
+                backoff.sleep(failures.min(8)).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, key = %part.key, "giving a slot back failed after its lease row was deleted; the reconciler heals the bucket");
+                return Err(e);
+            }
+            Ok(()) => return Ok(()),
+        }
+    }
 }

@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use crate::detach::Detached;
 use crate::error::Error;
-use crate::grant::{Grant, Kept};
+use crate::grant::Grant;
 use crate::shared::Core;
 use crate::shared::lanes::{
-    AcquireJob, Dequeue, Job, Lane, MAX_BATCH, MAX_RELEASES, Queued, ReleaseJob, answer_all, lock,
+    AcquireJob, Dequeue, Job, Lane, MAX_BATCH, MAX_RELEASES, Queued, ReleaseJob, lock,
 };
-use crate::store::{LeaseKey, StoreError};
+use crate::store::StoreError;
 
 use super::batch;
 use super::ending::give_back_in_background;
@@ -153,25 +153,18 @@ async fn enqueue(lane: &Lane, job: Job) -> Result<Dequeue<'_>, Error> {
     })
 }
 
-/// Carries `jobs`: one atomic write gives back the released `concurrent` slots and grants
-/// as many acquires as the bucket then allows; alongside it, the released rows that give
-/// nothing back are deleted in one batch (no condition needed: see
-/// [`Store::delete_leases`](crate::store::Store::delete_leases)), so they never lengthen
-/// the transaction holding the bucket row. Acquires whose caller is gone are dropped
+/// Carries `jobs`: one change gives back the released `concurrent` slots and grants as
+/// many acquires as the bucket then allows. Acquires whose caller is gone are dropped
 /// unanswered: never granted. Answers every other job, or puts it back in the queue.
 async fn commit_jobs(core: &Arc<Core>, lane: &Lane, jobs: Vec<Queued>) {
     let mut acquires: Vec<AcquireJob> = Vec::new();
-    // Releases that ride on the bucket write (those that give slots back, and those whose
-    // lease the row keeps).
-    let mut carried: Vec<ReleaseJob> = Vec::new();
-    let mut plain: Vec<ReleaseJob> = Vec::new();
+    let mut releases: Vec<ReleaseJob> = Vec::new();
     let mut later: Vec<Queued> = Vec::new();
     for Queued { ticket, job, _room } in jobs {
         match job {
             Job::Acquire(a) if a.reply.is_closed() => {}
             Job::Acquire(a) if acquires.len() < MAX_BATCH => acquires.push(a),
-            Job::Release(r) if !r.part.restores && r.part.kept == Kept::Row => plain.push(r),
-            Job::Release(r) if carried.len() < MAX_RELEASES => carried.push(r),
+            Job::Release(r) if releases.len() < MAX_RELEASES => releases.push(r),
             // The rest wait for the next write.
             job => later.push(Queued { ticket, job, _room }),
         }
@@ -179,15 +172,7 @@ async fn commit_jobs(core: &Arc<Core>, lane: &Lane, jobs: Vec<Queued>) {
     if !later.is_empty() {
         lock(&lane.queue).extend(later);
     }
-    let deletes = async {
-        if plain.is_empty() {
-            return;
-        }
-        let keys: Vec<LeaseKey> = plain.iter().map(|r| r.part.key.clone()).collect();
-        let deleted = core.store.delete_leases(&keys).await;
-        answer_all(plain, |r| r.reply, &deleted);
-    };
-    tokio::join!(deletes, batch::write(core, lane, acquires, carried));
+    batch::write(core, lane, acquires, releases).await;
 }
 
 /// The answer when the write carrying a request went away without answering it.

@@ -18,7 +18,7 @@
 pub(crate) mod adjust;
 mod batch;
 pub(crate) mod ending;
-mod fast;
+pub(crate) mod fast;
 mod lane;
 mod multi;
 pub(crate) mod open;

@@ -2,15 +2,15 @@
 //! transaction.
 //!
 //! An acquire on `openai#rpm` and `openai#tpm` takes each dimension through its own lane
-//! (see [`fast`](super::fast)): each take is the conditional write of that one bucket row,
-//! carrying its lease in the row, batched with whatever else this client is writing to
-//! that row. The dimensions this client last saw short are taken first, one at a time in
-//! name order (at the limit the bottleneck refuses before anything is taken); the others
-//! are taken together. When one is short, the dimensions already taken are given back,
-//! each exactly once (the give-back removes the lease it created, on condition that it is
-//! still there), and then the caller gets the RetryIn: all or nothing as the caller sees
-//! it, and never more than the buckets hold. An acquire dropped half-way gives back what it
-//! took in the background.
+//! (see [`fast`](super::fast)): each take is a change of that one bucket row (and its lease
+//! row), batched with whatever else this client is writing to that row. The dimensions
+//! this client last saw short are taken first, one at a time in name order (at the limit
+//! the bottleneck refuses before anything is taken); the others are taken together. When
+//! one is short, the dimensions already taken are given back, each exactly once (the
+//! give-back deletes the lease row it created, on condition that it is still there, and
+//! gives its cost back if it did), and then the caller gets the RetryIn: all or nothing as
+//! the caller sees it, and never more than the buckets hold. An acquire dropped half-way
+//! gives back what it took in the background.
 //!
 //! The price is a brief hold: between its take and its give-back (one write), a dimension
 //! taken for a request that is then refused shows other clients fewer tokens than it will
@@ -331,8 +331,8 @@ mod tests {
     use crate::dimension::Dimension;
     use crate::rate::RefillRate;
     use crate::store::{
-        Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, MemoryStore, Store,
-        StoreError,
+        BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord,
+        LeaseScan, MemoryStore, Store, StoreError,
     };
 
     fn client(store: Arc<dyn Store>, clock: &ManualClock) -> Sluice {
@@ -387,12 +387,14 @@ mod tests {
         assert_eq!(answer.retry_in(), Some(Duration::from_millis(999)));
     }
 
-    /// A store whose clock moves on while it writes a dimension's give-back.
+    /// A store whose clock moves on while it writes a dimension's give-back (the change
+    /// that follows the end of one of its lease rows).
     #[derive(Debug)]
     struct SlowGiveBack {
         inner: MemoryStore,
         clock: ManualClock,
         slow: Dimension,
+        ended: std::sync::atomic::AtomicBool,
     }
 
     #[async_trait::async_trait]
@@ -404,16 +406,24 @@ mod tests {
             self.inner.read_buckets(dimensions).await
         }
         async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-            let gives_back = commit.buckets.iter().any(|w| {
-                *w.dimension() == self.slow
-                    && w.held
-                        .iter()
-                        .any(|h| matches!(h, crate::store::HeldWrite::Remove(_)))
-            });
+            self.inner.commit(commit).await
+        }
+        async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
+            let gives_back = change.dimension == self.slow
+                && self.ended.swap(false, std::sync::atomic::Ordering::Relaxed);
             if gives_back {
                 self.clock.advance(Duration::from_millis(400));
             }
-            self.inner.commit(commit).await
+            self.inner.change(change).await
+        }
+        async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
+            self.inner.put_leases(leases).await
+        }
+        async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+            if key.dimension().as_ref() == Some(&self.slow) {
+                self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            self.inner.end_lease(key).await
         }
         async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
             self.inner.delete_leases(keys).await
@@ -426,13 +436,6 @@ mod tests {
         }
         async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
             self.inner.scan_leases(filter).await
-        }
-        async fn forget_held(
-            &self,
-            dimension: &Dimension,
-            ids: &[String],
-        ) -> Result<(), StoreError> {
-            self.inner.forget_held(dimension, ids).await
         }
         async fn put_bucket(
             &self,
@@ -456,6 +459,7 @@ mod tests {
             inner: MemoryStore::new(),
             clock: clock.clone(),
             slow: "pair#a".parse().unwrap(),
+            ended: std::sync::atomic::AtomicBool::new(false),
         });
         let sluice = client(store.clone(), &clock);
         sluice

@@ -26,6 +26,7 @@ fn cannot_answer(e: &StoreError) -> bool {
         e,
         StoreError::Timeout { .. }
             | StoreError::Unavailable { .. }
+            | StoreError::Unreachable { .. }
             | StoreError::Throttled { .. }
             | StoreError::Service { .. }
     )

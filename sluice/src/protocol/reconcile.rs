@@ -172,9 +172,49 @@ async fn restore_expired(core: &Core, lease: LeaseRecord, report: &mut Reconcile
     }
 }
 
+/// The live lease rows of each dimension, as one scan found them: key and cost, sorted.
+type Held = HashMap<Dimension, Vec<(LeaseKey, Tokens)>>;
+
+/// What a scan of every lease row says: the rows of each dimension, and the dimensions
+/// with a row of unknown content (`None`: a row whose key does not even say which
+/// dimension: it could be any).
+async fn scan_held(core: &Core) -> Result<(Held, Vec<Option<Dimension>>), Error> {
+    let scan = core.store.scan_leases(&LeaseFilter::default()).await?;
+    let mut held: Held = HashMap::new();
+    for lease in scan.leases {
+        held.entry(lease.dimension)
+            .or_default()
+            .push((lease.key, lease.cost));
+    }
+    for rows in held.values_mut() {
+        rows.sort();
+    }
+    let unknown = scan
+        .unreadable
+        .iter()
+        .map(|key| LeaseKey::parse(key).and_then(|k| k.dimension()))
+        .collect();
+    Ok((held, unknown))
+}
+
+/// What `row`'s tokens should be by the lease rows `held`, when they are not that.
+fn mismatch(row: &BucketState, held: &Held) -> Option<Tokens> {
+    let leased = held
+        .get(&row.dimension)
+        .map(|rows| rows.iter().fold(Tokens::ZERO, |sum, (_, cost)| sum + *cost))
+        .unwrap_or_default();
+    let expected = row.bucket.capacity() - leased;
+    (row.tokens != expected).then_some(expected)
+}
+
+/// Sets each `concurrent` bucket whose tokens do not match its live lease rows to match
+/// them, once the mismatch has stayed unchanged for [`Config::heal_settle`]: the bucket
+/// row's version and the dimension's lease rows the same at both looks (a slot's acquire
+/// and release write the two one after the other, so a mismatch seen once may be a
+/// write in flight). The write is conditioned on that version.
+///
+/// [`Config::heal_settle`]: crate::Config::heal_settle
 async fn heal_concurrent(core: &Core, report: &mut ReconcileReport) -> Result<(), Error> {
-    // Buckets first, leases second: a bucket's version is read before any lease it
-    // could be missing, and the write below is conditioned on that version.
     let buckets: Vec<BucketState> = core
         .store
         .list_buckets()
@@ -185,25 +225,13 @@ async fn heal_concurrent(core: &Core, report: &mut ReconcileReport) -> Result<()
     if buckets.is_empty() {
         return Ok(());
     }
-    let scan = core.store.scan_leases(&LeaseFilter::default()).await?;
-    let mut held: HashMap<Dimension, Tokens> = HashMap::new();
-    for lease in scan.leases {
-        *held.entry(lease.dimension).or_default() += lease.cost;
-    }
-    // Dimensions with a lease row of unknown content; `None`: a row whose key does not
-    // even say which dimension (it could be any).
-    let unknown: Vec<Option<Dimension>> = scan
-        .unreadable
-        .iter()
-        .map(|key| LeaseKey::parse(key).and_then(|k| k.dimension()))
-        .collect();
+    let (held, unknown) = scan_held(core).await?;
+    let mut suspects = Vec::new();
     for row in buckets {
         report.buckets_checked += 1;
-        let leased = held.get(&row.dimension).copied().unwrap_or_default();
-        let expected = row.bucket.capacity() - leased;
-        if row.tokens == expected {
+        let Some(expected) = mismatch(&row, &held) else {
             continue;
-        }
+        };
         if expected > row.tokens
             && unknown
                 .iter()
@@ -218,35 +246,56 @@ async fn heal_concurrent(core: &Core, report: &mut ReconcileReport) -> Result<()
             report.buckets_not_raised += 1;
             continue;
         }
-        let commit = Commit {
-            buckets: vec![BucketWrite::new(
-                row.clone(),
-                Level {
-                    tokens: expected,
-                    ..row.level()
-                },
-            )],
-            leases: Vec::new(),
+        suspects.push(row);
+    }
+    if suspects.is_empty() {
+        return Ok(());
+    }
+    tokio::time::sleep(core.config.heal_settle).await;
+    let dimensions: Vec<Dimension> = suspects.iter().map(|r| r.dimension.clone()).collect();
+    let again = core.store.read_buckets(&dimensions).await?;
+    let (held_again, _) = scan_held(core).await?;
+    for (row, now) in suspects.into_iter().zip(again) {
+        let settled = now.as_ref().is_some_and(|now| now.version == row.version)
+            && held.get(&row.dimension) == held_again.get(&row.dimension);
+        let Some(expected) = mismatch(&row, &held).filter(|_| settled) else {
+            report.buckets_busy += 1;
+            continue;
         };
-        match core.commit(commit).await {
-            Ok(()) => {
-                tracing::warn!(
-                    dimension = %row.dimension,
-                    was = %row.tokens,
-                    now = %expected,
-                    "concurrent bucket did not match its leases; recomputed"
-                );
-                report.buckets_healed += 1;
-                report.tokens_healed += expected - row.tokens;
-            }
-            Err(CommitError::Condition(_) | CommitError::TransactionConflict) => {
-                report.buckets_busy += 1;
-            }
-            Err(CommitError::Store(e)) => report.errors.push(ReconcileError {
-                subject: row.dimension.to_string(),
-                error: e.into(),
-            }),
-        }
+        heal(core, row, expected, report).await;
     }
     Ok(())
+}
+
+/// Sets `row`'s tokens to `expected`, on condition that the row is still as read.
+async fn heal(core: &Core, row: BucketState, expected: Tokens, report: &mut ReconcileReport) {
+    let commit = Commit {
+        buckets: vec![BucketWrite::new(
+            row.clone(),
+            Level {
+                tokens: expected,
+                ..row.level()
+            },
+        )],
+        leases: Vec::new(),
+    };
+    match core.commit(commit).await {
+        Ok(()) => {
+            tracing::warn!(
+                dimension = %row.dimension,
+                was = %row.tokens,
+                now = %expected,
+                "concurrent bucket did not match its leases; recomputed"
+            );
+            report.buckets_healed += 1;
+            report.tokens_healed += expected - row.tokens;
+        }
+        Err(CommitError::Condition(_) | CommitError::TransactionConflict) => {
+            report.buckets_busy += 1;
+        }
+        Err(CommitError::Store(e)) => report.errors.push(ReconcileError {
+            subject: row.dimension.to_string(),
+            error: e.into(),
+        }),
+    }
 }

@@ -1,55 +1,63 @@
-//! Ending a lease its holder is done with: through the lanes on the fast path, in one
-//! transaction on the seed's; by id from another process; in the background when nobody
-//! waits.
+//! Ending a lease its holder is done with: its lease rows deleted, and a `concurrent`
+//! slot's cost given back through its dimension's lane; in one transaction on the seed's
+//! protocol; by id from another process; in the background when nobody waits.
 
 use std::sync::Arc;
 
 use crate::clock::UnixMillis;
 use crate::config::Protocol;
 use crate::error::Error;
-use crate::grant::{LeaseId, LeasePart};
+use crate::grant::{Kept, LeaseId, LeasePart};
 use crate::retry::Backoff;
 use crate::shared::Core;
 use crate::store::LeaseRecord;
 
-use super::ending::end_parts;
+use super::ending::{end_in_transactions, end_leases};
 use super::fast;
 
-/// Releases a lease's parts. On the fast path each part goes through its dimension's
-/// lane, all at once (no read; the release rides on the lane's next write); a part whose
-/// write keeps losing races falls back to [`end_parts`], which keeps trying until the
-/// lease expires. The seed's protocol ends them all in one transaction.
+/// Releases a lease's parts. Outside the seed's protocol, the rows of the parts that give
+/// nothing back (`requests`, `tokens`) are deleted with no condition, in one batch with the
+/// rows other releases of this client delete meanwhile (whoever deletes such a row gives
+/// nothing back, so it does not matter who does); each other part
+/// has its row deleted on condition that it still exists and, if this call deleted it, its
+/// cost given back through its dimension's lane, riding on the lane's next change. The
+/// seed's protocol ends them all in one transaction.
 pub(crate) async fn release_parts(
     core: &Arc<Core>,
     parts: &[LeasePart],
     expires_at: UnixMillis,
 ) -> Result<(), Error> {
     if core.config.protocol != Protocol::Fast {
-        return end_parts(core, parts.to_vec(), Some(expires_at))
+        return end_in_transactions(core, parts.to_vec(), Some(expires_at))
             .await
             .map(drop);
     }
-    let released = futures::future::join_all(parts.iter().map(|part| async move {
-        match fast::release(core, part.clone()).await {
-            Err(Error::Contention { .. }) => end_parts(core, vec![part.clone()], Some(expires_at))
-                .await
-                .map(drop),
-            done => done,
-        }
-    }))
+    let (plain, restoring): (Vec<&LeasePart>, Vec<&LeasePart>) =
+        parts.iter().partition(|p| !p.restores);
+    let rows: Vec<_> = plain
+        .iter()
+        .filter(|p| p.kept == Kept::Row)
+        .map(|p| p.key.clone())
+        .collect();
+    core.deletes.delete(&core.store, rows).await?;
+    let released = futures::future::join_all(
+        restoring
+            .into_iter()
+            .map(|part| fast::release(core, part.clone(), expires_at)),
+    )
     .await;
     released.into_iter().collect()
 }
 
 /// Whether ending `parts` after it failed so is worth trying again: the store was down,
-/// slow, throttling or lost the answer. Ending a kept lease is idempotent (a part already
+/// slow, throttling or lost the answer. Ending a lease row is idempotent (a part already
 /// ended counts as ended), so it is retried whatever became of the failed write; a lean
 /// part's give-back is a plain refund, retried only when it certainly did not apply.
 fn worth_retrying(error: &Error, parts: &[LeasePart]) -> bool {
     let idempotent = parts.iter().all(LeasePart::is_kept);
     match error {
         Error::Contention { .. } => true,
-        Error::Store(e) if e.unsure() => idempotent,
+        Error::Store(e) if e.may_have_applied() => idempotent,
         Error::Store(e) => e.is_transient(),
         _ => false,
     }
@@ -181,5 +189,5 @@ pub(crate) async fn release_id(core: &Core, id: &LeaseId) -> Result<bool, Error>
             LeasePart::of_record(r, restores)
         })
         .collect();
-    Ok(end_parts(core, parts, None).await? > 0)
+    Ok(end_leases(core, parts, None).await? > 0)
 }

@@ -178,7 +178,6 @@ fn plan(
                 created_at: now,
                 expires_at,
                 caller: core.config.caller.clone(),
-                in_bucket: false,
             }));
         }
         attempt.parts.push(LeasePart {

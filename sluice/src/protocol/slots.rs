@@ -138,8 +138,7 @@ async fn slot_outlook(
     let mut reclaimed = 0;
     let mut found_expired = false;
     let mut back = SlotsBack::default();
-    // Every lease on the dimension, those the row keeps and lease rows alike (another
-    // SDK's, one from before the bucket was created again), earliest expiry first.
+    // Every slot lease row on the dimension, earliest expiry first.
     for _ in 0..SLOT_PAGES {
         let page = core.store.slot_leases(dimension, SLOT_PAGE).await?;
         let more = page.len() >= SLOT_PAGE;

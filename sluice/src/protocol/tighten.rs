@@ -151,7 +151,6 @@ fn tightening(row: &BucketState, how: Tighten, now: UnixMillis) -> Option<Commit
                     created_at: now,
                     expires_at: now.saturating_add(pause),
                     caller: COOLDOWN_CALLER.to_owned(),
-                    in_bucket: false,
                 })],
             }
         }

@@ -10,19 +10,18 @@ use crate::bucket::BucketState;
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
-use crate::grant::{Grant, Kept, LeasePart};
+use crate::grant::{Grant, LeasePart};
 use crate::shared::remembered::Remembered;
 use crate::store::StoreError;
 
 /// The most requests waiting on one lane; a caller beyond it waits for room.
 pub(crate) const MAX_QUEUED: usize = 1_024;
 
-/// The most requests one write grants: one bucket update plus their lease rows and the
-/// released ones stay within DynamoDB's 100 items per transaction.
+/// The most requests one write grants (their lease rows go in batches of 25).
 pub(crate) const MAX_BATCH: usize = 64;
 
-/// The most releases one write carries (`1 + MAX_BATCH + MAX_RELEASES` = 100 items).
-pub(crate) const MAX_RELEASES: usize = 35;
+/// The most releases one write carries.
+pub(crate) const MAX_RELEASES: usize = 64;
 
 /// The most lanes a client keeps: one that cycles through more dimensions than this
 /// forgets the idle ones rather than growing without bound.
@@ -100,10 +99,11 @@ pub(crate) struct AcquireJob {
     pub(crate) reply: Reply<Grant>,
 }
 
+/// A slot given back (its lease row already deleted by whoever queued it): its cost rides
+/// on the lane's next change.
 pub(crate) struct ReleaseJob {
     pub(crate) part: LeasePart,
-    /// Answered once the row is gone (deleted by this write, or already released or
-    /// reconciled).
+    /// Answered once the cost is back.
     pub(crate) reply: Reply<()>,
 }
 
@@ -188,12 +188,7 @@ pub(crate) fn join_queued(
         match job {
             Job::Acquire(a) if a.reply.is_closed() => {}
             Job::Acquire(a) if acquires.len() < MAX_BATCH => acquires.push(a),
-            Job::Release(r)
-                if (r.part.restores || r.part.kept != Kept::Row)
-                    && releases.len() < MAX_RELEASES =>
-            {
-                releases.push(r);
-            }
+            Job::Release(r) if releases.len() < MAX_RELEASES => releases.push(r),
             job => stay.push(Queued { ticket, job, _room }),
         }
     }

@@ -2,6 +2,7 @@
 //! what this client remembers of each bucket row (its lanes). Protocols borrow it; a
 //! [`Lease`](crate::Lease) holds it, not the client façade.
 
+pub(crate) mod deletes;
 pub(crate) mod fallback;
 pub(crate) mod lanes;
 pub mod remembered;
@@ -15,7 +16,8 @@ use crate::config::Config;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::store::{
-    BucketWrite, Commit, CommitError, ConditionFailure, Store, StoreError, WriteProbe,
+    BucketChange, BucketWrite, ChangeError, Commit, CommitError, ConditionFailure, Store,
+    StoreError, WriteProbe,
 };
 
 use self::lanes::{Lane, Lanes};
@@ -29,6 +31,8 @@ pub(crate) struct Core {
     pub(crate) lanes: Lanes,
     /// The `open` failure policy's local buckets.
     pub(crate) fallback: fallback::Fallback,
+    /// The lease rows releases are deleting, batched.
+    pub(crate) deletes: deletes::Deletes,
 }
 
 impl fmt::Debug for Core {
@@ -49,6 +53,7 @@ impl Core {
             config,
             lanes: Lanes::default(),
             fallback: fallback::Fallback::default(),
+            deletes: deletes::Deletes::default(),
         }
     }
 
@@ -83,7 +88,7 @@ impl Core {
             .flatten();
         let started = tokio::time::Instant::now();
         let e = match self.store.commit(commit).await {
-            Err(CommitError::Store(e)) if e.may_have_applied() => e,
+            Err(CommitError::Store(e)) if e.answer_lost() => e,
             other => return other,
         };
         let Some(probe) = probe else {
@@ -120,6 +125,28 @@ impl Core {
         };
         tracing::debug!(dimension = %probe.dimension, ?outcome, error = %e, "a write lost its answer");
         crate::metrics::lost_answer(probe.dimension.as_str(), outcome);
+        result
+    }
+
+    /// Applies `change`. Its answer is never guessed: a change adds to the row, so one whose
+    /// answer was lost (an error that [`StoreError::unsure`]) may have applied, once, and
+    /// is never sent again.
+    pub(crate) async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
+        let dimension = change.dimension.clone();
+        let result = self.store.change(change).await;
+        match &result {
+            Err(ChangeError::Condition(_)) => {
+                crate::metrics::bucket_failed_write(dimension.as_str())
+            }
+            Err(ChangeError::Store(StoreError::Throttled { .. })) => {
+                crate::metrics::bucket_throttled(dimension.as_str());
+            }
+            Err(ChangeError::Store(e)) if e.answer_lost() => {
+                tracing::debug!(%dimension, error = %e, "a change lost its answer");
+                crate::metrics::lost_answer(dimension.as_str(), WriteOutcome::Unknown);
+            }
+            _ => {}
+        }
         result
     }
 

@@ -195,13 +195,6 @@ impl Remembered {
         }
     }
 
-    /// The leases `ids` are no longer kept in the row (released without a new version).
-    pub(crate) fn drop_held(&mut self, ids: &[String]) {
-        if let Some(row) = self.row.as_mut() {
-            row.held.retain(|h| !ids.contains(&h.id));
-        }
-    }
-
     /// Forgets everything about the row (rule 7, or the bucket was deleted).
     pub(crate) fn forget(&mut self) {
         *self = Remembered {

@@ -45,10 +45,11 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A write's answer was lost, the store was asked again, and the row has since moved
-    /// on so far that it no longer tells whether the write applied (see
+    /// A write conditioned on the exact row lost its answer, and the row no longer tells
+    /// whether it applied (it tells while the write is among the row's
     /// [`BucketState::recent_writes`]). sluice then never assumes it applied where that
-    /// could over-grant: a grant is not given; the tokens it took may be lost.
+    /// could over-grant: a grant is not given; the tokens it took may be lost. (A change,
+    /// which adds to the row, never tells: its lost answer stays the error that lost it.)
     #[error(
         "a write to `{dimension}` lost its answer and the bucket no longer tells whether it applied"
     )]
@@ -56,10 +57,30 @@ pub enum StoreError {
         /// The bucket's dimension.
         dimension: String,
     },
-    /// The store could not be reached.
+    /// The store could not be reached, so the request was never sent (the connection was
+    /// refused): nothing it carried applied.
+    #[error("the store could not be reached (nothing was sent): {message}")]
+    Unreachable {
+        /// What happened.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The connection to the store failed; a request it carried may have been sent.
     #[error("the store could not be reached: {message}")]
     Unavailable {
         /// What happened.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The store refused the request as one it cannot take (an invalid request, a missing
+    /// permission): it did not apply, and asking again will not help.
+    #[error("the store refused the request: {message}")]
+    Rejected {
+        /// What it said.
         message: String,
         /// The underlying error.
         #[source]
@@ -84,13 +105,14 @@ impl StoreError {
             StoreError::Throttled { .. }
                 | StoreError::Timeout { .. }
                 | StoreError::Unavailable { .. }
+                | StoreError::Unreachable { .. }
                 | StoreError::OutcomeUnknown { .. }
         )
     }
 
     /// Whether a write that failed so may still have applied: its answer may have been
     /// lost (no answer in time, a connection lost after sending, a server error).
-    pub(crate) fn may_have_applied(&self) -> bool {
+    pub(crate) fn answer_lost(&self) -> bool {
         matches!(
             self,
             StoreError::Timeout { .. }
@@ -99,9 +121,22 @@ impl StoreError {
         )
     }
 
-    /// Whether a write that failed so may have applied, or did for all anyone can tell.
-    pub(crate) fn unsure(&self) -> bool {
-        self.may_have_applied() || matches!(self, StoreError::OutcomeUnknown { .. })
+    /// Whether the call that failed so may have applied anyway: its answer was lost (no
+    /// answer in time, a connection lost after sending, a server error) or the store could
+    /// not tell ([`StoreError::OutcomeUnknown`]). An acquire that failed so may have taken
+    /// its tokens without granting them (never the reverse); a release or an adjustment
+    /// may have applied, once.
+    ///
+    /// ```
+    /// use sluice::store::StoreError;
+    ///
+    /// let lost = StoreError::Timeout { source: None };
+    /// assert!(lost.may_have_applied());
+    /// let refused = StoreError::Unreachable { message: "connection refused".into(), source: None };
+    /// assert!(!refused.may_have_applied());
+    /// ```
+    pub fn may_have_applied(&self) -> bool {
+        self.answer_lost() || matches!(self, StoreError::OutcomeUnknown { .. })
     }
 }
 
@@ -172,7 +207,15 @@ impl StoreError {
             StoreError::OutcomeUnknown { dimension } => StoreError::OutcomeUnknown {
                 dimension: dimension.clone(),
             },
+            StoreError::Unreachable { message, source: s } => StoreError::Unreachable {
+                message: message.clone(),
+                source: source(s),
+            },
             StoreError::Unavailable { message, source: s } => StoreError::Unavailable {
+                message: message.clone(),
+                source: source(s),
+            },
+            StoreError::Rejected { message, source: s } => StoreError::Rejected {
                 message: message.clone(),
                 source: source(s),
             },

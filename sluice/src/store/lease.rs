@@ -2,7 +2,6 @@
 
 use std::fmt;
 
-use crate::bucket::{BucketState, HeldLease};
 use crate::clock::UnixMillis;
 use crate::dimension::{Dimension, LEASE_PREFIX};
 use crate::tokens::Tokens;
@@ -72,25 +71,6 @@ pub struct LeaseRecord {
     pub expires_at: UnixMillis,
     /// Who took it (`SLUICE_CALLER`).
     pub caller: String,
-    /// Whether the lease is kept in its bucket's row ([`BucketState::held`]) rather than in
-    /// a row of its own.
-    pub in_bucket: bool,
-}
-
-impl LeaseRecord {
-    /// The record of a lease kept in `row`.
-    pub fn held_in(row: &BucketState, held: &HeldLease) -> Self {
-        LeaseRecord {
-            slot: row.bucket.limit_type().restores_on_release(),
-            key: LeaseKey::new(&row.dimension, &held.id),
-            dimension: row.dimension.clone(),
-            cost: held.cost,
-            created_at: held.created_at,
-            expires_at: held.expires_at,
-            caller: held.caller.clone(),
-            in_bucket: true,
-        }
-    }
 }
 
 /// Which lease rows to list.

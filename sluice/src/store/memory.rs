@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{
-    BucketWrite, Commit, CommitError, ConditionFailure, LeaseFilter, LeaseKey, LeaseRecord,
-    LeaseScan, LeaseWrite, Store, StoreError,
+    BucketChange, BucketWrite, ChangeError, Commit, CommitError, ConditionFailure, LeaseFilter,
+    LeaseKey, LeaseRecord, LeaseScan, LeaseWrite, Store, StoreError,
 };
 use crate::bucket::BucketState;
 use crate::dimension::Dimension;
@@ -54,15 +54,7 @@ impl MemoryStore {
 }
 
 impl Rows {
-    /// The lease `key` names, when its bucket's row keeps it.
-    fn held(&self, key: &LeaseKey) -> Option<LeaseRecord> {
-        let row = self.buckets.get(&key.dimension()?)?;
-        row.held_lease(key.unique())
-            .map(|h| LeaseRecord::held_in(row, h))
-    }
-
-    /// The write applies only to exactly the row it was computed from, and only when its
-    /// changes to the kept leases find them as they expect.
+    /// The write applies only to exactly the row it was computed from.
     fn check_bucket(&self, w: &BucketWrite) -> Result<(), ConditionFailure> {
         match w.failure(self.buckets.get(w.dimension())) {
             None => Ok(()),
@@ -128,9 +120,6 @@ impl Store for MemoryStore {
                 b.version = w.expected.version + 1;
                 b.write_id = Some(w.write_id);
                 b.recent_writes = b.recent_after(w.write_id, w.written_at);
-                for change in &w.held {
-                    change.apply(&mut b.held);
-                }
             }
         }
         for w in commit.leases {
@@ -161,15 +150,31 @@ impl Store for MemoryStore {
 
     async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
         let rows = self.rows();
-        Ok(keys
-            .iter()
-            .map(|k| rows.leases.get(k).cloned().or_else(|| rows.held(k)))
-            .collect())
+        Ok(keys.iter().map(|k| rows.leases.get(k).cloned()).collect())
     }
 
-    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
-        if let Some(row) = self.rows().buckets.get_mut(dimension) {
-            row.held.retain(|h| !ids.contains(&h.id));
+    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
+        let mut rows = self.rows();
+        let Some(stored) = rows.buckets.get_mut(&change.dimension) else {
+            return Err(ChangeError::Condition(None));
+        };
+        if !change.holds(stored) {
+            return Err(ChangeError::Condition(Some(Box::new(stored.clone()))));
+        }
+        let after = change.applied(stored);
+        StoreError::check_row(&after)?;
+        *stored = after.clone();
+        Ok(after)
+    }
+
+    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+        Ok(self.rows().leases.remove(key).is_some())
+    }
+
+    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
+        let mut rows = self.rows();
+        for lease in leases {
+            rows.leases.insert(lease.key.clone(), lease.clone());
         }
         Ok(())
     }
@@ -191,11 +196,6 @@ impl Store for MemoryStore {
             .filter(|r| r.slot && r.dimension == *dimension)
             .cloned()
             .collect();
-        if let Some(row) = rows.buckets.get(dimension)
-            && row.bucket.limit_type().restores_on_release()
-        {
-            leases.extend(row.held.iter().map(|h| LeaseRecord::held_in(row, h)));
-        }
         leases.sort_by_key(|r| r.expires_at);
         leases.truncate(limit);
         Ok(leases)
@@ -203,17 +203,12 @@ impl Store for MemoryStore {
 
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
         let rows = self.rows();
-        let held = rows
-            .buckets
-            .values()
-            .flat_map(|row| row.held.iter().map(move |h| LeaseRecord::held_in(row, h)));
         let mut leases: Vec<LeaseRecord> = rows
             .leases
             .values()
-            .cloned()
-            .chain(held)
             .filter(|r| filter.dimension.as_ref().is_none_or(|d| &r.dimension == d))
             .filter(|r| filter.expired_before.is_none_or(|t| r.expires_at < t))
+            .cloned()
             .collect();
         leases.sort_by(|a, b| a.key.cmp(&b.key));
         // Every row here was written through the typed API.
@@ -231,18 +226,12 @@ impl Store for MemoryStore {
         StoreError::check_row(state)?;
         let mut rows = self.rows();
         let stored = rows.buckets.get(&state.dimension);
-        let held = match (stored, expected) {
-            (None, None) => Vec::new(),
-            (Some(stored), Some(expected)) if stored.same_row(expected) => stored.held.clone(),
+        match (stored, expected) {
+            (None, None) => {}
+            (Some(stored), Some(expected)) if stored.same_row(expected) => {}
             _ => return Ok(false),
-        };
-        rows.buckets.insert(
-            state.dimension.clone(),
-            BucketState {
-                held,
-                ..state.clone()
-            },
-        );
+        }
+        rows.buckets.insert(state.dimension.clone(), state.clone());
         Ok(true)
     }
 

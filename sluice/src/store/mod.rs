@@ -1,15 +1,20 @@
 //! The storage abstraction: the few conditional operations the acquisition protocol needs.
 //!
 //! A [`Store`] keeps bucket rows and lease rows. Its operations map one-to-one onto
-//! DynamoDB's: a consistent read of bucket rows (`BatchGetItem`/`GetItem`), one atomic
-//! conditional [`Commit`] (`TransactWriteItems`, or a single conditional write when it
-//! touches one row), an unconditional batch delete of lease rows that give nothing back
-//! (`BatchWriteItem`), a read or scan of lease rows, a lookup of the leases holding a
-//! dimension's slots (a secondary index), and bucket administration. The protocols
-//! themselves (refill, costs, retries, RetryIn) live above the store, in the client's
-//! protocols (see ARCHITECTURE.md), so every store gives the same answers.
+//! DynamoDB's: a consistent read of bucket rows (`BatchGetItem`/`GetItem`), a
+//! [`BucketChange`] (one `UpdateItem` that adds to the row), one atomic conditional
+//! [`Commit`] (`TransactWriteItems`, or a single conditional write when it touches one
+//! row), unconditional batch writes of new lease rows and deletes of lease rows that give
+//! nothing back (`BatchWriteItem`), a read or scan of lease rows, a lookup of the leases
+//! holding a dimension's slots (a secondary index), and bucket administration. The
+//! protocols themselves (refill, costs, retries, RetryIn) live above the store, in the
+//! client's protocols (see ARCHITECTURE.md), so every store gives the same answers.
 //!
-//! A bucket write is conditioned on the whole row it was computed from
+//! A grant, a give-back or a charge is a [`BucketChange`]: an addition to the stored
+//! tokens on conditions that make it right whatever other writers did since it was
+//! computed, so that many processes writing one row do not make each other's writes fail.
+//! Rarer writes (a definition, a vendor's report, healing, the seed's protocol) are a
+//! [`BucketWrite`], conditioned on the whole row it was computed from
 //! ([`BucketWrite::expected`]), not only on its version: versions repeat when a bucket is
 //! deleted and created again, or re-seeded by another tool, and a write computed from the
 //! old row must then fail.
@@ -30,7 +35,9 @@ mod write;
 pub use error::{BoxError, StoreError};
 pub use lease::{LeaseFilter, LeaseKey, LeaseRecord, LeaseScan};
 pub(crate) use write::WriteProbe;
-pub use write::{BucketWrite, Commit, CommitError, ConditionFailure, HeldWrite, LeaseWrite};
+pub use write::{
+    BucketChange, BucketWrite, ChangeError, Commit, CommitError, ConditionFailure, LeaseWrite,
+};
 
 use std::fmt;
 
@@ -61,16 +68,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// this is `BatchWriteItem`, up to 25 rows per call.
     async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError>;
 
-    /// Reads leases by key, whether kept in a row of their own or in their bucket's row;
-    /// `None` for a key without a lease.
+    /// Reads lease rows by key; `None` for a key without a row.
     async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError>;
 
-    /// Lists the leases matching `filter` (lease rows and leases kept in bucket rows), and
-    /// the keys of lease rows it cannot read.
+    /// Lists the lease rows matching `filter`, and the keys of lease rows it cannot read.
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError>;
 
-    /// The leases holding slots of `dimension` (lease rows marked [`LeaseRecord::slot`],
-    /// and the leases the bucket row keeps), earliest expiry first, at most `limit`. For a
+    /// The leases holding slots of `dimension` (lease rows marked [`LeaseRecord::slot`]),
+    /// earliest expiry first, at most `limit`. For a
     /// short `concurrent` bucket: when a slot comes back for sure, and which leases expired.
     ///
     /// Its cost must not grow with the table (DynamoDB: a query of a sparse secondary
@@ -107,20 +112,32 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Writes a whole bucket row, on condition that the stored row is exactly `expected`
     /// (`None`: that the row does not exist; see [`BucketState::same_row`]). Returns
     /// `false` when the condition failed. A row that fails [`BucketState::validate`] is
-    /// refused as [`StoreError::CorruptRow`]. The leases kept in an existing row stay as
-    /// they are (`state.held` is not written): they still hold their tokens.
+    /// refused as [`StoreError::CorruptRow`].
     async fn put_bucket(
         &self,
         state: &BucketState,
         expected: Option<&BucketState>,
     ) -> Result<bool, StoreError>;
 
-    /// Removes leases kept in `dimension`'s bucket row ([`BucketState::held`]) if they are
-    /// still there, without any other condition and without a new version: the release of
-    /// leases that give nothing back (`requests` and `tokens` buckets), like
-    /// [`delete_leases`](Store::delete_leases) for lease rows. A missing bucket or lease is
-    /// skipped.
-    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError>;
+    /// Applies `change` to its bucket row when the row satisfies its conditions (see
+    /// [`BucketChange`]), atomically; returns the row as the change left it. A failed
+    /// condition returns the row as it stands ([`ChangeError::Condition`]). A change that
+    /// would leave the row beyond its bounds is refused as [`StoreError::CorruptRow`].
+    ///
+    /// The store must not send a change twice on its own: a change adds to the row, and
+    /// a resend after an answer that was lost could apply it twice. An answer that is
+    /// lost is an error that [may have applied](StoreError::answer_lost).
+    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError>;
+
+    /// Writes new lease rows, without conditions (their keys are new). On DynamoDB this is
+    /// `BatchWriteItem`, up to 25 rows per call.
+    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError>;
+
+    /// Deletes the lease row `key` if it exists; whether this call deleted it. Whoever
+    /// deletes a lease row gives its cost back (once: the delete is conditioned on the row
+    /// existing). Never sent twice by the store: a failure whose answer was lost [may have
+    /// deleted it](StoreError::answer_lost).
+    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError>;
 
     /// Whether the store may lose the answer to a write that applied (a network store):
     /// then the client reads the row after such a failure to learn whether it applied.

@@ -1,76 +1,11 @@
 //! The conditional writes of a [`Commit`], and why one did not apply.
 
-use crate::bucket::{BucketState, HeldLease, Level, RefillCarry, WriteOutcome};
+use crate::bucket::{Bucket, BucketState, Commute, Level, RefillCarry, WriteOutcome};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::tokens::Tokens;
 
 use super::{LeaseKey, LeaseRecord, StoreError};
-
-/// A change to the leases kept in a bucket row ([`BucketState::held`]), part of a
-/// [`BucketWrite`] and applied with it, on the same condition plus its own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HeldWrite {
-    /// Keep a new lease in the row. Its id must be none of the expected row's: since every
-    /// new lease comes with a new version, the write's own condition then guarantees that
-    /// the stored row has none with it either (a store may check it as well).
-    Add(HeldLease),
-    /// Remove a lease, on condition that it is still there (a release that gives its cost
-    /// back, a reclaimed lease: exactly once).
-    Remove(String),
-    /// Remove a lease if it is still there, with no condition (a release that gives
-    /// nothing back).
-    Forget(String),
-    /// Change a lease's cost, on condition that it is still there (an adjustment).
-    SetCost {
-        /// The lease's id.
-        id: String,
-        /// The new cost.
-        cost: Tokens,
-    },
-}
-
-impl HeldWrite {
-    /// The id of the lease this change touches.
-    pub fn id(&self) -> &str {
-        match self {
-            HeldWrite::Add(h) => &h.id,
-            HeldWrite::Remove(id) | HeldWrite::Forget(id) | HeldWrite::SetCost { id, .. } => id,
-        }
-    }
-
-    /// The condition of this change that `row` fails, if any.
-    pub fn failure(&self, row: &BucketState) -> Option<ConditionFailure> {
-        let exists = row.held_lease(self.id()).is_some();
-        let key = || LeaseKey::new(&row.dimension, self.id());
-        match self {
-            HeldWrite::Add(_) if exists => Some(ConditionFailure::LeaseExists(key())),
-            HeldWrite::Remove(_) | HeldWrite::SetCost { .. } if !exists => {
-                Some(ConditionFailure::LeaseMissing(key()))
-            }
-            _ => None,
-        }
-    }
-
-    /// Applies this change to `held`.
-    pub fn apply(&self, held: &mut Vec<HeldLease>) {
-        match self {
-            HeldWrite::Add(h) => {
-                // Kept in id order, as a store reads them.
-                match held.binary_search_by(|x| x.id.cmp(&h.id)) {
-                    Ok(i) => held[i] = h.clone(),
-                    Err(i) => held.insert(i, h.clone()),
-                }
-            }
-            HeldWrite::Remove(id) | HeldWrite::Forget(id) => held.retain(|x| x.id != *id),
-            HeldWrite::SetCost { id, cost } => {
-                if let Some(h) = held.iter_mut().find(|h| h.id == *id) {
-                    h.cost = *cost;
-                }
-            }
-        }
-    }
-}
 
 /// One bucket row's part of a [`Commit`]: set the new tokens and refill timestamp, on
 /// condition that the stored row is still exactly `expected`, the row the write was
@@ -93,8 +28,6 @@ pub struct BucketWrite {
     pub refill_carry: RefillCarry,
     /// The id this write stamps on the row.
     pub write_id: u64,
-    /// Changes to the leases kept in the row, applied with the write.
-    pub held: Vec<HeldWrite>,
     /// When the write was made, by this host's clock: the time the row lists it under
     /// (see [`RecentWrites`](crate::RecentWrites)).
     pub written_at: UnixMillis,
@@ -115,7 +48,6 @@ impl BucketWrite {
             last_refill_at: to.last_refill_at,
             refill_carry: to.carry,
             write_id: crate::ids::new_write_id(),
-            held: Vec::new(),
             written_at: crate::clock::Clock::now(&crate::clock::SystemClock),
         }
     }
@@ -123,12 +55,6 @@ impl BucketWrite {
     /// This write, also setting the row's [`burst`](BucketState::burst).
     pub fn with_burst(mut self, burst: Option<Tokens>) -> Self {
         self.burst = burst;
-        self
-    }
-
-    /// This write, also making `changes` to the leases kept in the row.
-    pub fn with_held(mut self, changes: Vec<HeldWrite>) -> Self {
-        self.held = changes;
         self
     }
 
@@ -166,10 +92,6 @@ impl BucketWrite {
 
     /// The row as it stands once this write is applied.
     pub fn after(&self) -> BucketState {
-        let mut held = self.expected.held.clone();
-        for change in &self.held {
-            change.apply(&mut held);
-        }
         BucketState {
             tokens: self.tokens,
             last_refill_at: self.last_refill_at,
@@ -179,19 +101,15 @@ impl BucketWrite {
             recent_writes: self
                 .expected
                 .recent_after(self.write_id, self.last_refill_at),
-            held,
             burst: self.burst,
             ..self.expected.clone()
         }
     }
 
-    /// The condition `stored` fails for this write, if any: a different row, or a change to
-    /// its kept leases whose own condition does not hold.
+    /// The condition `stored` fails for this write, if any: a different row.
     pub fn failure(&self, stored: Option<&BucketState>) -> Option<ConditionFailure> {
         match stored {
-            Some(row) if row.same_row(&self.expected) => {
-                self.held.iter().find_map(|c| c.failure(row))
-            }
+            Some(row) if row.same_row(&self.expected) => None,
             current => Some(ConditionFailure::BucketChanged {
                 dimension: self.dimension().clone(),
                 current: current.cloned().map(Box::new),
@@ -211,20 +129,6 @@ pub(crate) struct WriteProbe {
     version: u64,
     /// When it was made.
     at: UnixMillis,
-    marker: Option<Marker>,
-}
-
-/// A lease change of the write that shows in the row whether it applied, however far the
-/// row has moved on since.
-#[derive(Debug, Clone)]
-enum Marker {
-    /// A lease it keeps in the row: there if it applied (nobody else knows its id).
-    Added(String),
-    /// A lease whose cost it set: at that cost if it applied.
-    CostSet(String, Tokens),
-    /// A lease it removed giving its cost back: gone if it applied (or ended otherwise,
-    /// which gave the cost back as well).
-    Removed(String),
 }
 
 impl WriteProbe {
@@ -233,49 +137,82 @@ impl WriteProbe {
         if row.wrote(self.write_id) {
             return WriteOutcome::Applied;
         }
-        let by_version = || row.outcome_of(self.write_id, self.version, self.at);
-        match &self.marker {
-            Some(Marker::Added(id)) if row.held_lease(id).is_some() => WriteOutcome::Applied,
-            Some(Marker::Added(_)) => WriteOutcome::NotApplied,
-            Some(Marker::CostSet(id, cost)) => match row.held_lease(id) {
-                Some(h) if h.cost == *cost => WriteOutcome::Applied,
-                Some(_) => WriteOutcome::NotApplied,
-                None => by_version(),
-            },
-            Some(Marker::Removed(id)) if row.held_lease(id).is_some() => WriteOutcome::NotApplied,
-            Some(Marker::Removed(_)) => WriteOutcome::Applied,
-            None => by_version(),
-        }
+        row.outcome_of(self.write_id, self.version, self.at)
     }
 }
 
 impl BucketWrite {
     /// What tells whether this write applied, once its answer is lost.
     pub(crate) fn probe(&self) -> WriteProbe {
-        let added = self.held.iter().find_map(|c| match c {
-            HeldWrite::Add(h) => Some(Marker::Added(h.id.clone())),
-            _ => None,
-        });
-        let cost_set = || {
-            self.held.iter().find_map(|c| match c {
-                HeldWrite::SetCost { id, cost } => Some(Marker::CostSet(id.clone(), *cost)),
-                _ => None,
-            })
-        };
-        let removed = || {
-            self.held.iter().find_map(|c| match c {
-                HeldWrite::Remove(id) => Some(Marker::Removed(id.clone())),
-                _ => None,
-            })
-        };
         WriteProbe {
             dimension: self.dimension().clone(),
             write_id: self.write_id,
             version: self.expected.version.saturating_add(1),
             at: self.written_at,
-            marker: added.or_else(cost_set).or_else(removed),
         }
     }
+}
+
+/// A change to one bucket row that commutes with other writers' changes (see
+/// [`Commute`]): applied to the row as it stands, when the row satisfies the change's
+/// conditions and still has the definition the writer computed it from. Every change adds
+/// one to the version (so the seed's version-conditioned writes see it) and leaves the
+/// write id and recent writes as they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketChange {
+    /// The bucket's dimension.
+    pub dimension: Dimension,
+    /// The bucket's definition as the writer knows it.
+    pub bucket: Bucket,
+    /// The vendor's learned burst as the writer knows it.
+    pub burst: Option<Tokens>,
+    /// What it does, and on which conditions.
+    pub commute: Commute,
+}
+
+impl BucketChange {
+    /// The change `commute`, computed from `row`.
+    pub fn of(row: &BucketState, commute: Commute) -> Self {
+        BucketChange {
+            dimension: row.dimension.clone(),
+            bucket: row.bucket.clone(),
+            burst: row.burst,
+            commute,
+        }
+    }
+
+    /// Whether `stored` satisfies the change's conditions and has its definition.
+    pub fn holds(&self, stored: &BucketState) -> bool {
+        stored.bucket == self.bucket
+            && stored.burst == self.burst
+            && stored.version < crate::bucket::MAX_VERSION
+            && self.commute.holds(stored)
+    }
+
+    /// `stored` once the change is applied to it.
+    pub fn applied(&self, stored: &BucketState) -> BucketState {
+        let mut after = stored.clone();
+        after.set_level(self.commute.applied(stored));
+        after.version = stored.version.saturating_add(1);
+        after
+    }
+
+    /// Checks that the row the change leaves within bounds.
+    pub fn validate(&self, stored: &BucketState) -> Result<(), crate::bucket::BucketError> {
+        self.applied(stored).validate()
+    }
+}
+
+/// Why a [`BucketChange`] did not apply.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// A condition did not hold; nothing was written. The row as it stands (`None`: there
+    /// is no bucket).
+    #[error("change condition failed")]
+    Condition(Option<Box<BucketState>>),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// One lease row's part of a [`Commit`].

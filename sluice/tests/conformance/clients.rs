@@ -72,7 +72,7 @@ pub async fn a_short_concurrent_bucket_with_no_live_lease_answers_the_poll_inter
         .unwrap();
     // A bucket short of slots that no lease row explains (lease rows swept away; leases
     // in rows of their own, as only those can vanish without their bucket row).
-    let rows = super::client_keeping(&env, "conformance", 0);
+    let rows = env.client("conformance");
     let lease = rows.acquire(dim.as_str()).await.unwrap();
     let lease2 = rows.acquire(dim.as_str()).await.unwrap();
     let keys: Vec<_> = lease

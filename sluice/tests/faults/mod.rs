@@ -7,7 +7,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use sluice::store::{
-    Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, StoreError,
+    BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
+    StoreError,
 };
 use sluice::{BucketState, Clock, Dimension, MemoryStore, Store, UnixMillis};
 
@@ -78,9 +79,19 @@ impl Store for Switch {
         self.inner.scan_leases(filter).await
     }
 
-    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
+    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
         self.check()?;
-        self.inner.forget_held(dimension, ids).await
+        self.inner.change(change).await
+    }
+
+    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.put_leases(leases).await
+    }
+
+    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.end_lease(key).await
     }
 
     async fn put_bucket(

@@ -1,39 +1,55 @@
-//! One lane write: what it grants, gives back and ends, computed from the remembered row,
-//! and how it is retried when another writer got there first.
+//! One lane write: what it grants and gives back, computed from the remembered row, and
+//! how it is retried when the row is not what it remembered.
 //!
-//! The write is computed from the row this client remembers, without reading it. When
-//! another writer got there first, the failed condition hands back the current row
-//! (`ALL_OLD`): the lane takes it and the write is recomputed and retried at once, without
-//! a read and without backoff (backoff stays for transaction conflicts). Refusals are
-//! answered only from a row the store confirmed (this write's own, or one read or handed
-//! back), or from memory where the freshness rules allow it
-//! ([`remembered`](crate::shared::remembered)).
+//! The write is computed from the row this client remembers, without reading it, and sent
+//! as one [`BucketChange`]: an addition to the stored tokens on conditions that make it
+//! right whatever other writers did since (see [`Commute`](crate::Commute)), so that other
+//! processes' grants do not make it fail. When a condition fails all the same (the bucket
+//! is shorter than remembered, or another writer folded its refill or filled it), the
+//! failure hands back the current row (`ALL_OLD`): the lane takes it and the write is
+//! computed again and sent at once, without a read. The grants' lease rows are written
+//! after the change applied (never in a transaction with the bucket row). A throttled
+//! write is back-pressure: acquires hear a RetryIn, which a waiting caller waits out and
+//! asks again; releases are retried with backoff. Refusals are answered only from a row the
+//! store confirmed (this write's own, or one read or handed back), or from memory where
+//! the freshness rules allow it ([`remembered`](crate::shared::remembered)).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::bucket::{BucketState, HeldLease};
+use rand::RngExt as _;
+
+use crate::bucket::BucketState;
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::grant::{Grant, Kept, LeasePart};
-use crate::retry::Budget;
+use crate::retry::Backoff;
 use crate::shared::Core;
 use crate::shared::lanes::{
     AcquireJob, Lane, ReleaseJob, answer_all, answer_each, fail_all, join_queued,
 };
-use crate::store::{BucketWrite, Commit, CommitError, ConditionFailure, LeaseKey, StoreError};
+use crate::store::{BucketChange, ChangeError, LeaseKey, LeaseRecord, StoreError};
 
-use super::ending::give_back_in_background;
+use super::ending::{give_back_in_background, restore};
 use super::refusals;
 
 mod plan;
 
-use self::plan::{Plan, Writes, jobs_of};
+use self::plan::{Plan, jobs_of};
 
-/// Condition failures with a fresh row in hand are retried at once; this bounds them. Every
-/// lost race is another writer's grant, so the row keeps moving; a writer much slower than
-/// its rivals (an overloaded host) can still lose many times in a row before it wins.
+/// Condition failures with a fresh row in hand are retried at once; this bounds them. A
+/// change fails only when the bucket is shorter than remembered or another writer moved
+/// its refill timestamp, so a writer loses few in a row.
 pub(crate) const MAX_FRESH_RETRIES: u32 = 256;
+
+/// Throttled attempts of one write's releases before they are answered with the throttle.
+const MAX_THROTTLED: u32 = 16;
+
+/// The first wait after a throttled write, and the longest: each throttle in a row
+/// doubles it, and a random half to all of it is waited (or given as the RetryIn).
+const THROTTLE_FIRST: Duration = Duration::from_millis(20);
+const THROTTLE_MOST: Duration = Duration::from_millis(1_000);
 
 /// Whether a write goes on with another attempt.
 pub(super) enum Next {
@@ -49,11 +65,11 @@ pub(super) struct Write<'a> {
     pub(super) acquires: Vec<AcquireJob>,
     pub(super) releases: Vec<ReleaseJob>,
     attempts: u32,
-    conflicts: Budget,
+    throttled: u32,
     pub(super) looked_again: u32,
     /// Whether the remembered row was confirmed by the store during this write.
     pub(super) fresh: bool,
-    /// Whether the last attempt lost a race to another writer.
+    /// Whether the last attempt's condition failed (the row was not as remembered).
     lost: bool,
 }
 
@@ -79,7 +95,7 @@ pub(super) async fn write(
         acquires,
         releases,
         attempts: 0,
-        conflicts: Budget::new(core.config.max_retries),
+        throttled: 0,
         looked_again: 0,
         fresh: false,
         lost: false,
@@ -90,11 +106,7 @@ pub(super) async fn write(
 impl Write<'_> {
     async fn attempt(&mut self) -> Next {
         self.attempts += 1;
-        // The row is needed to grant, or to give slots back; releases that give nothing
-        // back are not.
-        if self.acquires.is_empty() && !self.releases.iter().any(|r| r.part.restores) {
-            let releases = std::mem::take(&mut self.releases);
-            self.forget_released(releases).await;
+        if self.acquires.is_empty() && self.releases.is_empty() {
             return Next::Done;
         }
         let Some(row) = self.row().await else {
@@ -102,29 +114,21 @@ impl Write<'_> {
         };
         let now = self.core.now();
         let acquires = std::mem::take(&mut self.acquires);
-        let mut plan = plan::plan(&row, acquires, &self.releases, now, &self.core.config);
-        if plan.granted.is_empty()
-            && plan.reclaimed.is_empty()
-            && !self.releases.is_empty()
-            && self.releases.iter().all(|r| !r.part.restores)
-        {
-            // Only releases that give nothing back: no new version for them.
-            let releases = std::mem::take(&mut self.releases);
-            self.forget_released(releases).await;
-        }
-        if plan.granted.is_empty() && self.releases.is_empty() && plan.reclaimed.is_empty() {
+        let mut plan = plan::plan(&row, acquires, &self.releases, now);
+        if plan.granted.is_empty() && self.releases.is_empty() {
             // Nothing to write: only refusals.
             return self.refuse(&row, plan.refused, now).await;
         }
         if plan.granted.iter().any(|(a, _)| a.alone) {
             plan.prefetched = super::prefetch::ride(self.core, &row, &mut plan.after, now);
         }
-        if self.must_look_at_row(&row, &plan) {
-            return self.look_at_row(plan).await;
-        }
-        let writes = plan::writes(&self.core.config, &row, &self.releases, &plan, now);
-        let writes = self.ride_without_bucket(writes).await;
-        self.commit(row, plan, writes, now).await
+        let Some(change) = plan::change(&row, &plan, now, self.core.config.fold_after) else {
+            // The remembered row cannot do what it was planned to (a rounding edge): decide
+            // again from the store's row.
+            self.acquires = jobs_of(plan.granted, plan.refused);
+            return self.look_at_row().await;
+        };
+        self.commit(change, plan, now).await
     }
 
     /// The row to write from: the remembered one, or read. `None`: the write is over (the
@@ -140,20 +144,36 @@ impl Write<'_> {
                 Some(row)
             }
             Ok(None) => {
-                // A deleted bucket grants nothing and has nothing to give back to; its
-                // lease rows are deleted all the same.
+                // A deleted bucket grants nothing, and has nothing to give back to.
                 let (core, dimension) = (self.core, &self.dimension);
                 answer_each(
                     std::mem::take(&mut self.acquires),
                     |a| a.reply,
                     || core.unknown(dimension),
                 );
-                self.delete_released().await;
+                answer_all(std::mem::take(&mut self.releases), |r| r.reply, &Ok(()));
                 None
             }
             Err(e) => {
                 self.fail_store(&e);
                 None
+            }
+        }
+    }
+
+    /// Reads the row before deciding again.
+    async fn look_at_row(&mut self) -> Next {
+        if self.attempts > MAX_FRESH_RETRIES {
+            return self.contention();
+        }
+        match self.core.read_into(self.lane, &self.dimension).await {
+            Ok(row) => {
+                self.fresh = row.is_some();
+                Next::Again
+            }
+            Err(e) => {
+                self.fail_store(&e);
+                Next::Done
             }
         }
     }
@@ -196,111 +216,81 @@ impl Write<'_> {
         // Expired leases were given back: look again.
         self.looked_again += 1;
         self.acquires = again;
-        self.releases = Vec::new();
         self.fresh = false;
         Next::Again
     }
 
-    /// Whether grants that would overflow the leases the row keeps should first look at
-    /// the row: it may keep fewer than remembered (releases elsewhere remove leases without
-    /// a new version, so memory only ever counts too many).
-    fn must_look_at_row(&self, row: &BucketState, plan: &Plan) -> bool {
-        let room = self.core.config.leases_per_row;
-        row.bucket.keeps_leases()
-            && !self.fresh
-            && room > 0
-            && plan::kept_in_row(row, &self.releases, plan) + plan.granted.len() > room
-    }
-
-    /// Reads the row before deciding again.
-    async fn look_at_row(&mut self, plan: Plan) -> Next {
-        let jobs = jobs_of(plan.granted, plan.refused);
-        match self.core.read_into(self.lane, &self.dimension).await {
-            Ok(row) => {
-                self.fresh = row.is_some();
-                self.acquires = jobs;
+    /// Sends the attempt's change and answers from its outcome.
+    async fn commit(&mut self, change: BucketChange, plan: Plan, now: UnixMillis) -> Next {
+        match self.core.change(change).await {
+            Ok(after) => self.written(after, plan, now).await,
+            Err(ChangeError::Condition(current)) => {
+                tracing::debug!(dimension = %self.dimension, attempts = self.attempts, "the row was not as remembered: computing the write again from it");
+                crate::metrics::contention_retry(self.dimension.as_str());
+                self.lost = true;
+                match current {
+                    Some(current) => {
+                        self.lane.memory().learn(*current, now);
+                        self.fresh = true;
+                    }
+                    None => {
+                        self.lane.memory().forget();
+                        self.fresh = false;
+                    }
+                }
+                self.acquires = jobs_of(plan.granted, plan.refused);
+                if self.attempts > MAX_FRESH_RETRIES {
+                    return self.contention();
+                }
+                // Requests that queued meanwhile join the retry: under contention from
+                // other processes, each write carries more.
+                join_queued(self.lane, &mut self.acquires, &mut self.releases);
                 Next::Again
             }
-            Err(e) => {
-                self.acquires = jobs;
+            Err(ChangeError::Store(StoreError::Throttled { .. })) => {
+                self.acquires = jobs_of(plan.granted, plan.refused);
+                self.throttled().await
+            }
+            Err(ChangeError::Store(e)) => {
+                // The row may or may not have changed: read it next time.
+                self.lane.memory().forget();
+                self.acquires = jobs_of(plan.granted, plan.refused);
+                if e.may_have_applied() {
+                    // Given back or not, it is not sent again: twice could give back what
+                    // was never taken. A slot it may not have given back is healed.
+                    answer_all(std::mem::take(&mut self.releases), |r| r.reply, &Ok(()));
+                }
                 self.fail_store(&e);
                 Next::Done
             }
         }
     }
 
-    /// With no bucket write to ride on, the kept leases that give nothing back are
-    /// removed on their own.
-    async fn ride_without_bucket(&mut self, mut writes: Writes) -> Writes {
-        if !writes.bucket {
-            writes.held.clear();
-            let (forgets, rest): (Vec<ReleaseJob>, Vec<ReleaseJob>) =
-                std::mem::take(&mut self.releases)
-                    .into_iter()
-                    .partition(|r| r.part.kept == Kept::InBucket && !r.part.restores);
-            self.releases = rest;
-            self.forget_released(forgets).await;
+    /// A throttled write: back-pressure. Acquires hear a RetryIn of a jittered wait that
+    /// doubles with each throttle in a row (a waiting caller waits it out, within its
+    /// deadline, and asks again); releases wait it out here and are sent again.
+    async fn throttled(&mut self) -> Next {
+        self.throttled += 1;
+        let wait = throttle_wait(self.throttled);
+        answer_each(
+            std::mem::take(&mut self.acquires),
+            |a| a.reply,
+            || Error::RetryIn(wait),
+        );
+        if self.releases.is_empty() {
+            return Next::Done;
         }
-        writes
+        if self.throttled > MAX_THROTTLED {
+            self.fail_store(&StoreError::Throttled { source: None });
+            return Next::Done;
+        }
+        tokio::time::sleep(wait).await;
+        Next::Again
     }
 
-    /// Commits the attempt and answers from its outcome.
-    async fn commit(
-        &mut self,
-        row: BucketState,
-        plan: Plan,
-        writes: Writes,
-        now: UnixMillis,
-    ) -> Next {
-        let write = BucketWrite::new(row, plan.after.level()).with_held(writes.held);
-        let written = write.after();
-        let commit = Commit {
-            buckets: if writes.bucket {
-                vec![write]
-            } else {
-                Vec::new()
-            },
-            leases: writes.leases,
-        };
-        match self.core.commit(commit).await {
-            Ok(()) if !writes.bucket => {
-                answer_all(std::mem::take(&mut self.releases), |r| r.reply, &Ok(()));
-                if plan.refused.is_empty() {
-                    return Next::Done;
-                }
-                // The bucket row was not written, so not confirmed: decide again.
-                self.acquires = plan.refused;
-                Next::Again
-            }
-            Ok(()) => self.written(written, plan, writes.issued, now).await,
-            Err(failure) => {
-                if matches!(&failure, CommitError::Store(e) if e.unsure()) {
-                    self.give_back_unsure(&plan, &writes.issued);
-                }
-                let lost_from = plan.reclaimed;
-                self.acquires = jobs_of(plan.granted, plan.refused);
-                let next = self.failed(failure, &lost_from, now).await;
-                if let Next::Again = next
-                    && std::mem::take(&mut self.lost)
-                {
-                    // Requests that queued while this write lost a race join its retry:
-                    // under contention from other processes, each write carries more.
-                    join_queued(self.lane, &mut self.acquires, &mut self.releases);
-                }
-                next
-            }
-        }
-    }
-
-    /// Answers a committed write: the grants, the releases, then the refusals from the
-    /// row this write confirmed.
-    async fn written(
-        &mut self,
-        written: BucketState,
-        plan: Plan,
-        issued: Vec<(LeaseKey, UnixMillis, Kept)>,
-        now: UnixMillis,
-    ) -> Next {
+    /// Answers a write that applied: the row it left, the grants (their lease rows written
+    /// first), the releases, then the refusals from the row this write confirmed.
+    async fn written(&mut self, written: BucketState, plan: Plan, now: UnixMillis) -> Next {
         {
             let mut memory = self.lane.memory();
             memory.learn_written(written.clone(), now);
@@ -313,15 +303,28 @@ impl Write<'_> {
         if !plan.granted.is_empty() {
             crate::metrics::batch(plan.granted.len());
         }
+        let (records, issued) = plan::leases(&self.core.config, &written, &plan.granted, now);
         let restores = written.bucket.limit_type().restores_on_release();
-        for ((a, cost), (key, expires_at, kept)) in plan.granted.into_iter().zip(issued) {
-            let part = LeasePart {
-                key,
-                dimension: self.dimension.clone(),
-                cost,
-                restores,
-                kept,
-            };
+        let parts: Vec<(AcquireJob, LeasePart, UnixMillis)> = plan
+            .granted
+            .into_iter()
+            .zip(issued)
+            .map(|((a, cost), (key, expires_at, kept))| {
+                let part = LeasePart {
+                    key,
+                    dimension: self.dimension.clone(),
+                    cost,
+                    restores,
+                    kept,
+                };
+                (a, part, expires_at)
+            })
+            .collect();
+        let parts = match self.record_leases(&records).await {
+            Ok(()) => parts,
+            Err(e) => self.unrecorded(parts, restores, e).await,
+        };
+        for (a, part, expires_at) in parts {
             let grant = Grant::new(vec![part], now, expires_at, self.attempts);
             if let Err(Ok(grant)) = a.reply.send(Ok(grant)) {
                 // The caller went away while the write was in flight.
@@ -333,114 +336,78 @@ impl Write<'_> {
         self.refuse_confirmed(&written, plan.refused, now).await
     }
 
-    /// Handles a commit that did not apply; the acquires are back in `self.acquires`.
-    async fn failed(
+    /// Writes the grants' lease rows, sending them again while the store fails for a
+    /// passing reason (writing a new row twice is writing it once).
+    async fn record_leases(&self, records: &[LeaseRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut backoff = Backoff::new();
+        for attempt in 1u32.. {
+            match self.core.store.put_leases(records).await {
+                Err(e) if (e.is_transient() || e.answer_lost()) && attempt < 6 => {
+                    tracing::debug!(error = %e, attempt, "writing lease rows failed; sending them again");
+                    backoff.sleep(attempt).await;
+                }
+                done => return done,
+            }
+        }
+        Ok(())
+    }
+
+    /// Grants whose tokens were taken but whose lease rows could not be written. A slot
+    /// without a row could never be given back by anyone but its holder: its cost is given
+    /// back now and the caller hears the failure. A `requests`/`tokens` grant is a grant
+    /// all the same (its row is only the reconciler's record, should its holder die): its
+    /// caller gets it.
+    async fn unrecorded(
         &mut self,
-        failure: CommitError,
-        reclaimed: &[HeldLease],
-        now: UnixMillis,
-    ) -> Next {
-        let dimension = self.dimension.clone();
-        match failure {
-            CommitError::Condition(ConditionFailure::BucketChanged { current, .. }) => {
-                tracing::debug!(%dimension, attempts = self.attempts, "lost the race: retrying from the current row");
-                crate::metrics::contention_retry(dimension.as_str());
-                self.lost = true;
-                match current {
-                    Some(current) => {
-                        self.lane.memory().learn(*current, now);
-                        self.fresh = true;
-                    }
-                    None => {
-                        self.lane.memory().forget();
-                        self.fresh = false;
-                    }
-                }
-                if self.attempts > MAX_FRESH_RETRIES + self.core.config.max_retries {
-                    let attempts = self.attempts;
-                    self.fail(|| Error::Contention {
-                        dimension: dimension.clone(),
-                        attempts,
-                    });
-                    return Next::Done;
-                }
-            }
-            CommitError::Condition(ConditionFailure::LeaseExists(key)) => {
-                tracing::debug!(%key, "lease key already taken; drawing new ones");
-            }
-            CommitError::Condition(ConditionFailure::LeaseMissing(key)) => {
-                return self.lease_missing(key, reclaimed);
-            }
-            CommitError::TransactionConflict => {
-                crate::metrics::contention_retry(dimension.as_str());
-                if !self.conflicts.lose() {
-                    let attempts = self.attempts;
-                    self.fail(|| Error::Contention {
-                        dimension: dimension.clone(),
-                        attempts,
-                    });
-                    return Next::Done;
-                }
-                let lost = self.conflicts.lost();
-                self.conflicts.back_off(lost).await;
-            }
-            CommitError::Store(e) => {
-                // The row may or may not have changed: read it next time.
-                self.lane.memory().forget();
-                self.fail_store(&e);
-                return Next::Done;
-            }
+        parts: Vec<(AcquireJob, LeasePart, UnixMillis)>,
+        restores: bool,
+        e: StoreError,
+    ) -> Vec<(AcquireJob, LeasePart, UnixMillis)> {
+        if !restores {
+            tracing::warn!(dimension = %self.dimension, error = %e, "lease rows could not be written; the grants stand, without the reconciler's record of them");
+            return parts
+                .into_iter()
+                .map(|(a, mut part, at)| {
+                    part.kept = Kept::Nowhere;
+                    (a, part, at)
+                })
+                .collect();
         }
-        Next::Again
-    }
-
-    /// The grants of a write that may have applied although its caller hears it failed:
-    /// those with leases are given back in the background (each exactly once, and not at
-    /// all if the write did not apply: its leases are not there). Lean grants cannot be:
-    /// their tokens may be lost, never granted twice.
-    fn give_back_unsure(&self, plan: &Plan, issued: &[(LeaseKey, UnixMillis, Kept)]) {
-        let restores = plan.after.bucket.limit_type().restores_on_release();
-        let parts: Vec<LeasePart> = plan
-            .granted
+        let cost = parts
             .iter()
-            .zip(issued)
-            .filter(|(_, (_, _, kept))| !matches!(kept, Kept::Nowhere | Kept::Local))
-            .map(|((_, cost), (key, _, kept))| LeasePart {
-                key: key.clone(),
-                dimension: self.dimension.clone(),
-                cost: *cost,
-                restores,
-                kept: *kept,
-            })
-            .collect();
-        if !parts.is_empty() {
-            give_back_in_background(self.core, parts);
+            .fold(crate::tokens::Tokens::ZERO, |sum, (_, p, _)| sum + p.cost);
+        if let Err(error) = restore(self.core, &self.dimension, cost).await {
+            tracing::warn!(dimension = %self.dimension, %error, "slots whose lease rows could not be written could not be given back; the reconciler heals the bucket");
         }
+        let keys: Vec<LeaseKey> = parts.iter().map(|(_, p, _)| p.key.clone()).collect();
+        // Some rows of the batch may have been written: they are gone too.
+        let _ = self.core.store.delete_leases(&keys).await;
+        answer_each(
+            parts.into_iter().map(|(a, _, _)| a).collect(),
+            |a| a.reply,
+            || Error::Store(e.clone_lossy()),
+        );
+        Vec::new()
     }
 
-    /// A lease this write ends was gone.
-    fn lease_missing(&mut self, key: LeaseKey, reclaimed: &[HeldLease]) -> Next {
-        if let Some(i) = self.releases.iter().position(|r| r.part.key == key) {
-            // Released or reconciled elsewhere: its slot is back already.
-            tracing::debug!(%key, "lease already gone (released or reconciled)");
-            let _ = self.releases.swap_remove(i).reply.send(Ok(()));
-        } else if reclaimed.iter().any(|h| h.id == key.unique()) {
-            // Another client reclaimed it first: read the row again.
-            self.lane.memory().forget();
-            self.fresh = false;
-        } else {
-            let failure = ConditionFailure::LeaseMissing(key);
-            self.fail(|| StoreError::impossible(&failure).into());
-            return Next::Done;
-        }
-        Next::Again
+    /// Answers every acquire and release left: too many attempts lost.
+    fn contention(&mut self) -> Next {
+        let (dimension, attempts) = (self.dimension.clone(), self.attempts);
+        self.fail(|| Error::Contention {
+            dimension: dimension.clone(),
+            attempts,
+        });
+        Next::Done
     }
 
     /// Answers every acquire and release left with the store's failure. When the store
     /// cannot answer, the requests that queued meanwhile hear so now too, rather than
     /// after another write's full deadline.
     fn fail_store(&mut self, e: &StoreError) {
-        if e.is_transient() || e.may_have_applied() {
+        if e.is_transient() || e.answer_lost() {
             join_queued(self.lane, &mut self.acquires, &mut self.releases);
         }
         self.fail(|| Error::Store(e.clone_lossy()));
@@ -454,38 +421,14 @@ impl Write<'_> {
             error,
         );
     }
+}
 
-    /// Deletes the lease rows of releases whose bucket is gone (the leases it kept went
-    /// with it), and answers them.
-    async fn delete_released(&mut self) {
-        let releases = std::mem::take(&mut self.releases);
-        if releases.is_empty() {
-            return;
-        }
-        let keys: Vec<LeaseKey> = releases
-            .iter()
-            .filter(|r| r.part.kept == Kept::Row)
-            .map(|r| r.part.key.clone())
-            .collect();
-        let deleted = self.core.store.delete_leases(&keys).await;
-        answer_all(releases, |r| r.reply, &deleted);
-    }
-
-    /// Removes the leases of releases that give nothing back from the row that keeps them,
-    /// with no condition and no new version (see
-    /// [`Store::forget_held`](crate::store::Store::forget_held)), and answers them.
-    async fn forget_released(&self, releases: Vec<ReleaseJob>) {
-        if releases.is_empty() {
-            return;
-        }
-        let ids: Vec<String> = releases
-            .iter()
-            .map(|r| r.part.key.unique().to_owned())
-            .collect();
-        let forgotten = self.core.store.forget_held(&self.dimension, &ids).await;
-        if forgotten.is_ok() {
-            self.lane.memory().drop_held(&ids);
-        }
-        answer_all(releases, |r| r.reply, &forgotten);
-    }
+/// The wait after the `n`th throttle in a row: half to all of a doubling bound.
+fn throttle_wait(n: u32) -> Duration {
+    let bound = THROTTLE_FIRST
+        .saturating_mul(1 << n.saturating_sub(1).min(10))
+        .min(THROTTLE_MOST);
+    let half = bound / 2;
+    let jitter = rand::rng().random_range(0..=half.as_micros() as u64);
+    half + Duration::from_micros(jitter)
 }

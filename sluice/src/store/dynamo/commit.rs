@@ -16,9 +16,7 @@ use super::error::{Cancelled, cancelled};
 use super::row::{self, Item};
 use super::{DynamoStore, EXISTS, NOT_EXISTS, Unanswered, Units, build_error};
 use crate::bucket::WriteOutcome;
-use crate::store::{
-    BucketWrite, Commit, CommitError, ConditionFailure, HeldWrite, LeaseWrite, StoreError,
-};
+use crate::store::{BucketWrite, Commit, CommitError, ConditionFailure, LeaseWrite, StoreError};
 
 const BUCKET_UPDATE: &str = "SET #t = :tokens, #l = :last, #v = :next, #w = :wid, #rw = :rw";
 const SET_COST: &str = "SET #cost = :cost";
@@ -98,7 +96,7 @@ impl DynamoStore {
     fn bucket_update(w: &BucketWrite) -> Result<BucketUpdate, StoreError> {
         let key = w.dimension().as_str();
         StoreError::check_write(w)?;
-        let (mut condition, mut values, mut names) = row::same_row(&w.expected);
+        let (condition, mut values, mut names) = row::same_row(&w.expected);
         names.insert("#t".to_owned(), row::TOKENS.to_owned());
         names.insert("#l".to_owned(), row::LAST_REFILL_AT.to_owned());
         names.insert("#v".to_owned(), row::VERSION.to_owned());
@@ -136,28 +134,6 @@ impl DynamoStore {
                 None => removes.push("#b".to_owned()),
             }
         }
-        for (i, change) in w.held.iter().enumerate() {
-            let name = format!("#h{i}");
-            names.insert(name.clone(), row::held_name(change.id()));
-            match change {
-                // No condition of its own: the row is exactly the one the write was computed
-                // from (adds always come with a new version), and the id is none of its.
-                HeldWrite::Add(h) => {
-                    update.push_str(&format!(", {name} = :h{i}"));
-                    values.insert(format!(":h{i}"), row::held_value(h));
-                }
-                HeldWrite::Remove(_) => {
-                    removes.push(name.clone());
-                    condition.push_str(&format!(" AND attribute_exists({name})"));
-                }
-                HeldWrite::Forget(_) => removes.push(name),
-                HeldWrite::SetCost { cost, .. } => {
-                    update.push_str(&format!(", {name}[0] = :h{i}"));
-                    values.insert(format!(":h{i}"), row::n(cost));
-                    condition.push_str(&format!(" AND attribute_exists({name})"));
-                }
-            }
-        }
         if !removes.is_empty() {
             update.push_str(" REMOVE ");
             update.push_str(&removes.join(", "));
@@ -171,8 +147,7 @@ impl DynamoStore {
         })
     }
 
-    /// Why `w`'s condition failed, from the row as it stood (`old`): another row, or a kept
-    /// lease that was not as the write expected.
+    /// Why `w`'s condition failed, from the row as it stood (`old`): another row.
     fn changed(&self, w: &BucketWrite, old: Option<&Item>) -> ConditionFailure {
         let current = old.and_then(|item| row::bucket_state(item).ok());
         w.failure(current.as_ref())

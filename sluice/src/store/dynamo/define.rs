@@ -36,7 +36,6 @@ impl DynamoStore {
             _ => state.recent_writes.clone(),
         };
         let item = row::bucket_item(&BucketState {
-            held: Vec::new(),
             recent_writes,
             ..state.clone()
         });
@@ -77,7 +76,7 @@ impl DynamoStore {
         Ok(out.consumed_capacity)
     }
 
-    /// An update, not a put: the leases the row keeps stay.
+    /// An update, not a put: attributes sluice does not know (another SDK's) stay.
     async fn redefine(
         &self,
         state: &BucketState,

@@ -30,6 +30,20 @@ where
             .is_some_and(|m| m.contains("index") || m.contains("Index"))
 }
 
+/// Whether the connection was refused: the request was never sent.
+fn refused(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
 /// Maps any SDK failure that is not a condition of ours to a [`StoreError`].
 pub(crate) fn store_error<E, R>(err: SdkError<E, R>, table: &str) -> StoreError
 where
@@ -43,6 +57,11 @@ where
         SdkError::DispatchFailure(d) => {
             let message = if d.is_timeout() {
                 return StoreError::Timeout {
+                    source: Some(Box::new(err)),
+                };
+            } else if refused(&err) {
+                return StoreError::Unreachable {
+                    message: "connection refused".to_owned(),
                     source: Some(Box::new(err)),
                 };
             } else if d.is_io() {
@@ -63,6 +82,18 @@ where
                     table: table.to_owned(),
                 },
                 c if is_throttling(c) => StoreError::Throttled {
+                    source: Some(Box::new(err)),
+                },
+                // Refused before anything applied.
+                "ValidationException"
+                | "AccessDeniedException"
+                | "UnrecognizedClientException"
+                | "SerializationException" => StoreError::Rejected {
+                    message: if message.is_empty() {
+                        code
+                    } else {
+                        format!("{code}: {message}")
+                    },
                     source: Some(Box::new(err)),
                 },
                 "" => StoreError::Service {

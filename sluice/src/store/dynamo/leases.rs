@@ -1,20 +1,17 @@
-//! Lease rows and the leases bucket rows keep: reading, listing, scanning, the slot
-//! index, and the unconditional removals of leases that give nothing back.
+//! Lease rows: reading, listing, scanning, the slot index, and the unconditional removals of
+//! leases that give nothing back.
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, DeleteRequest, ReturnConsumedCapacity, WriteRequest,
 };
 
 use super::row;
-use super::{
-    BATCH_ROUNDS, BATCH_WRITE_MAX, DynamoStore, EXISTS, FORGET_MAX, Units, build_error, error,
-};
+use super::{BATCH_ROUNDS, BATCH_WRITE_MAX, DynamoStore, Units, build_error, error};
 use crate::dimension::{Dimension, LEASE_PREFIX};
 use crate::retry::Rounds;
-use crate::store::{LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, Store as _, StoreError};
+use crate::store::{LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, StoreError};
 
 impl DynamoStore {
     pub(super) async fn delete_lease_rows(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
@@ -59,99 +56,28 @@ impl DynamoStore {
         &self,
         keys: &[LeaseKey],
     ) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
-        // A lease is in a row of its own or kept in its bucket's row: read both.
         let mut wanted: Vec<String> = keys.iter().map(|k| k.as_str().to_owned()).collect();
-        wanted.extend(
-            keys.iter()
-                .filter_map(|k| k.dimension())
-                .map(|d| d.as_str().to_owned()),
-        );
         wanted.sort();
         wanted.dedup();
         let found = self.batch_get(wanted).await?;
         keys.iter()
-            .map(|k| {
-                if let Some(item) = found.get(k.as_str()) {
-                    return row::lease_record(item).map(Some);
-                }
-                let Some(item) = k.dimension().and_then(|d| found.get(d.as_str())) else {
-                    return Ok(None);
-                };
-                let bucket = row::bucket_state(item)?;
-                Ok(bucket
-                    .held_lease(k.unique())
-                    .map(|h| LeaseRecord::held_in(&bucket, h)))
-            })
+            .map(|k| found.get(k.as_str()).map(row::lease_record).transpose())
             .collect()
     }
 
-    pub(super) async fn forget_kept(
-        &self,
-        dimension: &Dimension,
-        ids: &[String],
-    ) -> Result<(), StoreError> {
-        for chunk in ids.chunks(FORGET_MAX) {
-            let names: HashMap<String, String> = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, id)| (format!("#h{i}"), row::held_name(id)))
-                .collect();
-            let update = format!(
-                "REMOVE {}",
-                (0..chunk.len())
-                    .map(|i| format!("#h{i}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            self.count_call();
-            let result = self
-                .client
-                .update_item()
-                .table_name(self.table.as_ref())
-                .set_key(Some(row::key(dimension.as_str())))
-                .update_expression(update)
-                // Never create a row for a bucket that is gone.
-                .condition_expression(EXISTS)
-                .set_expression_attribute_names(Some(names))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await;
-            match result {
-                Ok(out) => self.count_capacity(Units::Write, out.consumed_capacity()),
-                Err(e) => match e.as_service_error() {
-                    Some(UpdateItemError::ConditionalCheckFailedException(_)) => return Ok(()),
-                    _ => return Err(self.err(e)),
-                },
-            }
-        }
-        Ok(())
-    }
-
-    /// A query of the sparse index [`row::SLOTS_INDEX`] (one page of at most `limit` slot
-    /// lease rows of `dimension`, earliest expiry first, whatever else the table holds) and,
-    /// beside it, a consistent read of the bucket row for the leases it keeps. The index is
-    /// eventually consistent (a lease row written or deleted a moment ago may be missing or
-    /// still listed): callers use the answer as a hint and condition every write on the
-    /// rows themselves. A table without the index (created by another tool) answers no
-    /// lease row, with a warning saying how to add it, and is asked again a minute later.
+    /// A query of the sparse index [`row::SLOTS_INDEX`]: one page of at most `limit` slot
+    /// lease rows of `dimension`, earliest expiry first, whatever else the table holds. The
+    /// index is eventually consistent (a lease row written or deleted a moment ago may be
+    /// missing or still listed): callers use the answer as a hint and condition every
+    /// write on the rows themselves. A table without the index (created by another tool)
+    /// answers no lease row, with a warning saying how to add it, and is asked again a
+    /// minute later.
     pub(super) async fn slot_lease_list(
         &self,
         dimension: &Dimension,
         limit: usize,
     ) -> Result<Vec<LeaseRecord>, StoreError> {
-        let (rows, bucket) = tokio::join!(
-            self.slot_lease_rows(dimension, limit),
-            self.read_buckets(std::slice::from_ref(dimension))
-        );
-        let mut leases = rows?;
-        if let Some(Some(bucket)) = bucket?.pop()
-            && bucket.bucket.limit_type().restores_on_release()
-        {
-            leases.extend(bucket.held.iter().map(|h| LeaseRecord::held_in(&bucket, h)));
-            leases.sort_by_key(|l| l.expires_at);
-            leases.truncate(limit);
-        }
-        Ok(leases)
+        self.slot_lease_rows(dimension, limit).await
     }
 
     pub(super) async fn scan_lease_rows(
@@ -176,16 +102,6 @@ impl DynamoStore {
                 row::n(t.as_secs_ceil() + row::TTL_GRACE_SECS),
             );
         }
-        // Bucket rows too, for the leases they keep.
-        match &filter.dimension {
-            Some(d) => {
-                expression = format!("({expression}) OR vendor_dimension = :bucket");
-                values.insert(":bucket".to_owned(), row::s(d.as_str()));
-            }
-            None => {
-                expression = format!("({expression}) OR NOT begins_with(vendor_dimension, :lease)");
-            }
-        }
         let items = self.scan(&expression, values, names).await?;
         let mut scan = LeaseScan {
             leases: Vec::with_capacity(items.len()),
@@ -199,23 +115,6 @@ impl DynamoStore {
                     .is_none_or(|d| &lease.dimension == d)
         };
         for item in &items {
-            let is_lease_row = matches!(
-                item.get(row::KEY),
-                Some(AttributeValue::S(k)) if k.starts_with(LEASE_PREFIX)
-            );
-            if !is_lease_row {
-                match row::bucket_state(item) {
-                    Ok(bucket) => scan.leases.extend(
-                        bucket
-                            .held
-                            .iter()
-                            .map(|h| LeaseRecord::held_in(&bucket, h))
-                            .filter(|l| matches(l)),
-                    ),
-                    Err(e) => tracing::debug!(error = %e, "a bucket row sluice cannot read"),
-                }
-                continue;
-            }
             match row::lease_record(item) {
                 Ok(lease) => {
                     if matches(&lease) {

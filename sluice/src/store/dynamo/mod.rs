@@ -1,11 +1,13 @@
 //! The DynamoDB store: the seed's schema and protocol over `aws-sdk-dynamodb`.
 
+mod change;
 mod commit;
 mod define;
 mod error;
 mod leases;
 mod record;
 mod row;
+mod unanswered;
 
 pub use row::{SLOTS_INDEX, TTL_GRACE_SECS};
 #[cfg(feature = "fuzzing")]
@@ -24,8 +26,10 @@ use aws_sdk_dynamodb::types::{
 
 use self::error::store_error;
 use self::row::Item;
+use self::unanswered::Unanswered;
 use super::{
-    Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, Store, StoreError,
+    BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
+    Store, StoreError,
 };
 use crate::bucket::BucketState;
 use crate::config::Config;
@@ -46,9 +50,6 @@ const BATCH_ROUNDS: u32 = 8;
 const STORE_ATTEMPTS: u32 = 3;
 /// The first backoff between those attempts (the SDK's default is a second).
 const STORE_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// Kept leases removed by one `UpdateItem` of [`Store::forget_held`].
-const FORGET_MAX: usize = 100;
 
 const EXISTS: &str = "attribute_exists(vendor_dimension)";
 const NOT_EXISTS: &str = "attribute_not_exists(vendor_dimension)";
@@ -116,11 +117,31 @@ pub struct DynamoStats {
 
 impl DynamoStore {
     /// A store on `table` through `client`.
+    ///
+    /// Unless `client` was given a retry partition of its own, the store sends through a
+    /// copy of it with one: the SDK otherwise shares one retry token bucket among every
+    /// DynamoDB client of the process in a region, and a throttled hot dimension
+    /// elsewhere in the process would spend the retries this store's calls need.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
+        let table: Arc<str> = Arc::from(table.into());
+        let sending = if client.config().retry_partition().is_some() {
+            client.clone()
+        } else {
+            let partition =
+                aws_sdk_dynamodb::config::retry::RetryPartition::custom(format!("sluice:{table}"))
+                    .build();
+            Client::from_conf(
+                client
+                    .config()
+                    .to_builder()
+                    .retry_partition(partition)
+                    .build(),
+            )
+        };
         DynamoStore {
-            given: client.clone(),
-            client: record::recording(client),
-            table: Arc::from(table.into()),
+            given: client,
+            client: record::recording(sending),
+            table,
             stats: Arc::default(),
         }
     }
@@ -339,38 +360,6 @@ impl DynamoStore {
     }
 }
 
-/// Notes whether an attempt of a call went unanswered (no answer, or a server error): a
-/// write it carried may have applied although the call's final answer says otherwise.
-#[derive(Debug, Clone, Default)]
-struct Unanswered(Arc<std::sync::atomic::AtomicBool>);
-
-impl Unanswered {
-    fn happened(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-impl aws_sdk_dynamodb::config::Intercept for Unanswered {
-    fn name(&self) -> &'static str {
-        "sluice::Unanswered"
-    }
-
-    fn read_after_attempt(
-        &self,
-        context: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
-        _components: &aws_sdk_dynamodb::config::RuntimeComponents,
-        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        let answered = context
-            .response()
-            .is_some_and(|r| !r.status().is_server_error());
-        if !answered {
-            self.0.store(true, Ordering::Relaxed);
-        }
-        Ok(())
-    }
-}
-
 /// Consumed capacity in thousandths of a unit (statistics only, never accounting).
 #[allow(
     clippy::float_arithmetic,
@@ -444,8 +433,16 @@ impl Store for DynamoStore {
         self.read_lease_rows(keys).await
     }
 
-    async fn forget_held(&self, dimension: &Dimension, ids: &[String]) -> Result<(), StoreError> {
-        self.forget_kept(dimension, ids).await
+    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
+        self.change_row(change).await
+    }
+
+    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
+        self.put_lease_rows(leases).await
+    }
+
+    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+        self.end_lease_row(key).await
     }
 
     async fn slot_leases(

@@ -27,12 +27,6 @@
 //! delete an expired lease before the reconciler has given its cost back. Seed leases
 //! without `expires_at` expire at their `ttl`.
 //!
-//! A bucket row may also keep leases itself (sluice's fast path): one attribute per lease,
-//! named `lease#{unique}` like the unique part of a lease row's key, holding the list
-//! `[cost N, created_at N, expires_at N, caller S]` (times in unix seconds with a
-//! millisecond fraction). Other SDKs ignore these attributes and keep them when they update
-//! the row; their tokens are taken from `tokens` like any lease's.
-//!
 //! Rows from other SDKs may carry more decimal places than sluice keeps; they are rounded
 //! in the direction that can never over-grant (fewer tokens, slower refill, a later refill
 //! timestamp).
@@ -41,10 +35,10 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::bucket::{Bucket, BucketState, HeldLease, LimitType, RecentWrites};
+use crate::bucket::{Bucket, BucketState, LimitType, RecentWrites};
 use crate::clock::UnixMillis;
 use crate::decimal::{self, Rounding};
-use crate::dimension::{Dimension, LEASE_PREFIX};
+use crate::dimension::Dimension;
 use crate::rate::RefillRate;
 use crate::store::{LeaseKey, LeaseRecord, StoreError};
 use crate::tokens::Tokens;
@@ -139,66 +133,7 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
             recent_writes(&state.recent_writes),
         );
     }
-    for h in &state.held {
-        item.insert(held_name(&h.id), held_value(h));
-    }
     item
-}
-
-/// The attribute of a bucket row that keeps the lease `id`.
-pub(crate) fn held_name(id: &str) -> String {
-    format!("{LEASE_PREFIX}{id}")
-}
-
-/// A kept lease as stored: `[cost, created_at, expires_at, caller]`.
-pub(crate) fn held_value(h: &HeldLease) -> AttributeValue {
-    AttributeValue::L(vec![
-        n(h.cost),
-        n(h.created_at),
-        n(h.expires_at),
-        s(h.caller.as_str()),
-    ])
-}
-
-/// Reads the lease kept in the attribute `name` of a bucket row.
-fn held_lease(r: &Reader<'_>, name: &str, value: &AttributeValue) -> Result<HeldLease, StoreError> {
-    let id = name.strip_prefix(LEASE_PREFIX).unwrap_or(name);
-    let bad = || {
-        r.corrupt(format!(
-            "`{name}` must be a list [cost N, created_at N, expires_at N, caller S], found {}",
-            kind(value)
-        ))
-    };
-    let AttributeValue::L(parts) = value else {
-        return Err(bad());
-    };
-    let [
-        AttributeValue::N(cost),
-        AttributeValue::N(created),
-        AttributeValue::N(expires),
-        AttributeValue::S(caller),
-    ] = parts.as_slice()
-    else {
-        return Err(bad());
-    };
-    if id.is_empty() {
-        return Err(r.corrupt(format!("`{name}` names no lease")));
-    }
-    let cost = Tokens::parse_rounded(cost, Rounding::Floor)
-        .ok()
-        .filter(|c| !c.is_negative() && *c <= Tokens::MAX)
-        .ok_or_else(|| {
-            r.corrupt(format!(
-                "`{name}`: the cost must be between 0 and 10^18, found {cost}"
-            ))
-        })?;
-    Ok(HeldLease {
-        id: id.to_owned(),
-        cost,
-        created_at: r.time(created, name, Rounding::Floor)?,
-        expires_at: r.time(expires, name, Rounding::Ceil)?,
-        caller: caller.clone(),
-    })
 }
 
 /// The whole lease row.
@@ -340,14 +275,6 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
     };
     let write_id = read_write_id(&r, item)?;
     let recent_writes = read_recent_writes(&r, item)?;
-    let mut held = Vec::new();
-    for (name, value) in item {
-        if name.starts_with(LEASE_PREFIX) {
-            held.push(held_lease(&r, name, value)?);
-        }
-    }
-    // In id order, whatever order the attributes came in: the same row reads the same.
-    held.sort_by(|a, b| a.id.cmp(&b.id));
     let refill_carry = read_carry(&r, last_refill_at)?;
     let state = BucketState {
         dimension,
@@ -358,7 +285,6 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
         version,
         write_id,
         recent_writes,
-        held,
         // Rounded down: a burst read as more than stored would loosen the bucket.
         burst: r
             .number(BURST)?
@@ -444,7 +370,6 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
         created_at,
         expires_at,
         caller,
-        in_bucket: false,
     })
 }
 
@@ -458,7 +383,7 @@ use rate::{read_carry, read_rate};
 
 use reserves::read_reserves;
 pub(crate) use reserves::{RESERVES, reserves_value};
-pub(crate) use same::same_row;
+pub(crate) use same::{Expr, same_definition, same_row};
 use writes::{read_recent_writes, read_write_id};
 pub(crate) use writes::{recent_writes, write_id};
 

@@ -1,84 +1,144 @@
-//! The condition that a stored bucket row is exactly the one a write was computed from.
+//! Conditions on a stored bucket row: that it is exactly the row a write was computed
+//! from, or that it still has the definition a change was computed with.
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{
-    CAPACITY, COST_PER_CALL, Item, LAST_REFILL_AT, LIMIT_TYPE, REFILL_RATE, RESERVES, TOKENS,
-    VERSION, WRITE_ID, n, reserves_value, s, write_id,
+    BURST, CAPACITY, COST_PER_CALL, Item, LAST_REFILL_AT, LEAN, LIMIT_TYPE, REFILL_RATE, RESERVES,
+    TOKENS, VERSION, WRITE_ID, n, reserves_value, s, write_id,
 };
-use crate::bucket::BucketState;
+use crate::bucket::{Bucket, BucketState};
 use crate::clock::UnixMillis;
 use crate::tokens::Tokens;
+
+/// A condition expression with its names and values, built a clause at a time.
+#[derive(Debug, Default)]
+pub(crate) struct Expr {
+    clauses: Vec<String>,
+    pub(crate) names: HashMap<String, String>,
+    pub(crate) values: Item,
+}
+
+impl Expr {
+    /// Adds `clause`, naming `#name` the attribute `attribute`.
+    pub(crate) fn and(&mut self, clause: impl Into<String>) -> &mut Self {
+        self.clauses.push(clause.into());
+        self
+    }
+
+    /// Names `#placeholder` the attribute `attribute`.
+    pub(crate) fn name(&mut self, placeholder: &str, attribute: &str) -> &mut Self {
+        self.names
+            .insert(placeholder.to_owned(), attribute.to_owned());
+        self
+    }
+
+    /// Gives `:placeholder` the value `value`.
+    pub(crate) fn value(&mut self, placeholder: &str, value: AttributeValue) -> &mut Self {
+        self.values.insert(placeholder.to_owned(), value);
+        self
+    }
+
+    /// The condition expression: every clause.
+    pub(crate) fn condition(&self) -> String {
+        self.clauses.join(" AND ")
+    }
+
+    /// The expression's parts: condition, values, names.
+    pub(crate) fn into_parts(self) -> (String, Item, HashMap<String, String>) {
+        (self.condition(), self.values, self.names)
+    }
+}
 
 /// The condition that the stored bucket row is the one `expected` was read as.
 ///
 /// A row a sluice write produced is named by its version and write id: every sluice write
-/// stamps a new id, and other SDKs bump the version. A row no sluice write has touched (a
-/// re-seed, another SDK's rows) is compared whole: the same version, tokens, refill
-/// timestamp and definition, and still no write id. Values another writer stored with more
-/// decimals than sluice keeps were rounded when read (never toward an over-grant); each is
-/// compared with the interval it was rounded from, so the row matches exactly when nothing
-/// changed.
+/// conditioned on the exact row stamps a new id, and other writers (other SDKs, sluice's
+/// changes) bump the version. A row no such write has touched (a re-seed, another SDK's
+/// rows) is compared whole: the same version, tokens, refill timestamp and definition, and
+/// still no write id. Values another writer stored with more decimals than sluice keeps
+/// were rounded when read (never toward an over-grant); each is compared with the interval
+/// it was rounded from, so the row matches exactly when nothing changed.
 pub(crate) fn same_row(expected: &BucketState) -> (String, Item, HashMap<String, String>) {
+    let mut e = Expr::default();
+    e.name("#v", VERSION)
+        .name("#w", WRITE_ID)
+        .value(":v", n(expected.version))
+        .and("#v = :v");
     if let Some(id) = expected.write_id {
-        return (
-            "#v = :v AND #w = :w".to_owned(),
-            HashMap::from([
-                (":v".to_owned(), n(expected.version)),
-                (":w".to_owned(), write_id(id)),
-            ]),
-            HashMap::from([
-                ("#v".to_owned(), VERSION.to_owned()),
-                ("#w".to_owned(), WRITE_ID.to_owned()),
-            ]),
-        );
+        e.value(":w", write_id(id)).and("#w = :w");
+        return e.into_parts();
     }
     const NANO: Tokens = Tokens::from_nanos(1);
-    let b = &expected.bucket;
     let last = expected.last_refill_at;
-    let (rate, rate_above) = b.refill_rate().stored_interval();
-    let mut names = HashMap::from([
-        ("#v".to_owned(), VERSION.to_owned()),
-        ("#t".to_owned(), TOKENS.to_owned()),
-        ("#l".to_owned(), LAST_REFILL_AT.to_owned()),
-        ("#c".to_owned(), CAPACITY.to_owned()),
-        ("#r".to_owned(), REFILL_RATE.to_owned()),
-        ("#p".to_owned(), COST_PER_CALL.to_owned()),
-        ("#k".to_owned(), LIMIT_TYPE.to_owned()),
-        ("#w".to_owned(), WRITE_ID.to_owned()),
-    ]);
-    let mut values = HashMap::from([
-        (":v".to_owned(), n(expected.version)),
+    e.name("#t", TOKENS)
+        .name("#l", LAST_REFILL_AT)
         // Read rounding down: the stored value is in [t, t + 1e-9).
-        (":t0".to_owned(), n(expected.tokens)),
-        (":t1".to_owned(), n(expected.tokens + NANO)),
+        .value(":t0", n(expected.tokens))
+        .value(":t1", n(expected.tokens + NANO))
         // Read rounding up to the millisecond: the stored value is in (l - 1 ms, l].
-        (":l0".to_owned(), n(UnixMillis::new(last.as_millis() - 1))),
-        (":l1".to_owned(), n(last)),
-        (":c0".to_owned(), n(b.capacity())),
-        (":c1".to_owned(), n(b.capacity() + NANO)),
-        // Read exactly, or rounded toward zero beyond 38 places.
-        (":r0".to_owned(), AttributeValue::N(rate)),
-        (":r1".to_owned(), AttributeValue::N(rate_above)),
-        // Read rounding up: the stored value is in (p - 1e-9, p].
-        (":p0".to_owned(), n(b.cost_per_call() - NANO)),
-        (":p1".to_owned(), n(b.cost_per_call())),
-        (":k".to_owned(), s(b.limit_type().as_str())),
-    ]);
-    names.insert("#res".to_owned(), RESERVES.to_owned());
-    let reserves = if b.reserves().is_empty() {
-        values.insert(":nores".to_owned(), reserves_value(&[]));
-        " AND (attribute_not_exists(#res) OR #res = :nores)"
-    } else {
-        values.insert(":res".to_owned(), reserves_value(b.reserves()));
-        " AND #res = :res"
-    };
-    (format!("{SAME_ROW}{reserves}"), values, names)
+        .value(":l0", n(UnixMillis::new(last.as_millis() - 1)))
+        .value(":l1", n(last))
+        .and("#t BETWEEN :t0 AND :t1")
+        .and("#l BETWEEN :l0 AND :l1")
+        .and("attribute_not_exists(#w)");
+    same_definition(&mut e, &expected.bucket, expected.burst);
+    e.into_parts()
 }
 
-/// The condition expression of [`same_row`].
-const SAME_ROW: &str = "#v = :v AND #t BETWEEN :t0 AND :t1 AND #l BETWEEN :l0 AND :l1 \
-     AND #c BETWEEN :c0 AND :c1 AND #r BETWEEN :r0 AND :r1 AND #p BETWEEN :p0 AND :p1 AND #k = :k \
-     AND attribute_not_exists(#w)";
+/// Adds the condition that the stored row has `bucket`'s definition and the learned
+/// `burst`: capacity, refill rate, cost per call and limit type (each compared with the
+/// interval a stored value with more decimals was rounded from), the reserves, lean mode
+/// and the burst.
+pub(crate) fn same_definition(e: &mut Expr, bucket: &Bucket, burst: Option<Tokens>) {
+    const NANO: Tokens = Tokens::from_nanos(1);
+    let (rate, rate_above) = bucket.refill_rate().stored_interval();
+    e.name("#c", CAPACITY)
+        .name("#r", REFILL_RATE)
+        .name("#p", COST_PER_CALL)
+        .name("#k", LIMIT_TYPE)
+        .name("#res", RESERVES)
+        .name("#lean", LEAN)
+        .name("#b", BURST)
+        // Read rounding down: the stored value is in [c, c + 1e-9).
+        .value(":c0", n(bucket.capacity()))
+        .value(":c1", n(bucket.capacity() + NANO))
+        // Read exactly, or rounded toward zero beyond 38 places.
+        .value(":r0", AttributeValue::N(rate))
+        .value(":r1", AttributeValue::N(rate_above))
+        // Read rounding up: the stored value is in (p - 1e-9, p].
+        .value(":p0", n(bucket.cost_per_call() - NANO))
+        .value(":p1", n(bucket.cost_per_call()))
+        .value(":k", s(bucket.limit_type().as_str()))
+        .and("#c BETWEEN :c0 AND :c1")
+        .and("#r BETWEEN :r0 AND :r1")
+        .and("#p BETWEEN :p0 AND :p1")
+        .and("#k = :k");
+    if bucket.reserves().is_empty() {
+        e.value(":nores", reserves_value(&[]))
+            .and("(attribute_not_exists(#res) OR #res = :nores)");
+    } else {
+        e.value(":res", reserves_value(bucket.reserves()))
+            .and("#res = :res");
+    }
+    if bucket.keeps_leases() {
+        e.value(":notlean", AttributeValue::Bool(false))
+            .and("(attribute_not_exists(#lean) OR #lean = :notlean)");
+    } else {
+        e.value(":lean", AttributeValue::Bool(true))
+            .and("#lean = :lean");
+    }
+    match burst {
+        // Read rounding down: the stored value is in [b, b + 1e-9).
+        Some(b) => {
+            e.value(":b0", n(b))
+                .value(":b1", n(b + NANO))
+                .and("#b BETWEEN :b0 AND :b1");
+        }
+        None => {
+            e.and("attribute_not_exists(#b)");
+        }
+    }
+}

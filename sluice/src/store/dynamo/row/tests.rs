@@ -315,7 +315,7 @@ fn rows_beyond_a_buckets_bounds_are_named_with_the_reason() {
             }),
         ),
         (
-            "`recent_writes` must be 8 bytes and at most 32 writes of 16, found 9 bytes",
+            "`recent_writes` must be 8 bytes and at most 8 writes of 16, found 9 bytes",
             Box::new(|r| {
                 r.insert(
                     RECENT_WRITES.to_owned(),
@@ -324,7 +324,7 @@ fn rows_beyond_a_buckets_bounds_are_named_with_the_reason() {
             }),
         ),
         (
-            "`recent_writes` must be 8 bytes and at most 32 writes of 16, found 536 bytes",
+            "`recent_writes` must be 8 bytes and at most 8 writes of 16, found 536 bytes",
             Box::new(|r| {
                 r.insert(
                     RECENT_WRITES.to_owned(),
@@ -435,7 +435,6 @@ fn lease_rows_round_trip_and_seed_leases_without_expires_at_use_ttl() {
         created_at: UnixMillis::new(1_709_550_100_250),
         expires_at: UnixMillis::new(1_709_550_160_250),
         caller: "audit-service".to_owned(),
-        in_bucket: false,
     };
     let item = lease_item(&lease);
     assert_eq!(item[TTL], n((1_709_550_161 + TTL_GRACE_SECS).to_string()));

@@ -1,0 +1,105 @@
+//! How the proxy is set up: where it listens, what it stands in front of, and the rules of
+//! real DynamoDB it adds.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use crate::bucket::Rate;
+use crate::error::Error;
+use crate::ledger::Limits;
+
+/// Which throttling error the proxy answers with, as a table's capacity mode would.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ThrottleAs {
+    /// A provisioned table's `ProvisionedThroughputExceededException`, with its
+    /// `ThrottlingReasons`.
+    #[default]
+    ProvisionedThroughputExceeded,
+    /// An on-demand table's `ThrottlingException`, with its `throttlingReasons` (the
+    /// lower-case key the AWS SDK for Rust reads).
+    Throttling,
+}
+
+/// The proxy's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The DynamoDB Local to stand in front of: `http://host:port`.
+    pub upstream: String,
+    /// Where to listen: a loopback address (port 0: any free port).
+    pub listen: SocketAddr,
+    /// Write units per second each item may consume (real DynamoDB: 1,000, a partition's
+    /// most).
+    pub write_ceiling: f64,
+    /// Read units per second each item may consume (real DynamoDB: 3,000).
+    pub read_ceiling: f64,
+    /// How much unused capacity an item saves up: a full bucket holds the ceiling times
+    /// this.
+    pub burst: Duration,
+    /// How long a transaction keeps holding its items after the upstream has answered it
+    /// (its answer waits as long), to widen the window in which other writes conflict.
+    pub transaction_hold: Duration,
+    /// The throttling error to answer with.
+    pub throttle_as: ThrottleAs,
+}
+
+impl Default for Config {
+    /// DynamoDB Local's usual port, any free loopback port, real DynamoDB's per-partition
+    /// ceilings, a second of burst, no hold, provisioned-mode errors.
+    fn default() -> Self {
+        Config {
+            upstream: "http://127.0.0.1:8000".to_owned(),
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            write_ceiling: 1000.0,
+            read_ceiling: 3000.0,
+            burst: Duration::from_secs(1),
+            transaction_hold: Duration::ZERO,
+            throttle_as: ThrottleAs::default(),
+        }
+    }
+}
+
+/// The limits of ceilings `write` and `read` (units per second) and `burst`, checked.
+pub(crate) fn limits(write: f64, read: f64, burst: Duration) -> Result<Limits, Error> {
+    if burst.is_zero() {
+        return Err(Error::Burst);
+    }
+    Ok(Limits {
+        write: Rate::new(milli_units(write)?, burst),
+        read: Rate::new(milli_units(read)?, burst),
+    })
+}
+
+/// A ceiling in exact thousandths of a unit per second.
+#[allow(
+    clippy::float_arithmetic,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "the one place a configured ceiling becomes the integer the buckets count in"
+)]
+fn milli_units(ceiling: f64) -> Result<u64, Error> {
+    // Up to a billion units per second: far beyond any real ceiling, far within i128.
+    if !ceiling.is_finite() || !(0.0..=1e9).contains(&ceiling) {
+        return Err(Error::Ceiling(ceiling));
+    }
+    Ok((ceiling * 1000.0).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ceilings_must_be_finite_and_not_negative() {
+        let second = Duration::from_secs(1);
+        assert!(limits(1000.0, 3000.0, second).is_ok());
+        assert!(limits(0.0, 0.5, second).is_ok());
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 1e12] {
+            assert!(matches!(limits(bad, 1.0, second), Err(Error::Ceiling(_))));
+            assert!(matches!(limits(1.0, bad, second), Err(Error::Ceiling(_))));
+        }
+        assert!(matches!(
+            limits(1.0, 1.0, Duration::ZERO),
+            Err(Error::Burst)
+        ));
+    }
+}

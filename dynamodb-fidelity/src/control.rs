@@ -1,0 +1,62 @@
+//! The proxy's own endpoints, under a path DynamoDB's API (`POST /`) never uses:
+//! `GET /_fidelity/stats`, `POST /_fidelity/reset`, `POST /_fidelity/ceilings`.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::http::request::Parts;
+use hyper::{Method, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::proxy::Proxy;
+use crate::reply;
+
+/// Where the control endpoints live.
+pub(crate) const PREFIX: &str = "/_fidelity/";
+
+/// The body of `POST /_fidelity/ceilings`.
+#[derive(Debug, Deserialize)]
+struct Ceilings {
+    write: f64,
+    read: f64,
+}
+
+pub(crate) fn answer(proxy: &Proxy, parts: &Parts, body: &Bytes) -> Response<Full<Bytes>> {
+    let endpoint = &parts.uri.path()[PREFIX.len()..];
+    match (&parts.method, endpoint) {
+        (&Method::GET, "stats") => match serde_json::to_value(proxy.ledger().stats()) {
+            Ok(stats) => reply::json(StatusCode::OK, &stats),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        },
+        (&Method::POST, "reset") => {
+            proxy.ledger().reset();
+            reply::json(StatusCode::OK, &json!({}))
+        }
+        (&Method::POST, "ceilings") => {
+            let ceilings = match serde_json::from_slice::<Ceilings>(body) {
+                Ok(ceilings) => ceilings,
+                Err(e) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        &format!(
+                            "expected {{\"write\": <units per second>, \"read\": <units per second>}}: {e}"
+                        ),
+                    );
+                }
+            };
+            match proxy.set_ceilings(ceilings.write, ceilings.read) {
+                Ok(()) => reply::json(StatusCode::OK, &json!({})),
+                Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+            }
+        }
+        (_, "stats" | "reset" | "ceilings") => error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "GET /_fidelity/stats, POST /_fidelity/reset, POST /_fidelity/ceilings",
+        ),
+        _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    reply::json(status, &json!({"message": message}))
+}

@@ -1,0 +1,186 @@
+//! A loopback proxy in front of DynamoDB Local that adds what real DynamoDB does and
+//! DynamoDB Local does not: per-item throughput ceilings, capacity billing, throttling and
+//! transaction conflicts, with per-item counters for tests and load generators.
+//!
+//! Point a DynamoDB client at [`Running::endpoint`] instead of DynamoDB Local. Every
+//! request is forwarded unchanged and its answer returned unchanged, except where one of
+//! these rules answers instead:
+//!
+//! - **Billing.** Each item-level operation is billed as real DynamoDB bills it. An item's
+//!   size is its attribute names plus values (numbers: one byte per two significant digits
+//!   plus one; binary: raw bytes; lists and maps: 3 bytes plus 1 per element; sets: the
+//!   sum of their elements, an assumption). A write costs the larger of the item before and
+//!   after, per 1 KB, at least 1 unit; a failed conditional write the item as it is; a
+//!   transaction twice per item. A read costs per 4 KB, half if eventually consistent,
+//!   twice in a transaction; a Query or Scan rounds its total once. To know sizes before
+//!   and after, the proxy serializes each item's writes and reads the item itself
+//!   (strongly consistent, unbilled) around each one.
+//! - **Ceilings.** Each item has a write and a read bucket holding
+//!   [`burst`](Config::burst) worth of its ceiling and refilling at it (real DynamoDB: 1,000
+//!   write and 3,000 read units per second, a partition's most). A request to an item whose
+//!   bucket is empty is answered at once with a throttle, neither forwarded nor billed;
+//!   what a request costs is taken once it is done, so a bucket may go below zero.
+//!   BatchWriteItem and BatchGetItem return the throttled entries as unprocessed (a
+//!   throttle only if none is left); a transaction is throttled whole.
+//! - **Transactions.** A TransactWriteItems holds its items from when the proxy takes it
+//!   until the upstream answers plus [`transaction_hold`](Config::transaction_hold). A
+//!   single write (or a BatchWriteItem) touching a held item gets
+//!   `TransactionConflictException`; another transaction gets `TransactionCanceledException`
+//!   with reason `TransactionConflict` for that item. A transaction waits for single
+//!   writes already in flight.
+//!
+//! Counters per item and in total are in [`Running::stats`], or over HTTP at
+//! `GET /_fidelity/stats` (read it with [`fetch_stats`]); `POST /_fidelity/reset` zeroes
+//! them and `POST /_fidelity/ceilings` (`{"write": 1000, "read": 3000}`) changes the
+//! ceilings. These paths never collide with DynamoDB's API, which is `POST /`.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use dynamodb_fidelity::{Config, Fidelity, ThrottleAs};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let proxy = Fidelity::start(Config {
+//!     upstream: "http://127.0.0.1:8000".into(),
+//!     write_ceiling: 10.0,
+//!     transaction_hold: Duration::from_millis(300),
+//!     throttle_as: ThrottleAs::Throttling,
+//!     ..Config::default()
+//! })
+//! .await?;
+//! // Give `proxy.endpoint()` to the SDK as its `endpoint_url`, then:
+//! let stats = proxy.stats();
+//! assert_eq!(stats.totals().write_units, 0);
+//! assert_eq!(stats.item("my-table", "some-key"), None);
+//! proxy.set_ceilings(1000.0, 3000.0)?;
+//! proxy.shutdown().await;
+//! # Ok::<(), dynamodb_fidelity::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! Where real DynamoDB's behaviour is not documented, the proxy assumes: a cancelled
+//! transaction costs each item twice its size before, as a failed condition would; a
+//! transaction's condition check is billed like a write of the item as it is; a Query or
+//! Scan that returns nothing costs one 4 KB read. It bills only the items a Query or Scan
+//! returns (real DynamoDB bills every item evaluated, whatever the filter or projection),
+//! and no index writes.
+
+#![forbid(unsafe_code)]
+
+mod bucket;
+mod caller;
+mod client;
+mod config;
+mod control;
+mod crc;
+mod error;
+mod item;
+mod ledger;
+mod locks;
+mod number;
+mod ops;
+mod proxy;
+mod reply;
+mod schema;
+mod server;
+mod size;
+mod stats;
+mod units;
+mod upstream;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use client::fetch_stats;
+pub use config::{Config, ThrottleAs};
+pub use error::Error;
+pub use stats::{ItemStats, Stats};
+
+use proxy::Proxy;
+
+/// The proxy: [`start`](Fidelity::start) one.
+#[derive(Debug)]
+pub struct Fidelity(());
+
+impl Fidelity {
+    /// Starts a proxy on the current tokio runtime, listening on `config.listen`.
+    ///
+    /// Fails if the configuration is invalid (an upstream that is not `http://host:port`,
+    /// a listen address off loopback, a negative or infinite ceiling, a zero burst) or the
+    /// address cannot be bound. The upstream is not contacted until the first request.
+    pub async fn start(config: Config) -> Result<Running, Error> {
+        if !config.listen.ip().is_loopback() {
+            return Err(Error::NotLoopback(config.listen));
+        }
+        let proxy = Arc::new(Proxy::new(&config)?);
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| Error::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        tracing::info!(%addr, upstream = %config.upstream, "dynamodb-fidelity listening");
+        let serving = tokio::spawn(server::serve(listener, proxy.clone()));
+        Ok(Running {
+            addr,
+            proxy,
+            serving,
+        })
+    }
+}
+
+/// A running proxy. Dropped (or [shut down](Running::shutdown)), it stops listening and
+/// closes its connections.
+#[derive(Debug)]
+pub struct Running {
+    addr: SocketAddr,
+    proxy: Arc<Proxy>,
+    serving: JoinHandle<()>,
+}
+
+impl Running {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://host:port`: the endpoint to give DynamoDB clients.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A snapshot of its counters.
+    pub fn stats(&self) -> Stats {
+        self.proxy.ledger().stats()
+    }
+
+    /// Zeroes the counters and fills every item's buckets again.
+    pub fn reset(&self) {
+        self.proxy.ledger().reset();
+    }
+
+    /// Sets the per-item ceilings, in write and read units per second, from now on
+    /// (buckets keep what they hold, up to the new burst).
+    pub fn set_ceilings(&self, write: f64, read: f64) -> Result<(), Error> {
+        self.proxy.set_ceilings(write, read)
+    }
+
+    /// Stops it and waits until it no longer listens.
+    pub async fn shutdown(mut self) {
+        self.serving.abort();
+        let _ = (&mut self.serving).await;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.serving.abort();
+    }
+}

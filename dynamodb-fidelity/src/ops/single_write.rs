@@ -1,0 +1,131 @@
+//! PutItem, UpdateItem and DeleteItem: refused at once if a transaction holds the item or
+//! its write capacity is spent; otherwise serialized with the item's other writes, sized
+//! before and after, and billed.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Response;
+use serde_json::{Map, Value};
+
+use super::call::Call;
+use crate::item::ItemId;
+use crate::ledger::{Direction, Outcome};
+use crate::proxy::Proxy;
+use crate::reply;
+use crate::size::item_size;
+use crate::units::{failed_condition_units, write_units};
+
+/// Which single-item write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteKind {
+    Put,
+    Update,
+    Delete,
+}
+
+pub(super) async fn answer(
+    proxy: &Proxy,
+    call: &Call,
+    json: &Value,
+    kind: WriteKind,
+) -> Response<Full<Bytes>> {
+    let Some(table) = json.get("TableName").and_then(Value::as_str) else {
+        return call.pass(proxy).await;
+    };
+    let named = match kind {
+        WriteKind::Put => json.get("Item"),
+        WriteKind::Update | WriteKind::Delete => json.get("Key"),
+    };
+    let Some(named) = named.and_then(Value::as_object) else {
+        return call.pass(proxy).await;
+    };
+    let Some(schema) = proxy
+        .schemas
+        .get(&proxy.upstream, call.caller(), table)
+        .await
+    else {
+        return call.pass(proxy).await;
+    };
+    let Some(id) = schema.item_id(table, named) else {
+        return call.pass(proxy).await;
+    };
+    // What the item will be if the write goes through, where the request says it.
+    let after_known = match kind {
+        WriteKind::Put => Some(item_size(named)),
+        WriteKind::Delete => Some(0),
+        WriteKind::Update => None,
+    };
+    let key = schema.key_of(named);
+
+    proxy.ledger().count_request(&id);
+    if let Some(refusal) = refuse(proxy, call, &id) {
+        return refusal;
+    }
+    let _locked = proxy.locks.lock_all(std::slice::from_ref(&id)).await;
+    // Waiting for the item's previous write may have spent its capacity, or let a
+    // transaction take it.
+    if let Some(refusal) = refuse(proxy, call, &id) {
+        return refusal;
+    }
+    let before = size_now(proxy, call, table, &key).await;
+    let answer = match call.send(proxy, None).await {
+        Ok(answer) => answer,
+        Err(response) => return response,
+    };
+    if answer.is_success() {
+        let after = match after_known {
+            Some(size) => size,
+            None => size_now(proxy, call, table, &key).await,
+        };
+        proxy.ledger().bill_write(
+            &id,
+            write_units(before, after),
+            Outcome::Written,
+            &[before, after],
+        );
+    } else if answer.error_name().as_deref() == Some("ConditionalCheckFailedException") {
+        proxy.ledger().bill_write(
+            &id,
+            failed_condition_units(before),
+            Outcome::ConditionFailed,
+            &[before],
+        );
+    }
+    answer.into_response()
+}
+
+/// Why a write of `id` may not start now, as the answer to give; counted.
+pub(super) fn refuse(proxy: &Proxy, call: &Call, id: &ItemId) -> Option<Response<Full<Bytes>>> {
+    let mut ledger = proxy.ledger();
+    if ledger.is_held(id, None) {
+        ledger.count_conflict(id);
+        return Some(reply::transaction_conflict());
+    }
+    if !ledger.has_capacity(id, Direction::Write, Instant::now()) {
+        ledger.count_throttled(id, Direction::Write);
+        return Some(reply::throttled(
+            proxy.throttle_as,
+            Direction::Write,
+            call.caller().region(),
+            &[id.table()],
+        ));
+    }
+    None
+}
+
+/// The item's size now, read by the proxy (unbilled); 0 if the read failed, so that the
+/// bill is what is known.
+pub(super) async fn size_now(
+    proxy: &Proxy,
+    call: &Call,
+    table: &str,
+    key: &Map<String, Value>,
+) -> u64 {
+    proxy
+        .upstream
+        .item_size(call.caller(), table, key)
+        .await
+        .unwrap_or(0)
+}

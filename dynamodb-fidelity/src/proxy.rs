@@ -1,0 +1,52 @@
+//! What every request handler shares: the upstream, the tables' key schemas, the item
+//! locks, the accounts and the rules in force.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::config::{self, Config, ThrottleAs};
+use crate::error::Error;
+use crate::ledger::Ledger;
+use crate::locks::Locks;
+use crate::schema::Schemas;
+use crate::upstream::Upstream;
+
+/// The proxy's shared state.
+#[derive(Debug)]
+pub(crate) struct Proxy {
+    pub(crate) upstream: Upstream,
+    pub(crate) schemas: Schemas,
+    pub(crate) locks: Locks,
+    pub(crate) throttle_as: ThrottleAs,
+    pub(crate) transaction_hold: Duration,
+    burst: Duration,
+    ledger: Mutex<Ledger>,
+}
+
+impl Proxy {
+    /// The state for `config`, checked.
+    pub(crate) fn new(config: &Config) -> Result<Proxy, Error> {
+        let limits = config::limits(config.write_ceiling, config.read_ceiling, config.burst)?;
+        Ok(Proxy {
+            upstream: Upstream::new(&config.upstream)?,
+            schemas: Schemas::default(),
+            locks: Locks::default(),
+            throttle_as: config.throttle_as,
+            transaction_hold: config.transaction_hold,
+            burst: config.burst,
+            ledger: Mutex::new(Ledger::new(limits)),
+        })
+    }
+
+    /// The accounts, locked (never across an await).
+    pub(crate) fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// New per-item ceilings from now on, in units per second.
+    pub(crate) fn set_ceilings(&self, write: f64, read: f64) -> Result<(), Error> {
+        let limits = config::limits(write, read, self.burst)?;
+        self.ledger().set_limits(limits);
+        Ok(())
+    }
+}

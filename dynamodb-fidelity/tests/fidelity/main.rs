@@ -1,0 +1,10 @@
+//! The proxy against a real DynamoDB Local: what it bills, when it throttles, how it
+//! treats transactions, what its counters and its binary do.
+
+mod billing;
+mod binary;
+mod common;
+mod overhead;
+mod stats;
+mod throttling;
+mod transactions;

@@ -1,0 +1,296 @@
+//! Changes to a bucket's level that commute: another writer's change, made between this
+//! writer's last look at the row and its write, cannot make it fail, and it never
+//! overwrites one. Pure: no I/O.
+//!
+//! Many processes write one bucket row. A write conditioned on the exact row it was
+//! computed from (a version) loses every race, and every lost race is billed. A
+//! [`Commute`] instead adds to or subtracts from the stored tokens (`ADD` on DynamoDB), on
+//! conditions about the row as it stands when the write applies that guarantee the change
+//! is right *whatever other writers did since*: the bucket holds what the grants need,
+//! and adding to the stored tokens is the same as adding to the bucket's level (which is
+//! the stored tokens plus the refill since the refill timestamp, capped at what the
+//! bucket holds: the cap is what a plain addition could get wrong).
+//!
+//! | kind | when (from the remembered row) | change | conditions |
+//! |---|---|---|---|
+//! | take | the stored tokens alone serve the grants | `tokens += restored - taken` | `tokens ≥ need`, `tokens ≤ holds - restored - refill`, `last_refill_at ≥ anchor` |
+//! | credit | the refill since the anchor is needed too | `tokens += restored - taken` | `last_refill_at = anchor`, `need - refill ≤ tokens ≤ holds - restored - refill` |
+//! | fold | as credit, once the anchor is older than the fold interval | `tokens += refill + restored - taken`, `last_refill_at = now`, carry | as credit |
+//! | fill | the bucket is full (refill has reached what it holds) | `tokens = holds - taken`, `last_refill_at = now`, no carry | `last_refill_at ≤ x`, `tokens ≥ holds - restored - refill(x → now)` |
+//!
+//! Takes and credits commute with each other and with every restore: they never move the
+//! refill timestamp. A fold or a fill moves it, so a credit computed from the old one
+//! fails once (and is computed again from the row the failure hands back): folds happen at
+//! most once per fold interval, and fills only when the bucket is full. A fill's
+//! conditions say "the bucket is full now" for any row they accept, so two fills of a
+//! bucket that refills faster than it is drained both apply; they fail only when the
+//! bucket is not full any more (another writer took from it within the time it takes to
+//! refill what this writer takes), and then a take applies. `concurrent` buckets do not
+//! refill: their changes are takes, and fills only when a restore would overflow.
+
+use std::time::Duration;
+
+use ethnum::U256;
+
+use super::refill::{Level, RefillCarry};
+use super::state::BucketState;
+use crate::clock::UnixMillis;
+use crate::rate::PerMilli;
+use crate::tokens::Tokens;
+
+/// What a change does to the stored tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokensOp {
+    /// Adds this many (negative: takes).
+    Add(Tokens),
+    /// Sets them to this many.
+    Set(Tokens),
+}
+
+/// A condition on the stored row when a change applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Condition {
+    /// `tokens ≥` this.
+    TokensAtLeast(Tokens),
+    /// `tokens ≤` this.
+    TokensAtMost(Tokens),
+    /// `last_refill_at =` this.
+    RefilledAt(UnixMillis),
+    /// `last_refill_at ≥` this.
+    RefilledSince(UnixMillis),
+    /// `last_refill_at ≤` this.
+    RefilledBy(UnixMillis),
+}
+
+impl Condition {
+    /// Whether `row` satisfies it.
+    pub fn holds(self, row: &BucketState) -> bool {
+        match self {
+            Condition::TokensAtLeast(t) => row.tokens >= t,
+            Condition::TokensAtMost(t) => row.tokens <= t,
+            Condition::RefilledAt(t) => row.last_refill_at == t,
+            Condition::RefilledSince(t) => row.last_refill_at >= t,
+            Condition::RefilledBy(t) => row.last_refill_at <= t,
+        }
+    }
+}
+
+/// A change to a bucket's level that commutes with other writers' changes (see the module
+/// documentation): what it does to the stored tokens, the refill timestamp and carry it
+/// sets, if any, and the conditions the stored row must satisfy for it to be right.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commute {
+    /// What it does to the stored tokens.
+    pub tokens: TokensOp,
+    /// The refill timestamp and carry it sets (a fold or a fill), or `None` to leave them.
+    pub refill: Option<(UnixMillis, RefillCarry)>,
+    /// What the stored row must satisfy.
+    pub when: Vec<Condition>,
+}
+
+impl Commute {
+    /// Whether `row` satisfies every condition.
+    pub fn holds(&self, row: &BucketState) -> bool {
+        self.when.iter().all(|c| c.holds(row))
+    }
+
+    /// The level `row` has once the change is applied to it.
+    pub fn applied(&self, row: &BucketState) -> Level {
+        let tokens = match self.tokens {
+            TokensOp::Add(delta) => row.tokens.saturating_add(delta),
+            TokensOp::Set(tokens) => tokens,
+        };
+        match self.refill {
+            Some((last_refill_at, carry)) => Level {
+                tokens,
+                last_refill_at,
+                carry,
+            },
+            None => Level {
+                tokens,
+                ..row.level()
+            },
+        }
+    }
+}
+
+/// What a write asks of a bucket: give `restored` back, then take `taken`, the bucket
+/// holding at least `need` once given back (the grants' costs and the reserves they must
+/// leave; `None`: anything, even debt, as for a charge after the fact). The level is
+/// capped at `ceiling` (what the bucket holds, or more for a take larger than a vendor's
+/// burst: see [`BucketState::take_as`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Want {
+    pub(crate) restored: Tokens,
+    pub(crate) taken: Tokens,
+    pub(crate) need: Option<Tokens>,
+    pub(crate) ceiling: Tokens,
+}
+
+/// The change that does `want` to `row`'s bucket at `now`, computed from `row` (what this
+/// writer remembers; the conditions make it right whatever the row has become), or `None`
+/// when `row` cannot serve it. An anchor older than `fold_after` is folded.
+pub(crate) fn commute(
+    row: &BucketState,
+    want: &Want,
+    now: UnixMillis,
+    fold_after: Duration,
+) -> Option<Commute> {
+    let net = want.restored - want.taken;
+    let Some(rate) = row.bucket.effective_rate().per_milli() else {
+        return without_refill(row, want, net);
+    };
+    let anchor = row.last_refill_at;
+    // A clock behind the refill timestamp refills nothing, and never moves it back.
+    let at = now.max(anchor);
+    let (refill, carry) = earned(row.level(), rate, at);
+    if row.tokens + refill + want.restored >= want.ceiling {
+        return fill(row, want, rate, at);
+    }
+    let level = row.tokens + refill;
+    if want.need.is_some_and(|need| level + want.restored < need) {
+        return None;
+    }
+    let at_most = Condition::TokensAtMost(want.ceiling - want.restored - refill);
+    let stored_serves = want
+        .need
+        .is_none_or(|need| row.tokens + want.restored >= need);
+    if stored_serves {
+        let mut when = vec![at_most, Condition::RefilledSince(anchor)];
+        when.extend(
+            want.need
+                .map(|n| Condition::TokensAtLeast(n - want.restored)),
+        );
+        return Some(Commute {
+            tokens: TokensOp::Add(net),
+            refill: None,
+            when,
+        });
+    }
+    let mut when = vec![Condition::RefilledAt(anchor), at_most];
+    when.extend(
+        want.need
+            .map(|n| Condition::TokensAtLeast(n - want.restored - refill)),
+    );
+    if at.saturating_since(anchor) >= fold_after {
+        return Some(Commute {
+            tokens: TokensOp::Add(refill + net),
+            refill: Some((at, carry)),
+            when,
+        });
+    }
+    Some(Commute {
+        tokens: TokensOp::Add(net),
+        refill: None,
+        when,
+    })
+}
+
+/// A `concurrent` bucket's change: a take, or a fill when a restore would overflow.
+fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute> {
+    let restored = row.tokens + want.restored;
+    if restored > want.ceiling {
+        // More given back than the bucket holds (its accounting drifted): it is full.
+        if want.need.is_some_and(|need| want.ceiling < need) {
+            return None;
+        }
+        return Some(Commute {
+            tokens: TokensOp::Set(want.ceiling - want.taken),
+            refill: None,
+            when: vec![Condition::TokensAtLeast(want.ceiling - want.restored)],
+        });
+    }
+    if want.need.is_some_and(|need| restored < need) {
+        return None;
+    }
+    let mut when = Vec::with_capacity(2);
+    when.extend(
+        want.need
+            .map(|n| Condition::TokensAtLeast(n - want.restored)),
+    );
+    if want.restored > Tokens::ZERO {
+        when.push(Condition::TokensAtMost(want.ceiling - want.restored));
+    }
+    Some(Commute {
+        tokens: TokensOp::Add(net),
+        refill: None,
+        when,
+    })
+}
+
+/// A fill: the bucket is full at `at` (refill has reached its ceiling), whoever wrote it
+/// last, so it is set to the ceiling less what is taken. Its conditions accept any row that
+/// is full at `at` by a refill counted without the row's carry, else (`row` is full only
+/// thanks to its carry, less than a billionth) exactly `row`'s refill timestamp; `None`
+/// when the take is more than the bucket ever holds.
+fn fill(row: &BucketState, want: &Want, rate: PerMilli, at: UnixMillis) -> Option<Commute> {
+    if want.need.is_some_and(|need| want.ceiling < need) {
+        return None;
+    }
+    let set = |when| Commute {
+        tokens: TokensOp::Set(want.ceiling - want.taken),
+        refill: Some((at, RefillCarry::ZERO)),
+        when,
+    };
+    // The refill `row` needs to be full: any row refilled by `x` with at least the tokens
+    // that refill since `x` leaves short of full is full too. The earlier `x`, the more
+    // other writers' fills it accepts (one that took `g` at `t` is full again once refill
+    // since `t` reaches `g`): `x` is as early as a take of this size, or of the bucket's
+    // cost per call, needs, and no earlier than `row`'s own refill timestamp.
+    let gap = (want.ceiling - want.restored - row.tokens).max(Tokens::ZERO);
+    let typical = gap
+        .max(want.taken)
+        .max(row.bucket.cost_per_call())
+        .min(want.ceiling);
+    let x = millis_to_earn(typical, rate)
+        .and_then(|millis| at.as_millis().checked_sub(millis))
+        .map(|x| UnixMillis::new(x).max(row.last_refill_at))
+        .filter(|x| earned(Level::new(Tokens::ZERO, *x), rate, at).0 >= gap);
+    Some(match x {
+        Some(x) => {
+            let earned_since_x = earned(Level::new(Tokens::ZERO, x), rate, at).0;
+            set(vec![
+                Condition::RefilledBy(x),
+                Condition::TokensAtLeast(want.ceiling - want.restored - earned_since_x),
+            ])
+        }
+        None => {
+            let (refill, _) = earned(row.level(), rate, at);
+            set(vec![
+                Condition::RefilledAt(row.last_refill_at),
+                Condition::TokensAtLeast(want.ceiling - want.restored - refill),
+            ])
+        }
+    })
+}
+
+/// The refill `level` earns at `rate` by `at`, uncapped: the whole billionths and the
+/// carry left.
+fn earned(level: Level, rate: PerMilli, at: UnixMillis) -> (Tokens, RefillCarry) {
+    let elapsed = at
+        .as_millis()
+        .saturating_sub(level.last_refill_at.as_millis());
+    if elapsed <= 0 {
+        return (Tokens::ZERO, level.carry);
+    }
+    let earned = U256::from(elapsed.unsigned_abs()) * rate.num + level.carry.in_units_of(rate.den);
+    let whole = i128::try_from(earned / rate.den).unwrap_or(i128::MAX);
+    (
+        Tokens::from_nanos(whole.min(Tokens::MAX.as_nanos())),
+        RefillCarry::of(earned % rate.den, rate),
+    )
+}
+
+/// The whole milliseconds a refill at `rate` takes to earn `amount` with nothing carried;
+/// `None` beyond any timestamp.
+fn millis_to_earn(amount: Tokens, rate: PerMilli) -> Option<i64> {
+    if amount <= Tokens::ZERO {
+        return Some(0);
+    }
+    let owed = U256::from(amount.as_nanos().unsigned_abs()) * rate.den;
+    let millis = (owed + rate.num - U256::ONE) / rate.num;
+    i64::try_from(millis).ok()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,278 @@
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::bucket::{Bucket, refill};
+use crate::rate::RefillRate;
+
+const T0: i64 = 1_700_000_000_000;
+
+fn at(ms: i64) -> UnixMillis {
+    UnixMillis::new(T0 + ms)
+}
+
+fn row(bucket: Bucket, tokens: i64, last_ms: i64) -> BucketState {
+    let mut row = BucketState::full("a#b".parse().unwrap(), bucket, at(last_ms));
+    row.tokens = Tokens::new(tokens);
+    row
+}
+
+/// What the bucket really does: refilled to `now` (up to `ceiling`), `restored` given back
+/// (capped there), `taken` taken; the level, and whether it could serve `need`.
+fn exact(actual: &BucketState, want: &Want, now: UnixMillis) -> (Level, bool) {
+    let rate = actual.bucket.effective_rate();
+    let level = refill(actual.level(), want.ceiling, rate, now);
+    let served = want
+        .need
+        .is_none_or(|need| level.tokens + want.restored >= need);
+    let restored = if level.tokens + want.restored >= want.ceiling {
+        Level::new(want.ceiling, level.last_refill_at)
+    } else {
+        Level {
+            tokens: level.tokens + want.restored,
+            ..level
+        }
+    };
+    (
+        Level {
+            tokens: restored.tokens - want.taken,
+            ..restored
+        },
+        served,
+    )
+}
+
+/// Whether level `a` of a bucket holds no more than level `b` at every later time (and, with
+/// `exactly`, the same).
+fn within(
+    a: Level,
+    b: Level,
+    bucket: &Bucket,
+    ceiling: Tokens,
+    from: UnixMillis,
+    exactly: bool,
+) -> bool {
+    let rate = bucket.effective_rate();
+    let start = from.max(a.last_refill_at).max(b.last_refill_at);
+    [0, 1, 7, 333, 60_000, 86_400_000].iter().all(|ms| {
+        let t = start.saturating_add(Duration::from_millis(*ms));
+        let (x, y) = (refill(a, ceiling, rate, t), refill(b, ceiling, rate, t));
+        if exactly {
+            x.tokens == y.tokens && (x.tokens >= ceiling || same_carry(x.carry, y.carry))
+        } else {
+            x.tokens <= y.tokens
+        }
+    })
+}
+
+/// Whether two carries are the same fraction of a billionth.
+fn same_carry(a: RefillCarry, b: RefillCarry) -> bool {
+    U256::from(a.units()) * U256::from(b.per()) == U256::from(b.units()) * U256::from(a.per())
+}
+
+#[test]
+fn a_take_from_stored_tokens_needs_no_anchor_and_commutes_with_other_takes() {
+    let b = Bucket::requests(RefillRate::per_second(10)).with_capacity(100);
+    let remembered = row(b.clone(), 50, 0);
+    let want = Want {
+        restored: Tokens::ZERO,
+        taken: Tokens::new(5),
+        need: Some(Tokens::new(5)),
+        ceiling: Tokens::new(100),
+    };
+    let c = commute(&remembered, &want, at(1_000), Duration::from_secs(60)).unwrap();
+    assert_eq!(c.tokens, TokensOp::Add(Tokens::new(-5)));
+    assert_eq!(c.refill, None);
+    // Another writer took 20 meanwhile: still right.
+    let other = row(b.clone(), 30, 0);
+    assert!(c.holds(&other));
+    assert_eq!(c.applied(&other).tokens, Tokens::new(25));
+    // Another writer's fold moved the anchor: still right.
+    let folded = row(b, 35, 1_000);
+    assert!(c.holds(&folded));
+}
+
+#[test]
+fn a_full_bucket_is_filled_and_another_writers_earlier_fill_does_not_fail_it() {
+    // 1,000 a second: one token refills in a millisecond.
+    let b = Bucket::requests(RefillRate::per_second(1_000)).with_capacity(1_000);
+    let remembered = row(b.clone(), 1_000, 0);
+    let want = Want {
+        restored: Tokens::ZERO,
+        taken: Tokens::new(1),
+        need: Some(Tokens::new(1)),
+        ceiling: Tokens::new(1_000),
+    };
+    let now = at(5_000);
+    let c = commute(&remembered, &want, now, Duration::from_secs(60)).unwrap();
+    assert_eq!(c.tokens, TokensOp::Set(Tokens::new(999)));
+    assert_eq!(c.refill, Some((now, RefillCarry::ZERO)));
+    // Another writer filled it 2 ms ago, taking one: full again now, and accepted.
+    assert!(c.holds(&row(b.clone(), 999, 4_998)));
+    // ... but not half a millisecond's refill ago, taking two: not full, refused.
+    assert!(!c.holds(&row(b, 998, 5_000)));
+}
+
+#[test]
+fn a_credit_needs_the_anchor_it_counted_refill_from() {
+    let b = Bucket::requests(RefillRate::per_second(10)).with_capacity(100);
+    let remembered = row(b.clone(), 0, 0);
+    let want = Want {
+        restored: Tokens::ZERO,
+        taken: Tokens::new(5),
+        need: Some(Tokens::new(5)),
+        ceiling: Tokens::new(100),
+    };
+    let c = commute(&remembered, &want, at(1_000), Duration::from_secs(60)).unwrap();
+    assert_eq!(c.tokens, TokensOp::Add(Tokens::new(-5)));
+    assert!(c.when.contains(&Condition::RefilledAt(at(0))));
+    // Other credits on the same anchor: still right while the bucket has them.
+    assert!(c.holds(&row(b.clone(), -4, 0)));
+    assert!(!c.holds(&row(b.clone(), -6, 0)));
+    // A fold since: refused (computed again from the row handed back).
+    assert!(!c.holds(&row(b, 5, 500)));
+    // Older than the fold interval: folded.
+    let c = commute(&remembered, &want, at(1_000), Duration::from_millis(500)).unwrap();
+    assert_eq!(c.tokens, TokensOp::Add(Tokens::new(5)));
+    assert_eq!(c.refill, Some((at(1_000), RefillCarry::ZERO)));
+}
+
+#[test]
+fn a_short_bucket_has_no_change() {
+    let b = Bucket::requests(RefillRate::per_second(10)).with_capacity(100);
+    let want = Want {
+        restored: Tokens::ZERO,
+        taken: Tokens::new(20),
+        need: Some(Tokens::new(20)),
+        ceiling: Tokens::new(100),
+    };
+    assert_eq!(
+        commute(&row(b, 0, 0), &want, at(1_000), Duration::from_secs(60)),
+        None
+    );
+}
+
+#[test]
+fn concurrent_slots_are_taken_and_given_back_by_addition() {
+    let b = Bucket::concurrent(4);
+    let take = Want {
+        restored: Tokens::ZERO,
+        taken: Tokens::new(1),
+        need: Some(Tokens::new(1)),
+        ceiling: Tokens::new(4),
+    };
+    let c = commute(&row(b.clone(), 2, 0), &take, at(1), Duration::from_secs(60)).unwrap();
+    assert_eq!(c.tokens, TokensOp::Add(Tokens::new(-1)));
+    assert!(c.holds(&row(b.clone(), 1, 0)));
+    assert!(!c.holds(&row(b.clone(), 0, 0)));
+    let back = Want {
+        restored: Tokens::new(1),
+        taken: Tokens::ZERO,
+        need: None,
+        ceiling: Tokens::new(4),
+    };
+    let c = commute(&row(b.clone(), 2, 0), &back, at(1), Duration::from_secs(60)).unwrap();
+    assert_eq!(c.tokens, TokensOp::Add(Tokens::new(1)));
+    assert!(!c.holds(&row(b, 4, 0)), "never above the capacity");
+}
+
+fn any_rate() -> impl Strategy<Value = RefillRate> {
+    prop_oneof![
+        (1u64..5_000).prop_map(RefillRate::per_second),
+        (1u64..100_000).prop_map(RefillRate::per_minute),
+        (1u64..1_000).prop_map(RefillRate::per_day),
+        (1i128..100_000_000_000, 1u64..10_000_000_000)
+            .prop_map(|(a, p)| { RefillRate::new(Tokens::from_nanos(a), Duration::from_nanos(p)) }),
+    ]
+}
+
+fn any_bucket() -> impl Strategy<Value = Bucket> {
+    prop_oneof![
+        (any_rate(), 1u64..1_000).prop_map(|(r, c)| Bucket::tokens(r).with_capacity(c)),
+        (1u64..50).prop_map(Bucket::concurrent),
+    ]
+}
+
+/// A row of `bucket`: tokens from debt to full (in billionths), refilled at some time
+/// around `T0`, carrying what refill to then left.
+fn any_row(bucket: Bucket) -> impl Strategy<Value = BucketState> {
+    let capacity = bucket.capacity().as_nanos();
+    (-capacity..=capacity, -5_000i64..5_000, 0i64..5_000).prop_map(move |(t, last, step)| {
+        let mut r = row(bucket.clone(), 0, last - step);
+        r.tokens = Tokens::from_nanos(t);
+        // Refilled to `last` from `step` before, so that it carries what a rate leaves.
+        let level = refill(r.level(), Tokens::MAX, r.bucket.effective_rate(), at(last));
+        r.set_level(Level {
+            tokens: Tokens::from_nanos(t),
+            ..level
+        });
+        r
+    })
+}
+
+fn any_case() -> impl Strategy<Value = (BucketState, BucketState, Want, i64)> {
+    any_bucket().prop_flat_map(|b| {
+        let capacity = b.capacity().as_nanos();
+        (
+            any_row(b.clone()),
+            any_row(b),
+            0..=capacity,
+            0..=capacity,
+            proptest::option::of(0..=capacity),
+            0i64..10_000,
+        )
+            .prop_map(move |(remembered, actual, restored, taken, need, now)| {
+                let want = Want {
+                    restored: Tokens::from_nanos(restored / 4),
+                    taken: Tokens::from_nanos(taken / 2),
+                    need: need.map(|n| Tokens::from_nanos(n.max(taken / 2))),
+                    ceiling: remembered.holds(),
+                };
+                (remembered, actual, want, now)
+            })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2_048, ..ProptestConfig::default() })]
+
+    /// Whatever the row has become since it was remembered, a change applies only where it
+    /// is right: the bucket could serve what it takes, and it leaves the bucket exactly as
+    /// giving back, then taking, would have; never more, even on a row whose refill
+    /// timestamp went back (which no writer does), where it may leave less.
+    #[test]
+    fn a_change_that_applies_is_exact_on_the_row_it_applies_to(
+        (remembered, actual, want, now) in any_case()
+    ) {
+        let now = at(now);
+        if let Some(c) = commute(&remembered, &want, now, Duration::from_secs(2))
+            && c.holds(&actual)
+        {
+            let (level, served) = exact(&actual, &want, now);
+            prop_assert!(served, "granted from a bucket that could not serve it: {:?}", c);
+            let exactly = actual.last_refill_at >= remembered.last_refill_at;
+            prop_assert!(
+                within(c.applied(&actual), level, &actual.bucket, want.ceiling, now, exactly),
+                "{:?} left {:?}, not {:?}", c, c.applied(&actual), level
+            );
+            if let Some((last, _)) = c.refill {
+                prop_assert!(last >= actual.last_refill_at, "moved the refill timestamp back");
+            }
+        }
+    }
+
+    /// On the row it was computed from, a change applies whenever that row serves it.
+    #[test]
+    fn a_change_applies_to_the_row_it_was_computed_from(
+        (remembered, _actual, want, now) in any_case()
+    ) {
+        let now = at(now);
+        let (_, served) = exact(&remembered, &want, now);
+        let c = commute(&remembered, &want, now, Duration::from_secs(2));
+        prop_assert_eq!(c.is_some(), served, "{:?}", c);
+        if let Some(c) = c {
+            prop_assert!(c.holds(&remembered), "{:?} refused its own row", c);
+        }
+    }
+}

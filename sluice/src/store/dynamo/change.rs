@@ -1,0 +1,214 @@
+//! A [`BucketChange`] as one `UpdateItem`: `ADD` to the stored tokens (or `SET` them, for
+//! a fill), `ADD` one to the version, on the change's conditions; new lease rows as
+//! `BatchWriteItem` puts.
+
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    PutRequest, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    WriteRequest,
+};
+
+use super::row::{self, Expr};
+use super::{BATCH_ROUNDS, BATCH_WRITE_MAX, DynamoStore, EXISTS, Units, build_error};
+use crate::bucket::{BucketState, Condition, MAX_VERSION, TokensOp};
+use crate::retry::Rounds;
+use crate::store::{BucketChange, ChangeError, LeaseKey, LeaseRecord, StoreError};
+
+/// A call's configuration that sends it once: what adds to a row must not be resent after
+/// an answer that was lost (it may have applied), and throttling is answered above the
+/// store (back-pressure, with the caller's deadline in view).
+fn once() -> aws_sdk_dynamodb::config::Builder {
+    aws_sdk_dynamodb::config::Builder::default()
+        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+}
+
+/// The update and condition expressions of `change`, with their names and values.
+fn update_of(change: &BucketChange) -> (String, Expr) {
+    let mut e = Expr::default();
+    e.name("#key", row::KEY)
+        .name("#t", row::TOKENS)
+        .name("#v", row::VERSION)
+        .value(":one", row::n(1))
+        .value(":maxv", row::n(MAX_VERSION))
+        .and("attribute_exists(#key)")
+        .and("#v < :maxv");
+    row::same_definition(&mut e, &change.bucket, change.burst);
+    let refilled = change.commute.refill.is_some()
+        || change.commute.when.iter().any(|c| {
+            matches!(
+                c,
+                Condition::RefilledAt(_) | Condition::RefilledSince(_) | Condition::RefilledBy(_)
+            )
+        });
+    if refilled {
+        e.name("#l", row::LAST_REFILL_AT);
+    }
+    for (i, condition) in change.commute.when.iter().enumerate() {
+        let v = format!(":w{i}");
+        let (clause, value) = match condition {
+            Condition::TokensAtLeast(t) => (format!("#t >= {v}"), row::n(t)),
+            Condition::TokensAtMost(t) => (format!("#t <= {v}"), row::n(t)),
+            Condition::RefilledAt(at) => (format!("#l = {v}"), row::n(at)),
+            Condition::RefilledSince(at) => (format!("#l >= {v}"), row::n(at)),
+            Condition::RefilledBy(at) => (format!("#l <= {v}"), row::n(at)),
+        };
+        e.value(&v, value).and(clause);
+    }
+    let mut sets = Vec::new();
+    let mut adds = vec!["#v :one".to_owned()];
+    let mut removes = Vec::new();
+    match change.commute.tokens {
+        TokensOp::Add(delta) => {
+            e.value(":delta", row::n(delta));
+            adds.push("#t :delta".to_owned());
+        }
+        TokensOp::Set(tokens) => {
+            e.value(":tokens", row::n(tokens));
+            sets.push("#t = :tokens".to_owned());
+        }
+    }
+    if let Some((at, carry)) = change.commute.refill {
+        e.name("#rc", row::REFILL_CARRY).value(":last", row::n(at));
+        sets.push("#l = :last".to_owned());
+        match row::carry_value(carry, at) {
+            Some(value) => {
+                e.value(":rc", value);
+                sets.push("#rc = :rc".to_owned());
+            }
+            None => removes.push("#rc".to_owned()),
+        }
+    }
+    let mut update = String::new();
+    for (clause, parts) in [("SET", sets), ("ADD", adds), ("REMOVE", removes)] {
+        if !parts.is_empty() {
+            if !update.is_empty() {
+                update.push(' ');
+            }
+            update.push_str(clause);
+            update.push(' ');
+            update.push_str(&parts.join(", "));
+        }
+    }
+    (update, e)
+}
+
+impl DynamoStore {
+    /// Applies `change` in one `UpdateItem`, never resent by the SDK (see
+    /// [`Store::change`](crate::store::Store::change)): the row after it, or the row as it
+    /// stands when a condition failed.
+    pub(super) async fn change_row(
+        &self,
+        change: BucketChange,
+    ) -> Result<BucketState, ChangeError> {
+        let (update, e) = update_of(&change);
+        let condition = e.condition();
+        self.count_call();
+        let sent = self
+            .client
+            .update_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(row::key(change.dimension.as_str())))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .customize()
+            .config_override(once())
+            .send()
+            .await;
+        match sent {
+            Ok(out) => {
+                self.count_capacity(Units::Write, out.consumed_capacity());
+                // Per dimension (see the metrics table in `crate::metrics`).
+                let units = out
+                    .consumed_capacity()
+                    .map_or(0, super::capacity_milliunits);
+                ::metrics::counter!(
+                    "sluice_bucket_write_units_total",
+                    "dimension" => change.dimension.as_str().to_owned()
+                )
+                .increment(units.div_ceil(1_000));
+                let Some(item) = out.attributes() else {
+                    return Err(StoreError::service("an update answered without the row").into());
+                };
+                Ok(row::bucket_state(item)?)
+            }
+            Err(e) => match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    let current = c.item().map(row::bucket_state).transpose()?;
+                    Err(ChangeError::Condition(current.map(Box::new)))
+                }
+                _ => Err(self.err(e).into()),
+            },
+        }
+    }
+
+    /// Deletes the lease row `key` if it exists, never resent by the SDK; whether this call
+    /// deleted it.
+    pub(super) async fn end_lease_row(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+        self.count_call();
+        let sent = self
+            .client
+            .delete_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(row::key(key.as_str())))
+            .condition_expression(EXISTS)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .customize()
+            .config_override(once())
+            .send()
+            .await;
+        match sent {
+            Ok(out) => {
+                self.count_capacity(Units::Write, out.consumed_capacity());
+                Ok(true)
+            }
+            Err(e) => match e.as_service_error() {
+                Some(DeleteItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                _ => Err(self.err(e)),
+            },
+        }
+    }
+
+    /// Writes new lease rows, 25 per `BatchWriteItem`, resending what DynamoDB leaves
+    /// unprocessed.
+    pub(super) async fn put_lease_rows(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
+        for chunk in leases.chunks(BATCH_WRITE_MAX) {
+            let mut requests: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|r| {
+                    PutRequest::builder()
+                        .set_item(Some(row::lease_item(r)))
+                        .build()
+                        .map(|p| WriteRequest::builder().put_request(p).build())
+                        .map_err(build_error)
+                })
+                .collect::<Result<_, _>>()?;
+            let mut rounds = Rounds::new(BATCH_ROUNDS);
+            while !requests.is_empty() {
+                if !rounds.next().await {
+                    return Err(StoreError::Throttled { source: None });
+                }
+                self.count_call();
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(self.table.as_ref(), requests)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| self.err(e))?;
+                self.count_capacity(Units::Write, out.consumed_capacity());
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut u| u.remove(self.table.as_ref()))
+                    .unwrap_or_default();
+            }
+        }
+        Ok(())
+    }
+}
