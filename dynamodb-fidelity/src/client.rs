@@ -1,8 +1,8 @@
 //! Reading a proxy's counters over HTTP, from another process.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Empty};
-use hyper::Uri;
+use http_body_util::{BodyExt as _, Full};
+use hyper::{Method, Request, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
@@ -13,28 +13,65 @@ use crate::stats::Stats;
 /// [`Running::endpoint`](crate::Running::endpoint) gives it), from its
 /// `GET /_fidelity/stats`.
 pub async fn fetch_stats(endpoint: &str) -> Result<Stats, Error> {
+    let body = call(endpoint, Method::GET, "stats", Bytes::new()).await?;
+    serde_json::from_slice(&body).map_err(|e| failed(endpoint, e.into()))
+}
+
+/// Zeroes the counters of the proxy at `endpoint` (`POST /_fidelity/reset`).
+pub async fn reset_stats(endpoint: &str) -> Result<(), Error> {
+    call(endpoint, Method::POST, "reset", Bytes::new())
+        .await
+        .map(drop)
+}
+
+/// Sets the per-item ceilings of the proxy at `endpoint`, in units per second
+/// (`POST /_fidelity/ceilings`).
+pub async fn set_ceilings(endpoint: &str, write: f64, read: f64) -> Result<(), Error> {
+    let body = serde_json::json!({ "write": write, "read": read }).to_string();
+    call(endpoint, Method::POST, "ceilings", Bytes::from(body))
+        .await
+        .map(drop)
+}
+
+fn failed(endpoint: &str, source: Box<dyn std::error::Error + Send + Sync>) -> Error {
+    Error::Fetch {
+        endpoint: endpoint.to_owned(),
+        source,
+    }
+}
+
+/// Calls the control endpoint `path` of the proxy at `endpoint`; the answer's body.
+async fn call(endpoint: &str, method: Method, path: &str, body: Bytes) -> Result<Bytes, Error> {
     let base = endpoint.trim_end_matches('/');
-    let uri: Uri = format!("{base}/_fidelity/stats")
+    let uri: Uri = format!("{base}/_fidelity/{path}")
         .parse()
         .map_err(|_| Error::Endpoint(endpoint.to_owned()))?;
     if uri.scheme_str() != Some("http") {
         return Err(Error::Endpoint(endpoint.to_owned()));
     }
-    let failed = |source: Box<dyn std::error::Error + Send + Sync>| Error::Fetch {
-        endpoint: endpoint.to_owned(),
-        source,
-    };
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let response = client.get(uri).await.map_err(|e| failed(e.into()))?;
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Full::new(body))
+        .map_err(|e| failed(endpoint, e.into()))?;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let response = client
+        .request(request)
+        .await
+        .map_err(|e| failed(endpoint, e.into()))?;
     let status = response.status();
     let body = response
         .into_body()
         .collect()
         .await
-        .map_err(|e| failed(e.into()))?
+        .map_err(|e| failed(endpoint, e.into()))?
         .to_bytes();
     if !status.is_success() {
-        return Err(failed(format!("it answered {status}").into()));
+        let said = String::from_utf8_lossy(&body).into_owned();
+        return Err(failed(
+            endpoint,
+            format!("it answered {status}: {said}").into(),
+        ));
     }
-    serde_json::from_slice(&body).map_err(|e| failed(e.into()))
+    Ok(body)
 }

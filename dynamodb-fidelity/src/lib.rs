@@ -31,8 +31,8 @@
 //!
 //! Counters per item and in total are in [`Running::stats`], or over HTTP at
 //! `GET /_fidelity/stats` (read it with [`fetch_stats`]); `POST /_fidelity/reset` zeroes
-//! them and `POST /_fidelity/ceilings` (`{"write": 1000, "read": 3000}`) changes the
-//! ceilings. These paths never collide with DynamoDB's API, which is `POST /`.
+//! them ([`reset_stats`]) and `POST /_fidelity/ceilings` (`{"write": 1000, "read": 3000}`;
+//! [`set_ceilings`]) changes the ceilings. These paths never collide with DynamoDB's API, which is `POST /`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -94,7 +94,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use client::fetch_stats;
+pub use client::{fetch_stats, reset_stats, set_ceilings};
 pub use config::{Config, ThrottleAs};
 pub use error::Error;
 pub use stats::{ItemStats, Stats};

@@ -11,8 +11,10 @@ use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemOutput;
 use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_smithy_mocks::{RuleMode, mock, mock_client};
 use aws_smithy_runtime_api::http::StatusCode;
@@ -79,6 +81,66 @@ async fn throttling_is_a_store_error_not_a_quota_denial() {
         assert_eq!(e.retry_in(), None, "{kind} must not pose as RetryIn");
         assert!(e.to_string().contains("throttling"), "{e}");
     }
+}
+
+/// A client of the fast path (the default) on the mocked DynamoDB.
+fn fast_on(client: Client) -> Sluice {
+    Sluice::builder()
+        .store(DynamoStore::new(client, "buckets"))
+        .clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000)))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn on_the_fast_path_throttles_and_transaction_conflicts_are_back_pressure() {
+    // The bucket row's read throttled, then its grant refused by a throttle and by another
+    // writer's transaction, then applied: each refusal a short RetryIn, never an error.
+    let read = mock!(Client::get_item)
+        .sequence()
+        .http_response(|| error_response("ProvisionedThroughputExceededException", ""))
+        .output(|| {
+            GetItemOutput::builder()
+                .set_item(Some(bucket_item("3")))
+                .build()
+        })
+        .build();
+    let mut after = bucket_item("4");
+    after.insert("tokens".to_owned(), AttributeValue::N("9".into()));
+    let write = mock!(Client::update_item)
+        .sequence()
+        .http_response(|| error_response("ThrottlingException", ""))
+        .http_response(|| error_response("TransactionConflictException", ""))
+        .output(move || {
+            UpdateItemOutput::builder()
+                .set_attributes(Some(after.clone()))
+                .build()
+        })
+        .build();
+    let lease_row =
+        mock!(Client::batch_write_item).then_output(|| BatchWriteItemOutput::builder().build());
+    let client = mock_client!(
+        aws_sdk_dynamodb,
+        RuleMode::MatchAny,
+        [&read, &write, &lease_row],
+        |c| c.retry_config(RetryConfig::disabled())
+    );
+    let sluice = fast_on(client);
+    for refusal in [
+        "a throttled read",
+        "a throttled write",
+        "a transaction conflict",
+    ] {
+        let e = sluice.acquire("openai#rpm").await.unwrap_err();
+        let wait = e.retry_in();
+        assert!(
+            wait.is_some_and(|d| d >= Duration::from_millis(10) && d <= Duration::from_secs(1)),
+            "{refusal}: {e:?}"
+        );
+    }
+    let lease = sluice.acquire("openai#rpm").await.expect("granted");
+    assert_eq!((read.num_calls(), write.num_calls()), (2, 3));
+    std::mem::forget(lease);
 }
 
 #[tokio::test]

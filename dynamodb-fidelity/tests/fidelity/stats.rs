@@ -116,3 +116,39 @@ async fn the_ceilings_change_over_http_and_bad_ones_are_refused() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_functions_reset_and_set_the_ceilings() {
+    with_proxy(Config::default(), |h| async move {
+        let endpoint = h.proxy.endpoint();
+        h.put_sized("counted", 100).await;
+        dynamodb_fidelity::reset_stats(&endpoint).await.unwrap();
+        assert_eq!(
+            fetch_stats(&endpoint).await.unwrap().totals().write_units,
+            0
+        );
+        dynamodb_fidelity::set_ceilings(&endpoint, 1.0, 3000.0)
+            .await
+            .unwrap();
+        let put = || {
+            h.client
+                .put_item()
+                .table_name(&h.table)
+                .set_item(Some(sized_item("slowed", 2000)))
+                .send()
+        };
+        put().await.unwrap();
+        assert!(put().await.is_err(), "throttled at one unit a second");
+        let refused = dynamodb_fidelity::set_ceilings(&endpoint, -1.0, 1.0).await;
+        assert!(
+            matches!(refused, Err(dynamodb_fidelity::Error::Fetch { .. })),
+            "{refused:?}"
+        );
+        let unreachable = dynamodb_fidelity::reset_stats("https://127.0.0.1:1").await;
+        assert!(
+            matches!(unreachable, Err(dynamodb_fidelity::Error::Endpoint(_))),
+            "{unreachable:?}"
+        );
+    })
+    .await;
+}

@@ -157,7 +157,7 @@ async fn charge(core: &Core, part: &LeasePart, delta: Tokens) -> Result<(), Erro
                 core.lanes.forget(&part.dimension);
                 return Err(core.unknown(&part.dimension));
             }
-            Err(ChangeError::Store(StoreError::Throttled { .. })) => {
+            Err(ChangeError::Store(e)) if e.is_back_pressure() => {
                 throttled += 1;
                 backoff.sleep(throttled.min(8)).await;
             }

@@ -199,7 +199,7 @@ pub(crate) async fn restore(
                 core.lanes.forget(dimension);
                 return Ok(());
             }
-            Err(ChangeError::Store(StoreError::Throttled { .. })) => {
+            Err(ChangeError::Store(e)) if e.is_back_pressure() => {
                 throttled += 1;
                 backoff.sleep(throttled.min(8)).await;
             }

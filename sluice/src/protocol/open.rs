@@ -28,6 +28,7 @@ fn cannot_answer(e: &StoreError) -> bool {
             | StoreError::Unavailable { .. }
             | StoreError::Unreachable { .. }
             | StoreError::Throttled { .. }
+            | StoreError::TransactionConflict { .. }
             | StoreError::Service { .. }
     )
 }

@@ -130,6 +130,9 @@ pub(crate) struct Lane {
     /// Room in the queue, so that it stays bounded.
     pub(crate) room: Arc<tokio::sync::Semaphore>,
     pub(crate) writer: Arc<tokio::sync::Mutex<()>>,
+    /// Throttles of the lane's writes, less those that applied since (each halves it): how
+    /// long a throttled write waits.
+    pub(crate) throttled: std::sync::atomic::AtomicU32,
 }
 
 impl Default for Lane {
@@ -140,6 +143,7 @@ impl Default for Lane {
             queue: Mutex::default(),
             room: Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED)),
             writer: Arc::default(),
+            throttled: std::sync::atomic::AtomicU32::default(),
         }
     }
 }

@@ -138,7 +138,7 @@ impl Core {
             Err(ChangeError::Condition(_)) => {
                 crate::metrics::bucket_failed_write(dimension.as_str())
             }
-            Err(ChangeError::Store(StoreError::Throttled { .. })) => {
+            Err(ChangeError::Store(e)) if e.is_back_pressure() => {
                 crate::metrics::bucket_throttled(dimension.as_str());
             }
             Err(ChangeError::Store(e)) if e.answer_lost() => {

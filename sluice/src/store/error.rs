@@ -30,6 +30,16 @@ pub enum StoreError {
         #[source]
         source: Option<BoxError>,
     },
+    /// The row is held by another writer's transaction in flight (DynamoDB's
+    /// `TransactionConflictException`): the write did not apply; retry shortly.
+    #[error(
+        "another writer's transaction holds the row (transaction conflict); the write did not apply, retry shortly"
+    )]
+    TransactionConflict {
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// The store did not answer in time.
     #[error("the store did not answer in time")]
     Timeout {
@@ -103,10 +113,21 @@ impl StoreError {
         matches!(
             self,
             StoreError::Throttled { .. }
+                | StoreError::TransactionConflict { .. }
                 | StoreError::Timeout { .. }
                 | StoreError::Unavailable { .. }
                 | StoreError::Unreachable { .. }
                 | StoreError::OutcomeUnknown { .. }
+        )
+    }
+
+    /// Whether the store refused the call to pace its callers (throttling, or a row held
+    /// by a transaction in flight): nothing applied, and the call is worth making again
+    /// after a short, jittered wait.
+    pub fn is_back_pressure(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Throttled { .. } | StoreError::TransactionConflict { .. }
         )
     }
 
@@ -200,6 +221,9 @@ impl StoreError {
             },
             StoreError::Throttled { source: s } => StoreError::Throttled { source: source(s) },
             StoreError::Timeout { source: s } => StoreError::Timeout { source: source(s) },
+            StoreError::TransactionConflict { source: s } => {
+                StoreError::TransactionConflict { source: source(s) }
+            }
             StoreError::CorruptRow { key, reason } => StoreError::CorruptRow {
                 key: key.clone(),
                 reason: reason.clone(),

@@ -15,6 +15,7 @@
 //! the freshness rules allow it ([`remembered`](crate::shared::remembered)).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rand::RngExt as _;
@@ -46,8 +47,10 @@ pub(crate) const MAX_FRESH_RETRIES: u32 = 256;
 /// Throttled attempts of one write's releases before they are answered with the throttle.
 const MAX_THROTTLED: u32 = 16;
 
-/// The first wait after a throttled write, and the longest: each throttle in a row
-/// doubles it, and a random half to all of it is waited (or given as the RetryIn).
+/// The first wait after a throttled write, and the longest: each throttle of the lane's
+/// writes doubles it, each write that applies halves it again (so the processes sharing a
+/// throttled row settle near the rate it takes), and a random half to all of it is waited
+/// (or given as the RetryIn).
 const THROTTLE_FIRST: Duration = Duration::from_millis(20);
 const THROTTLE_MOST: Duration = Duration::from_millis(1_000);
 
@@ -109,8 +112,9 @@ impl Write<'_> {
         if self.acquires.is_empty() && self.releases.is_empty() {
             return Next::Done;
         }
-        let Some(row) = self.row().await else {
-            return Next::Done;
+        let row = match self.row().await {
+            Ok(row) => row,
+            Err(next) => return next,
         };
         let now = self.core.now();
         let acquires = std::mem::take(&mut self.acquires);
@@ -131,17 +135,18 @@ impl Write<'_> {
         self.commit(change, plan, now).await
     }
 
-    /// The row to write from: the remembered one, or read. `None`: the write is over (the
-    /// bucket is gone, or the read failed; every job is answered).
-    async fn row(&mut self) -> Option<BucketState> {
+    /// The row to write from: the remembered one, or read. Else what comes next: the write
+    /// is over (the bucket is gone, or the read failed; every job is answered), or a
+    /// throttled read is waited out.
+    async fn row(&mut self) -> Result<BucketState, Next> {
         let remembered = self.lane.memory().row().cloned();
         if let Some(row) = remembered {
-            return Some(row);
+            return Ok(row);
         }
         match self.core.read_into(self.lane, &self.dimension).await {
             Ok(Some(row)) => {
                 self.fresh = true;
-                Some(row)
+                Ok(row)
             }
             Ok(None) => {
                 // A deleted bucket grants nothing, and has nothing to give back to.
@@ -152,11 +157,12 @@ impl Write<'_> {
                     || core.unknown(dimension),
                 );
                 answer_all(std::mem::take(&mut self.releases), |r| r.reply, &Ok(()));
-                None
+                Err(Next::Done)
             }
+            Err(e) if e.is_back_pressure() => Err(self.throttled().await),
             Err(e) => {
                 self.fail_store(&e);
-                None
+                Err(Next::Done)
             }
         }
     }
@@ -171,6 +177,7 @@ impl Write<'_> {
                 self.fresh = row.is_some();
                 Next::Again
             }
+            Err(e) if e.is_back_pressure() => self.throttled().await,
             Err(e) => {
                 self.fail_store(&e);
                 Next::Done
@@ -247,7 +254,7 @@ impl Write<'_> {
                 join_queued(self.lane, &mut self.acquires, &mut self.releases);
                 Next::Again
             }
-            Err(ChangeError::Store(StoreError::Throttled { .. })) => {
+            Err(ChangeError::Store(e)) if e.is_back_pressure() => {
                 self.acquires = jobs_of(plan.granted, plan.refused);
                 self.throttled().await
             }
@@ -266,12 +273,13 @@ impl Write<'_> {
         }
     }
 
-    /// A throttled write: back-pressure. Acquires hear a RetryIn of a jittered wait that
-    /// doubles with each throttle in a row (a waiting caller waits it out, within its
-    /// deadline, and asks again); releases wait it out here and are sent again.
+    /// A throttled write: back-pressure. Acquires hear a RetryIn of a jittered wait (a
+    /// waiting caller waits it out, within its deadline, and asks again); releases wait it
+    /// out here and are sent again.
     async fn throttled(&mut self) -> Next {
         self.throttled += 1;
-        let wait = throttle_wait(self.throttled);
+        let streak = self.lane.throttled.fetch_add(1, Ordering::Relaxed) + 1;
+        let wait = throttle_wait(streak);
         answer_each(
             std::mem::take(&mut self.acquires),
             |a| a.reply,
@@ -291,6 +299,10 @@ impl Write<'_> {
     /// Answers a write that applied: the row it left, the grants (their lease rows written
     /// first), the releases, then the refusals from the row this write confirmed.
     async fn written(&mut self, written: BucketState, plan: Plan, now: UnixMillis) -> Next {
+        let _ = self
+            .lane
+            .throttled
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n / 2));
         {
             let mut memory = self.lane.memory();
             memory.learn_written(written.clone(), now);

@@ -84,6 +84,9 @@ where
                 c if is_throttling(c) => StoreError::Throttled {
                     source: Some(Box::new(err)),
                 },
+                "TransactionConflictException" => StoreError::TransactionConflict {
+                    source: Some(Box::new(err)),
+                },
                 // Refused before anything applied.
                 "ValidationException"
                 | "AccessDeniedException"
