@@ -77,6 +77,29 @@ pub(crate) struct LeasePart {
     pub(crate) restores: bool,
     /// Where the lease is kept.
     pub(crate) kept: Kept,
+    /// The lease row's write, when it goes on after the grant was answered.
+    pub(crate) recording: Option<Recording>,
+}
+
+/// A lease row written after its grant was answered (a `requests`/`tokens` lease row is
+/// only the reconciler's record, should its holder die): what ends or changes the row
+/// waits for it to [settle](Recording::settled) first.
+#[derive(Debug, Clone)]
+pub(crate) struct Recording(tokio::sync::watch::Receiver<bool>);
+
+impl Recording {
+    /// A recording, and what says it is done (sent `true`, or dropped).
+    pub(crate) fn new() -> (tokio::sync::watch::Sender<bool>, Recording) {
+        let (done, watch) = tokio::sync::watch::channel(false);
+        (done, Recording(watch))
+    }
+
+    /// Waits until the row's write is over, written or given up.
+    pub(crate) async fn settled(&self) {
+        let mut watch = self.0.clone();
+        // An error: the writer is gone, so the write is over too.
+        let _ = watch.wait_for(|done| *done).await;
+    }
 }
 
 /// Where a lease part is kept.
@@ -93,6 +116,13 @@ pub(crate) enum Kept {
 }
 
 impl LeasePart {
+    /// Waits until the lease row's write, if it goes on after the grant, is over.
+    pub(crate) async fn recorded(&self) {
+        if let Some(r) = &self.recording {
+            r.settled().await;
+        }
+    }
+
     /// Whether there is a lease to end.
     pub(crate) fn is_kept(&self) -> bool {
         !matches!(self.kept, Kept::Nowhere | Kept::Local)
@@ -138,6 +168,7 @@ impl LeasePart {
             dimension: record.dimension,
             cost: record.cost,
             restores,
+            recording: None,
         }
     }
 }

@@ -102,6 +102,31 @@ impl Lease {
         self.grant.parts.iter().any(|p| p.restores)
     }
 
+    /// Waits until the lease's rows are in the store. The row of a `requests` or `tokens`
+    /// lease is written after the grant is answered (it is only the reconciler's record,
+    /// should the holder die before releasing: one round trip less for every grant), so
+    /// [`Sluice::leases`](crate::Sluice::leases) may not list it yet when `acquire`
+    /// returns; a slot's row is always written first. Releasing and adjusting wait for it
+    /// on their own.
+    ///
+    /// ```
+    /// use sluice::{Bucket, RefillRate, Sluice};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sluice = Sluice::in_memory();
+    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(500))).await?;
+    /// let lease = sluice.acquire("openai#rpm").await?;
+    /// lease.recorded().await;
+    /// assert_eq!(sluice.leases(&Default::default()).await?.len(), 1);
+    /// lease.release().await?;
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn recorded(&self) {
+        for part in &self.grant.parts {
+            part.recorded().await;
+        }
+    }
+
     /// How many commits the acquire attempted (1 when there was no contention; 0 for a
     /// grant from tokens this client prefetched, see [`Prefetch`](crate::Prefetch)).
     pub fn attempts(&self) -> u32 {

@@ -14,7 +14,7 @@
 //! | `sluice_lost_answers_total` | counter | `dimension`, `outcome` (`applied`, `not_applied`, `unknown`) | writes whose answer was lost, and what the row then told of them |
 //! | `sluice_bucket_write_units_total` | counter | `dimension` | write units the store billed for successful writes of the bucket row (as it reported them; DynamoDB Local reports one per write) |
 //! | `sluice_bucket_failed_writes_total` | counter | `dimension` | writes of the bucket row whose condition failed (DynamoDB bills them too) |
-//! | `sluice_bucket_throttles_total` | counter | `dimension` | writes of the bucket row the store throttled or a transaction in flight refused (back-pressure: retried, or a RetryIn) |
+//! | `sluice_bucket_throttles_total` | counter | `dimension` | reads and writes of the bucket row the store throttled, or a transaction in flight refused (back-pressure: retried, or a RetryIn) |
 //! | `sluice_reconcile_passes_total` | counter | | reconcile passes |
 //! | `sluice_reconcile_leases_restored_total` | counter | | expired leases given back |
 //! | `sluice_reconcile_leases_skipped_total` | counter | | expired leases already gone |

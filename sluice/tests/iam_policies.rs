@@ -392,6 +392,7 @@ async fn feedback(fast: &Sluice, seed: &Sluice, clock: &ManualClock) {
     clock.advance(Duration::from_secs(2));
     for client in [fast, seed] {
         let lease = client.acquire(TPM).await.unwrap();
+        lease.recorded().await;
         assert!(seed.release_id(lease.id()).await.unwrap());
         std::mem::forget(lease);
     }

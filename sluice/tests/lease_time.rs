@@ -216,6 +216,7 @@ async fn a_requests_lease_released_after_its_expiry_is_never_refunded() {
         .acquire(Acquire::new("openai#rpm").ttl(Duration::from_secs(5)))
         .await
         .unwrap();
+    lease.recorded().await;
     let available = async || holder.snapshot("openai#rpm").await.unwrap().available;
     assert_eq!(available().await, Tokens::new(9));
     // The store stops answering as the holder releases: the release fails, and is

@@ -270,10 +270,18 @@ fn acquires_contention_errors_and_reconcile_passes_are_counted() {
         ),
         1
     );
+    // A throttled store is back-pressure: a RetryIn, counted as a throttle, not an error.
     assert_eq!(
         snapshot.counter(
             "sluice_errors_total",
             &[("dimension", "broken#rpm"), ("error", "store_throttled")]
+        ),
+        0
+    );
+    assert_eq!(
+        snapshot.counter(
+            "sluice_bucket_throttles_total",
+            &[("dimension", "broken#rpm")]
         ),
         1
     );
@@ -293,11 +301,11 @@ fn acquires_contention_errors_and_reconcile_passes_are_counted() {
             "sluice_acquire_duration_seconds",
             &[("outcome", "retry_in")]
         ),
-        1
+        2
     );
     assert_eq!(
         snapshot.histogram_len("sluice_acquire_duration_seconds", &[("outcome", "error")]),
-        2
+        1
     );
     assert_eq!(snapshot.counter("sluice_reconcile_passes_total", &[]), 2);
     assert_eq!(

@@ -131,7 +131,9 @@ impl Sluice {
     }
 
     /// Releases a lease by id, e.g. one taken by another process. Returns whether any of its
-    /// rows still existed (`false`: already released or reconciled).
+    /// rows still existed (`false`: already released or reconciled, or not written yet: a
+    /// `requests`/`tokens` lease's row is written just after its grant, so pass an id on
+    /// once [`Lease::recorded`](crate::Lease::recorded) returns).
     pub async fn release_id(&self, id: &LeaseId) -> Result<bool, Error> {
         release::release_id(&self.core, id).await
     }

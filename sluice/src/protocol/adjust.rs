@@ -112,6 +112,7 @@ async fn adjust_by_change(
 
 /// Sets the lease row's cost (nothing for a lease without a row).
 async fn set_lease_cost(core: &Core, part: &LeasePart, cost: Tokens) -> Result<(), Error> {
+    part.recorded().await;
     if part.kept != Kept::Row {
         return Ok(());
     }

@@ -142,6 +142,10 @@ pub(crate) async fn end_leases(
     parts: Vec<LeasePart>,
     holder_until: Option<UnixMillis>,
 ) -> Result<usize, Error> {
+    // A row still being written is ended once it is there.
+    for part in &parts {
+        part.recorded().await;
+    }
     let mut ended = 0;
     let mut back: Vec<(Dimension, Tokens)> = Vec::new();
     for part in parts {

@@ -9,8 +9,10 @@
 //! one is short, the dimensions already taken are given back, each exactly once (the
 //! give-back deletes the lease row it created, on condition that it is still there, and
 //! gives its cost back if it did), and then the caller gets the RetryIn: all or nothing as
-//! the caller sees it, and never more than the buckets hold. An acquire dropped half-way
-//! gives back what it took in the background.
+//! the caller sees it, and never more than the buckets hold. A dimension refused by
+//! back-pressure (its row throttled, or held by another writer's transaction) rather than
+//! by its bucket is asked again after the wait while the others stay held, a few times. An
+//! acquire dropped half-way gives back what it took in the background.
 //!
 //! The price is a brief hold: between its take and its give-back (one write), a dimension
 //! taken for a request that is then refused shows other clients fewer tokens than it will
@@ -29,6 +31,12 @@ use crate::shared::remembered::{Recall, retry_in};
 
 use super::fast;
 use super::release::{give_back_parts, in_background};
+
+/// How many times the dimensions of a request refused by back-pressure (their rows
+/// throttled, or held by a transaction; no bucket short) are asked again while the others
+/// are held: giving those back and taking them again would cost two more writes of rows
+/// already under pressure.
+const BACK_PRESSURE_RETRIES: u32 = 8;
 
 /// One dimension taken for a request not yet granted whole.
 struct Taken {
@@ -137,11 +145,48 @@ pub(crate) async fn acquire(
         )
         .await;
     }
+    ask_again_under_pressure(core, &wanted, &mut takes, ttl, fresh_after, expires_by).await;
     let took: Vec<bool> = takes.taken.iter().map(Option::is_some).collect();
     if let Some(error) = takes.refusal.take() {
         return Err(refuse(core, &wanted, takes, &took, error, expires_by, fresh_after).await);
     }
     Ok(granted(&wanted, takes.taken, now, expires_by))
+}
+
+/// While the dimensions not taken were refused by back-pressure on their rows (no bucket
+/// short: nothing of theirs remembered as denied), and others are held: waits and asks
+/// for them again, [`BACK_PRESSURE_RETRIES`] times at most.
+async fn ask_again_under_pressure(
+    core: &Arc<Core>,
+    wanted: &[Wanted],
+    takes: &mut Takes,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+    expires_by: UnixMillis,
+) {
+    for _ in 0..BACK_PRESSURE_RETRIES {
+        let Some(Error::RetryIn(wait)) = takes.refusal else {
+            return;
+        };
+        let left: Vec<usize> = (0..wanted.len())
+            .filter(|&i| takes.taken[i].is_none())
+            .collect();
+        let denied = left.iter().any(|&i| {
+            let w = &wanted[i];
+            let recall = core
+                .lane(&w.dimension)
+                .memory()
+                .recall(w, core.now(), fresh_after);
+            matches!(recall, Recall::Denied(_))
+        });
+        if denied || takes.taken.iter().all(Option::is_none) {
+            return;
+        }
+        tokio::time::sleep(wait).await;
+        takes.refusal = None;
+        takes.retry_at = core.now();
+        take_together(core, wanted, &left, takes, ttl, fresh_after, expires_by).await;
+    }
 }
 
 /// The dimensions to take one by one first (those this client last saw short, in name
@@ -320,181 +365,4 @@ fn refused(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::Sluice;
-    use crate::acquire::Acquire;
-    use crate::bucket::{Bucket, BucketState};
-    use crate::clock::ManualClock;
-    use crate::dimension::Dimension;
-    use crate::rate::RefillRate;
-    use crate::store::{
-        BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord,
-        LeaseScan, MemoryStore, Store, StoreError,
-    };
-
-    fn client(store: Arc<dyn Store>, clock: &ManualClock) -> Sluice {
-        Sluice::builder()
-            .store_arc(store)
-            .clock(clock.clone())
-            .build()
-            .unwrap()
-    }
-
-    #[tokio::test]
-    async fn a_waiting_callers_pair_takes_no_other_dimensions_window_from_before_its_wait() {
-        let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let sluice = client(store.clone(), &clock);
-        let slow = Bucket::requests(RefillRate::new(1, Duration::from_secs(10))).with_capacity(1);
-        sluice
-            .put_bucket(
-                "pair#a",
-                Bucket::requests(RefillRate::per_second(1)).with_capacity(1),
-            )
-            .await
-            .unwrap();
-        sluice.put_bucket("pair#b", slow.clone()).await.unwrap();
-        // This client empties b: its own write opens a 10 s window on b.
-        sluice
-            .acquire("pair#b")
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-        // Elsewhere b is created again, full: this client has not seen it.
-        let other = client(store, &clock);
-        other.delete_bucket("pair#b").await.unwrap();
-        other.put_bucket("pair#b", slow).await.unwrap();
-        sluice
-            .acquire("pair#a")
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-        clock.advance(Duration::from_millis(1));
-        // A waiting caller's retry, its wait begun now: a is short for 999 ms; b's window
-        // is from before the wait and must not lengthen the answer to 10 s.
-        let waited_from = sluice.now();
-        let answer = sluice
-            .acquire_after(&Acquire::new("pair#a").and("pair#b"), Some(waited_from))
-            .await
-            .unwrap_err();
-        assert_eq!(answer.retry_in(), Some(Duration::from_millis(999)));
-    }
-
-    /// A store whose clock moves on while it writes a dimension's give-back (the change
-    /// that follows the end of one of its lease rows).
-    #[derive(Debug)]
-    struct SlowGiveBack {
-        inner: MemoryStore,
-        clock: ManualClock,
-        slow: Dimension,
-        ended: std::sync::atomic::AtomicBool,
-    }
-
-    #[async_trait::async_trait]
-    impl Store for SlowGiveBack {
-        async fn read_buckets(
-            &self,
-            dimensions: &[Dimension],
-        ) -> Result<Vec<Option<BucketState>>, StoreError> {
-            self.inner.read_buckets(dimensions).await
-        }
-        async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-            self.inner.commit(commit).await
-        }
-        async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
-            let gives_back = change.dimension == self.slow
-                && self.ended.swap(false, std::sync::atomic::Ordering::Relaxed);
-            if gives_back {
-                self.clock.advance(Duration::from_millis(400));
-            }
-            self.inner.change(change).await
-        }
-        async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
-            self.inner.put_leases(leases).await
-        }
-        async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-            if key.dimension().as_ref() == Some(&self.slow) {
-                self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            self.inner.end_lease(key).await
-        }
-        async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
-            self.inner.delete_leases(keys).await
-        }
-        async fn read_leases(
-            &self,
-            keys: &[LeaseKey],
-        ) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
-            self.inner.read_leases(keys).await
-        }
-        async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
-            self.inner.scan_leases(filter).await
-        }
-        async fn put_bucket(
-            &self,
-            state: &BucketState,
-            expected: Option<&BucketState>,
-        ) -> Result<bool, StoreError> {
-            self.inner.put_bucket(state, expected).await
-        }
-        async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
-            self.inner.list_buckets().await
-        }
-        async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
-            self.inner.delete_bucket(dimension).await
-        }
-    }
-
-    #[tokio::test]
-    async fn a_pairs_retry_in_counts_down_while_the_give_back_is_written() {
-        let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
-        let store = Arc::new(SlowGiveBack {
-            inner: MemoryStore::new(),
-            clock: clock.clone(),
-            slow: "pair#a".parse().unwrap(),
-            ended: std::sync::atomic::AtomicBool::new(false),
-        });
-        let sluice = client(store.clone(), &clock);
-        sluice
-            .put_bucket(
-                "pair#a",
-                Bucket::requests(RefillRate::per_second(100)).with_capacity(100),
-            )
-            .await
-            .unwrap();
-        sluice
-            .put_bucket(
-                "pair#b",
-                Bucket::requests(RefillRate::per_second(1)).with_capacity(1),
-            )
-            .await
-            .unwrap();
-        // Another client empties b; this one has not seen it and takes a and b together.
-        let other = client(store, &clock);
-        let _held = other.acquire("pair#b").await.unwrap();
-        let started = sluice.now();
-        let answer = sluice
-            .acquire(Acquire::new("pair#a").and("pair#b"))
-            .await
-            .unwrap_err();
-        // b is back 1 s after it was found short; giving a back took 400 ms of that.
-        assert!(sluice.now().saturating_since(started) >= Duration::from_millis(400));
-        assert_eq!(answer.retry_in(), Some(Duration::from_millis(600)));
-        assert_eq!(
-            sluice
-                .bucket("pair#a")
-                .await
-                .unwrap()
-                .unwrap()
-                .available(sluice.now()),
-            crate::tokens::Tokens::new(100)
-        );
-    }
-}
+mod tests;

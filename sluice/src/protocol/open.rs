@@ -105,6 +105,7 @@ fn local(core: &Core, wanted: &[Request], ttl: Duration) -> Option<Result<Grant,
                         cost,
                         restores: false,
                         kept: Kept::Local,
+                        recording: None,
                     }
                 })
                 .collect();

@@ -29,6 +29,7 @@ pub(super) fn take(
         cost,
         restores: false,
         kept: Kept::Nowhere,
+        recording: None,
     };
     Some(Grant::new(vec![part], now, now.saturating_add(ttl), 0))
 }

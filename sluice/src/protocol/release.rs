@@ -27,6 +27,10 @@ pub(crate) async fn release_parts(
     parts: &[LeasePart],
     expires_at: UnixMillis,
 ) -> Result<(), Error> {
+    // A row still being written is ended once it is there.
+    for part in parts {
+        part.recorded().await;
+    }
     if core.config.protocol != Protocol::Fast {
         return end_in_transactions(core, parts.to_vec(), Some(expires_at))
             .await
@@ -39,7 +43,7 @@ pub(crate) async fn release_parts(
         .filter(|p| p.kept == Kept::Row)
         .map(|p| p.key.clone())
         .collect();
-    core.deletes.delete(&core.store, rows).await?;
+    core.rows.delete(&core.store, rows).await?;
     let released = futures::future::join_all(
         restoring
             .into_iter()

@@ -186,6 +186,7 @@ fn plan(
             cost,
             restores,
             kept: if has_row { Kept::Row } else { Kept::Nowhere },
+            recording: None,
         });
     }
     attempt

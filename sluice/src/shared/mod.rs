@@ -2,10 +2,10 @@
 //! what this client remembers of each bucket row (its lanes). Protocols borrow it; a
 //! [`Lease`](crate::Lease) holds it, not the client façade.
 
-pub(crate) mod deletes;
 pub(crate) mod fallback;
 pub(crate) mod lanes;
 pub mod remembered;
+pub(crate) mod rows;
 
 use std::fmt;
 use std::sync::Arc;
@@ -31,8 +31,8 @@ pub(crate) struct Core {
     pub(crate) lanes: Lanes,
     /// The `open` failure policy's local buckets.
     pub(crate) fallback: fallback::Fallback,
-    /// The lease rows releases are deleting, batched.
-    pub(crate) deletes: deletes::Deletes,
+    /// The lease rows grants are writing and releases deleting, batched.
+    pub(crate) rows: rows::LeaseRows,
 }
 
 impl fmt::Debug for Core {
@@ -53,7 +53,7 @@ impl Core {
             config,
             lanes: Lanes::default(),
             fallback: fallback::Fallback::default(),
-            deletes: deletes::Deletes::default(),
+            rows: rows::LeaseRows::default(),
         }
     }
 

@@ -47,6 +47,7 @@ pub async fn a_grant_writes_its_lease_row_beside_the_bucket_row(env: Env) {
         .unwrap();
     let after = row(&env, "rpm").await;
     assert_eq!(after.tokens, before.tokens - Tokens::new(2));
+    lease.recorded().await;
     let listed = leases(&env, "rpm").await;
     assert_eq!(listed.len(), 1);
     let record = &listed[0];
@@ -212,6 +213,7 @@ pub async fn a_pair_refused_on_one_dimension_holds_nothing_on_the_other(env: Env
         rpm_before.available(env.clock.now()),
         "rpm given back exactly when the caller sees the refusal"
     );
+    drained.recorded().await;
     assert!(leases(&env, "rpm").await.is_empty());
     assert_eq!(leases(&env, "tpm").await.len(), 1);
     // At the RetryIn it is granted, both dimensions.

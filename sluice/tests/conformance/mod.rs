@@ -258,6 +258,7 @@ pub async fn a_grant_takes_cost_per_call_and_bumps_the_version(env: Env) {
     let after = env.sluice.bucket(&env.dim("rpm")).await.unwrap().unwrap();
     assert_eq!(after.tokens, before.tokens - Tokens::new(2));
     assert_eq!(after.version, before.version + 1);
+    lease.recorded().await;
     assert_eq!(env.lease_count("rpm").await, 1);
     lease.release().await.unwrap();
     assert_eq!(env.lease_count("rpm").await, 0);
@@ -343,6 +344,7 @@ pub async fn multi_dimension_acquire_is_all_or_nothing(env: Env) {
     let tpm_after = env.sluice.bucket(&env.dim("tpm")).await.unwrap().unwrap();
     assert_eq!(rpm_after, rpm_mid, "no bucket changes when one is short");
     assert_eq!(tpm_after, tpm_mid);
+    first.recorded().await;
     assert_eq!(
         env.lease_count("rpm").await,
         1,
@@ -576,6 +578,7 @@ pub async fn lease_rows_carry_dimension_cost_caller_and_expiry(env: Env) {
         .acquire(Acquire::with_cost(env.dim("rpm"), 3).ttl(Duration::from_secs(45)))
         .await
         .unwrap();
+    lease.recorded().await;
     let rows = env.store.read_leases(lease.id().keys()).await.unwrap();
     let row = rows[0].clone().expect("lease row written");
     assert_eq!(row.dimension.as_str(), env.dim("rpm"));
@@ -623,11 +626,13 @@ pub async fn snapshot_reports_what_an_operator_needs(env: Env) {
         .acquire(Acquire::with_cost(env.dim("rpm"), 4))
         .await
         .unwrap();
-    let _b = env
+    let b = env
         .sluice
         .acquire(Acquire::with_cost(env.dim("rpm"), 2).ttl(Duration::from_secs(1)))
         .await
         .unwrap();
+    a.recorded().await;
+    b.recorded().await;
     env.advance_ms(1_500);
     let s = env.sluice.snapshot(&env.dim("rpm")).await.unwrap();
     assert_eq!(s.limit_type, LimitType::Requests);
@@ -730,6 +735,9 @@ pub async fn racing_clients_never_over_grant(env: Env) {
         "every token granted once, none twice"
     );
     assert_eq!(env.tokens("rpm").await, Tokens::ZERO);
+    for l in &leases {
+        l.recorded().await;
+    }
     assert_eq!(env.lease_count("rpm").await as u64, capacity);
     for l in leases {
         l.release().await.unwrap();
@@ -951,6 +959,8 @@ async fn acquire_n(client: &Sluice, dim: &str, n: usize) -> Vec<sluice::Lease> {
 /// Takes a slot and "crashes": the lease is never released.
 async fn crashed_slot(client: &Sluice, dim: &str, ttl: Duration) -> sluice::LeaseId {
     let lease = client.acquire(Acquire::new(dim).ttl(ttl)).await.unwrap();
+    // Its holder dies once its lease row is there (before, there is nothing to refund).
+    lease.recorded().await;
     let id = lease.id().clone();
     std::mem::forget(lease);
     id
@@ -1306,6 +1316,9 @@ pub async fn many_tasks_on_one_client_never_over_grant(env: Env) {
     }
     assert_eq!(leases.len() as u64, capacity);
     assert_eq!(env.tokens("rpm").await, Tokens::ZERO);
+    for l in &leases {
+        l.recorded().await;
+    }
     assert_eq!(env.lease_count("rpm").await as u64, capacity);
     let ids: std::collections::HashSet<String> =
         leases.iter().map(|l| l.id().to_string()).collect();

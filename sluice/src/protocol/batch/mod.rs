@@ -24,7 +24,7 @@ use crate::bucket::BucketState;
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
-use crate::grant::{Grant, Kept, LeasePart};
+use crate::grant::{Grant, Kept, LeasePart, Recording};
 use crate::retry::Backoff;
 use crate::shared::Core;
 use crate::shared::lanes::{
@@ -159,7 +159,10 @@ impl Write<'_> {
                 answer_all(std::mem::take(&mut self.releases), |r| r.reply, &Ok(()));
                 Err(Next::Done)
             }
-            Err(e) if e.is_back_pressure() => Err(self.throttled().await),
+            Err(e) if e.is_back_pressure() => {
+                crate::metrics::bucket_throttled(self.dimension.as_str());
+                Err(self.throttled().await)
+            }
             Err(e) => {
                 self.fail_store(&e);
                 Err(Next::Done)
@@ -177,7 +180,10 @@ impl Write<'_> {
                 self.fresh = row.is_some();
                 Next::Again
             }
-            Err(e) if e.is_back_pressure() => self.throttled().await,
+            Err(e) if e.is_back_pressure() => {
+                crate::metrics::bucket_throttled(self.dimension.as_str());
+                self.throttled().await
+            }
             Err(e) => {
                 self.fail_store(&e);
                 Next::Done
@@ -328,13 +334,20 @@ impl Write<'_> {
                     cost,
                     restores,
                     kept,
+                    recording: None,
                 };
                 (a, part, expires_at)
             })
             .collect();
-        let parts = match self.record_leases(&records).await {
-            Ok(()) => parts,
-            Err(e) => self.unrecorded(parts, restores, e).await,
+        let parts = if restores {
+            // A slot's row is written before the slot is handed out: without it, only its
+            // holder could ever give the slot back.
+            match record_leases(self.core, &records).await {
+                Ok(()) => parts,
+                Err(e) => self.unrecorded(parts, restores, e).await,
+            }
+        } else {
+            record_in_background(self.core, records, parts)
         };
         for (a, part, expires_at) in parts {
             let grant = Grant::new(vec![part], now, expires_at, self.attempts);
@@ -346,25 +359,6 @@ impl Write<'_> {
         answer_all(std::mem::take(&mut self.releases), |r| r.reply, &Ok(()));
         // This write confirmed the row the refusals were computed from.
         self.refuse_confirmed(&written, plan.refused, now).await
-    }
-
-    /// Writes the grants' lease rows, sending them again while the store fails for a
-    /// passing reason (writing a new row twice is writing it once).
-    async fn record_leases(&self, records: &[LeaseRecord]) -> Result<(), StoreError> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        let mut backoff = Backoff::new();
-        for attempt in 1u32.. {
-            match self.core.store.put_leases(records).await {
-                Err(e) if (e.is_transient() || e.answer_lost()) && attempt < 6 => {
-                    tracing::debug!(error = %e, attempt, "writing lease rows failed; sending them again");
-                    backoff.sleep(attempt).await;
-                }
-                done => return done,
-            }
-        }
-        Ok(())
     }
 
     /// Grants whose tokens were taken but whose lease rows could not be written. A slot
@@ -436,6 +430,53 @@ impl Write<'_> {
 }
 
 /// The wait after the `n`th throttle in a row: half to all of a doubling bound.
+/// Writes the grants' lease rows, sending them again while the store fails for a passing
+/// reason (writing a new row twice is writing it once).
+async fn record_leases(core: &Core, records: &[LeaseRecord]) -> Result<(), StoreError> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let mut backoff = Backoff::new();
+    for attempt in 1u32.. {
+        match core.rows.put(&core.store, records.to_vec()).await {
+            Err(e) if (e.is_transient() || e.answer_lost()) && attempt < 6 => {
+                tracing::debug!(error = %e, attempt, "writing lease rows failed; sending them again");
+                backoff.sleep(attempt).await;
+            }
+            done => return done,
+        }
+    }
+    Ok(())
+}
+
+/// Writes the lease rows of `requests`/`tokens` grants after the grants are answered: such
+/// a row is only the reconciler's record, should its holder die, so a holder that dies
+/// before it is written is refunded nothing (the quota it took stays used), and the grant
+/// costs its caller one round trip. Ending or changing a part waits for its row first.
+fn record_in_background<T>(
+    core: &Arc<Core>,
+    records: Vec<LeaseRecord>,
+    mut parts: Vec<(T, LeasePart, UnixMillis)>,
+) -> Vec<(T, LeasePart, UnixMillis)> {
+    if records.is_empty() {
+        return parts;
+    }
+    let (done, recording) = Recording::new();
+    for (_, part, _) in &mut parts {
+        if part.kept == Kept::Row {
+            part.recording = Some(recording.clone());
+        }
+    }
+    let core = core.clone();
+    tokio::spawn(async move {
+        if let Err(error) = record_leases(&core, &records).await {
+            tracing::warn!(%error, leases = records.len(), "lease rows could not be written; the grants stand, without the reconciler's record of them");
+        }
+        let _ = done.send(true);
+    });
+    parts
+}
+
 fn throttle_wait(n: u32) -> Duration {
     let bound = THROTTLE_FIRST
         .saturating_mul(1 << n.saturating_sub(1).min(10))

@@ -126,7 +126,7 @@ async fn releases_queued_behind_a_batch_in_flight_go_in_one_batch_after_it() {
     let store = held();
     let keys = rows(&store, 21).await;
     let dyn_store: Arc<dyn Store> = store.clone();
-    let deletes = Deletes::default();
+    let deletes = LeaseRows::default();
     let first = tokio::spawn({
         let (d, s, k) = (deletes.clone(), dyn_store.clone(), keys[..1].to_vec());
         async move { d.delete(&s, k).await }
@@ -166,7 +166,7 @@ async fn a_failed_batch_fails_each_release_in_it_and_the_next_one_is_sent() {
     let store = held();
     let keys = rows(&store, 3).await;
     let dyn_store: Arc<dyn Store> = store.clone();
-    let deletes = Deletes::default();
+    let deletes = LeaseRows::default();
     store.fail.store(true, Ordering::SeqCst);
     store.gate.add_permits(1);
     let e = deletes.delete(&dyn_store, keys[..2].to_vec()).await;
@@ -182,7 +182,7 @@ async fn a_release_that_stops_waiting_leaves_its_batch_going() {
     let store = held();
     let keys = rows(&store, 2).await;
     let dyn_store: Arc<dyn Store> = store.clone();
-    let deletes = Deletes::default();
+    let deletes = LeaseRows::default();
     let gone = tokio::spawn({
         let (d, s, k) = (deletes.clone(), dyn_store.clone(), keys.clone());
         async move { d.delete(&s, k).await }
@@ -209,9 +209,59 @@ async fn a_release_that_stops_waiting_leaves_its_batch_going() {
 async fn nothing_to_delete_sends_nothing() {
     let store = held();
     let dyn_store: Arc<dyn Store> = store.clone();
-    Deletes::default()
+    LeaseRows::default()
         .delete(&dyn_store, Vec::new())
         .await
         .unwrap();
     assert_eq!(store.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn rows_written_and_deleted_meanwhile_go_in_the_next_batch_together() {
+    let store = held();
+    let keys = rows(&store, 3).await;
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let batcher = LeaseRows::default();
+    let first = tokio::spawn({
+        let (b, s, k) = (batcher.clone(), dyn_store.clone(), keys[..1].to_vec());
+        async move { b.delete(&s, k).await }
+    });
+    while store.calls.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let d: Dimension = "openai#rpm".parse().unwrap();
+    let new = LeaseRecord {
+        slot: false,
+        key: LeaseKey::new(&d, "new"),
+        dimension: d.clone(),
+        cost: Tokens::new(1),
+        created_at: UnixMillis::from_secs(1_700_000_000),
+        expires_at: UnixMillis::from_secs(1_700_000_060),
+        caller: "test".to_owned(),
+    };
+    let put = tokio::spawn({
+        let (b, s) = (batcher.clone(), dyn_store.clone());
+        async move { b.put(&s, vec![new]).await }
+    });
+    let deleted = tokio::spawn({
+        let (b, s, k) = (batcher.clone(), dyn_store.clone(), keys[1..].to_vec());
+        async move { b.delete(&s, k).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store.gate.add_permits(2);
+    first.await.unwrap().unwrap();
+    put.await.unwrap().unwrap();
+    deleted.await.unwrap().unwrap();
+    assert_eq!(
+        store.calls.load(Ordering::SeqCst),
+        2,
+        "one batch of deletes after the first"
+    );
+    let left = store
+        .inner
+        .list_leases(&LeaseFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].key.unique(), "new");
 }
