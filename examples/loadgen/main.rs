@@ -267,7 +267,7 @@ fn throughput(
             for ((_, total, time), kind) in rows.iter_mut().zip(kinds) {
                 let dimension = dimension_of(kind);
                 let tokens = tokens_dimension_of(kind);
-                let (r, t_run, _) = run_shape(&args, kind, dimension, tokens, p, t, seconds);
+                let (r, t_run, _) = run_shape(args, kind, dimension, tokens, p, t, seconds);
                 total.merge(r);
                 *time += t_run;
             }

@@ -218,10 +218,7 @@ impl Store for Throttles {
     async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
         self.inner.delete_leases(keys).await
     }
-    async fn read_leases(
-        &self,
-        keys: &[LeaseKey],
-    ) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
         self.inner.read_leases(keys).await
     }
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
@@ -276,7 +273,10 @@ async fn a_dimension_throttled_while_another_is_held_is_asked_again_not_given_ba
     let rpm = changes.iter().filter(|d| d.as_str() == "pair#rpm").count();
     let tpm = changes.iter().filter(|d| d.as_str() == "pair#tpm").count();
     assert_eq!((rpm, tpm), (1, 3), "rpm taken once and held: {changes:?}");
-    assert_eq!(lease.cost("pair#tpm"), Some(crate::tokens::Tokens::new(100)));
+    assert_eq!(
+        lease.cost("pair#tpm"),
+        Some(crate::tokens::Tokens::new(100))
+    );
     lease.release().await.unwrap();
 }
 
