@@ -7,11 +7,17 @@
 # Every DynamoDB operation the suite sends is recorded with the role whose code sent it
 # (SLUICE_RECORD_DYNAMODB_OPERATIONS, in target/dynamodb-operations/); afterwards one test
 # checks each of them against that role's IAM policy under deploy/iam/.
+#
+# Then the tests a shared limiter stands on (the model test on DynamoDB, the conformance
+# suite, the multi-process, killed-process, lossy-proxy and skewed-clock tests) run again
+# through dynamodb-fidelity (this workspace's proxy adding real DynamoDB's per-item
+# ceilings, billing, throttling and transaction conflicts), started and stopped here too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/dynamodb-local.sh
+source scripts/dynamodb-fidelity.sh
 
-trap dynamodb_local_stop EXIT
+trap 'dynamodb_fidelity_stop; dynamodb_local_stop' EXIT
 dynamodb_local_start
 export SLUICE_REQUIRE_DYNAMODB=1
 features=sluice-limiter/cli,sluice-examples/dynamodb,sluice-examples/demo,sluice-tower/http
@@ -24,6 +30,18 @@ SLUICE_RECORD_DYNAMODB_OPERATIONS="$operations" \
 SLUICE_CHECK_RECORDED_OPERATIONS="$operations" \
     cargo test --workspace --features "$features" --test iam_policies -- \
     --exact every_operation_the_suite_sent_is_allowed_by_its_role --nocapture
+# Through dynamodb-fidelity: real per-item ceilings (1,000 WU/s, 3,000 RU/s) and a
+# transaction holding its items 5 ms after it is answered, so that single-item writes meet
+# TransactionConflictException as they do on the real service.
+cargo build -q --workspace --features "$features" --bin dynamodb-fidelity
+dynamodb_fidelity_start --transaction-hold-ms 5
+SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
+    cargo test --workspace --features "$features" --test model -- dynamodb
+SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
+    cargo test --workspace --features "$features" --test dynamo_store --test dynamo_clients \
+    --test dynamo_processes --test dynamo_killed --test dynamo_priorities \
+    --test dynamo_waiters --test dynamo_faults --test dynamo_skew --test dynamo_rows
+dynamodb_fidelity_stop
 # The shared-quota demo, briefly, end to end: the vendor simulator, every mode's workers (as
 # processes, stopped by PID if they overrun) and the chart. Its numbers are measured by
 # ./scripts/demo-quota.sh and published in the README, never checked here.

@@ -29,11 +29,21 @@
 //! Each client's store counts its calls and yields before and after each one, so that an
 //! acquire dropped after a few polls is dropped at any point of its protocol, including
 //! after its write was applied and before its answer arrived.
+//!
+//! The same run goes against the in-memory store (many cases) and against DynamoDB (fewer
+//! cases, a table each): `scripts/test.sh` runs it on DynamoDB Local and again through
+//! `dynamodb-fidelity`, which adds real DynamoDB's per-item ceilings, billing and
+//! transaction conflicts. On DynamoDB the store's calls run on a runtime of their own, in
+//! real time, while the clients' time stays paused: a call in flight is waited for by
+//! every step before it reads the truth, and an acquire dropped while its write is in
+//! flight leaves that write to land (as on the real network).
+
+mod dynamo;
 
 use std::collections::HashMap;
 use std::pin::pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -47,6 +57,7 @@ use sluice::{
     Prefetch, Priority, Protocol, RefillRate, Sluice, Take, Tighten, Tokens, UnixMillis,
 };
 
+/// Where the in-memory runs' clocks start.
 const START: i64 = 1_700_000_000_000;
 const R: &str = "model#rpm";
 const L: &str = "model#lean";
@@ -198,8 +209,144 @@ fn op() -> impl Strategy<Value = Op> {
 /// before and after each, so that a dropped acquire can stop anywhere.
 #[derive(Debug, Clone)]
 struct ClientStore {
-    inner: MemoryStore,
+    inner: Shared,
     calls: Arc<AtomicU64>,
+}
+
+/// The store every client shares: in memory, or a table on DynamoDB.
+type Shared = Arc<dyn Store>;
+
+/// Store calls to DynamoDB in flight (their callers waiting, or left by a dropped caller).
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// The runtime DynamoDB calls run on: real time, beside the clients' paused one.
+fn remote() -> &'static tokio::runtime::Runtime {
+    static REMOTE: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    REMOTE.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+/// Counts one call in flight while it lives.
+struct Flying;
+
+impl Flying {
+    fn new() -> Flying {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        Flying
+    }
+}
+
+impl Drop for Flying {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A DynamoDB store whose calls run on [`remote`]: counted in flight until both the call
+/// and its caller are done with it.
+#[derive(Debug, Clone)]
+struct Remote(sluice::DynamoStore);
+
+impl Remote {
+    async fn run<T, F>(&self, call: impl FnOnce(sluice::DynamoStore) -> F) -> T
+    where
+        F: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let _waiting = Flying::new();
+        let flying = Flying::new();
+        let call = call(self.0.clone());
+        remote()
+            .spawn(async move {
+                let out = call.await;
+                drop(flying);
+                out
+            })
+            .await
+            .expect("a DynamoDB call panicked")
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Remote {
+    async fn read_buckets(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<Vec<Option<BucketState>>, StoreError> {
+        let d = dimensions.to_vec();
+        self.run(|s| async move { s.read_buckets(&d).await }).await
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+        self.run(|s| async move { s.commit(commit).await }).await
+    }
+
+    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        let k = keys.to_vec();
+        self.run(|s| async move { s.delete_leases(&k).await }).await
+    }
+
+    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+        let k = keys.to_vec();
+        self.run(|s| async move { s.read_leases(&k).await }).await
+    }
+
+    async fn slot_leases(
+        &self,
+        dimension: &Dimension,
+        limit: usize,
+    ) -> Result<Vec<LeaseRecord>, StoreError> {
+        let d = dimension.clone();
+        self.run(move |s| async move { s.slot_leases(&d, limit).await })
+            .await
+    }
+
+    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
+        let f = filter.clone();
+        self.run(|s| async move { s.scan_leases(&f).await }).await
+    }
+
+    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
+        self.run(|s| async move { s.change(change).await }).await
+    }
+
+    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
+        let l = leases.to_vec();
+        self.run(|s| async move { s.put_leases(&l).await }).await
+    }
+
+    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+        let k = key.clone();
+        self.run(|s| async move { s.end_lease(&k).await }).await
+    }
+
+    async fn put_bucket(
+        &self,
+        state: &BucketState,
+        expected: Option<&BucketState>,
+    ) -> Result<bool, StoreError> {
+        let (state, expected) = (state.clone(), expected.cloned());
+        self.run(|s| async move { s.put_bucket(&state, expected.as_ref()).await })
+            .await
+    }
+
+    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
+        self.run(|s| async move { s.list_buckets().await }).await
+    }
+
+    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
+        let d = dimension.clone();
+        self.run(|s| async move { s.delete_bucket(&d).await }).await
+    }
+
+    fn loses_answers(&self) -> bool {
+        self.0.loses_answers()
+    }
 }
 
 impl ClientStore {
@@ -326,7 +473,7 @@ struct Supply {
 }
 
 struct World {
-    store: MemoryStore,
+    store: Shared,
     clock: ManualClock,
     clients: Vec<Client>,
     steps: Vec<Step>,
@@ -365,15 +512,26 @@ fn priority_of(i: usize) -> Option<Priority> {
 }
 
 /// Lets every task the last step left behind (background releases, grants given back)
-/// finish: tokio's time is paused, so this costs no real time.
+/// finish: tokio's time is paused, so this costs no real time, except waiting for the
+/// DynamoDB calls in flight (which may start more of them).
 async fn settle() {
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if IN_FLIGHT.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        while IN_FLIGHT.load(Ordering::SeqCst) > 0 {
+            remote()
+                .spawn(tokio::time::sleep(Duration::from_millis(1)))
+                .await
+                .unwrap();
+        }
+    }
 }
 
 impl World {
-    async fn new(modes: &[Mode], sizes: [(u64, u64); 3]) -> World {
-        let store = MemoryStore::new();
-        let clock = ManualClock::new(UnixMillis::new(START));
+    async fn new(store: Shared, start: i64, modes: &[Mode], sizes: [(u64, u64); 3]) -> World {
+        let clock = ManualClock::new(UnixMillis::new(start));
         let clients = modes
             .iter()
             .enumerate()
@@ -1048,6 +1206,53 @@ fn mode() -> impl Strategy<Value = Mode> {
     prop_oneof![Just(Mode::Fast), Just(Mode::Seed), Just(Mode::Prefetch)]
 }
 
+/// Runs one case: `ops` by clients in `modes` on `store`, with clocks starting at `start`.
+async fn run_case(
+    store: Shared,
+    start: i64,
+    modes: &[Mode],
+    sizes: [(u64, u64); 3],
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
+    let mut world = World::new(store, start, modes, sizes).await;
+    for (step, op) in ops.into_iter().enumerate() {
+        world.step(step, op).await?;
+    }
+    world.check_windows()?;
+    // Every lease still held goes back.
+    for client in &mut world.clients {
+        for lease in client.leases.drain(..) {
+            let _ = lease.release().await;
+        }
+    }
+    settle().await;
+    Ok(())
+}
+
+/// A table of its own on DynamoDB (Local, or `dynamodb-fidelity` in front of it) for one
+/// case, or `None` to skip.
+async fn dynamodb_table() -> Option<Shared> {
+    let endpoint = dynamo::endpoint()?;
+    let store = remote()
+        .spawn(async move {
+            let table = format!("sluice-model-{:016x}", rand::random::<u64>());
+            let store = sluice::DynamoStore::new(dynamo::client(&endpoint), table);
+            store.create_table().await.expect("create a model table");
+            store
+        })
+        .await
+        .unwrap();
+    Some(Arc::new(Remote(store)))
+}
+
+/// How many cases the DynamoDB run tries (`SLUICE_MODEL_DYNAMODB_CASES`, default 12).
+fn dynamodb_cases() -> u32 {
+    std::env::var("SLUICE_MODEL_DYNAMODB_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -1057,19 +1262,32 @@ proptest! {
         sizes in [(3u64..=20, 1u64..=10), (3u64..=20, 1u64..=10), (1u64..=4, 0u64..=0)],
         ops in proptest::collection::vec(op(), 1..120),
     ) {
+        runtime().block_on(run_case(Arc::new(MemoryStore::new()), START, &modes, sizes, ops))?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: dynamodb_cases(),
+        max_shrink_iters: 64,
+        ..ProptestConfig::default()
+    })]
+
+    /// The same on DynamoDB, a seed-protocol client always among the clients.
+    #[test]
+    fn several_clients_on_dynamodb_never_answer_against_the_true_bucket(
+        modes in proptest::collection::vec(mode(), 1..=3),
+        sizes in [(3u64..=20, 1u64..=10), (3u64..=20, 1u64..=10), (1u64..=4, 0u64..=0)],
+        ops in proptest::collection::vec(op(), 1..60),
+    ) {
+        let mut modes = modes;
+        modes.insert(0, Mode::Seed);
         runtime().block_on(async {
-            let mut world = World::new(&modes, sizes).await;
-            for (step, op) in ops.into_iter().enumerate() {
-                world.step(step, op).await?;
-            }
-            world.check_windows()?;
-            // Every lease still held goes back.
-            for client in &mut world.clients {
-                for lease in client.leases.drain(..) {
-                    let _ = lease.release().await;
-                }
-            }
-            Ok::<(), TestCaseError>(())
+            let Some(store) = dynamodb_table().await else {
+                return Ok(());
+            };
+            let start = dynamo::future_secs() * 1_000;
+            run_case(store, start, &modes, sizes, ops).await
         })?;
     }
 }

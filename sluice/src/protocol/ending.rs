@@ -17,7 +17,7 @@ use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::grant::{Kept, LeasePart};
-use crate::retry::Backoff;
+use crate::retry::{Backoff, Budget};
 use crate::shared::Core;
 use crate::store::{
     BucketChange, BucketWrite, ChangeError, Commit, CommitError, ConditionFailure, LeaseKey,
@@ -108,12 +108,25 @@ pub(crate) enum Ended {
 /// before anyone but its holder may end it (`holder_until`), it was this client's delete;
 /// after that, it may have been the reconciler's, and is taken as someone else's (a slot
 /// that may then stay short of its cost is healed by the reconciler, never given twice).
+/// A delete throttled, or refused while a transaction holds the row (another SDK's release
+/// or reconciler), applied nothing: it is sent again after a jittered backoff, up to
+/// `max_retries` times.
 pub(crate) async fn end_lease_row(
     core: &Core,
     key: &LeaseKey,
     holder_until: Option<UnixMillis>,
 ) -> Result<Ended, Error> {
-    match core.store.end_lease(key).await {
+    let mut pressed = Budget::new(core.config.max_retries);
+    let ended = loop {
+        match core.store.end_lease(key).await {
+            Err(e) if e.is_back_pressure() && pressed.lose() => {
+                tracing::debug!(%key, error = %e, "a lease row's delete met back-pressure; sending it again");
+                pressed.back_off(pressed.lost()).await;
+            }
+            other => break other,
+        }
+    };
+    match ended {
         Ok(true) => Ok(Ended::Here),
         Ok(false) => Ok(Ended::Elsewhere),
         Err(e) if e.answer_lost() => {

@@ -1,0 +1,154 @@
+//! Back-pressure at DynamoDB's real limits: independent clients (each with its own store,
+//! SDK client and retry partition, as separate processes have) hammer one dimension through
+//! `dynamodb-fidelity` with the per-item write ceiling scaled down, so the bucket item is
+//! throttled most of the time. A throttled or conflicted write never reaches a caller as
+//! an error: without a deadline it is a RetryIn, within one the caller gets its grant. The
+//! bucket's ledger stays exact: it lost exactly the tokens granted.
+
+mod dynamo;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dynamodb_fidelity::{Config as FidelityConfig, Fidelity, Running};
+use sluice::{Bucket, Config, DynamoStore, Error, RefillRate, Sluice, Tokens};
+
+const CAPACITY: i64 = 1_000_000;
+
+/// A fresh table on DynamoDB Local and a fidelity proxy in front of it with `ceiling`
+/// write units per second per item (and a quarter second of burst), or `None` to skip.
+async fn throttled(ceiling: f64) -> Option<(Running, String)> {
+    let endpoint = dynamo::endpoint()?;
+    let store = dynamo::fresh_store().await?;
+    let proxy = Fidelity::start(FidelityConfig {
+        upstream: endpoint,
+        write_ceiling: ceiling,
+        burst: Duration::from_millis(250),
+        transaction_hold: Duration::from_millis(5),
+        ..FidelityConfig::default()
+    })
+    .await
+    .expect("start dynamodb-fidelity");
+    Some((proxy, store.table().to_owned()))
+}
+
+/// A client of its own through the proxy: its own SDK client, store and retry partition.
+fn client(proxy: &Running, table: &str, caller: String) -> Sluice {
+    let store = DynamoStore::new(dynamo::client(&proxy.endpoint()), table);
+    sluice::SluiceBuilder::from_config(Config {
+        caller,
+        ..Config::default()
+    })
+    .store(store)
+    .build()
+    .unwrap()
+}
+
+/// A bucket that never runs short in the test and refills a token a day: whatever it
+/// lost is what was granted.
+fn ample() -> Bucket {
+    Bucket::requests(RefillRate::per_day(1)).with_capacity(CAPACITY as u64)
+}
+
+#[derive(Default)]
+struct Counts {
+    grants: AtomicU64,
+    retries: AtomicU64,
+}
+
+/// Asserts the proxy throttled the bucket (else the test proved nothing) and that the
+/// bucket lost exactly `grants` tokens.
+async fn check(proxy: &Running, sluice: &Sluice, dim: &str, grants: u64) {
+    let totals = *proxy.stats().totals();
+    assert!(
+        totals.throttled_writes + totals.throttled_reads > 0,
+        "the ceiling never throttled: {totals:?}"
+    );
+    let snapshot = sluice.snapshot(dim).await.unwrap();
+    let left = snapshot.available;
+    let expected = Tokens::new(CAPACITY - grants as i64);
+    assert!(
+        left >= expected && left < expected + Tokens::new(1),
+        "{grants} grants left {left} of {CAPACITY}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_without_a_deadline_is_a_retry_in_never_an_error() {
+    let Some((proxy, table)) = throttled(20.0).await else {
+        return;
+    };
+    let dim = "pressure#rpm";
+    let first = client(&proxy, &table, "pressure-0".into());
+    first.put_bucket(dim, ample()).await.unwrap();
+    let counts = Arc::new(Counts::default());
+    let until = Instant::now() + Duration::from_secs(3);
+    let callers = (0..8)
+        .map(|i| {
+            let sluice = client(&proxy, &table, format!("pressure-{i}"));
+            let counts = counts.clone();
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    match sluice.acquire(dim).await {
+                        Ok(lease) => {
+                            counts.grants.fetch_add(1, Ordering::SeqCst);
+                            lease.release().await.expect("a release is never an error");
+                        }
+                        Err(Error::RetryIn(wait)) => {
+                            counts.retries.fetch_add(1, Ordering::SeqCst);
+                            assert!(wait <= Duration::from_secs(1), "RetryIn({wait:?})");
+                            tokio::time::sleep(wait).await;
+                        }
+                        Err(e) => panic!("a caller got an error: {e}"),
+                    }
+                }
+            })
+        })
+        .collect::<Vec<_>>();
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let grants = counts.grants.load(Ordering::SeqCst);
+    let retries = counts.retries.load(Ordering::SeqCst);
+    assert!(
+        grants > 0 && retries > 0,
+        "{grants} grants, {retries} RetryIn"
+    );
+    check(&proxy, &first, dim, grants).await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_within_a_deadline_is_waited_out() {
+    let Some((proxy, table)) = throttled(40.0).await else {
+        return;
+    };
+    let dim = "pressure#tpm";
+    let first = client(&proxy, &table, "waiting-0".into());
+    first.put_bucket(dim, ample()).await.unwrap();
+    let grants = Arc::new(AtomicU64::new(0));
+    let until = Instant::now() + Duration::from_secs(3);
+    let callers = (0..6)
+        .map(|i| {
+            let sluice = client(&proxy, &table, format!("waiting-{i}"));
+            let grants = grants.clone();
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let lease = sluice
+                        .acquire_within(dim, Duration::from_secs(10))
+                        .await
+                        .unwrap_or_else(|e| panic!("within its deadline, a caller got {e}"));
+                    grants.fetch_add(1, Ordering::SeqCst);
+                    lease.release().await.expect("a release is never an error");
+                }
+            })
+        })
+        .collect::<Vec<_>>();
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let grants = grants.load(Ordering::SeqCst);
+    check(&proxy, &first, dim, grants).await;
+    proxy.shutdown().await;
+}
