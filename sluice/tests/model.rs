@@ -1245,12 +1245,12 @@ async fn dynamodb_table() -> Option<Shared> {
     Some(Arc::new(Remote(store)))
 }
 
-/// How many cases the DynamoDB run tries (`SLUICE_MODEL_DYNAMODB_CASES`, default 12).
+/// How many cases the DynamoDB run tries (`SLUICE_MODEL_DYNAMODB_CASES`, default 24).
 fn dynamodb_cases() -> u32 {
     std::env::var("SLUICE_MODEL_DYNAMODB_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(12)
+        .unwrap_or(24)
 }
 
 proptest! {
