@@ -191,7 +191,7 @@ fn realistic_rows() -> Vec<(&'static str, Item)> {
     ]);
     vec![
         ("bucket-full", write_bucket_row(&rpm)),
-        ("bucket-written-with-leases", write_bucket_row(&stamped)),
+        ("bucket-written", write_bucket_row(&stamped)),
         ("bucket-lean", write_bucket_row(&lean)),
         ("bucket-concurrent", write_bucket_row(&slots)),
         ("bucket-reserves", write_bucket_row(&reserved)),

@@ -429,7 +429,6 @@ impl Write<'_> {
     }
 }
 
-/// The wait after the `n`th throttle in a row: half to all of a doubling bound.
 /// Writes the grants' lease rows, sending them again while the store fails for a passing
 /// reason (writing a new row twice is writing it once).
 async fn record_leases(core: &Core, records: &[LeaseRecord]) -> Result<(), StoreError> {
@@ -477,6 +476,7 @@ fn record_in_background<T>(
     parts
 }
 
+/// The wait after the `n`th throttle in a row: half to all of a doubling bound.
 fn throttle_wait(n: u32) -> Duration {
     let bound = THROTTLE_FIRST
         .saturating_mul(1 << n.saturating_sub(1).min(10))
