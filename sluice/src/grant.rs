@@ -3,6 +3,9 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::Notify;
 
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
@@ -82,23 +85,119 @@ pub(crate) struct LeasePart {
 }
 
 /// A lease row written after its grant was answered (a `requests`/`tokens` lease row is
-/// only the reconciler's record, should its holder die): what ends or changes the row
-/// waits for it to [settle](Recording::settled) first.
+/// only the reconciler's record, should its holder die), and only once the lease has been
+/// held for a while ([`Config::lease_record_after`](crate::Config::lease_record_after)):
+/// a lease ended sooner never gets one. What ends or changes the lease asks it first.
 #[derive(Debug, Clone)]
-pub(crate) struct Recording(tokio::sync::watch::Receiver<bool>);
+pub(crate) struct Recording(Arc<RecordingState>);
+
+#[derive(Debug)]
+struct RecordingState {
+    stage: Mutex<Stage>,
+    settled: tokio::sync::watch::Sender<bool>,
+    /// Wakes the batch's writer to write now.
+    flush: Arc<Notify>,
+}
+
+#[derive(Debug)]
+enum Stage {
+    /// Not written yet: the row it will write.
+    Pending(LeaseRecord),
+    /// Being written.
+    Writing,
+    /// Written, or given up (the grant stands without the record).
+    Done,
+    /// Ended before it was written: no row will be.
+    Dropped,
+}
 
 impl Recording {
-    /// A recording, and what says it is done (sent `true`, or dropped).
-    pub(crate) fn new() -> (tokio::sync::watch::Sender<bool>, Recording) {
-        let (done, watch) = tokio::sync::watch::channel(false);
-        (done, Recording(watch))
+    /// The recordings of `records`, and what wakes their writer to write them at once.
+    pub(crate) fn batch(records: Vec<LeaseRecord>) -> (Vec<Recording>, Arc<Notify>) {
+        let flush = Arc::new(Notify::new());
+        let recordings = records
+            .into_iter()
+            .map(|record| {
+                Recording(Arc::new(RecordingState {
+                    stage: Mutex::new(Stage::Pending(record)),
+                    settled: tokio::sync::watch::channel(false).0,
+                    flush: flush.clone(),
+                }))
+            })
+            .collect();
+        (recordings, flush)
     }
 
-    /// Waits until the row's write is over, written or given up.
+    fn stage(&self) -> std::sync::MutexGuard<'_, Stage> {
+        self.0.stage.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// For the writer: the row to write, unless it was ended meanwhile.
+    pub(crate) fn start(&self) -> Option<LeaseRecord> {
+        let mut stage = self.stage();
+        match std::mem::replace(&mut *stage, Stage::Writing) {
+            Stage::Pending(record) => Some(record),
+            other => {
+                *stage = other;
+                None
+            }
+        }
+    }
+
+    /// For the writer: the write is over (written or given up).
+    pub(crate) fn finish(&self) {
+        let mut stage = self.stage();
+        if matches!(*stage, Stage::Writing) {
+            *stage = Stage::Done;
+        }
+        drop(stage);
+        self.0.settled.send_replace(true);
+    }
+
+    /// Waits until the row's write is over, written, given up, or never to be.
     pub(crate) async fn settled(&self) {
-        let mut watch = self.0.clone();
-        // An error: the writer is gone, so the write is over too.
+        let mut watch = self.0.settled.subscribe();
         let _ = watch.wait_for(|done| *done).await;
+    }
+
+    /// Writes the row now if it is still waiting, and waits until that is over.
+    pub(crate) async fn flushed(&self) {
+        if matches!(*self.stage(), Stage::Pending(_)) {
+            self.0.flush.notify_one();
+        }
+        self.settled().await;
+    }
+
+    /// For what ends the lease: whether it has a row to end. A row not yet written never
+    /// will be (and there is nothing to end); one being written is waited for.
+    pub(crate) async fn end(&self) -> bool {
+        {
+            let mut stage = self.stage();
+            match *stage {
+                Stage::Pending(_) => {
+                    *stage = Stage::Dropped;
+                    drop(stage);
+                    self.0.settled.send_replace(true);
+                    return false;
+                }
+                Stage::Dropped => return false,
+                Stage::Writing | Stage::Done => {}
+            }
+        }
+        self.settled().await;
+        true
+    }
+
+    /// Sets the cost the row will be written with, while it waits; `false` when it is
+    /// written (or being written) already.
+    pub(crate) fn set_cost(&self, cost: Tokens) -> bool {
+        match &mut *self.stage() {
+            Stage::Pending(record) => {
+                record.cost = cost;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -116,11 +215,24 @@ pub(crate) enum Kept {
 }
 
 impl LeasePart {
-    /// Waits until the lease row's write, if it goes on after the grant, is over.
+    /// Writes the lease row now if it is still waiting to be, and waits until that is over.
     pub(crate) async fn recorded(&self) {
         if let Some(r) = &self.recording {
-            r.settled().await;
+            r.flushed().await;
         }
+    }
+
+    /// This part as what ends it sees it: a lease row not yet written never will be, and
+    /// the part then has none to end (its cost is given back without one when it
+    /// restores); one being written is waited for.
+    pub(crate) async fn ending(&self) -> LeasePart {
+        let mut part = self.clone();
+        if let Some(r) = part.recording.take()
+            && !r.end().await
+        {
+            part.kept = Kept::Nowhere;
+        }
+        part
     }
 
     /// Whether there is a lease to end.

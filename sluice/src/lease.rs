@@ -102,12 +102,16 @@ impl Lease {
         self.grant.parts.iter().any(|p| p.restores)
     }
 
-    /// Waits until the lease's rows are in the store. The row of a `requests` or `tokens`
-    /// lease is written after the grant is answered (it is only the reconciler's record,
-    /// should the holder die before releasing: one round trip less for every grant), so
-    /// [`Sluice::leases`](crate::Sluice::leases) may not list it yet when `acquire`
-    /// returns; a slot's row is always written first. Releasing and adjusting wait for it
-    /// on their own.
+    /// Writes the lease's rows now if they are still waiting to be, and waits until they
+    /// are in the store. The row of a `requests` or `tokens` lease is only the reconciler's
+    /// record, should the holder die before releasing: it is written after the grant is
+    /// answered, once the lease has been held for
+    /// [`Config::lease_record_after`](crate::Config::lease_record_after), and a lease
+    /// released sooner never has one (its grant costs one write in all). So
+    /// [`Sluice::leases`](crate::Sluice::leases) and another process's
+    /// [`Sluice::release_id`](crate::Sluice::release_id) may not see it yet when `acquire`
+    /// returns; a slot's row is always written first. Releasing and adjusting need none of
+    /// this.
     ///
     /// ```
     /// use sluice::{Bucket, RefillRate, Sluice};

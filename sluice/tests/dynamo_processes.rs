@@ -167,6 +167,10 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str, mode: &s
     for t in tasks {
         held.extend(t.await.unwrap());
     }
+    // The parent counts the lease rows: write the ones still waiting for their time.
+    for lease in &held {
+        lease.recorded().await;
+    }
     // A grant from prefetched tokens took no commit.
     let prefetched = held.iter().filter(|l| l.attempts() == 0).count();
     let pairs = held.iter().filter(|l| l.cost(&tpm).is_some()).count();

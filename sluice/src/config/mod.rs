@@ -25,6 +25,10 @@ pub const DEFAULT_FOLD_AFTER: Duration = Duration::from_secs(60);
 /// Default time a `concurrent` bucket that does not match its leases must stay unchanged
 /// before the reconciler corrects it (`SLUICE_HEAL_SETTLE_MS`; see [`Config::heal_settle`]).
 pub const DEFAULT_HEAL_SETTLE: Duration = Duration::from_secs(10);
+
+/// How long a `requests`/`tokens` lease is held before its row is written
+/// (`SLUICE_LEASE_RECORD_AFTER_MS`; see [`Config::lease_record_after`]).
+pub const DEFAULT_LEASE_RECORD_AFTER: Duration = Duration::from_secs(1);
 /// Default deadline of one store call, its retries included (`SLUICE_STORE_TIMEOUT_MS`;
 /// see [`Config::store_timeout`]).
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -85,6 +89,7 @@ pub enum ConfigError {
 /// | `SLUICE_CALLER` | `caller` written on leases | Lambda function name or host name |
 /// | `SLUICE_PROTOCOL` | `fast` or `seed` (see [`Protocol`]) | `fast` |
 /// | `SLUICE_SLOT_POLL_MS` | slot poll interval, milliseconds (see [`Config::slot_poll`]) | 300 |
+/// | `SLUICE_LEASE_RECORD_AFTER_MS` | how long a `requests`/`tokens` lease is held before its row is written, milliseconds (see [`Config::lease_record_after`]) | 1000 |
 /// | `SLUICE_HEAL_SETTLE_MS` | how long a `concurrent` bucket off its leases must stay unchanged before the reconciler corrects it, milliseconds (see [`Config::heal_settle`]) | 10000 |
 /// | `SLUICE_STORE_TIMEOUT_MS` | deadline of one store call, retries included, milliseconds (see [`Config::store_timeout`]) | 3000 |
 /// | `SLUICE_STORE_ATTEMPT_TIMEOUT_MS` | deadline of one attempt of a store call, milliseconds | 1000 |
@@ -131,6 +136,14 @@ pub struct Config {
     /// time between a client's two writes, the store's deadline and retries included.
     /// At least 1 ms.
     pub heal_settle: Duration,
+    /// How long a `requests` or `tokens` lease is held before its row is written (at most
+    /// half its time to live). Such a row is only the reconciler's record, should the
+    /// holder die before releasing, so a lease released sooner never has one: its grant
+    /// costs one write in all, like a lean grant. The price: a holder that dies within
+    /// this time is refunded nothing (the tokens stay used, as its call would have used
+    /// them). `0` writes every row at once (after the grant is answered). A slot's row is
+    /// always written before the slot is handed out.
+    pub lease_record_after: Duration,
     /// The longest one call to the store may take, its retries included: a store that
     /// stops answering makes a call fail with [`StoreError::Timeout`](crate::store::StoreError::Timeout)
     /// after this long, not after the SDK's own limits. Applied to the DynamoDB client
@@ -178,6 +191,7 @@ impl Default for Config {
             slot_poll: DEFAULT_SLOT_POLL,
             fold_after: DEFAULT_FOLD_AFTER,
             heal_settle: DEFAULT_HEAL_SETTLE,
+            lease_record_after: DEFAULT_LEASE_RECORD_AFTER,
             store_timeout: DEFAULT_STORE_TIMEOUT,
             store_attempt_timeout: DEFAULT_STORE_ATTEMPT_TIMEOUT,
             clock_skew: DEFAULT_CLOCK_SKEW,
@@ -272,6 +286,13 @@ impl Config {
         let millis = |variable| millis_from(1, variable, non_empty(variable));
         if let Some(poll) = millis("SLUICE_SLOT_POLL_MS")? {
             config.slot_poll = poll;
+        }
+        if let Some(after) = millis_from(
+            0,
+            "SLUICE_LEASE_RECORD_AFTER_MS",
+            non_empty("SLUICE_LEASE_RECORD_AFTER_MS"),
+        )? {
+            config.lease_record_after = after;
         }
         if let Some(settle) = millis("SLUICE_HEAL_SETTLE_MS")? {
             config.heal_settle = settle;

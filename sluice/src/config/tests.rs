@@ -41,6 +41,23 @@ fn every_variable_is_read() {
     assert_eq!(c.heal_settle, Duration::from_millis(2_500));
     assert!(Config::from_lookup(env(&[("SLUICE_HEAL_SETTLE_MS", "0")])).is_err());
     assert_eq!(
+        Config::from_lookup(env(&[("SLUICE_LEASE_RECORD_AFTER_MS", "0")]))
+            .unwrap()
+            .lease_record_after,
+        Duration::ZERO
+    );
+    assert_eq!(
+        Config::from_lookup(env(&[("SLUICE_LEASE_RECORD_AFTER_MS", "2500")]))
+            .unwrap()
+            .lease_record_after,
+        Duration::from_millis(2_500)
+    );
+    assert_eq!(
+        Config::from_lookup(env(&[])).unwrap().lease_record_after,
+        crate::DEFAULT_LEASE_RECORD_AFTER
+    );
+    assert!(Config::from_lookup(env(&[("SLUICE_LEASE_RECORD_AFTER_MS", "soon")])).is_err());
+    assert_eq!(
         Config::from_lookup(env(&[])).unwrap().heal_settle,
         crate::DEFAULT_HEAL_SETTLE
     );

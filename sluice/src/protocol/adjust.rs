@@ -110,9 +110,15 @@ async fn adjust_by_change(
     Ok(())
 }
 
-/// Sets the lease row's cost (nothing for a lease without a row).
+/// Sets the lease row's cost (nothing for a lease without a row; a row not yet written
+/// will be written with it).
 async fn set_lease_cost(core: &Core, part: &LeasePart, cost: Tokens) -> Result<(), Error> {
-    part.recorded().await;
+    if let Some(recording) = &part.recording {
+        if recording.set_cost(cost) {
+            return Ok(());
+        }
+        recording.settled().await;
+    }
     if part.kept != Kept::Row {
         return Ok(());
     }

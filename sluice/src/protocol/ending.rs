@@ -155,10 +155,8 @@ pub(crate) async fn end_leases(
     parts: Vec<LeasePart>,
     holder_until: Option<UnixMillis>,
 ) -> Result<usize, Error> {
-    // A row still being written is ended once it is there.
-    for part in &parts {
-        part.recorded().await;
-    }
+    // A row not yet written never will be; one being written is ended once it is there.
+    let parts = futures::future::join_all(parts.iter().map(LeasePart::ending)).await;
     let mut ended = 0;
     let mut back: Vec<(Dimension, Tokens)> = Vec::new();
     for part in parts {

@@ -27,10 +27,8 @@ pub(crate) async fn release_parts(
     parts: &[LeasePart],
     expires_at: UnixMillis,
 ) -> Result<(), Error> {
-    // A row still being written is ended once it is there.
-    for part in parts {
-        part.recorded().await;
-    }
+    // A row not yet written never will be; one being written is ended once it is there.
+    let parts = &futures::future::join_all(parts.iter().map(LeasePart::ending)).await;
     if core.config.protocol != Protocol::Fast {
         return end_in_transactions(core, parts.to_vec(), Some(expires_at))
             .await

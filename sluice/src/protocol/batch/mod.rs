@@ -24,20 +24,21 @@ use crate::bucket::BucketState;
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
-use crate::grant::{Grant, Kept, LeasePart, Recording};
-use crate::retry::Backoff;
+use crate::grant::{Grant, Kept, LeasePart};
 use crate::shared::Core;
 use crate::shared::lanes::{
     AcquireJob, Lane, ReleaseJob, answer_all, answer_each, fail_all, join_queued,
 };
-use crate::store::{BucketChange, ChangeError, LeaseKey, LeaseRecord, StoreError};
+use crate::store::{BucketChange, ChangeError, LeaseKey, StoreError};
 
 use super::ending::{give_back_in_background, restore};
 use super::refusals;
 
 mod plan;
+mod record;
 
 use self::plan::{Plan, jobs_of};
+use self::record::{record_in_background, record_leases};
 
 /// Condition failures with a fresh row in hand are retried at once; this bounds them. A
 /// change fails only when the bucket is shorter than remembered or another writer moved
@@ -347,7 +348,7 @@ impl Write<'_> {
                 Err(e) => self.unrecorded(parts, restores, e).await,
             }
         } else {
-            record_in_background(self.core, records, parts)
+            record_in_background(self.core, records, parts, now)
         };
         for (a, part, expires_at) in parts {
             let grant = Grant::new(vec![part], now, expires_at, self.attempts);
@@ -427,53 +428,6 @@ impl Write<'_> {
             error,
         );
     }
-}
-
-/// Writes the grants' lease rows, sending them again while the store fails for a passing
-/// reason (writing a new row twice is writing it once).
-async fn record_leases(core: &Core, records: &[LeaseRecord]) -> Result<(), StoreError> {
-    if records.is_empty() {
-        return Ok(());
-    }
-    let mut backoff = Backoff::new();
-    for attempt in 1u32.. {
-        match core.rows.put(&core.store, records.to_vec()).await {
-            Err(e) if (e.is_transient() || e.answer_lost()) && attempt < 6 => {
-                tracing::debug!(error = %e, attempt, "writing lease rows failed; sending them again");
-                backoff.sleep(attempt).await;
-            }
-            done => return done,
-        }
-    }
-    Ok(())
-}
-
-/// Writes the lease rows of `requests`/`tokens` grants after the grants are answered: such
-/// a row is only the reconciler's record, should its holder die, so a holder that dies
-/// before it is written is refunded nothing (the quota it took stays used), and the grant
-/// costs its caller one round trip. Ending or changing a part waits for its row first.
-fn record_in_background<T>(
-    core: &Arc<Core>,
-    records: Vec<LeaseRecord>,
-    mut parts: Vec<(T, LeasePart, UnixMillis)>,
-) -> Vec<(T, LeasePart, UnixMillis)> {
-    if records.is_empty() {
-        return parts;
-    }
-    let (done, recording) = Recording::new();
-    for (_, part, _) in &mut parts {
-        if part.kept == Kept::Row {
-            part.recording = Some(recording.clone());
-        }
-    }
-    let core = core.clone();
-    tokio::spawn(async move {
-        if let Err(error) = record_leases(&core, &records).await {
-            tracing::warn!(%error, leases = records.len(), "lease rows could not be written; the grants stand, without the reconciler's record of them");
-        }
-        let _ = done.send(true);
-    });
-    parts
 }
 
 /// The wait after the `n`th throttle in a row: half to all of a doubling bound.

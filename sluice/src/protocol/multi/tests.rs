@@ -65,7 +65,7 @@ async fn a_waiting_callers_pair_takes_no_other_dimensions_window_from_before_its
 }
 
 /// A store whose clock moves on while it writes a dimension's give-back (the change
-/// that follows the end of one of its lease rows).
+/// that follows the end of one of its lease rows, or adds to its tokens).
 #[derive(Debug)]
 struct SlowGiveBack {
     inner: MemoryStore,
@@ -86,8 +86,14 @@ impl Store for SlowGiveBack {
         self.inner.commit(commit).await
     }
     async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
+        // A give-back adds to the tokens, or fills the bucket (its lease row, not yet
+        // written, never will be).
+        let adds = match change.commute.tokens {
+            crate::bucket::TokensOp::Add(t) => t > crate::tokens::Tokens::ZERO,
+            crate::bucket::TokensOp::Set(t) => t >= change.bucket.capacity(),
+        };
         let gives_back = change.dimension == self.slow
-            && self.ended.swap(false, std::sync::atomic::Ordering::Relaxed);
+            && (self.ended.swap(false, std::sync::atomic::Ordering::Relaxed) || adds);
         if gives_back {
             self.clock.advance(Duration::from_millis(400));
         }

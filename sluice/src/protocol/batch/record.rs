@@ -1,0 +1,77 @@
+//! The lease rows of a lane write's grants: a slot's written before it is handed out, a
+//! `requests`/`tokens` lease's after its grant is answered, once it has been held a while.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::UnixMillis;
+use crate::grant::{Kept, LeasePart, Recording};
+use crate::retry::Backoff;
+use crate::shared::Core;
+use crate::store::{LeaseKey, LeaseRecord, StoreError};
+
+/// Writes the grants' lease rows, sending them again while the store fails for a passing
+/// reason (writing a new row twice is writing it once).
+pub(super) async fn record_leases(core: &Core, records: &[LeaseRecord]) -> Result<(), StoreError> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let mut backoff = Backoff::new();
+    for attempt in 1u32.. {
+        match core.rows.put(&core.store, records.to_vec()).await {
+            Err(e) if (e.is_transient() || e.answer_lost()) && attempt < 6 => {
+                tracing::debug!(error = %e, attempt, "writing lease rows failed; sending them again");
+                backoff.sleep(attempt).await;
+            }
+            done => return done,
+        }
+    }
+    Ok(())
+}
+
+/// Writes the lease rows of `requests`/`tokens` grants after the grants are answered, once
+/// they have been held for [`Config::lease_record_after`](crate::Config::lease_record_after)
+/// (at most half their time to live): such a row is only the reconciler's record, should
+/// its holder die, so a lease released sooner never gets one and its grant costs one write
+/// in all. A holder that dies before its row is written is refunded nothing (the quota it
+/// took stays used). Ending or changing a part asks its recording first.
+pub(super) fn record_in_background<T>(
+    core: &Arc<Core>,
+    records: Vec<LeaseRecord>,
+    mut parts: Vec<(T, LeasePart, UnixMillis)>,
+    now: UnixMillis,
+) -> Vec<(T, LeasePart, UnixMillis)> {
+    if records.is_empty() {
+        return parts;
+    }
+    let after = parts
+        .iter()
+        .map(|(_, _, expires_at)| expires_at.saturating_since(now) / 2)
+        .fold(core.config.lease_record_after, Duration::min);
+    let keys: Vec<LeaseKey> = records.iter().map(|r| r.key.clone()).collect();
+    let (recordings, flush) = Recording::batch(records);
+    for (_, part, _) in &mut parts {
+        if part.kept == Kept::Row
+            && let Some(i) = keys.iter().position(|k| *k == part.key)
+        {
+            part.recording = Some(recordings[i].clone());
+        }
+    }
+    let core = core.clone();
+    tokio::spawn(async move {
+        if !after.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(after) => {}
+                () = flush.notified() => {}
+            }
+        }
+        let records: Vec<LeaseRecord> = recordings.iter().filter_map(Recording::start).collect();
+        if let Err(error) = record_leases(&core, &records).await {
+            tracing::warn!(%error, leases = records.len(), "lease rows could not be written; the grants stand, without the reconciler's record of them");
+        }
+        for recording in &recordings {
+            recording.finish();
+        }
+    });
+    parts
+}
