@@ -189,7 +189,7 @@ impl RefillRate {
     }
 
     /// Reads a bare decimal of tokens per second (a row's `refill_rate`), exact to
-    /// [`RATE_DECIMALS`] places and rounded as asked beyond; the text form with a unit is
+    /// 38 decimal places and rounded as asked beyond; the text form with a unit is
     /// read too.
     pub fn parse_rounded(text: &str, rounding: Rounding) -> Result<Self, DecimalError> {
         parse(text, true, rounding)

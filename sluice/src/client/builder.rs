@@ -108,7 +108,7 @@ impl SluiceBuilder {
         self
     }
 
-    /// How acquires talk to the store (`SLUICE_PROTOCOL`, see [`Protocol`]).
+    /// How acquires talk to the store (`SLUICE_PROTOCOL`, see [`Protocol`](crate::Protocol)).
     ///
     /// ```
     /// use sluice::Protocol;

@@ -126,7 +126,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///
     /// The store must not send a change twice on its own: a change adds to the row, and
     /// a resend after an answer that was lost could apply it twice. An answer that is
-    /// lost is an error that [may have applied](StoreError::answer_lost).
+    /// lost is an error that [may have applied](StoreError::may_have_applied).
     async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError>;
 
     /// Writes new lease rows, without conditions (their keys are new). On DynamoDB this is
@@ -136,7 +136,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Deletes the lease row `key` if it exists; whether this call deleted it. Whoever
     /// deletes a lease row gives its cost back (once: the delete is conditioned on the row
     /// existing). Never sent twice by the store: a failure whose answer was lost [may have
-    /// deleted it](StoreError::answer_lost).
+    /// deleted it](StoreError::may_have_applied).
     async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError>;
 
     /// Whether the store may lose the answer to a write that applied (a network store):
