@@ -153,6 +153,22 @@ pub(crate) async fn ample(args: &Args, target: &Target, sluice: &Sluice) {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let (p, t) = shape(&args.fan_shape);
+    if args.warmup > 0 {
+        // Unmeasured: the first shape of this many processes on a fresh server ran slower
+        // than the same shape later in the run (DynamoDB Local warming to it), whichever
+        // mode it was.
+        eprintln!("warming up the fan-out shape for {} s", args.warmup);
+        let _ = run(
+            args,
+            target,
+            "fan-fast",
+            (rpm.as_str(), tpm.as_str()),
+            (p, t),
+            args.fan_hold_ms,
+            args.warmup,
+        )
+        .await;
+    }
     let mut floor_p50 = None;
     for (name, kind) in std::iter::once(FLOOR).chain(MODES) {
         let dims = match kind {
