@@ -64,18 +64,23 @@ async fn a_waiting_callers_pair_takes_no_other_dimensions_window_from_before_its
     assert_eq!(answer.retry_in(), Some(Duration::from_millis(999)));
 }
 
-/// A store whose clock moves on while it writes a dimension's give-back (the change
-/// that follows the end of one of its lease rows, or adds to its tokens).
-#[derive(Debug)]
-struct SlowGiveBack {
+/// A store that, on the changes of one dimension, moves its clock on while it writes a
+/// give-back (`slow`: the change that follows the end of one of its lease rows, or adds to
+/// its tokens), or refuses the first `throttles` with a throttle (`pressed`); it counts the
+/// changes of each dimension.
+#[derive(Debug, Default)]
+struct Pressed {
     inner: MemoryStore,
-    clock: ManualClock,
-    slow: Dimension,
+    clock: Option<ManualClock>,
+    slow: Option<Dimension>,
     ended: std::sync::atomic::AtomicBool,
+    pressed: Option<Dimension>,
+    throttles: std::sync::atomic::AtomicU32,
+    changes: std::sync::Mutex<Vec<Dimension>>,
 }
 
 #[async_trait::async_trait]
-impl Store for SlowGiveBack {
+impl Store for Pressed {
     async fn read_buckets(
         &self,
         dimensions: &[Dimension],
@@ -86,16 +91,30 @@ impl Store for SlowGiveBack {
         self.inner.commit(commit).await
     }
     async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
+        self.changes.lock().unwrap().push(change.dimension.clone());
+        let refuse = self.pressed.as_ref() == Some(&change.dimension)
+            && self
+                .throttles
+                .fetch_update(
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                    |n| n.checked_sub(1),
+                )
+                .is_ok();
+        if refuse {
+            return Err(ChangeError::Store(StoreError::Throttled { source: None }));
+        }
         // A give-back adds to the tokens, or fills the bucket (its lease row, not yet
         // written, never will be).
         let adds = match change.commute.tokens {
             crate::bucket::TokensOp::Add(t) => t > crate::tokens::Tokens::ZERO,
             crate::bucket::TokensOp::Set(t) => t >= change.bucket.capacity(),
         };
-        let gives_back = change.dimension == self.slow
-            && (self.ended.swap(false, std::sync::atomic::Ordering::Relaxed) || adds);
-        if gives_back {
-            self.clock.advance(Duration::from_millis(400));
+        if self.slow.as_ref() == Some(&change.dimension)
+            && (self.ended.swap(false, std::sync::atomic::Ordering::Relaxed) || adds)
+            && let Some(clock) = &self.clock
+        {
+            clock.advance(Duration::from_millis(400));
         }
         self.inner.change(change).await
     }
@@ -103,7 +122,7 @@ impl Store for SlowGiveBack {
         self.inner.put_leases(leases).await
     }
     async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-        if key.dimension().as_ref() == Some(&self.slow) {
+        if self.slow.is_some() && key.dimension() == self.slow {
             self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         self.inner.end_lease(key).await
@@ -135,11 +154,10 @@ impl Store for SlowGiveBack {
 #[tokio::test]
 async fn a_pairs_retry_in_counts_down_while_the_give_back_is_written() {
     let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
-    let store = Arc::new(SlowGiveBack {
-        inner: MemoryStore::new(),
-        clock: clock.clone(),
-        slow: "pair#a".parse().unwrap(),
-        ended: std::sync::atomic::AtomicBool::new(false),
+    let store = Arc::new(Pressed {
+        clock: Some(clock.clone()),
+        slow: Some("pair#a".parse().unwrap()),
+        ..Pressed::default()
     });
     let sluice = client(store.clone(), &clock);
     sluice
@@ -178,79 +196,11 @@ async fn a_pairs_retry_in_counts_down_while_the_give_back_is_written() {
     );
 }
 
-/// A store that refuses the first `throttles` changes of one dimension with a throttle,
-/// and counts the changes of each.
-#[derive(Debug)]
-struct Throttles {
-    inner: MemoryStore,
-    pressed: Dimension,
-    throttles: std::sync::atomic::AtomicU32,
-    changes: std::sync::Mutex<Vec<Dimension>>,
-}
-
-#[async_trait::async_trait]
-impl Store for Throttles {
-    async fn read_buckets(
-        &self,
-        dimensions: &[Dimension],
-    ) -> Result<Vec<Option<BucketState>>, StoreError> {
-        self.inner.read_buckets(dimensions).await
-    }
-    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-        self.inner.commit(commit).await
-    }
-    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
-        self.changes.lock().unwrap().push(change.dimension.clone());
-        let refuse = change.dimension == self.pressed
-            && self
-                .throttles
-                .fetch_update(
-                    std::sync::atomic::Ordering::Relaxed,
-                    std::sync::atomic::Ordering::Relaxed,
-                    |n| n.checked_sub(1),
-                )
-                .is_ok();
-        if refuse {
-            return Err(ChangeError::Store(StoreError::Throttled { source: None }));
-        }
-        self.inner.change(change).await
-    }
-    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
-        self.inner.put_leases(leases).await
-    }
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-        self.inner.end_lease(key).await
-    }
-    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
-        self.inner.delete_leases(keys).await
-    }
-    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
-        self.inner.read_leases(keys).await
-    }
-    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
-        self.inner.scan_leases(filter).await
-    }
-    async fn put_bucket(
-        &self,
-        state: &BucketState,
-        expected: Option<&BucketState>,
-    ) -> Result<bool, StoreError> {
-        self.inner.put_bucket(state, expected).await
-    }
-    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
-        self.inner.list_buckets().await
-    }
-    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
-        self.inner.delete_bucket(dimension).await
-    }
-}
-
-fn throttling(throttles: u32) -> Arc<Throttles> {
-    Arc::new(Throttles {
-        inner: MemoryStore::new(),
-        pressed: "pair#tpm".parse().unwrap(),
+fn throttling(throttles: u32) -> Arc<Pressed> {
+    Arc::new(Pressed {
+        pressed: Some("pair#tpm".parse().unwrap()),
         throttles: std::sync::atomic::AtomicU32::new(throttles),
-        changes: std::sync::Mutex::new(Vec::new()),
+        ..Pressed::default()
     })
 }
 

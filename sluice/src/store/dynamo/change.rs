@@ -10,9 +10,8 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::row::{self, Expr};
-use super::{BATCH_ROUNDS, BATCH_WRITE_MAX, DynamoStore, EXISTS, Units, build_error};
+use super::{BATCH_WRITE_MAX, DynamoStore, EXISTS, Units, build_error};
 use crate::bucket::{BucketState, Condition, MAX_VERSION, TokensOp};
-use crate::retry::Rounds;
 use crate::store::{BucketChange, ChangeError, LeaseKey, LeaseRecord, StoreError};
 
 /// A call's configuration that sends it once: what adds to a row must not be resent after
@@ -178,7 +177,7 @@ impl DynamoStore {
     /// unprocessed.
     pub(super) async fn put_lease_rows(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
         for chunk in leases.chunks(BATCH_WRITE_MAX) {
-            let mut requests: Vec<WriteRequest> = chunk
+            let requests: Vec<WriteRequest> = chunk
                 .iter()
                 .map(|r| {
                     PutRequest::builder()
@@ -188,26 +187,7 @@ impl DynamoStore {
                         .map_err(build_error)
                 })
                 .collect::<Result<_, _>>()?;
-            let mut rounds = Rounds::new(BATCH_ROUNDS);
-            while !requests.is_empty() {
-                if !rounds.next().await {
-                    return Err(StoreError::Throttled { source: None });
-                }
-                self.count_call();
-                let out = self
-                    .client
-                    .batch_write_item()
-                    .request_items(self.table.as_ref(), requests)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send()
-                    .await
-                    .map_err(|e| self.err(e))?;
-                self.count_capacity(Units::Write, out.consumed_capacity());
-                requests = out
-                    .unprocessed_items
-                    .and_then(|mut u| u.remove(self.table.as_ref()))
-                    .unwrap_or_default();
-            }
+            self.write_batch(requests).await?;
         }
         Ok(())
     }

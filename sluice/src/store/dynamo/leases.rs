@@ -16,7 +16,7 @@ use crate::store::{LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, StoreError};
 impl DynamoStore {
     pub(super) async fn delete_lease_rows(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
         for chunk in keys.chunks(BATCH_WRITE_MAX) {
-            let mut requests: Vec<WriteRequest> = chunk
+            let requests: Vec<WriteRequest> = chunk
                 .iter()
                 .map(|k| {
                     DeleteRequest::builder()
@@ -26,28 +26,36 @@ impl DynamoStore {
                         .map_err(build_error)
                 })
                 .collect::<Result<_, _>>()?;
-            let mut rounds = Rounds::new(BATCH_ROUNDS);
-            while !requests.is_empty() {
-                // DynamoDB hands back what it could not write now (throughput): resend only
-                // that, after a pause, and give up after a bound.
-                if !rounds.next().await {
-                    return Err(StoreError::Throttled { source: None });
-                }
-                self.count_call();
-                let out = self
-                    .client
-                    .batch_write_item()
-                    .request_items(self.table.as_ref(), requests)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send()
-                    .await
-                    .map_err(|e| self.err(e))?;
-                self.count_capacity(Units::Write, out.consumed_capacity());
-                requests = out
-                    .unprocessed_items
-                    .and_then(|mut u| u.remove(self.table.as_ref()))
-                    .unwrap_or_default();
+            self.write_batch(requests).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends one `BatchWriteItem` of at most 25 requests. DynamoDB hands back what it could
+    /// not write now (throughput): only that is resent, after a pause, up to a bound.
+    pub(super) async fn write_batch(
+        &self,
+        mut requests: Vec<WriteRequest>,
+    ) -> Result<(), StoreError> {
+        let mut rounds = Rounds::new(BATCH_ROUNDS);
+        while !requests.is_empty() {
+            if !rounds.next().await {
+                return Err(StoreError::Throttled { source: None });
             }
+            self.count_call();
+            let out = self
+                .client
+                .batch_write_item()
+                .request_items(self.table.as_ref(), requests)
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .map_err(|e| self.err(e))?;
+            self.count_capacity(Units::Write, out.consumed_capacity());
+            requests = out
+                .unprocessed_items
+                .and_then(|mut u| u.remove(self.table.as_ref()))
+                .unwrap_or_default();
         }
         Ok(())
     }
