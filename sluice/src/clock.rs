@@ -90,6 +90,29 @@ impl fmt::Display for UnixMillis {
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current time.
     fn now(&self) -> UnixMillis;
+
+    /// The current time in whole microseconds since the Unix epoch. Only fills of a full
+    /// bucket read it, to order two fills within one millisecond (see
+    /// [`BucketState::last_refill_micros`](crate::BucketState::last_refill_micros)); a
+    /// clock that keeps milliseconds only, as by default, orders them by the millisecond.
+    ///
+    /// ```
+    /// use sluice::{Clock, ManualClock, UnixMillis};
+    ///
+    /// let clock = ManualClock::new(UnixMillis::new(1_700_000_000_250));
+    /// assert_eq!(clock.now_micros(), 1_700_000_000_250_000);
+    /// ```
+    fn now_micros(&self) -> i64 {
+        self.now().as_millis().saturating_mul(1_000)
+    }
+}
+
+/// The microsecond `micros` (a clock's [`Clock::now_micros`]) within the millisecond `at`:
+/// itself when it falls in it, else the nearest end of it (the clock was read twice, or
+/// moved between the readings).
+pub(crate) fn micros_within(at: UnixMillis, micros: i64) -> i64 {
+    let start = at.as_millis().saturating_mul(1_000);
+    micros.clamp(start, start.saturating_add(999))
 }
 
 /// The system's wall clock.
@@ -98,10 +121,14 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> UnixMillis {
+        UnixMillis(self.now_micros().div_euclid(1_000))
+    }
+
+    fn now_micros(&self) -> i64 {
         let since = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
-        UnixMillis(i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+        i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
     }
 }
 
@@ -190,6 +217,17 @@ mod tests {
         );
         assert_eq!(t.as_secs_ceil(), 1_709_550_003);
         assert_eq!(UnixMillis::from_secs(5).as_secs_ceil(), 5);
+    }
+
+    #[test]
+    fn microseconds_stay_within_their_millisecond() {
+        let at = UnixMillis::new(1_000);
+        assert_eq!(micros_within(at, 1_000_250), 1_000_250);
+        assert_eq!(micros_within(at, 1_001_250), 1_000_999);
+        assert_eq!(micros_within(at, 999_999), 1_000_000);
+        let clock = SystemClock;
+        let (micros, now) = (clock.now_micros(), clock.now());
+        assert!(now.as_millis() >= micros / 1_000);
     }
 
     #[tokio::test(start_paused = true)]

@@ -34,7 +34,7 @@ use ethnum::U256;
 
 use super::refill::{Level, RefillCarry};
 use super::state::BucketState;
-use crate::clock::UnixMillis;
+use crate::clock::{UnixMillis, micros_within};
 use crate::rate::PerMilli;
 use crate::tokens::Tokens;
 
@@ -60,6 +60,14 @@ pub enum Condition {
     RefilledSince(UnixMillis),
     /// `last_refill_at ≤` this.
     RefilledBy(UnixMillis),
+    /// `last_refill_at =` `at`, set by a fill at a microsecond of its millisecond no
+    /// later than `micros_by` (see [`BucketState::last_refill_micros`]).
+    RefilledWithin {
+        /// The millisecond.
+        at: UnixMillis,
+        /// The latest microsecond accepted.
+        micros_by: i64,
+    },
 }
 
 impl Condition {
@@ -71,6 +79,9 @@ impl Condition {
             Condition::RefilledAt(t) => row.last_refill_at == t,
             Condition::RefilledSince(t) => row.last_refill_at >= t,
             Condition::RefilledBy(t) => row.last_refill_at <= t,
+            Condition::RefilledWithin { at, micros_by } => {
+                row.last_refill_at == at && row.refilled_micros().is_some_and(|us| us <= micros_by)
+            }
         }
     }
 }
@@ -84,14 +95,33 @@ pub struct Commute {
     pub tokens: TokensOp,
     /// The refill timestamp and carry it sets (a fold or a fill), or `None` to leave them.
     pub refill: Option<(UnixMillis, RefillCarry)>,
+    /// With `refill`, the same timestamp to the microsecond, when known (a fill): written as
+    /// [`BucketState::last_refill_micros`]; `None` forgets it.
+    pub refill_micros: Option<i64>,
     /// What the stored row must satisfy.
     pub when: Vec<Condition>,
+    /// Another set of conditions that makes the change right as well (a fill after another
+    /// fill within the same millisecond), or empty: the change applies when every
+    /// condition of `when` holds, or every one of this.
+    pub or_when: Vec<Condition>,
 }
 
 impl Commute {
-    /// Whether `row` satisfies every condition.
+    /// Whether `row` satisfies every condition of `when`, or every one of a non-empty
+    /// `or_when`.
     pub fn holds(&self, row: &BucketState) -> bool {
         self.when.iter().all(|c| c.holds(row))
+            || (!self.or_when.is_empty() && self.or_when.iter().all(|c| c.holds(row)))
+    }
+
+    /// `row` once the change is applied to it: its level, and the refill timestamp's
+    /// microsecond when the change moves it.
+    pub fn apply_to(&self, row: &mut BucketState) {
+        let level = self.applied(row);
+        row.set_level(level);
+        if self.refill.is_some() {
+            row.last_refill_micros = self.refill_micros;
+        }
     }
 
     /// The level `row` has once the change is applied to it.
@@ -127,13 +157,14 @@ pub(crate) struct Want {
     pub(crate) ceiling: Tokens,
 }
 
-/// The change that does `want` to `row`'s bucket at `now`, computed from `row` (what this
-/// writer remembers; the conditions make it right whatever the row has become), or `None`
-/// when `row` cannot serve it. An anchor older than `fold_after` is folded.
+/// The change that does `want` to `row`'s bucket at `now` (`now_micros` to the
+/// microsecond, by the same clock), computed from `row` (what this writer remembers; the
+/// conditions make it right whatever the row has become), or `None` when `row` cannot
+/// serve it. An anchor older than `fold_after` is folded.
 pub(crate) fn commute(
     row: &BucketState,
     want: &Want,
-    now: UnixMillis,
+    (now, now_micros): (UnixMillis, i64),
     fold_after: Duration,
 ) -> Option<Commute> {
     let net = want.restored - want.taken;
@@ -145,7 +176,7 @@ pub(crate) fn commute(
     let at = now.max(anchor);
     let (refill, carry) = earned(row.level(), rate, at);
     if row.tokens + refill + want.restored >= want.ceiling {
-        return fill(row, want, rate, at);
+        return fill(row, want, rate, (at, micros_within(at, now_micros)));
     }
     let level = row.tokens + refill;
     if want.need.is_some_and(|need| level + want.restored < need) {
@@ -162,6 +193,8 @@ pub(crate) fn commute(
                 .map(|n| Condition::TokensAtLeast(n - want.restored)),
         );
         return Some(Commute {
+            refill_micros: None,
+            or_when: Vec::new(),
             tokens: TokensOp::Add(net),
             refill: None,
             when,
@@ -174,12 +207,16 @@ pub(crate) fn commute(
     );
     if at.saturating_since(anchor) >= fold_after {
         return Some(Commute {
+            refill_micros: None,
+            or_when: Vec::new(),
             tokens: TokensOp::Add(refill + net),
             refill: Some((at, carry)),
             when,
         });
     }
     Some(Commute {
+        refill_micros: None,
+        or_when: Vec::new(),
         tokens: TokensOp::Add(net),
         refill: None,
         when,
@@ -195,6 +232,8 @@ fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute
             return None;
         }
         return Some(Commute {
+            refill_micros: None,
+            or_when: Vec::new(),
             tokens: TokensOp::Set(want.ceiling - want.taken),
             refill: None,
             when: vec![Condition::TokensAtLeast(want.ceiling - want.restored)],
@@ -212,6 +251,8 @@ fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute
         when.push(Condition::TokensAtMost(want.ceiling - want.restored));
     }
     Some(Commute {
+        refill_micros: None,
+        or_when: Vec::new(),
         tokens: TokensOp::Add(net),
         refill: None,
         when,
@@ -221,17 +262,19 @@ fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute
 /// A fill: the bucket is full at `at` (refill has reached its ceiling), whoever wrote it
 /// last, so it is set to the ceiling less what is taken. Its conditions accept any row that
 /// is full at `at` by a refill counted without the row's carry, else (`row` is full only
-/// thanks to its carry, less than a billionth) exactly `row`'s refill timestamp; `None`
-/// when the take is more than the bucket ever holds.
-fn fill(row: &BucketState, want: &Want, rate: PerMilli, at: UnixMillis) -> Option<Commute> {
+/// thanks to its carry, less than a billionth) exactly `row`'s refill timestamp; or a row
+/// another fill set within `at`'s millisecond, at least the time it takes to refill a take
+/// of this size before `micros` (`at` to the microsecond). `None` when the take is more
+/// than the bucket ever holds.
+fn fill(
+    row: &BucketState,
+    want: &Want,
+    rate: PerMilli,
+    (at, micros): (UnixMillis, i64),
+) -> Option<Commute> {
     if want.need.is_some_and(|need| want.ceiling < need) {
         return None;
     }
-    let set = |when| Commute {
-        tokens: TokensOp::Set(want.ceiling - want.taken),
-        refill: Some((at, RefillCarry::ZERO)),
-        when,
-    };
     // The refill `row` needs to be full: any row refilled by `x` with at least the tokens
     // that refill since `x` leaves short of full is full too. The earlier `x`, the more
     // other writers' fills it accepts (one that took `g` at `t` is full again once refill
@@ -246,21 +289,43 @@ fn fill(row: &BucketState, want: &Want, rate: PerMilli, at: UnixMillis) -> Optio
         .and_then(|millis| at.as_millis().checked_sub(millis))
         .map(|x| UnixMillis::new(x).max(row.last_refill_at))
         .filter(|x| earned(Level::new(Tokens::ZERO, *x), rate, at).0 >= gap);
-    Some(match x {
+    let when = match x {
         Some(x) => {
             let earned_since_x = earned(Level::new(Tokens::ZERO, x), rate, at).0;
-            set(vec![
+            vec![
                 Condition::RefilledBy(x),
                 Condition::TokensAtLeast(want.ceiling - want.restored - earned_since_x),
-            ])
+            ]
         }
         None => {
             let (refill, _) = earned(row.level(), rate, at);
-            set(vec![
+            vec![
                 Condition::RefilledAt(row.last_refill_at),
                 Condition::TokensAtLeast(want.ceiling - want.restored - refill),
-            ])
+            ]
         }
+    };
+    // Within the millisecond: a row another fill set at `us ≤ micros - m` with at least
+    // the tokens `m` microseconds of refill leave short of full was full again by
+    // `micros` (every change since that fill is in its tokens).
+    let or_when = micros_to_earn(typical, rate)
+        .and_then(|m| micros.checked_sub(m))
+        .filter(|by| *by >= at.as_millis().saturating_mul(1_000))
+        .map(|by| {
+            vec![
+                Condition::RefilledWithin { at, micros_by: by },
+                Condition::TokensAtLeast(
+                    want.ceiling - want.restored - earned_in_micros(micros - by, rate),
+                ),
+            ]
+        })
+        .unwrap_or_default();
+    Some(Commute {
+        tokens: TokensOp::Set(want.ceiling - want.taken),
+        refill: Some((at, RefillCarry::ZERO)),
+        refill_micros: Some(micros),
+        when,
+        or_when,
     })
 }
 
@@ -279,6 +344,27 @@ fn earned(level: Level, rate: PerMilli, at: UnixMillis) -> (Tokens, RefillCarry)
         Tokens::from_nanos(whole.min(Tokens::MAX.as_nanos())),
         RefillCarry::of(earned % rate.den, rate),
     )
+}
+
+/// The whole billionths a refill at `rate` earns in `micros` microseconds, nothing carried.
+fn earned_in_micros(micros: i64, rate: PerMilli) -> Tokens {
+    let earned = U256::from(micros.max(0).unsigned_abs()) * rate.num / (rate.den * 1_000);
+    Tokens::from_nanos(
+        i128::try_from(earned)
+            .unwrap_or(i128::MAX)
+            .min(Tokens::MAX.as_nanos()),
+    )
+}
+
+/// The whole microseconds a refill at `rate` takes to earn `amount` with nothing carried;
+/// `None` beyond any timestamp.
+fn micros_to_earn(amount: Tokens, rate: PerMilli) -> Option<i64> {
+    if amount <= Tokens::ZERO {
+        return Some(0);
+    }
+    let owed = U256::from(amount.as_nanos().unsigned_abs()) * rate.den * 1_000;
+    let micros = (owed + rate.num - U256::ONE) / rate.num;
+    i64::try_from(micros).ok()
 }
 
 /// The whole milliseconds a refill at `rate` takes to earn `amount` with nothing carried;

@@ -193,7 +193,8 @@ fn charging(
         need: None,
         ceiling: row.holds(),
     };
-    commute(row, &want, now, core.config.fold_after).map(|c| BucketChange::of(row, c))
+    commute(row, &want, (now, core.now_micros()), core.config.fold_after)
+        .map(|c| BucketChange::of(row, c))
 }
 
 /// The commit that changes `part`'s cost to `actual` over `row` at `now`, the row it

@@ -243,7 +243,7 @@ fn restoring(
         need: None,
         ceiling: row.holds(),
     };
-    let commute = commute(row, &want, now, core.config.fold_after)?;
+    let commute = commute(row, &want, (now, core.now_micros()), core.config.fold_after)?;
     Some(BucketChange::of(row, commute))
 }
 

@@ -62,6 +62,12 @@ impl Core {
         self.clock.now()
     }
 
+    /// The current time to the microsecond by the client's clock (see
+    /// [`Clock::now_micros`](crate::Clock::now_micros)).
+    pub(crate) fn now_micros(&self) -> i64 {
+        self.clock.now_micros()
+    }
+
     /// The lane of `dimension`.
     pub(crate) fn lane(&self, dimension: &Dimension) -> Arc<Lane> {
         self.lanes.lane(dimension)

@@ -94,6 +94,76 @@ pub async fn other_clients_grants_do_not_make_a_grant_fail(env: Env) {
     assert!(leases(&env, "rpm").await.is_empty());
 }
 
+/// A clock that reads the suite's milliseconds and a fixed microsecond within each.
+#[derive(Debug, Clone)]
+struct AtMicro(sluice::ManualClock, i64);
+
+impl sluice::Clock for AtMicro {
+    fn now(&self) -> sluice::UnixMillis {
+        self.0.now()
+    }
+
+    fn now_micros(&self) -> i64 {
+        self.0.now().as_millis() * 1_000 + self.1
+    }
+}
+
+pub async fn fills_within_one_millisecond_are_ordered_by_the_microsecond(env: Env) {
+    if !fast(&env) {
+        return;
+    }
+    // A million a second: a token refills every microsecond, so the bucket is full at
+    // every grant, and two grants a microsecond apart both find it full.
+    env.sluice
+        .put_bucket(
+            &env.dim("fast"),
+            Bucket::requests(RefillRate::per_second(1_000_000))
+                .with_capacity(1_000)
+                .lean(),
+        )
+        .await
+        .unwrap();
+    let dim = env.dim("fast");
+    let client = |name: &str, micros: i64| {
+        sluice::SluiceBuilder::from_config(env.sluice.config().clone())
+            .caller(name)
+            .store_arc(env.store.clone())
+            .clock(AtMicro(env.clock.clone(), micros))
+            .build()
+            .unwrap()
+    };
+    let (a, b, c) = (client("a", 100), client("b", 101), client("c", 101));
+    // Each fills it once, and remembers the row its fill left.
+    for each in [&a, &b, &c] {
+        let _lease = each.acquire(dim.as_str()).await.unwrap();
+        env.advance_ms(1);
+    }
+    env.advance_ms(5);
+    // Within one millisecond: `a` fills it at µs 100, `b` from its older row at µs 101.
+    // The refill between covers `a`'s take: `b`'s fill applies at once.
+    assert_eq!(a.acquire(dim.as_str()).await.unwrap().attempts(), 1);
+    let filled = row(&env, "fast").await;
+    assert_eq!(filled.tokens, Tokens::new(999));
+    let lease = b.acquire(dim.as_str()).await.unwrap();
+    assert_eq!(
+        lease.attempts(),
+        1,
+        "a fill a microsecond later was turned away"
+    );
+    let after = row(&env, "fast").await;
+    assert_eq!(after.tokens, Tokens::new(999));
+    assert_eq!(after.version, filled.version + 1);
+    assert_eq!(
+        after.refilled_micros(),
+        Some(env.clock.now().as_millis() * 1_000 + 101)
+    );
+    // `c` at the same microsecond as `b`: no refill between, so not full; its fill is
+    // turned away and it takes from what the row holds instead.
+    let lease = c.acquire(dim.as_str()).await.unwrap();
+    assert_eq!(lease.attempts(), 2);
+    assert_eq!(row(&env, "fast").await.tokens, Tokens::new(998));
+}
+
 pub async fn slots_are_given_back_exactly_once_by_their_holders(env: Env) {
     let dim = env.dim("concurrent");
     env.sluice

@@ -12,6 +12,11 @@ fn at(ms: i64) -> UnixMillis {
     UnixMillis::new(T0 + ms)
 }
 
+/// `t` to the microsecond, as a clock that keeps milliseconds only reads it.
+fn ms(t: UnixMillis) -> (UnixMillis, i64) {
+    (t, t.as_millis() * 1_000)
+}
+
 fn row(bucket: Bucket, tokens: i64, last_ms: i64) -> BucketState {
     let mut row = BucketState::full("a#b".parse().unwrap(), bucket, at(last_ms));
     row.tokens = Tokens::new(tokens);
@@ -81,7 +86,7 @@ fn a_take_from_stored_tokens_needs_no_anchor_and_commutes_with_other_takes() {
         need: Some(Tokens::new(5)),
         ceiling: Tokens::new(100),
     };
-    let c = commute(&remembered, &want, at(1_000), Duration::from_secs(60)).unwrap();
+    let c = commute(&remembered, &want, ms(at(1_000)), Duration::from_secs(60)).unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(-5)));
     assert_eq!(c.refill, None);
     // Another writer took 20 meanwhile: still right.
@@ -105,13 +110,65 @@ fn a_full_bucket_is_filled_and_another_writers_earlier_fill_does_not_fail_it() {
         ceiling: Tokens::new(1_000),
     };
     let now = at(5_000);
-    let c = commute(&remembered, &want, now, Duration::from_secs(60)).unwrap();
+    let c = commute(&remembered, &want, ms(now), Duration::from_secs(60)).unwrap();
     assert_eq!(c.tokens, TokensOp::Set(Tokens::new(999)));
     assert_eq!(c.refill, Some((now, RefillCarry::ZERO)));
     // Another writer filled it 2 ms ago, taking one: full again now, and accepted.
     assert!(c.holds(&row(b.clone(), 999, 4_998)));
     // ... but not half a millisecond's refill ago, taking two: not full, refused.
     assert!(!c.holds(&row(b, 998, 5_000)));
+}
+
+#[test]
+fn fills_within_one_millisecond_are_ordered_by_the_microsecond() {
+    // A million a second: a token refills every microsecond, so two fills of one token
+    // within the same millisecond are right as far apart as the refill covers.
+    let b = Bucket::requests(RefillRate::per_second(1_000_000)).with_capacity(1_000);
+    let remembered = row(b.clone(), 1_000, 0);
+    let want = Want {
+        restored: Tokens::ZERO,
+        taken: Tokens::new(1),
+        need: Some(Tokens::new(1)),
+        ceiling: Tokens::new(1_000),
+    };
+    let now = at(5_000);
+    let micros = now.as_millis() * 1_000 + 600;
+    let c = commute(&remembered, &want, (now, micros), Duration::from_secs(60)).unwrap();
+    assert_eq!(c.refill_micros, Some(micros));
+    // Another writer filled it 1 µs earlier in the same millisecond, taking one: the
+    // refill since (1,000 a millisecond: one token a microsecond) covers it.
+    let mut filled = row(b.clone(), 999, 5_000);
+    filled.last_refill_micros = Some(micros - 1);
+    assert!(c.holds(&filled));
+    let mut after = filled.clone();
+    c.apply_to(&mut after);
+    assert_eq!(
+        (after.tokens, after.last_refill_at, after.refilled_micros()),
+        (Tokens::new(999), now, Some(micros))
+    );
+    // Taking two, 1 µs earlier: not full again yet, refused.
+    filled.tokens = Tokens::new(998);
+    assert!(!c.holds(&filled));
+    // At the same microsecond, or later: refused.
+    for later in [micros, micros + 1] {
+        let mut filled = row(b.clone(), 999, 5_000);
+        filled.last_refill_micros = Some(later);
+        assert!(!c.holds(&filled), "{later}");
+    }
+    // The same millisecond written by a writer that keeps no microsecond (another SDK, a
+    // clock of milliseconds): refused.
+    assert!(!c.holds(&row(b.clone(), 999, 5_000)));
+    // A microsecond left from an earlier millisecond says nothing of this one.
+    let mut moved = row(b.clone(), 999, 5_000);
+    moved.last_refill_micros = Some(micros - 1_000);
+    assert_eq!(moved.refilled_micros(), None);
+    assert!(!c.holds(&moved));
+    // A clock of milliseconds: fills within one millisecond never both apply.
+    let c = commute(&remembered, &want, ms(now), Duration::from_secs(60)).unwrap();
+    assert!(c.or_when.is_empty());
+    let mut filled = row(b, 999, 5_000);
+    filled.last_refill_micros = Some(now.as_millis() * 1_000);
+    assert!(!c.holds(&filled));
 }
 
 #[test]
@@ -124,7 +181,7 @@ fn a_credit_needs_the_anchor_it_counted_refill_from() {
         need: Some(Tokens::new(5)),
         ceiling: Tokens::new(100),
     };
-    let c = commute(&remembered, &want, at(1_000), Duration::from_secs(60)).unwrap();
+    let c = commute(&remembered, &want, ms(at(1_000)), Duration::from_secs(60)).unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(-5)));
     assert!(c.when.contains(&Condition::RefilledAt(at(0))));
     // Other credits on the same anchor: still right while the bucket has them.
@@ -133,7 +190,13 @@ fn a_credit_needs_the_anchor_it_counted_refill_from() {
     // A fold since: refused (computed again from the row handed back).
     assert!(!c.holds(&row(b, 5, 500)));
     // Older than the fold interval: folded.
-    let c = commute(&remembered, &want, at(1_000), Duration::from_millis(500)).unwrap();
+    let c = commute(
+        &remembered,
+        &want,
+        ms(at(1_000)),
+        Duration::from_millis(500),
+    )
+    .unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(5)));
     assert_eq!(c.refill, Some((at(1_000), RefillCarry::ZERO)));
 }
@@ -148,7 +211,7 @@ fn a_short_bucket_has_no_change() {
         ceiling: Tokens::new(100),
     };
     assert_eq!(
-        commute(&row(b, 0, 0), &want, at(1_000), Duration::from_secs(60)),
+        commute(&row(b, 0, 0), &want, ms(at(1_000)), Duration::from_secs(60)),
         None
     );
 }
@@ -162,7 +225,13 @@ fn concurrent_slots_are_taken_and_given_back_by_addition() {
         need: Some(Tokens::new(1)),
         ceiling: Tokens::new(4),
     };
-    let c = commute(&row(b.clone(), 2, 0), &take, at(1), Duration::from_secs(60)).unwrap();
+    let c = commute(
+        &row(b.clone(), 2, 0),
+        &take,
+        ms(at(1)),
+        Duration::from_secs(60),
+    )
+    .unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(-1)));
     assert!(c.holds(&row(b.clone(), 1, 0)));
     assert!(!c.holds(&row(b.clone(), 0, 0)));
@@ -172,7 +241,13 @@ fn concurrent_slots_are_taken_and_given_back_by_addition() {
         need: None,
         ceiling: Tokens::new(4),
     };
-    let c = commute(&row(b.clone(), 2, 0), &back, at(1), Duration::from_secs(60)).unwrap();
+    let c = commute(
+        &row(b.clone(), 2, 0),
+        &back,
+        ms(at(1)),
+        Duration::from_secs(60),
+    )
+    .unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(1)));
     assert!(!c.holds(&row(b, 4, 0)), "never above the capacity");
 }
@@ -234,6 +309,48 @@ fn any_case() -> impl Strategy<Value = (BucketState, BucketState, Want, i64)> {
     })
 }
 
+/// How often the same-millisecond property found a fill accepted by its second set of
+/// conditions (it must, or it tests nothing).
+static HITS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A fast bucket (a token every 100 µs or faster) nearly full; a row another fill
+/// set at microsecond `fine` of a millisecond; a take computed from an older full row at a
+/// later microsecond `micros` of the same millisecond, or a few later.
+fn same_millisecond_fills() -> impl Strategy<Value = (BucketState, BucketState, Want, i64, i64)> {
+    (
+        10_000u64..20_000_000,
+        1u64..1_000,
+        0i64..=20,
+        0i64..=10,
+        0i64..=3,
+        0i64..1_000,
+        prop_oneof![0i64..30, 0i64..300, 0i64..2_500],
+    )
+        .prop_map(
+            |(per_second, capacity, lacks, taken, restored, fine_at, after)| {
+                let b = Bucket::tokens(RefillRate::per_second(per_second)).with_capacity(capacity);
+                let cap = i64::try_from(capacity).unwrap();
+                let remembered = row(b.clone(), cap, -5);
+                let mut actual = row(b, (cap - lacks).max(0), 0);
+                let fine = at(0).as_millis() * 1_000 + fine_at;
+                actual.last_refill_micros = Some(fine);
+                let want = Want {
+                    restored: Tokens::new(restored.min(cap)),
+                    taken: Tokens::new(taken.min(cap)),
+                    need: Some(Tokens::new(taken.min(cap))),
+                    ceiling: Tokens::new(cap),
+                };
+                (remembered, actual, want, fine, fine + after)
+            },
+        )
+}
+
+#[test]
+fn the_same_millisecond_property_finds_fills_to_check() {
+    a_fill_after_another_in_the_same_millisecond_finds_the_bucket_full();
+    assert!(HITS.load(std::sync::atomic::Ordering::Relaxed) > 100);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2_048, ..ProptestConfig::default() })]
 
@@ -246,7 +363,7 @@ proptest! {
         (remembered, actual, want, now) in any_case()
     ) {
         let now = at(now);
-        if let Some(c) = commute(&remembered, &want, now, Duration::from_secs(2))
+        if let Some(c) = commute(&remembered, &want, ms(now), Duration::from_secs(2))
             && c.holds(&actual)
         {
             let (level, served) = exact(&actual, &want, now);
@@ -262,6 +379,29 @@ proptest! {
         }
     }
 
+    /// A fill that applies to a row another fill set earlier in the same millisecond finds
+    /// the bucket full, to the microsecond: what that row lacks was refilled by then.
+    #[test]
+    fn a_fill_after_another_in_the_same_millisecond_finds_the_bucket_full(
+        (remembered, actual, want, fine, micros) in same_millisecond_fills()
+    ) {
+        let rate = actual.bucket.effective_rate().per_milli().unwrap();
+        let now = UnixMillis::new(micros.div_euclid(1_000));
+        if let Some(c) = commute(&remembered, &want, (now, micros), Duration::from_secs(2))
+            && !c.when.iter().all(|w| w.holds(&actual))
+            && c.holds(&actual)
+        {
+            let refilled = actual.tokens + want.restored + earned_in_micros(micros - fine, rate);
+            prop_assert!(
+                refilled >= want.ceiling,
+                "{:?} applied to {:?} at {} µs: only {:?} of {:?}",
+                c, actual, micros, refilled, want.ceiling
+            );
+            prop_assert_eq!(c.tokens, TokensOp::Set(want.ceiling - want.taken));
+            HITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// On the row it was computed from, a change applies whenever that row serves it.
     #[test]
     fn a_change_applies_to_the_row_it_was_computed_from(
@@ -269,7 +409,7 @@ proptest! {
     ) {
         let now = at(now);
         let (_, served) = exact(&remembered, &want, now);
-        let c = commute(&remembered, &want, now, Duration::from_secs(2));
+        let c = commute(&remembered, &want, ms(now), Duration::from_secs(2));
         prop_assert_eq!(c.is_some(), served, "{:?}", c);
         if let Some(c) = c {
             prop_assert!(c.holds(&remembered), "{:?} refused its own row", c);

@@ -127,7 +127,12 @@ impl Write<'_> {
         if plan.granted.iter().any(|(a, _)| a.alone) {
             plan.prefetched = super::prefetch::ride(self.core, &row, &mut plan.after, now);
         }
-        let Some(change) = plan::change(&row, &plan, now, self.core.config.fold_after) else {
+        let Some(change) = plan::change(
+            &row,
+            &plan,
+            (now, self.core.now_micros()),
+            self.core.config.fold_after,
+        ) else {
             // The remembered row cannot do what it was planned to (a rounding edge): decide
             // again from the store's row.
             self.acquires = jobs_of(plan.granted, plan.refused);

@@ -52,11 +52,12 @@ pub(super) fn plan(
     }
 }
 
-/// The change that makes `plan` of `row` at `now`; `None` when the row cannot serve it.
+/// The change that makes `plan` of `row` at `now` (and its microsecond); `None` when the
+/// row cannot serve it.
 pub(super) fn change(
     row: &BucketState,
     plan: &Plan,
-    now: UnixMillis,
+    now: (UnixMillis, i64),
     fold_after: Duration,
 ) -> Option<BucketChange> {
     let granted = plan

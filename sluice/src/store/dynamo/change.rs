@@ -33,26 +33,32 @@ fn update_of(change: &BucketChange) -> (String, Expr) {
         .and("attribute_exists(#key)")
         .and("#v < :maxv");
     row::same_definition(&mut e, &change.bucket, change.burst);
-    let refilled = change.commute.refill.is_some()
-        || change.commute.when.iter().any(|c| {
+    let c = &change.commute;
+    let refilled = c.refill.is_some()
+        || c.when.iter().chain(&c.or_when).any(|c| {
             matches!(
                 c,
-                Condition::RefilledAt(_) | Condition::RefilledSince(_) | Condition::RefilledBy(_)
+                Condition::RefilledAt(_)
+                    | Condition::RefilledSince(_)
+                    | Condition::RefilledBy(_)
+                    | Condition::RefilledWithin { .. }
             )
         });
     if refilled {
         e.name("#l", row::LAST_REFILL_AT);
     }
-    for (i, condition) in change.commute.when.iter().enumerate() {
-        let v = format!(":w{i}");
-        let (clause, value) = match condition {
-            Condition::TokensAtLeast(t) => (format!("#t >= {v}"), row::n(t)),
-            Condition::TokensAtMost(t) => (format!("#t <= {v}"), row::n(t)),
-            Condition::RefilledAt(at) => (format!("#l = {v}"), row::n(at)),
-            Condition::RefilledSince(at) => (format!("#l >= {v}"), row::n(at)),
-            Condition::RefilledBy(at) => (format!("#l <= {v}"), row::n(at)),
-        };
-        e.value(&v, value).and(clause);
+    let when = clauses(&mut e, &c.when, "w");
+    if c.or_when.is_empty() {
+        for clause in when {
+            e.and(clause);
+        }
+    } else {
+        let or_when = clauses(&mut e, &c.or_when, "o");
+        e.and(format!(
+            "(({}) OR ({}))",
+            when.join(" AND "),
+            or_when.join(" AND ")
+        ));
     }
     let mut sets = Vec::new();
     let mut adds = vec!["#v :one".to_owned()];
@@ -70,6 +76,14 @@ fn update_of(change: &BucketChange) -> (String, Expr) {
     if let Some((at, carry)) = change.commute.refill {
         e.name("#rc", row::REFILL_CARRY).value(":last", row::n(at));
         sets.push("#l = :last".to_owned());
+        e.name("#us", row::LAST_REFILL_MICROS);
+        match change.commute.refill_micros {
+            Some(micros) => {
+                e.value(":us", row::n(micros));
+                sets.push("#us = :us".to_owned());
+            }
+            None => removes.push("#us".to_owned()),
+        }
         match row::carry_value(carry, at) {
             Some(value) => {
                 e.value(":rc", value);
@@ -90,6 +104,39 @@ fn update_of(change: &BucketChange) -> (String, Expr) {
         }
     }
     (update, e)
+}
+
+/// The clauses of `conditions`, their values named `:{prefix}0`, `:{prefix}1`…
+fn clauses(e: &mut Expr, conditions: &[Condition], prefix: &str) -> Vec<String> {
+    let mut clauses = Vec::with_capacity(conditions.len());
+    for (i, condition) in conditions.iter().enumerate() {
+        let v = format!(":{prefix}{i}");
+        let (clause, value) = match condition {
+            Condition::TokensAtLeast(t) => (format!("#t >= {v}"), row::n(t)),
+            Condition::TokensAtMost(t) => (format!("#t <= {v}"), row::n(t)),
+            Condition::RefilledAt(at) => (format!("#l = {v}"), row::n(at)),
+            Condition::RefilledSince(at) => (format!("#l >= {v}"), row::n(at)),
+            Condition::RefilledBy(at) => (format!("#l <= {v}"), row::n(at)),
+            Condition::RefilledWithin { at, micros_by } => {
+                // Within `at`'s millisecond: a microsecond left from an earlier one is
+                // before it, and says nothing of this one.
+                e.name("#us", row::LAST_REFILL_MICROS).value(
+                    &format!("{v}s"),
+                    row::n(at.as_millis().saturating_mul(1_000)),
+                );
+                (
+                    format!("#l = {v}l AND #us BETWEEN {v}s AND {v}"),
+                    row::n(micros_by),
+                )
+            }
+        };
+        if let Condition::RefilledWithin { at, .. } = condition {
+            e.value(&format!("{v}l"), row::n(at));
+        }
+        e.value(&v, value);
+        clauses.push(clause);
+    }
+    clauses
 }
 
 impl DynamoStore {
