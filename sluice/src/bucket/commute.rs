@@ -16,7 +16,7 @@
 //! | take | the stored tokens alone serve the grants | `tokens += restored - taken` | `tokens ≥ need`, `tokens ≤ holds - restored - refill`, `last_refill_at ≥ anchor` |
 //! | credit | the refill since the anchor is needed too | `tokens += restored - taken` | `last_refill_at = anchor`, `need - refill ≤ tokens ≤ holds - restored - refill` |
 //! | fold | as credit, once the anchor is older than the fold interval | `tokens += refill + restored - taken`, `last_refill_at = now`, carry | as credit |
-//! | fill | the bucket is full (refill has reached what it holds) | `tokens = holds - taken`, `last_refill_at = now`, no carry | `last_refill_at ≤ x`, `tokens ≥ holds - restored - refill(x → now)` |
+//! | fill | the bucket is full (refill has reached what it holds) | `tokens = holds - taken`, `last_refill_at = now` (and its microsecond), no carry | `last_refill_at ≤ x`, `tokens ≥ holds - restored - refill(x → now)`; or another fill's row of `now`'s millisecond, set by `micros - m`, `tokens ≥ holds - restored - refill(m µs)` |
 //!
 //! Takes and credits commute with each other and with every restore: they never move the
 //! refill timestamp. A fold or a fill moves it, so a credit computed from the old one
@@ -25,7 +25,9 @@
 //! conditions say "the bucket is full now" for any row they accept, so two fills of a
 //! bucket that refills faster than it is drained both apply; they fail only when the
 //! bucket is not full any more (another writer took from it within the time it takes to
-//! refill what this writer takes), and then a take applies. `concurrent` buckets do not
+//! refill what this writer takes), and then a take applies. Within one millisecond the
+//! fills are ordered by the microsecond each wrote ([`BucketState::last_refill_micros`]);
+//! refill is still counted from the millisecond. `concurrent` buckets do not
 //! refill: their changes are takes, and fills only when a restore would overflow.
 
 use std::time::Duration;
