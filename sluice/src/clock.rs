@@ -92,9 +92,11 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn now(&self) -> UnixMillis;
 
     /// The current time in whole microseconds since the Unix epoch. Only fills of a full
-    /// bucket read it, to order two fills within one millisecond (see
-    /// [`BucketState::last_refill_micros`](crate::BucketState::last_refill_micros)); a
-    /// clock that keeps milliseconds only, as by default, orders them by the millisecond.
+    /// bucket read it: refill timestamps are whole milliseconds, and a fill counts the
+    /// refill from the start of its millisecond to this microsecond, so that two fills
+    /// within one millisecond both apply when the refill between them covers the first
+    /// one's take (see [`Commute::or_when`](crate::Commute::or_when)). By default, the
+    /// start of [`now`](Self::now)'s millisecond.
     ///
     /// ```
     /// use sluice::{Clock, ManualClock, UnixMillis};

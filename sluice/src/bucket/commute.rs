@@ -16,7 +16,7 @@
 //! | take | the stored tokens alone serve the grants | `tokens += restored - taken` | `tokens ≥ need`, `tokens ≤ holds - restored - refill`, `last_refill_at ≥ anchor` |
 //! | credit | the refill since the anchor is needed too | `tokens += restored - taken` | `last_refill_at = anchor`, `need - refill ≤ tokens ≤ holds - restored - refill` |
 //! | fold | as credit, once the anchor is older than the fold interval | `tokens += refill + restored - taken`, `last_refill_at = now`, carry | as credit |
-//! | fill | the bucket is full (refill has reached what it holds) | `tokens = holds - taken`, `last_refill_at = now` (and its microsecond), no carry | `last_refill_at ≤ x`, `tokens ≥ holds - restored - refill(x → now)`; or another fill's row of `now`'s millisecond, set by `micros - m`, `tokens ≥ holds - restored - refill(m µs)` |
+//! | fill | the bucket is full (refill has reached what it holds) | `tokens = holds - taken - e`, `last_refill_at = now`, no carry | `last_refill_at ≤ x`, `tokens ≥ holds - restored - refill(x → now)`; or `last_refill_at ≤ now`, `tokens ≥ holds - restored - e` |
 //!
 //! Takes and credits commute with each other and with every restore: they never move the
 //! refill timestamp. A fold or a fill moves it, so a credit computed from the old one
@@ -25,9 +25,17 @@
 //! conditions say "the bucket is full now" for any row they accept, so two fills of a
 //! bucket that refills faster than it is drained both apply; they fail only when the
 //! bucket is not full any more (another writer took from it within the time it takes to
-//! refill what this writer takes), and then a take applies. Within one millisecond the
-//! fills are ordered by the microsecond each wrote ([`BucketState::last_refill_micros`]);
-//! refill is still counted from the millisecond. `concurrent` buckets do not
+//! refill what this writer takes), and then a take applies.
+//!
+//! Refill timestamps are whole milliseconds, but a fill happens at a microsecond of one:
+//! `e` is the refill from the start of that millisecond to the microsecond the writer's
+//! clock reads ([`Clock::now_micros`](crate::Clock::now_micros); zero for a clock of
+//! milliseconds). A fill stores the level it leaves less `e` as of the millisecond's
+//! start, so refill counted from there gives it back exactly by that microsecond and never
+//! twice; and it also accepts any row that, refilled by `e` more, is full (a row another
+//! fill left earlier in the same millisecond, when the refill between covers what that one
+//! took). By milliseconds alone such a change is right too, only stricter by `e`: whatever
+//! the clocks read. `concurrent` buckets do not
 //! refill: their changes are takes, and fills only when a restore would overflow.
 
 use std::time::Duration;
@@ -62,14 +70,6 @@ pub enum Condition {
     RefilledSince(UnixMillis),
     /// `last_refill_at ≤` this.
     RefilledBy(UnixMillis),
-    /// `last_refill_at =` `at`, set by a fill at a microsecond of its millisecond no
-    /// later than `micros_by` (see [`BucketState::last_refill_micros`]).
-    RefilledWithin {
-        /// The millisecond.
-        at: UnixMillis,
-        /// The latest microsecond accepted.
-        micros_by: i64,
-    },
 }
 
 impl Condition {
@@ -81,9 +81,6 @@ impl Condition {
             Condition::RefilledAt(t) => row.last_refill_at == t,
             Condition::RefilledSince(t) => row.last_refill_at >= t,
             Condition::RefilledBy(t) => row.last_refill_at <= t,
-            Condition::RefilledWithin { at, micros_by } => {
-                row.last_refill_at == at && row.refilled_micros().is_some_and(|us| us <= micros_by)
-            }
         }
     }
 }
@@ -97,14 +94,12 @@ pub struct Commute {
     pub tokens: TokensOp,
     /// The refill timestamp and carry it sets (a fold or a fill), or `None` to leave them.
     pub refill: Option<(UnixMillis, RefillCarry)>,
-    /// With `refill`, the same timestamp to the microsecond, when known (a fill): written as
-    /// [`BucketState::last_refill_micros`]; `None` forgets it.
-    pub refill_micros: Option<i64>,
     /// What the stored row must satisfy.
     pub when: Vec<Condition>,
-    /// Another set of conditions that makes the change right as well (a fill after another
-    /// fill within the same millisecond), or empty: the change applies when every
-    /// condition of `when` holds, or every one of this.
+    /// Another set of conditions that makes the change right as well (for a fill: the
+    /// bucket is full by the microsecond the writer's clock reads, see [`Clock::now_micros`](crate::Clock::now_micros)),
+    /// or empty: the change applies when every condition of `when` holds, or every one of
+    /// this.
     pub or_when: Vec<Condition>,
 }
 
@@ -114,16 +109,6 @@ impl Commute {
     pub fn holds(&self, row: &BucketState) -> bool {
         self.when.iter().all(|c| c.holds(row))
             || (!self.or_when.is_empty() && self.or_when.iter().all(|c| c.holds(row)))
-    }
-
-    /// `row` once the change is applied to it: its level, and the refill timestamp's
-    /// microsecond when the change moves it.
-    pub fn apply_to(&self, row: &mut BucketState) {
-        let level = self.applied(row);
-        row.set_level(level);
-        if self.refill.is_some() {
-            row.last_refill_micros = self.refill_micros;
-        }
     }
 
     /// The level `row` has once the change is applied to it.
@@ -195,7 +180,6 @@ pub(crate) fn commute(
                 .map(|n| Condition::TokensAtLeast(n - want.restored)),
         );
         return Some(Commute {
-            refill_micros: None,
             or_when: Vec::new(),
             tokens: TokensOp::Add(net),
             refill: None,
@@ -209,7 +193,6 @@ pub(crate) fn commute(
     );
     if at.saturating_since(anchor) >= fold_after {
         return Some(Commute {
-            refill_micros: None,
             or_when: Vec::new(),
             tokens: TokensOp::Add(refill + net),
             refill: Some((at, carry)),
@@ -217,7 +200,6 @@ pub(crate) fn commute(
         });
     }
     Some(Commute {
-        refill_micros: None,
         or_when: Vec::new(),
         tokens: TokensOp::Add(net),
         refill: None,
@@ -234,7 +216,6 @@ fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute
             return None;
         }
         return Some(Commute {
-            refill_micros: None,
             or_when: Vec::new(),
             tokens: TokensOp::Set(want.ceiling - want.taken),
             refill: None,
@@ -253,7 +234,6 @@ fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute
         when.push(Condition::TokensAtMost(want.ceiling - want.restored));
     }
     Some(Commute {
-        refill_micros: None,
         or_when: Vec::new(),
         tokens: TokensOp::Add(net),
         refill: None,
@@ -262,12 +242,12 @@ fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute
 }
 
 /// A fill: the bucket is full at `at` (refill has reached its ceiling), whoever wrote it
-/// last, so it is set to the ceiling less what is taken. Its conditions accept any row that
-/// is full at `at` by a refill counted without the row's carry, else (`row` is full only
-/// thanks to its carry, less than a billionth) exactly `row`'s refill timestamp; or a row
-/// another fill set within `at`'s millisecond, at least the time it takes to refill a take
-/// of this size before `micros` (`at` to the microsecond). `None` when the take is more
-/// than the bucket ever holds.
+/// last, so it is set to the ceiling less what is taken, less `e`, the refill from the
+/// start of `at` to `micros` (`at` to the microsecond; see the module documentation). Its
+/// conditions accept any row that is full at `at` by a refill counted without the row's
+/// carry, else (`row` is full only thanks to its carry, less than a billionth) exactly
+/// `row`'s refill timestamp; or any row refilled by `at` that `e` more makes full. `None`
+/// when the take is more than the bucket ever holds.
 fn fill(
     row: &BucketState,
     want: &Want,
@@ -307,25 +287,22 @@ fn fill(
             ]
         }
     };
-    // Within the millisecond: a row another fill set at `us ≤ micros - m` with at least
-    // the tokens `m` microseconds of refill leave short of full was full again by
-    // `micros` (every change since that fill is in its tokens).
-    let or_when = micros_to_earn(typical, rate)
-        .and_then(|m| micros.checked_sub(m))
-        .filter(|by| *by >= at.as_millis().saturating_mul(1_000))
-        .map(|by| {
-            vec![
-                Condition::RefilledWithin { at, micros_by: by },
-                Condition::TokensAtLeast(
-                    want.ceiling - want.restored - earned_in_micros(micros - by, rate),
-                ),
-            ]
-        })
-        .unwrap_or_default();
+    // Rounded up: stored as of the millisecond's start, the level is never more than the
+    // fill leaves at `micros`.
+    let e = earned_in_micros_ceil(micros - at.as_millis().saturating_mul(1_000), rate);
+    // By `micros`, any row refilled by `at` with `e` more than this is full. Only when it
+    // leaves what the grants need, counted by the millisecond.
+    let or_when = if want.need.is_none_or(|need| want.ceiling - e >= need) {
+        vec![
+            Condition::RefilledBy(at),
+            Condition::TokensAtLeast(want.ceiling - want.restored - e),
+        ]
+    } else {
+        Vec::new()
+    };
     Some(Commute {
-        tokens: TokensOp::Set(want.ceiling - want.taken),
+        tokens: TokensOp::Set((want.ceiling - want.taken).saturating_sub(e)),
         refill: Some((at, RefillCarry::ZERO)),
-        refill_micros: Some(micros),
         when,
         or_when,
     })
@@ -348,25 +325,15 @@ fn earned(level: Level, rate: PerMilli, at: UnixMillis) -> (Tokens, RefillCarry)
     )
 }
 
-/// The whole billionths a refill at `rate` earns in `micros` microseconds, nothing carried.
-fn earned_in_micros(micros: i64, rate: PerMilli) -> Tokens {
-    let earned = U256::from(micros.max(0).unsigned_abs()) * rate.num / (rate.den * 1_000);
+/// The billionths a refill at `rate` earns in `micros` microseconds, rounded up.
+fn earned_in_micros_ceil(micros: i64, rate: PerMilli) -> Tokens {
+    let per = rate.den * 1_000;
+    let earned = (U256::from(micros.max(0).unsigned_abs()) * rate.num + per - U256::ONE) / per;
     Tokens::from_nanos(
         i128::try_from(earned)
             .unwrap_or(i128::MAX)
             .min(Tokens::MAX.as_nanos()),
     )
-}
-
-/// The whole microseconds a refill at `rate` takes to earn `amount` with nothing carried;
-/// `None` beyond any timestamp.
-fn micros_to_earn(amount: Tokens, rate: PerMilli) -> Option<i64> {
-    if amount <= Tokens::ZERO {
-        return Some(0);
-    }
-    let owed = U256::from(amount.as_nanos().unsigned_abs()) * rate.den * 1_000;
-    let micros = (owed + rate.num - U256::ONE) / rate.num;
-    i64::try_from(micros).ok()
 }
 
 /// The whole milliseconds a refill at `rate` takes to earn `amount` with nothing carried;

@@ -24,12 +24,6 @@ pub struct BucketState {
     /// What refill had earned by `last_refill_at` beyond `tokens`: less than a billionth of
     /// a token (see [`RefillCarry`]).
     pub refill_carry: RefillCarry,
-    /// The refill timestamp to the microsecond, when the sluice fill that set it knew it
-    /// (`None` otherwise): it orders two fills of a full bucket within one millisecond, so
-    /// that both apply when the refill between them covers what the first one took.
-    /// Meaningful only while it falls within `last_refill_at`'s millisecond (other SDKs
-    /// move `last_refill_at` and leave it as it is).
-    pub last_refill_micros: Option<i64>,
     /// Bumped by every write; writes are conditioned on it.
     pub version: u64,
     /// The id of the sluice write that produced this row (`None`: no sluice write has
@@ -98,7 +92,6 @@ impl BucketState {
             bucket,
             last_refill_at: now,
             refill_carry: RefillCarry::ZERO,
-            last_refill_micros: None,
             version: 0,
             write_id: None,
             recent_writes: RecentWrites::default(),
@@ -214,12 +207,8 @@ impl BucketState {
         }
     }
 
-    /// Sets the row's tokens, refill timestamp and carry (a refill timestamp that moves
-    /// forgets its microsecond: see [`last_refill_micros`](Self::last_refill_micros)).
+    /// Sets the row's tokens, refill timestamp and carry.
     pub fn set_level(&mut self, level: Level) {
-        if level.last_refill_at != self.last_refill_at {
-            self.last_refill_micros = None;
-        }
         self.tokens = level.tokens;
         self.last_refill_at = level.last_refill_at;
         self.refill_carry = level.carry;
@@ -240,15 +229,6 @@ impl BucketState {
         let mut row = self.clone();
         row.set_level(self.refilled(now));
         row
-    }
-
-    /// The microsecond the refill timestamp was set at, when known: the
-    /// [`last_refill_micros`](Self::last_refill_micros) that falls within `last_refill_at`'s
-    /// millisecond.
-    pub fn refilled_micros(&self) -> Option<i64> {
-        let start = self.last_refill_at.as_millis().saturating_mul(1_000);
-        self.last_refill_micros
-            .filter(|us| (start..=start.saturating_add(999)).contains(us))
     }
 
     /// Tokens available at `now`.

@@ -248,7 +248,6 @@ fn redefined(
         } else {
             RefillCarry::ZERO
         },
-        last_refill_micros: None,
         version: cur.version.saturating_add(1),
         write_id: Some(write_id),
         recent_writes: cur.recent_after(write_id, last_refill_at),

@@ -192,7 +192,7 @@ impl BucketChange {
     /// `stored` once the change is applied to it.
     pub fn applied(&self, stored: &BucketState) -> BucketState {
         let mut after = stored.clone();
-        self.commute.apply_to(&mut after);
+        after.set_level(self.commute.applied(stored));
         after.version = stored.version.saturating_add(1);
         after
     }

@@ -108,7 +108,7 @@ impl sluice::Clock for AtMicro {
     }
 }
 
-pub async fn fills_within_one_millisecond_are_ordered_by_the_microsecond(env: Env) {
+pub async fn fills_within_one_millisecond_count_refill_to_the_microsecond(env: Env) {
     if !fast(&env) {
         return;
     }
@@ -139,11 +139,13 @@ pub async fn fills_within_one_millisecond_are_ordered_by_the_microsecond(env: En
         env.advance_ms(1);
     }
     env.advance_ms(5);
-    // Within one millisecond: `a` fills it at µs 100, `b` from its older row at µs 101.
-    // The refill between covers `a`'s take: `b`'s fill applies at once.
+    // Within one millisecond: `a` fills it at µs 100, leaving 999, stored as 899 as of the
+    // millisecond's start (the 100 refilled by µs 100 are not counted again).
     assert_eq!(a.acquire(dim.as_str()).await.unwrap().attempts(), 1);
     let filled = row(&env, "fast").await;
-    assert_eq!(filled.tokens, Tokens::new(999));
+    assert_eq!(filled.tokens, Tokens::new(899));
+    // `b`, from its older row, at µs 101: the refill since `a`'s fill covers `a`'s take, so
+    // its fill applies at once.
     let lease = b.acquire(dim.as_str()).await.unwrap();
     assert_eq!(
         lease.attempts(),
@@ -151,17 +153,16 @@ pub async fn fills_within_one_millisecond_are_ordered_by_the_microsecond(env: En
         "a fill a microsecond later was turned away"
     );
     let after = row(&env, "fast").await;
-    assert_eq!(after.tokens, Tokens::new(999));
+    assert_eq!(after.tokens, Tokens::new(898));
     assert_eq!(after.version, filled.version + 1);
-    assert_eq!(
-        after.refilled_micros(),
-        Some(env.clock.now().as_millis() * 1_000 + 101)
-    );
     // `c` at the same microsecond as `b`: no refill between, so not full; its fill is
     // turned away and it takes from what the row holds instead.
     let lease = c.acquire(dim.as_str()).await.unwrap();
     assert_eq!(lease.attempts(), 2);
-    assert_eq!(row(&env, "fast").await.tokens, Tokens::new(998));
+    assert_eq!(row(&env, "fast").await.tokens, Tokens::new(897));
+    // Refill counted from the millisecond's start gives the rest back, once.
+    env.advance_ms(1);
+    assert_eq!(env.available("fast").await, Tokens::new(1_000));
 }
 
 pub async fn slots_are_given_back_exactly_once_by_their_holders(env: Env) {

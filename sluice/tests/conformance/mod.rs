@@ -207,7 +207,7 @@ macro_rules! suite {
             a_multi_dimension_acquire_on_a_bucket_deleted_elsewhere_is_unknown,
             a_grant_writes_its_lease_row_beside_the_bucket_row,
             other_clients_grants_do_not_make_a_grant_fail,
-            fills_within_one_millisecond_are_ordered_by_the_microsecond,
+            fills_within_one_millisecond_count_refill_to_the_microsecond,
             slots_are_given_back_exactly_once_by_their_holders,
             a_redefinition_keeps_the_live_leases,
             an_expired_slot_is_reclaimed_once_by_a_short_bucket_or_the_reconciler,

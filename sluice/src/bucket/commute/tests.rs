@@ -25,6 +25,17 @@ fn row(bucket: Bucket, tokens: i64, last_ms: i64) -> BucketState {
 
 /// What the bucket really does: refilled to `now` (up to `ceiling`), `restored` given back
 /// (capped there), `taken` taken; the level, and whether it could serve `need`.
+#[test]
+fn stale_writers_fill_one_bucket_several_times_within_one_millisecond() {
+    // A token every microsecond; four writers 10 µs apart, each from its own older row.
+    let bucket = Bucket::tokens(RefillRate::per_second(1_000_000)).with_capacity(10);
+    let steps: Vec<_> = (0..4)
+        .map(|w| (w, if w == 0 { 2_000 } else { 10 }, 1))
+        .collect();
+    let granted = stale_writers(&bucket, &steps).unwrap();
+    assert_eq!(granted.len(), 4);
+}
+
 fn exact(actual: &BucketState, want: &Want, now: UnixMillis) -> (Level, bool) {
     let rate = actual.bucket.effective_rate();
     let level = refill(actual.level(), want.ceiling, rate, now);
@@ -120,7 +131,7 @@ fn a_full_bucket_is_filled_and_another_writers_earlier_fill_does_not_fail_it() {
 }
 
 #[test]
-fn fills_within_one_millisecond_are_ordered_by_the_microsecond() {
+fn fills_within_one_millisecond_count_refill_to_the_microsecond() {
     // A million a second: a token refills every microsecond, so two fills of one token
     // within the same millisecond are right as far apart as the refill covers.
     let b = Bucket::requests(RefillRate::per_second(1_000_000)).with_capacity(1_000);
@@ -132,43 +143,40 @@ fn fills_within_one_millisecond_are_ordered_by_the_microsecond() {
         ceiling: Tokens::new(1_000),
     };
     let now = at(5_000);
-    let micros = now.as_millis() * 1_000 + 600;
-    let c = commute(&remembered, &want, (now, micros), Duration::from_secs(60)).unwrap();
-    assert_eq!(c.refill_micros, Some(micros));
-    // Another writer filled it 1 µs earlier in the same millisecond, taking one: the
-    // refill since (1,000 a millisecond: one token a microsecond) covers it.
-    let mut filled = row(b.clone(), 999, 5_000);
-    filled.last_refill_micros = Some(micros - 1);
-    assert!(c.holds(&filled));
-    let mut after = filled.clone();
-    c.apply_to(&mut after);
-    assert_eq!(
-        (after.tokens, after.last_refill_at, after.refilled_micros()),
-        (Tokens::new(999), now, Some(micros))
+    let c = commute(
+        &remembered,
+        &want,
+        (now, now.as_millis() * 1_000 + 600),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    // 999 left at µs 600, stored as of the millisecond's start: the 600 that refill by
+    // then are not counted again.
+    assert_eq!(c.tokens, TokensOp::Set(Tokens::new(399)));
+    assert_eq!(c.refill, Some((now, RefillCarry::ZERO)));
+    let rate = b.effective_rate();
+    let next = refill(
+        c.applied(&row(b.clone(), 1_000, 0)),
+        Tokens::new(1_000),
+        rate,
+        at(5_001),
     );
-    // Taking two, 1 µs earlier: not full again yet, refused.
-    filled.tokens = Tokens::new(998);
-    assert!(!c.holds(&filled));
-    // At the same microsecond, or later: refused.
-    for later in [micros, micros + 1] {
-        let mut filled = row(b.clone(), 999, 5_000);
-        filled.last_refill_micros = Some(later);
-        assert!(!c.holds(&filled), "{later}");
-    }
-    // The same millisecond written by a writer that keeps no microsecond (another SDK, a
-    // clock of milliseconds): refused.
-    assert!(!c.holds(&row(b.clone(), 999, 5_000)));
-    // A microsecond left from an earlier millisecond says nothing of this one.
-    let mut moved = row(b.clone(), 999, 5_000);
-    moved.last_refill_micros = Some(micros - 1_000);
-    assert_eq!(moved.refilled_micros(), None);
-    assert!(!c.holds(&moved));
-    // A clock of milliseconds: fills within one millisecond never both apply.
+    assert_eq!(next.tokens, Tokens::new(1_000));
+    // Another writer filled it at µs 599 of the same millisecond, taking one (its row:
+    // 400 as of the start): full again by µs 600.
+    assert!(c.holds(&row(b.clone(), 400, 5_000)));
+    assert_eq!(
+        c.applied(&row(b.clone(), 400, 5_000)).tokens,
+        Tokens::new(399)
+    );
+    // ... taking two, or at µs 600 as well: not full yet, refused.
+    assert!(!c.holds(&row(b.clone(), 399, 5_000)));
+    // A row refilled after this millisecond (a clock ahead): refused.
+    assert!(!c.holds(&row(b.clone(), 1_000, 5_001)));
+    // A clock of milliseconds: two fills in one millisecond never both apply.
     let c = commute(&remembered, &want, ms(now), Duration::from_secs(60)).unwrap();
-    assert!(c.or_when.is_empty());
-    let mut filled = row(b, 999, 5_000);
-    filled.last_refill_micros = Some(now.as_millis() * 1_000);
-    assert!(!c.holds(&filled));
+    assert_eq!(c.tokens, TokensOp::Set(Tokens::new(999)));
+    assert!(!c.holds(&row(b, 999, 5_000)));
 }
 
 #[test]
@@ -309,46 +317,51 @@ fn any_case() -> impl Strategy<Value = (BucketState, BucketState, Want, i64)> {
     })
 }
 
-/// How often the same-millisecond property found a fill accepted by its second set of
-/// conditions (it must, or it tests nothing).
-static HITS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// A fast bucket (a token every 100 µs or faster) nearly full; a row another fill
-/// set at microsecond `fine` of a millisecond; a take computed from an older full row at a
-/// later microsecond `micros` of the same millisecond, or a few later.
-fn same_millisecond_fills() -> impl Strategy<Value = (BucketState, BucketState, Want, i64, i64)> {
-    (
-        10_000u64..20_000_000,
-        1u64..1_000,
-        0i64..=20,
-        0i64..=10,
-        0i64..=3,
-        0i64..1_000,
-        prop_oneof![0i64..30, 0i64..300, 0i64..2_500],
-    )
-        .prop_map(
-            |(per_second, capacity, lacks, taken, restored, fine_at, after)| {
-                let b = Bucket::tokens(RefillRate::per_second(per_second)).with_capacity(capacity);
-                let cap = i64::try_from(capacity).unwrap();
-                let remembered = row(b.clone(), cap, -5);
-                let mut actual = row(b, (cap - lacks).max(0), 0);
-                let fine = at(0).as_millis() * 1_000 + fine_at;
-                actual.last_refill_micros = Some(fine);
-                let want = Want {
-                    restored: Tokens::new(restored.min(cap)),
-                    taken: Tokens::new(taken.min(cap)),
-                    need: Some(Tokens::new(taken.min(cap))),
-                    ceiling: Tokens::new(cap),
-                };
-                (remembered, actual, want, fine, fine + after)
-            },
-        )
-}
-
-#[test]
-fn the_same_millisecond_property_finds_fills_to_check() {
-    a_fill_after_another_in_the_same_millisecond_finds_the_bucket_full();
-    assert!(HITS.load(std::sync::atomic::Ordering::Relaxed) > 100);
+/// Stale writers (each remembers the row its own last write left) taking from one bucket
+/// at microseconds of increasing milliseconds, a change computed again from the row handed
+/// back when its conditions fail; the grants, at their milliseconds.
+fn stale_writers(
+    bucket: &Bucket,
+    steps: &[(usize, i64, i64)],
+) -> Result<Vec<(i64, Tokens)>, TestCaseError> {
+    let capacity = bucket.capacity();
+    let mut stored = row(bucket.clone(), 0, 0);
+    stored.tokens = capacity;
+    let mut remembered = vec![stored.clone(); 4];
+    let mut granted = Vec::new();
+    let mut micros = at(0).as_millis() * 1_000;
+    for (writer, advance, taken) in steps {
+        micros += advance;
+        let now = UnixMillis::new(micros.div_euclid(1_000));
+        let taken = Tokens::new(*taken).min(capacity);
+        let want = Want {
+            restored: Tokens::ZERO,
+            taken,
+            need: Some(taken),
+            ceiling: capacity,
+        };
+        for _ in 0..2 {
+            let Some(c) = commute(
+                &remembered[*writer],
+                &want,
+                (now, micros),
+                Duration::from_secs(2),
+            ) else {
+                remembered[*writer] = stored.clone();
+                break;
+            };
+            if c.holds(&stored) {
+                let (_, served) = exact(&stored, &want, now);
+                prop_assert!(served, "{:?} granted from {:?}", c, stored);
+                stored.set_level(c.applied(&stored));
+                remembered[*writer] = stored.clone();
+                granted.push((now.as_millis(), taken));
+                break;
+            }
+            remembered[*writer] = stored.clone();
+        }
+    }
+    Ok(granted)
 }
 
 proptest! {
@@ -379,26 +392,51 @@ proptest! {
         }
     }
 
-    /// A fill that applies to a row another fill set earlier in the same millisecond finds
-    /// the bucket full, to the microsecond: what that row lacks was refilled by then.
+    /// Whatever microsecond of its millisecond the writer's clock reads, a change is right
+    /// by milliseconds: it applies only where the bucket serves it, and leaves no more than
+    /// giving back, then taking, would have.
     #[test]
-    fn a_fill_after_another_in_the_same_millisecond_finds_the_bucket_full(
-        (remembered, actual, want, fine, micros) in same_millisecond_fills()
+    fn a_change_at_any_microsecond_is_right_by_the_millisecond(
+        (remembered, actual, want, now) in any_case(),
+        micros in 0i64..1_000,
     ) {
-        let rate = actual.bucket.effective_rate().per_milli().unwrap();
-        let now = UnixMillis::new(micros.div_euclid(1_000));
-        if let Some(c) = commute(&remembered, &want, (now, micros), Duration::from_secs(2))
-            && !c.when.iter().all(|w| w.holds(&actual))
+        let now = at(now);
+        let reading = (now, now.as_millis() * 1_000 + micros);
+        if let Some(c) = commute(&remembered, &want, reading, Duration::from_secs(2))
             && c.holds(&actual)
         {
-            let refilled = actual.tokens + want.restored + earned_in_micros(micros - fine, rate);
+            let (level, served) = exact(&actual, &want, now);
+            prop_assert!(served, "granted from a bucket that could not serve it: {:?}", c);
             prop_assert!(
-                refilled >= want.ceiling,
-                "{:?} applied to {:?} at {} µs: only {:?} of {:?}",
-                c, actual, micros, refilled, want.ceiling
+                within(c.applied(&actual), level, &actual.bucket, want.ceiling, now, false),
+                "{:?} left {:?}, more than {:?}", c, c.applied(&actual), level
             );
-            prop_assert_eq!(c.tokens, TokensOp::Set(want.ceiling - want.taken));
-            HITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Fast buckets taken from by stale writers at any microsecond: no window of
+    /// milliseconds holds more grants than capacity + rate × window, and within one
+    /// millisecond a fill after another one applies when the refill between covers it.
+    #[test]
+    fn stale_writers_never_grant_more_than_capacity_and_rate(
+        per_second in prop_oneof![10_000u64..200_000, 200_000u64..5_000_000],
+        capacity in 1u64..50,
+        steps in proptest::collection::vec(
+            (0usize..4, prop_oneof![0i64..50, 0i64..700, 0i64..5_000], 1i64..=3),
+            1..200,
+        ),
+    ) {
+        let bucket = Bucket::tokens(RefillRate::per_second(per_second)).with_capacity(capacity);
+        let granted = stale_writers(&bucket, &steps)?;
+        let rate = bucket.effective_rate();
+        for (i, (from, _)) in granted.iter().enumerate() {
+            let mut sum = Tokens::ZERO;
+            for (to, taken) in &granted[i..] {
+                sum += *taken;
+                let supply = bucket.capacity()
+                    + refill(Level::new(Tokens::ZERO, at(*from - T0)), Tokens::MAX, rate, at(*to - T0)).tokens;
+                prop_assert!(sum <= supply, "{:?} granted from {} to {} ms: {:?}", sum, from, to, granted);
+            }
         }
     }
 

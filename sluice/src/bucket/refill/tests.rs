@@ -200,7 +200,6 @@ proptest! {
             tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
             last_refill_at: UnixMillis::new(1_700_000_000_000),
             refill_carry: RefillCarry::ZERO,
-            last_refill_micros: None,
             version: 3, write_id: None, recent_writes: RecentWrites::default(), burst: None,
         };
         let cost = Tokens::from_nanos((cap.as_nanos() * i128::from(cost_pct) / 100).max(1));
@@ -237,7 +236,6 @@ proptest! {
             tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
             last_refill_at: UnixMillis::new(1_700_000_000_000),
             refill_carry: RefillCarry::ZERO,
-            last_refill_micros: None,
             version: 3, write_id: None, recent_writes: RecentWrites::default(), burst: None,
         };
         let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);

@@ -38,10 +38,7 @@ fn update_of(change: &BucketChange) -> (String, Expr) {
         || c.when.iter().chain(&c.or_when).any(|c| {
             matches!(
                 c,
-                Condition::RefilledAt(_)
-                    | Condition::RefilledSince(_)
-                    | Condition::RefilledBy(_)
-                    | Condition::RefilledWithin { .. }
+                Condition::RefilledAt(_) | Condition::RefilledSince(_) | Condition::RefilledBy(_)
             )
         });
     if refilled {
@@ -76,14 +73,6 @@ fn update_of(change: &BucketChange) -> (String, Expr) {
     if let Some((at, carry)) = change.commute.refill {
         e.name("#rc", row::REFILL_CARRY).value(":last", row::n(at));
         sets.push("#l = :last".to_owned());
-        e.name("#us", row::LAST_REFILL_MICROS);
-        match change.commute.refill_micros {
-            Some(micros) => {
-                e.value(":us", row::n(micros));
-                sets.push("#us = :us".to_owned());
-            }
-            None => removes.push("#us".to_owned()),
-        }
         match row::carry_value(carry, at) {
             Some(value) => {
                 e.value(":rc", value);
@@ -117,22 +106,7 @@ fn clauses(e: &mut Expr, conditions: &[Condition], prefix: &str) -> Vec<String> 
             Condition::RefilledAt(at) => (format!("#l = {v}"), row::n(at)),
             Condition::RefilledSince(at) => (format!("#l >= {v}"), row::n(at)),
             Condition::RefilledBy(at) => (format!("#l <= {v}"), row::n(at)),
-            Condition::RefilledWithin { at, micros_by } => {
-                // Within `at`'s millisecond: a microsecond left from an earlier one is
-                // before it, and says nothing of this one.
-                e.name("#us", row::LAST_REFILL_MICROS).value(
-                    &format!("{v}s"),
-                    row::n(at.as_millis().saturating_mul(1_000)),
-                );
-                (
-                    format!("#l = {v}l AND #us BETWEEN {v}s AND {v}"),
-                    row::n(micros_by),
-                )
-            }
         };
-        if let Condition::RefilledWithin { at, .. } = condition {
-            e.value(&format!("{v}l"), row::n(at));
-        }
         e.value(&v, value);
         clauses.push(clause);
     }

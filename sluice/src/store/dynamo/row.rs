@@ -17,10 +17,6 @@
 //! it in `refill_carry` S, `units/per@millis` (the carry is `units/per` of a billionth of a
 //! token as of `last_refill_at` = `millis` since the epoch), and ignores one whose
 //! `millis` is not the row's `last_refill_at` (another SDK refilled the row since).
-//! A fill of a full bucket also writes `last_refill_at_us` N, the same timestamp in whole
-//! microseconds since the epoch, which orders two fills within one millisecond; it is
-//! ignored once it falls outside the row's `last_refill_at` millisecond (another writer
-//! moved that since).
 //! Lease row: `vendor_dimension` S (`lease#{dimension}#{unique}`), `dimension` S, `cost` N,
 //! `created_at` N, `ttl` N (whole unix seconds, for DynamoDB's TTL), `caller` S, and the
 //! extra `expires_at` N (unix seconds, millisecond fraction) that keeps the exact expiry;
@@ -61,8 +57,6 @@ pub(crate) const REFILL_PERIOD: &str = "refill_period";
 /// documentation).
 pub(crate) const REFILL_CARRY: &str = "refill_carry";
 pub(crate) const LAST_REFILL_AT: &str = "last_refill_at";
-/// sluice's extra bucket attribute: the refill timestamp in microseconds, written by fills.
-pub(crate) const LAST_REFILL_MICROS: &str = "last_refill_at_us";
 pub(crate) const COST_PER_CALL: &str = "cost_per_call";
 pub(crate) const LIMIT_TYPE: &str = "limit_type";
 pub(crate) const VERSION: &str = "version";
@@ -118,9 +112,6 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     item.extend(rate_attributes(state.bucket.refill_rate()));
     if let Some(carry) = carry_value(state.refill_carry, state.last_refill_at) {
         item.insert(REFILL_CARRY.to_owned(), carry);
-    }
-    if let Some(micros) = state.refilled_micros() {
-        item.insert(LAST_REFILL_MICROS.to_owned(), n(micros));
     }
     if !state.bucket.keeps_leases() {
         item.insert(LEAN.to_owned(), AttributeValue::Bool(true));
@@ -285,26 +276,12 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
     let write_id = read_write_id(&r, item)?;
     let recent_writes = read_recent_writes(&r, item)?;
     let refill_carry = read_carry(&r, last_refill_at)?;
-    let last_refill_micros = r
-        .number(LAST_REFILL_MICROS)?
-        .map(|text| {
-            decimal::parse(text, 0, Rounding::Exact)
-                .ok()
-                .and_then(|us| i64::try_from(us).ok())
-                .ok_or_else(|| {
-                    r.corrupt(format!(
-                        "`{LAST_REFILL_MICROS}` must be whole microseconds since the epoch, found {text}"
-                    ))
-                })
-        })
-        .transpose()?;
     let state = BucketState {
         dimension,
         bucket: if lean { bucket.lean() } else { bucket },
         tokens,
         last_refill_at,
         refill_carry,
-        last_refill_micros,
         version,
         write_id,
         recent_writes,

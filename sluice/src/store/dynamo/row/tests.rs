@@ -182,30 +182,6 @@ fn a_carry_is_kept_only_beside_the_refill_timestamp_it_was_earned_by() {
     }
 }
 
-#[test]
-fn a_fills_microsecond_is_kept_only_within_its_millisecond() {
-    let mut b = bucket_state(&seed_row()).unwrap();
-    assert_eq!(b.last_refill_micros, None);
-    let micros = b.last_refill_at.as_millis() * 1_000 + 250;
-    b.last_refill_micros = Some(micros);
-    let item = bucket_item(&b);
-    assert_eq!(item[LAST_REFILL_MICROS], n(micros));
-    assert_eq!(bucket_state(&item).unwrap(), b);
-    // Another SDK moved `last_refill_at` since: read, and ignored.
-    let mut moved = item.clone();
-    moved.insert(LAST_REFILL_AT.to_owned(), n("1709550003"));
-    let read = bucket_state(&moved).unwrap();
-    assert_eq!(read.refilled_micros(), None);
-    // ... and not written back with the row.
-    assert!(!bucket_item(&read).contains_key(LAST_REFILL_MICROS));
-    for bad in ["1.5", "x", "1e40"] {
-        let mut broken = item.clone();
-        broken.insert(LAST_REFILL_MICROS.to_owned(), n(bad));
-        let e = bucket_state(&broken).unwrap_err();
-        assert!(e.to_string().contains(LAST_REFILL_MICROS), "{bad}: {e}");
-    }
-}
-
 proptest::proptest! {
     /// Any rate, and any level refill leaves a bucket at, reads back from the row exactly.
     #[test]
