@@ -96,19 +96,19 @@ pub struct Commute {
     pub refill: Option<(UnixMillis, RefillCarry)>,
     /// What the stored row must satisfy.
     pub when: Vec<Condition>,
-    /// Another set of conditions that makes the change right as well (for a fill: the
-    /// bucket is full by the microsecond the writer's clock reads, see [`Clock::now_micros`](crate::Clock::now_micros)),
-    /// or empty: the change applies when every condition of `when` holds, or every one of
-    /// this.
-    pub or_when: Vec<Condition>,
+    /// Other sets of conditions, each of which makes the change right as well (for a fill:
+    /// rows refilled within the last few milliseconds that are full by the microsecond the
+    /// writer's clock reads, see [`Clock::now_micros`](crate::Clock::now_micros)): the
+    /// change applies when every condition of `when` holds, or every one of a set here.
+    pub or_when: Vec<Vec<Condition>>,
 }
 
 impl Commute {
-    /// Whether `row` satisfies every condition of `when`, or every one of a non-empty
+    /// Whether `row` satisfies every condition of `when`, or every one of a set of
     /// `or_when`.
     pub fn holds(&self, row: &BucketState) -> bool {
-        self.when.iter().all(|c| c.holds(row))
-            || (!self.or_when.is_empty() && self.or_when.iter().all(|c| c.holds(row)))
+        let all = |conditions: &[Condition]| conditions.iter().all(|c| c.holds(row));
+        all(&self.when) || self.or_when.iter().any(|set| !set.is_empty() && all(set))
     }
 
     /// The level `row` has once the change is applied to it.
@@ -241,6 +241,10 @@ fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute
     })
 }
 
+/// How many milliseconds back a fill looks for another writer's fill to accept by the
+/// refill since (besides the one refill timestamp its first set of conditions accepts).
+const RECENT_FILL_MILLIS: i64 = 2;
+
 /// A fill: the bucket is full at `at` (refill has reached its ceiling), whoever wrote it
 /// last, so it is set to the ceiling less what is taken, less `e`, the refill from the
 /// start of `at` to `micros` (`at` to the microsecond; see the module documentation). Its
@@ -290,13 +294,21 @@ fn fill(
     // Rounded up: stored as of the millisecond's start, the level is never more than the
     // fill leaves at `micros`.
     let e = earned_in_micros_ceil(micros - at.as_millis().saturating_mul(1_000), rate);
-    // By `micros`, any row refilled by `at` with `e` more than this is full. Only when it
-    // leaves what the grants need, counted by the millisecond.
+    // By `micros`, any row refilled by `k` ms before `at` with the refill of those `k` ms
+    // and `e` more than this is full: the rows other fills left in the last few
+    // milliseconds, when the refill since covers what they took. Only when it leaves what
+    // the grants need, counted by the millisecond.
     let or_when = if want.need.is_none_or(|need| want.ceiling - e >= need) {
-        vec![
-            Condition::RefilledBy(at),
-            Condition::TokensAtLeast(want.ceiling - want.restored - e),
-        ]
+        (0..=RECENT_FILL_MILLIS)
+            .filter_map(|k| {
+                let by = UnixMillis::new(at.as_millis().checked_sub(k)?);
+                let since = earned(Level::new(Tokens::ZERO, by), rate, at).0;
+                Some(vec![
+                    Condition::RefilledBy(by),
+                    Condition::TokensAtLeast(want.ceiling - want.restored - since - e),
+                ])
+            })
+            .collect()
     } else {
         Vec::new()
     };

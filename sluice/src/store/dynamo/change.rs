@@ -35,7 +35,7 @@ fn update_of(change: &BucketChange) -> (String, Expr) {
     row::same_definition(&mut e, &change.bucket, change.burst);
     let c = &change.commute;
     let refilled = c.refill.is_some()
-        || c.when.iter().chain(&c.or_when).any(|c| {
+        || c.when.iter().chain(c.or_when.iter().flatten()).any(|c| {
             matches!(
                 c,
                 Condition::RefilledAt(_) | Condition::RefilledSince(_) | Condition::RefilledBy(_)
@@ -45,17 +45,18 @@ fn update_of(change: &BucketChange) -> (String, Expr) {
         e.name("#l", row::LAST_REFILL_AT);
     }
     let when = clauses(&mut e, &c.when, "w");
-    if c.or_when.is_empty() {
+    let alternatives: Vec<_> = c.or_when.iter().filter(|set| !set.is_empty()).collect();
+    if alternatives.is_empty() {
         for clause in when {
             e.and(clause);
         }
     } else {
-        let or_when = clauses(&mut e, &c.or_when, "o");
-        e.and(format!(
-            "(({}) OR ({}))",
-            when.join(" AND "),
-            or_when.join(" AND ")
-        ));
+        let mut any = vec![format!("({})", when.join(" AND "))];
+        for (i, set) in alternatives.into_iter().enumerate() {
+            let clauses = clauses(&mut e, set, &format!("o{i}n"));
+            any.push(format!("({})", clauses.join(" AND ")));
+        }
+        e.and(format!("({})", any.join(" OR ")));
     }
     let mut sets = Vec::new();
     let mut adds = vec!["#v :one".to_owned()];
