@@ -16,7 +16,7 @@
 //! | take | the stored tokens alone serve the grants | `tokens += restored - taken` | `tokens ≥ need`, `tokens ≤ holds - restored - refill`, `last_refill_at ≥ anchor` |
 //! | credit | the refill since the anchor is needed too | `tokens += restored - taken` | `last_refill_at = anchor`, `need - refill ≤ tokens ≤ holds - restored - refill` |
 //! | fold | as credit, once the anchor is older than the fold interval | `tokens += refill + restored - taken`, `last_refill_at = now`, carry | as credit |
-//! | fill | the bucket is full (refill has reached what it holds) | `tokens = holds - taken - e`, `last_refill_at = now`, no carry | `last_refill_at ≤ x`, `tokens ≥ holds - restored - refill(x → now)`; or `last_refill_at ≤ now`, `tokens ≥ holds - restored - e` |
+//! | fill | the bucket is full (refill has reached what it holds) | `tokens = holds - taken - e`, `last_refill_at = now`, no carry | `last_refill_at ≤ x`, `tokens ≥ holds - restored - refill(x → now)`; or, for `k` of 0 to 2, `last_refill_at ≤ now - k`, `tokens ≥ holds - restored - refill(k ms) - e` |
 //!
 //! Takes and credits commute with each other and with every restore: they never move the
 //! refill timestamp. A fold or a fill moves it, so a credit computed from the old one
@@ -32,11 +32,12 @@
 //! clock reads ([`Clock::now_micros`](crate::Clock::now_micros); zero for a clock of
 //! milliseconds). A fill stores the level it leaves less `e` as of the millisecond's
 //! start, so refill counted from there gives it back exactly by that microsecond and never
-//! twice; and it also accepts any row that, refilled by `e` more, is full (a row another
-//! fill left earlier in the same millisecond, when the refill between covers what that one
-//! took). By milliseconds alone such a change is right too, only stricter by `e`: whatever
-//! the clocks read. `concurrent` buckets do not
-//! refill: their changes are takes, and fills only when a restore would overflow.
+//! twice; and it also accepts a row another fill left in the last few milliseconds when
+//! the refill since, `e` included, covers what that one took. By milliseconds alone such a
+//! change is right too, only stricter by `e`, whatever the clocks read.
+//!
+//! `concurrent` buckets do not refill: their changes are takes, and fills only when a
+//! restore would overflow.
 
 use std::time::Duration;
 
@@ -250,8 +251,9 @@ const RECENT_FILL_MILLIS: i64 = 2;
 /// start of `at` to `micros` (`at` to the microsecond; see the module documentation). Its
 /// conditions accept any row that is full at `at` by a refill counted without the row's
 /// carry, else (`row` is full only thanks to its carry, less than a billionth) exactly
-/// `row`'s refill timestamp; or any row refilled by `at` that `e` more makes full. `None`
-/// when the take is more than the bucket ever holds.
+/// `row`'s refill timestamp; or any row refilled by `k` ms before `at` (`k` up to
+/// [`RECENT_FILL_MILLIS`]) that the refill of those `k` ms and `e` make full. `None` when
+/// the take is more than the bucket ever holds.
 fn fill(
     row: &BucketState,
     want: &Want,
