@@ -294,26 +294,25 @@ fn fill(
         }
     };
     // Rounded up: stored as of the millisecond's start, the level is never more than the
-    // fill leaves at `micros`.
-    let e = earned_in_micros_ceil(micros - at.as_millis().saturating_mul(1_000), rate);
+    // fill leaves at `micros`. Any part of it is right too (stricter by milliseconds the
+    // more of it is counted): no more than leaves what the grants need (or, with nothing
+    // taken, nothing) as of the millisecond's start, so that a bucket that refills most of
+    // what it holds within a millisecond is not left short, or in debt, for the rest of it.
+    let e = earned_in_micros_ceil(micros - at.as_millis().saturating_mul(1_000), rate)
+        .min((want.ceiling - want.need.unwrap_or(want.taken).max(want.taken)).max(Tokens::ZERO));
     // By `micros`, any row refilled by `k` ms before `at` with the refill of those `k` ms
     // and `e` more than this is full: the rows other fills left in the last few
-    // milliseconds, when the refill since covers what they took. Only when it leaves what
-    // the grants need, counted by the millisecond.
-    let or_when = if want.need.is_none_or(|need| want.ceiling - e >= need) {
-        (0..=RECENT_FILL_MILLIS)
-            .filter_map(|k| {
-                let by = UnixMillis::new(at.as_millis().checked_sub(k)?);
-                let since = earned(Level::new(Tokens::ZERO, by), rate, at).0;
-                Some(vec![
-                    Condition::RefilledBy(by),
-                    Condition::TokensAtLeast(want.ceiling - want.restored - since - e),
-                ])
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // milliseconds, when the refill since covers what they took.
+    let or_when = (0..=RECENT_FILL_MILLIS)
+        .filter_map(|k| {
+            let by = UnixMillis::new(at.as_millis().checked_sub(k)?);
+            let since = earned(Level::new(Tokens::ZERO, by), rate, at).0;
+            Some(vec![
+                Condition::RefilledBy(by),
+                Condition::TokensAtLeast(want.ceiling - want.restored - since - e),
+            ])
+        })
+        .collect();
     Some(Commute {
         tokens: TokensOp::Set((want.ceiling - want.taken).saturating_sub(e)),
         refill: Some((at, RefillCarry::ZERO)),

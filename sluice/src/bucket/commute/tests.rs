@@ -28,12 +28,26 @@ fn row(bucket: Bucket, tokens: i64, last_ms: i64) -> BucketState {
 #[test]
 fn stale_writers_fill_one_bucket_several_times_within_one_millisecond() {
     // A token every microsecond; four writers 10 µs apart, each from its own older row.
-    let bucket = Bucket::tokens(RefillRate::per_second(1_000_000)).with_capacity(10);
+    let bucket = Bucket::tokens(RefillRate::per_second(1_000_000)).with_capacity(1_000);
     let steps: Vec<_> = (0..4)
         .map(|w| (w, if w == 0 { 2_000 } else { 10 }, 1))
         .collect();
     let granted = stale_writers(&bucket, &steps).unwrap();
     assert_eq!(granted.len(), 4);
+    // A bucket that refills ten times what it holds within a millisecond: a fill counts
+    // no more of the millisecond's refill than leaves it empty as of its start, never in
+    // debt.
+    let small = Bucket::tokens(RefillRate::per_second(1_000_000)).with_capacity(100);
+    let want = Want {
+        restored: Tokens::ZERO,
+        taken: Tokens::new(1),
+        need: Some(Tokens::new(1)),
+        ceiling: Tokens::new(100),
+    };
+    let now = at(5);
+    let reading = (now, now.as_millis() * 1_000 + 999);
+    let c = commute(&row(small, 100, 0), &want, reading, Duration::from_secs(2)).unwrap();
+    assert_eq!(c.tokens, TokensOp::Set(Tokens::ZERO));
 }
 
 fn exact(actual: &BucketState, want: &Want, now: UnixMillis) -> (Level, bool) {

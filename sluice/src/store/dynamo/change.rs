@@ -34,18 +34,29 @@ fn update_of(change: &BucketChange) -> (String, Expr) {
         .and("#v < :maxv");
     row::same_definition(&mut e, &change.bucket, change.burst);
     let c = &change.commute;
+    // Other sets of conditions matter only beside a first one (an empty first set holds
+    // for any row, as `Commute::holds` has it).
+    let alternatives: Vec<&Vec<Condition>> = if c.when.is_empty() {
+        Vec::new()
+    } else {
+        c.or_when.iter().filter(|set| !set.is_empty()).collect()
+    };
     let refilled = c.refill.is_some()
-        || c.when.iter().chain(c.or_when.iter().flatten()).any(|c| {
-            matches!(
-                c,
-                Condition::RefilledAt(_) | Condition::RefilledSince(_) | Condition::RefilledBy(_)
-            )
-        });
+        || c.when
+            .iter()
+            .chain(alternatives.iter().copied().flatten())
+            .any(|c| {
+                matches!(
+                    c,
+                    Condition::RefilledAt(_)
+                        | Condition::RefilledSince(_)
+                        | Condition::RefilledBy(_)
+                )
+            });
     if refilled {
         e.name("#l", row::LAST_REFILL_AT);
     }
     let when = clauses(&mut e, &c.when, "w");
-    let alternatives: Vec<_> = c.or_when.iter().filter(|set| !set.is_empty()).collect();
     if alternatives.is_empty() {
         for clause in when {
             e.and(clause);
@@ -212,5 +223,92 @@ impl DynamoStore {
             self.write_batch(requests).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bucket::{Bucket, BucketState, Commute, RefillCarry};
+    use crate::clock::UnixMillis;
+    use crate::rate::RefillRate;
+    use crate::tokens::Tokens;
+
+    fn change(commute: Commute) -> BucketChange {
+        let row = BucketState::full(
+            "a#b".parse().unwrap(),
+            Bucket::requests(RefillRate::per_second(10)).with_capacity(10),
+            UnixMillis::new(5_000),
+        );
+        BucketChange::of(&row, commute)
+    }
+
+    /// Every name and value an expression declares, it uses (DynamoDB refuses the rest).
+    fn all_used(update: &str, e: &Expr) {
+        let condition = e.condition();
+        for placeholder in e.names.keys().chain(e.values.keys()) {
+            assert!(
+                update.contains(placeholder.as_str()) || condition.contains(placeholder.as_str()),
+                "{placeholder} unused in `{update}` / `{condition}`"
+            );
+        }
+    }
+
+    #[test]
+    fn other_sets_of_conditions_are_one_parenthesised_alternative() {
+        let fill = change(Commute {
+            tokens: TokensOp::Set(Tokens::new(9)),
+            refill: Some((UnixMillis::new(5_000), RefillCarry::ZERO)),
+            when: vec![
+                Condition::RefilledBy(UnixMillis::new(4_900)),
+                Condition::TokensAtLeast(Tokens::new(9)),
+            ],
+            or_when: vec![
+                vec![
+                    Condition::RefilledBy(UnixMillis::new(5_000)),
+                    Condition::TokensAtLeast(Tokens::new(10)),
+                ],
+                Vec::new(),
+                vec![
+                    Condition::RefilledBy(UnixMillis::new(4_999)),
+                    Condition::TokensAtLeast(Tokens::new(8)),
+                ],
+            ],
+        });
+        let (update, e) = update_of(&fill);
+        assert!(
+            e.condition().ends_with(
+                " AND ((#l <= :w0 AND #t >= :w1) OR (#l <= :o0n0 AND #t >= :o0n1) \
+                 OR (#l <= :o1n0 AND #t >= :o1n1))"
+            ),
+            "{}",
+            e.condition()
+        );
+        all_used(&update, &e);
+        // A take with no other set: its conditions alone.
+        let take = change(Commute {
+            tokens: TokensOp::Add(Tokens::new(-1)),
+            refill: None,
+            when: vec![Condition::TokensAtLeast(Tokens::new(1))],
+            or_when: Vec::new(),
+        });
+        let (update, e) = update_of(&take);
+        assert!(
+            e.condition().ends_with(" AND #t >= :w0"),
+            "{}",
+            e.condition()
+        );
+        assert!(!e.names.contains_key("#l"));
+        all_used(&update, &e);
+        // An empty first set holds for any row: the others say nothing more.
+        let any = change(Commute {
+            tokens: TokensOp::Add(Tokens::new(1)),
+            refill: None,
+            when: Vec::new(),
+            or_when: vec![vec![Condition::RefilledBy(UnixMillis::new(5_000))]],
+        });
+        let (update, e) = update_of(&any);
+        assert!(!e.names.contains_key("#l"), "{}", e.condition());
+        all_used(&update, &e);
     }
 }
