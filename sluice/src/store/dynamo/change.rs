@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::row::{self, Expr};
 use super::{BATCH_WRITE_MAX, DynamoStore, EXISTS, Units, build_error};
-use crate::bucket::{BucketState, Condition, MAX_VERSION, TokensOp};
+use crate::bucket::{BucketState, Commute, Condition, MAX_VERSION, TokensOp};
 use crate::store::{BucketChange, ChangeError, LeaseKey, LeaseRecord, StoreError};
 
 /// A call's configuration that sends it once: what adds to a row must not be resent after
@@ -33,42 +33,7 @@ fn update_of(change: &BucketChange) -> (String, Expr) {
         .and("attribute_exists(#key)")
         .and("#v < :maxv");
     row::same_definition(&mut e, &change.bucket, change.burst);
-    let c = &change.commute;
-    // Other sets of conditions matter only beside a first one (an empty first set holds
-    // for any row, as `Commute::holds` has it).
-    let alternatives: Vec<&Vec<Condition>> = if c.when.is_empty() {
-        Vec::new()
-    } else {
-        c.or_when.iter().filter(|set| !set.is_empty()).collect()
-    };
-    let refilled = c.refill.is_some()
-        || c.when
-            .iter()
-            .chain(alternatives.iter().copied().flatten())
-            .any(|c| {
-                matches!(
-                    c,
-                    Condition::RefilledAt(_)
-                        | Condition::RefilledSince(_)
-                        | Condition::RefilledBy(_)
-                )
-            });
-    if refilled {
-        e.name("#l", row::LAST_REFILL_AT);
-    }
-    let when = clauses(&mut e, &c.when, "w");
-    if alternatives.is_empty() {
-        for clause in when {
-            e.and(clause);
-        }
-    } else {
-        let mut any = vec![format!("({})", when.join(" AND "))];
-        for (i, set) in alternatives.into_iter().enumerate() {
-            let clauses = clauses(&mut e, set, &format!("o{i}n"));
-            any.push(format!("({})", clauses.join(" AND ")));
-        }
-        e.and(format!("({})", any.join(" OR ")));
-    }
+    conditions(&mut e, &change.commute);
     let mut sets = Vec::new();
     let mut adds = vec!["#v :one".to_owned()];
     let mut removes = Vec::new();
@@ -105,6 +70,45 @@ fn update_of(change: &BucketChange) -> (String, Expr) {
         }
     }
     (update, e)
+}
+
+/// Adds the conditions of `c` to `e`: its first set, or any other set.
+fn conditions(e: &mut Expr, c: &Commute) {
+    // Other sets of conditions matter only beside a first one (an empty first set holds
+    // for any row, as `Commute::holds` has it).
+    let alternatives: Vec<&Vec<Condition>> = if c.when.is_empty() {
+        Vec::new()
+    } else {
+        c.or_when.iter().filter(|set| !set.is_empty()).collect()
+    };
+    let refilled = c.refill.is_some()
+        || c.when
+            .iter()
+            .chain(alternatives.iter().copied().flatten())
+            .any(|c| {
+                matches!(
+                    c,
+                    Condition::RefilledAt(_)
+                        | Condition::RefilledSince(_)
+                        | Condition::RefilledBy(_)
+                )
+            });
+    if refilled {
+        e.name("#l", row::LAST_REFILL_AT);
+    }
+    let when = clauses(e, &c.when, "w");
+    if alternatives.is_empty() {
+        for clause in when {
+            e.and(clause);
+        }
+    } else {
+        let mut any = vec![format!("({})", when.join(" AND "))];
+        for (i, set) in alternatives.into_iter().enumerate() {
+            let clauses = clauses(e, set, &format!("o{i}n"));
+            any.push(format!("({})", clauses.join(" AND ")));
+        }
+        e.and(format!("({})", any.join(" OR ")));
+    }
 }
 
 /// The clauses of `conditions`, their values named `:{prefix}0`, `:{prefix}1`…
@@ -229,7 +233,7 @@ impl DynamoStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bucket::{Bucket, BucketState, Commute, RefillCarry};
+    use crate::bucket::{Bucket, RefillCarry};
     use crate::clock::UnixMillis;
     use crate::rate::RefillRate;
     use crate::tokens::Tokens;
