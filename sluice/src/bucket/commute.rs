@@ -295,11 +295,17 @@ fn fill(
     };
     // Rounded up: stored as of the millisecond's start, the level is never more than the
     // fill leaves at `micros`. Any part of it is right too (stricter by milliseconds the
-    // more of it is counted): no more than leaves what the grants need (or, with nothing
-    // taken, nothing) as of the millisecond's start, so that a bucket that refills most of
-    // what it holds within a millisecond is not left short, or in debt, for the rest of it.
-    let e = earned_in_micros_ceil(micros - at.as_millis().saturating_mul(1_000), rate)
-        .min((want.ceiling - want.need.unwrap_or(want.taken).max(want.taken)).max(Tokens::ZERO));
+    // more of it is counted), and what is counted is missing, until the next millisecond,
+    // to takes that count milliseconds: so only for a bucket that refills a take within a
+    // millisecond (another fill can then apply in the same one), and no more than leaves
+    // what the grants need as of the millisecond's start (never in debt).
+    let per_take = want.taken.max(row.bucket.cost_per_call());
+    let e = if micros_to_earn(per_take, rate).is_some_and(|m| m < 1_000) {
+        earned_in_micros_ceil(micros - at.as_millis().saturating_mul(1_000), rate)
+            .min((want.ceiling - want.need.unwrap_or(want.taken).max(want.taken)).max(Tokens::ZERO))
+    } else {
+        Tokens::ZERO
+    };
     // By `micros`, any row refilled by `k` ms before `at` with the refill of those `k` ms
     // and `e` more than this is full: the rows other fills left in the last few
     // milliseconds, when the refill since covers what they took.
@@ -347,6 +353,16 @@ fn earned_in_micros_ceil(micros: i64, rate: PerMilli) -> Tokens {
             .unwrap_or(i128::MAX)
             .min(Tokens::MAX.as_nanos()),
     )
+}
+
+/// The whole microseconds a refill at `rate` takes to earn `amount` with nothing carried;
+/// `None` beyond any timestamp.
+fn micros_to_earn(amount: Tokens, rate: PerMilli) -> Option<i64> {
+    if amount <= Tokens::ZERO {
+        return Some(0);
+    }
+    let owed = U256::from(amount.as_nanos().unsigned_abs()) * rate.den * 1_000;
+    i64::try_from((owed + rate.num - U256::ONE) / rate.num).ok()
 }
 
 /// The whole milliseconds a refill at `rate` takes to earn `amount` with nothing carried;

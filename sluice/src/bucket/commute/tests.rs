@@ -48,6 +48,28 @@ fn stale_writers_fill_one_bucket_several_times_within_one_millisecond() {
     let reading = (now, now.as_millis() * 1_000 + 999);
     let c = commute(&row(small, 100, 0), &want, reading, Duration::from_secs(2)).unwrap();
     assert_eq!(c.tokens, TokensOp::Set(Tokens::ZERO));
+    // A bucket that takes longer than a millisecond to refill a take counts none of the
+    // millisecond's refill: a full bucket of 5 a minute grants its 5 at once, at any
+    // microsecond.
+    let slow = Bucket::requests(RefillRate::per_minute(5)).with_capacity(5);
+    let c = commute(
+        &row(slow, 5, 0),
+        &want_one(5),
+        reading,
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    assert_eq!(c.tokens, TokensOp::Set(Tokens::new(4)));
+}
+
+/// One token taken from a bucket holding `ceiling`.
+fn want_one(ceiling: i64) -> Want {
+    Want {
+        restored: Tokens::ZERO,
+        taken: Tokens::new(1),
+        need: Some(Tokens::new(1)),
+        ceiling: Tokens::new(ceiling),
+    }
 }
 
 fn exact(actual: &BucketState, want: &Want, now: UnixMillis) -> (Level, bool) {
