@@ -358,22 +358,23 @@ fn earned_in_micros_ceil(micros: i64, rate: PerMilli) -> Tokens {
 /// The whole microseconds a refill at `rate` takes to earn `amount` with nothing carried;
 /// `None` beyond any timestamp.
 fn micros_to_earn(amount: Tokens, rate: PerMilli) -> Option<i64> {
-    if amount <= Tokens::ZERO {
-        return Some(0);
-    }
-    let owed = U256::from(amount.as_nanos().unsigned_abs()) * rate.den * 1_000;
-    i64::try_from((owed + rate.num - U256::ONE) / rate.num).ok()
+    time_to_earn(amount, rate, 1_000)
 }
 
 /// The whole milliseconds a refill at `rate` takes to earn `amount` with nothing carried;
 /// `None` beyond any timestamp.
 fn millis_to_earn(amount: Tokens, rate: PerMilli) -> Option<i64> {
+    time_to_earn(amount, rate, 1)
+}
+
+/// The whole `1/per_milli`ths of a millisecond a refill at `rate` takes to earn `amount`
+/// with nothing carried; `None` beyond any timestamp.
+fn time_to_earn(amount: Tokens, rate: PerMilli, per_milli: u32) -> Option<i64> {
     if amount <= Tokens::ZERO {
         return Some(0);
     }
-    let owed = U256::from(amount.as_nanos().unsigned_abs()) * rate.den;
-    let millis = (owed + rate.num - U256::ONE) / rate.num;
-    i64::try_from(millis).ok()
+    let owed = U256::from(amount.as_nanos().unsigned_abs()) * rate.den * U256::from(per_milli);
+    i64::try_from((owed + rate.num - U256::ONE) / rate.num).ok()
 }
 
 #[cfg(test)]

@@ -38,12 +38,7 @@ fn stale_writers_fill_one_bucket_several_times_within_one_millisecond() {
     // no more of the millisecond's refill than leaves it empty as of its start, never in
     // debt.
     let small = Bucket::tokens(RefillRate::per_second(1_000_000)).with_capacity(100);
-    let want = Want {
-        restored: Tokens::ZERO,
-        taken: Tokens::new(1),
-        need: Some(Tokens::new(1)),
-        ceiling: Tokens::new(100),
-    };
+    let want = want_one(100);
     let now = at(5);
     let reading = (now, now.as_millis() * 1_000 + 999);
     let c = commute(&row(small, 100, 0), &want, reading, Duration::from_secs(2)).unwrap();
@@ -150,12 +145,7 @@ fn a_full_bucket_is_filled_and_another_writers_earlier_fill_does_not_fail_it() {
     // 1,000 a second: one token refills in a millisecond.
     let b = Bucket::requests(RefillRate::per_second(1_000)).with_capacity(1_000);
     let remembered = row(b.clone(), 1_000, 0);
-    let want = Want {
-        restored: Tokens::ZERO,
-        taken: Tokens::new(1),
-        need: Some(Tokens::new(1)),
-        ceiling: Tokens::new(1_000),
-    };
+    let want = want_one(1_000);
     let now = at(5_000);
     let c = commute(&remembered, &want, ms(now), Duration::from_secs(60)).unwrap();
     assert_eq!(c.tokens, TokensOp::Set(Tokens::new(999)));
@@ -172,12 +162,7 @@ fn fills_within_one_millisecond_count_refill_to_the_microsecond() {
     // within the same millisecond are right as far apart as the refill covers.
     let b = Bucket::requests(RefillRate::per_second(1_000_000)).with_capacity(1_000);
     let remembered = row(b.clone(), 1_000, 0);
-    let want = Want {
-        restored: Tokens::ZERO,
-        taken: Tokens::new(1),
-        need: Some(Tokens::new(1)),
-        ceiling: Tokens::new(1_000),
-    };
+    let want = want_one(1_000);
     let now = at(5_000);
     let c = commute(
         &remembered,
@@ -263,12 +248,7 @@ fn a_short_bucket_has_no_change() {
 #[test]
 fn concurrent_slots_are_taken_and_given_back_by_addition() {
     let b = Bucket::concurrent(4);
-    let take = Want {
-        restored: Tokens::ZERO,
-        taken: Tokens::new(1),
-        need: Some(Tokens::new(1)),
-        ceiling: Tokens::new(4),
-    };
+    let take = want_one(4);
     let c = commute(
         &row(b.clone(), 2, 0),
         &take,
