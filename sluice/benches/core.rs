@@ -28,6 +28,7 @@ fn state() -> BucketState {
         write_id: Some(42),
         recent_writes: sluice::RecentWrites::default(),
         burst: None,
+        shards: 1,
     }
 }
 

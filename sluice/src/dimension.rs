@@ -88,6 +88,63 @@ impl Dimension {
     }
 }
 
+/// The most rows one bucket is spread over (see [`crate::bucket::shards`]): a reshard from
+/// half as many writes every row of both counts in one transaction, well within
+/// DynamoDB's 100 items.
+pub const MAX_SHARDS: u16 = 32;
+
+impl Dimension {
+    /// The row that holds shard `k` of this dimension's bucket: the dimension itself for
+    /// shard 0 (so the seed's other SDKs find a bucket of its share under the name they
+    /// know), `{vendor}#{metric}#{k}` for the others: a key with two `#` that no dimension
+    /// can take. `self` is a dimension's own row (shard 0).
+    pub(crate) fn shard(&self, k: u16) -> Dimension {
+        if k == 0 {
+            self.clone()
+        } else {
+            Dimension(Arc::from(format!("{}#{k}", self.0)))
+        }
+    }
+
+    /// Which shard of its bucket this row holds: 0 for a dimension's own row.
+    pub(crate) fn shard_index(&self) -> u16 {
+        self.split_shard().1
+    }
+
+    /// The dimension whose bucket this row holds a shard of (itself, for shard 0).
+    pub(crate) fn base(&self) -> Dimension {
+        match self.split_shard() {
+            (_, 0) => self.clone(),
+            (base, _) => Dimension(Arc::from(base)),
+        }
+    }
+
+    fn split_shard(&self) -> (&str, u16) {
+        match self.0.rsplit_once('#') {
+            Some((base, k)) if base.contains('#') => (base, k.parse().unwrap_or(0)),
+            _ => (&self.0, 0),
+        }
+    }
+
+    /// Reads the key of a bucket row: a dimension, or a shard row of one
+    /// (`{vendor}#{metric}#{k}`, `k` from 1 to [`MAX_SHARDS`] - 1, without leading zeros).
+    pub(crate) fn from_row_key(key: &str) -> Result<Dimension, DimensionError> {
+        if let Some((base, k)) = key.rsplit_once('#')
+            && base.contains('#')
+        {
+            let shard = k
+                .parse::<u16>()
+                .ok()
+                .filter(|n| (1..MAX_SHARDS).contains(n) && *k == n.to_string());
+            return match shard {
+                Some(n) => Ok(Dimension::new(base)?.shard(n)),
+                None => Err(DimensionError::Separator(key.to_owned())),
+            };
+        }
+        Dimension::new(key)
+    }
+}
+
 impl FromStr for Dimension {
     type Err = DimensionError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -155,6 +212,28 @@ mod tests {
             "x-1#gpt-4o.tpm",
         ] {
             assert_eq!(Dimension::new(ok).unwrap().as_str(), ok);
+        }
+    }
+
+    #[test]
+    fn shard_rows_have_keys_no_dimension_can_take() {
+        let d = Dimension::new("openai#rpm").unwrap();
+        assert_eq!(d.shard(0), d);
+        let third = d.shard(3);
+        assert_eq!(third.as_str(), "openai#rpm#3");
+        assert!(Dimension::new(third.as_str()).is_err());
+        assert_eq!((third.base(), third.shard_index()), (d.clone(), 3));
+        assert_eq!((d.base(), d.shard_index()), (d.clone(), 0));
+        assert_eq!(Dimension::from_row_key("openai#rpm#3"), Ok(third));
+        assert_eq!(Dimension::from_row_key("openai#rpm"), Ok(d));
+        for bad in [
+            "openai#rpm#0",
+            "openai#rpm#03",
+            "openai#rpm#32",
+            "openai#rpm#x",
+            "a#b#c#1",
+        ] {
+            assert!(Dimension::from_row_key(bad).is_err(), "{bad}");
         }
     }
 

@@ -117,6 +117,9 @@ pub enum Error {
     Store(StoreError),
     /// The configuration is invalid.
     Config(ConfigError),
+    /// A bucket cannot be spread over the rows asked for (see
+    /// [`Sluice::reshard`](crate::Sluice::reshard)).
+    Shards(crate::bucket::ShardError),
 }
 
 impl fmt::Display for Error {
@@ -175,6 +178,7 @@ impl fmt::Display for Error {
             ),
             Error::Store(e) => fmt::Display::fmt(e, f),
             Error::Config(e) => fmt::Display::fmt(e, f),
+            Error::Shards(e) => fmt::Display::fmt(e, f),
         }
     }
 }
@@ -212,6 +216,12 @@ impl From<PriorityError> for Error {
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         Error::Store(e)
+    }
+}
+
+impl From<crate::bucket::ShardError> for Error {
+    fn from(e: crate::bucket::ShardError) -> Self {
+        Error::Shards(e)
     }
 }
 

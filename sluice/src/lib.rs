@@ -68,7 +68,8 @@ mod tokens;
 pub use acquire::{Acquire, MAX_DIMENSIONS};
 pub use bucket::{
     Bucket, BucketError, BucketState, Commute, Condition, Level, LimitType, MAX_VERSION,
-    RECENT_WRITES, RecentWrites, RefillCarry, Report, Take, TokensOp, UnknownLimitType, refill,
+    RECENT_WRITES, RecentWrites, RefillCarry, Report, ShardError, Take, TokensOp, UnknownLimitType,
+    refill,
 };
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};
@@ -79,7 +80,7 @@ pub use config::{
     FailurePolicy, MAX_CLOCK_SKEW, Prefetch, Protocol, RELEASE_GRACE,
 };
 pub use decimal::{DecimalError, Rounding};
-pub use dimension::{Dimension, DimensionError};
+pub use dimension::{Dimension, DimensionError, MAX_SHARDS};
 pub use error::{Delay, Error};
 pub use grant::{LeaseId, LeaseIdError};
 pub use lease::Lease;

@@ -105,6 +105,13 @@ impl Store for GatedStore {
         self.inner.end_lease(key).await
     }
 
+    async fn replace_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+    ) -> Result<bool, StoreError> {
+        self.inner.replace_buckets(expected, rows).await
+    }
     async fn put_bucket(
         &self,
         state: &BucketState,

@@ -325,6 +325,15 @@ impl Store for Remote {
         self.run(|s| async move { s.end_lease(&k).await }).await
     }
 
+    async fn replace_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+    ) -> Result<bool, StoreError> {
+        let (expected, rows) = (expected.to_vec(), rows.to_vec());
+        self.run(|s| async move { s.replace_buckets(&expected, &rows).await })
+            .await
+    }
     async fn put_bucket(
         &self,
         state: &BucketState,
@@ -415,6 +424,14 @@ impl Store for ClientStore {
         self.inner.end_lease(key).await
     }
 
+    async fn replace_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+    ) -> Result<bool, StoreError> {
+        self.enter().await;
+        self.inner.replace_buckets(expected, rows).await
+    }
     async fn put_bucket(
         &self,
         state: &BucketState,

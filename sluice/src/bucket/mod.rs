@@ -8,6 +8,7 @@ mod commute;
 mod definition;
 mod recent;
 mod refill;
+pub(crate) mod shards;
 mod state;
 
 pub use burst::Report;
@@ -17,6 +18,7 @@ pub use definition::{Bucket, BucketError, LimitType, MAX_VERSION, UnknownLimitTy
 pub(crate) use definition::{first_version, timestamp_in_range};
 pub use recent::{RECENT_WRITES, RecentWrites};
 pub use refill::{Level, RefillCarry, refill};
+pub use shards::ShardError;
 pub(crate) use state::WriteOutcome;
 pub use state::{BucketState, Take};
 

@@ -44,6 +44,10 @@ pub struct BucketState {
     /// stricter. Set by [`Tighten::Reported`](crate::Tighten::Reported); other SDKs
     /// leave it as it is and refill to the capacity.
     pub burst: Option<Tokens>,
+    /// How many rows the bucket is spread over: 1 for a bucket in one row; for a sharded
+    /// bucket, every one of its rows carries the count, and holds its share of the
+    /// definition (see [`shards`](crate::bucket::shards)). Other SDKs leave it as it is.
+    pub shards: u16,
 }
 
 /// What became of a write whose answer was lost (see [`BucketState::outcome_of`]).
@@ -96,6 +100,7 @@ impl BucketState {
             write_id: None,
             recent_writes: RecentWrites::default(),
             burst: None,
+            shards: 1,
         }
     }
 
@@ -110,6 +115,7 @@ impl BucketState {
             && self.version == other.version
             && self.write_id == other.write_id
             && self.burst == other.burst
+            && self.shards == other.shards
     }
 
     /// Whether the sluice write `write_id` is listed among the last that led to this row:

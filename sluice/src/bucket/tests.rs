@@ -24,6 +24,7 @@ fn state(capacity: i64, rate: RefillRate, tokens: Tokens) -> BucketState {
         write_id: None,
         recent_writes: RecentWrites::default(),
         burst: None,
+        shards: 1,
     }
 }
 
@@ -183,6 +184,7 @@ fn deepest() -> BucketState {
         write_id: None,
         recent_writes: RecentWrites::default(),
         burst: None,
+        shards: 1,
     }
 }
 

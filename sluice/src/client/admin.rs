@@ -107,6 +107,38 @@ impl Sluice {
         }
     }
 
+    /// Spreads the bucket of `dimension` over `shards` rows, or gathers it into fewer
+    /// (1: one row again), in one conditional transaction; returns its rows as they stand
+    /// after, shard 0 first.
+    ///
+    /// Each row holds its share of the capacity, refill and reserves, and of the tokens
+    /// the bucket holds at that instant: none is made or lost. Shard 0 is the dimension's
+    /// own row, so the seed's other SDKs see a bucket of its share. A `concurrent` bucket
+    /// stays in one row ([`ShardError::Concurrent`](crate::ShardError::Concurrent)), and so
+    /// does one whose shares could not each hold a call's cost.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// use sluice::{Bucket, RefillRate, Sluice};
+    ///
+    /// let sluice = Sluice::in_memory();
+    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(10_000))).await?;
+    /// let rows = sluice.reshard("openai#rpm", 4).await?;
+    /// assert_eq!(rows.len(), 4);
+    /// assert_eq!(rows[1].dimension.as_str(), "openai#rpm#1");
+    /// assert_eq!(rows[1].bucket.capacity(), 2_500.into());
+    /// # Ok::<(), sluice::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn reshard(&self, dimension: &str, shards: u16) -> Result<Vec<BucketState>, Error> {
+        let dimension = Dimension::new(dimension)?;
+        role::within(
+            Role::Operator,
+            crate::protocol::reshard::reshard(&self.core, &dimension, shards),
+        )
+        .await
+    }
+
     /// The stored bucket of `dimension`, if any.
     pub async fn bucket(&self, dimension: &str) -> Result<Option<BucketState>, Error> {
         let dimension = Dimension::new(dimension)?;
@@ -257,5 +289,6 @@ fn redefined(
             .burst
             .filter(|_| cur.bucket.capacity() == bucket.capacity())
             .filter(|_| cur.bucket.refill_rate() == bucket.refill_rate()),
+        shards: cur.shards,
     }
 }

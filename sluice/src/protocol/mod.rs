@@ -14,6 +14,7 @@
 //! | [`open`] | the `open` failure policy: local grants while the store cannot answer |
 //! | [`tighten`] | making a bucket stricter from the vendor's report |
 //! | [`reconcile`] | the reconciler |
+//! | [`reshard`] | a bucket spread over more rows, or gathered into fewer |
 
 pub(crate) mod adjust;
 mod batch;
@@ -26,7 +27,9 @@ mod prefetch;
 pub(crate) mod reconcile;
 mod refusals;
 pub(crate) mod release;
+pub(crate) mod reshard;
 mod seed;
+mod sharded;
 mod slots;
 pub(crate) mod tighten;
 
@@ -79,7 +82,7 @@ pub(crate) async fn acquire(
     use tracing::Instrument as _;
     match path {
         Path::Fast(one) => {
-            fast::acquire(core, one, ttl, fresh_after, true)
+            sharded::acquire(core, one, ttl, fresh_after, true)
                 .instrument(span.clone())
                 .await
         }

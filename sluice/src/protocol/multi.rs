@@ -29,8 +29,8 @@ use crate::grant::{Grant, LeasePart};
 use crate::shared::Core;
 use crate::shared::remembered::{Recall, retry_in};
 
-use super::fast;
 use super::release::{give_back_parts, in_background};
+use super::sharded;
 
 /// How many times the dimensions of a request refused by back-pressure (their rows
 /// throttled, or held by a transaction; no bucket short) are asked again while the others
@@ -298,7 +298,11 @@ fn granted(
         .into_iter()
         .flat_map(|mut t| t.holding.take())
         .collect();
-    parts.sort_by_key(|p| wanted.iter().position(|w| w.dimension == p.dimension));
+    parts.sort_by_key(|p| {
+        wanted
+            .iter()
+            .position(|w| w.dimension == p.dimension.base())
+    });
     Grant::new(parts, created_at, expires_at, attempts)
 }
 
@@ -311,7 +315,7 @@ async fn take_one(
     fresh_after: Option<UnixMillis>,
     expires_by: UnixMillis,
 ) -> Result<Taken, Error> {
-    let grant = fast::acquire(core, wanted.clone(), ttl, fresh_after, false).await?;
+    let grant = sharded::acquire(core, wanted.clone(), ttl, fresh_after, false).await?;
     Ok(Taken {
         attempts: grant.attempts,
         created_at: grant.created_at,

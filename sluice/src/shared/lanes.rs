@@ -31,9 +31,27 @@ pub(crate) const MAX_LANES: usize = 4096;
 #[derive(Debug, Default)]
 pub(crate) struct Lanes {
     pub(crate) lanes: Mutex<HashMap<Dimension, Arc<Lane>>>,
+    /// How many rows each sharded bucket has, as last heard from any of its rows (see
+    /// [`shards`](crate::bucket::shards)); a dimension not listed has one.
+    shards: Mutex<HashMap<Dimension, u16>>,
 }
 
 impl Lanes {
+    /// How many rows the bucket of `base` has, as far as this client knows.
+    pub(crate) fn shards(&self, base: &Dimension) -> u16 {
+        lock(&self.shards).get(base).copied().unwrap_or(1)
+    }
+
+    /// Notes that the bucket of `base` has `n` rows.
+    pub(crate) fn note_shards(&self, base: &Dimension, n: u16) {
+        let mut shards = lock(&self.shards);
+        if n > 1 {
+            shards.insert(base.clone(), n);
+        } else {
+            shards.remove(base);
+        }
+    }
+
     pub(crate) fn lane(&self, dimension: &Dimension) -> Arc<Lane> {
         let mut lanes = lock(&self.lanes);
         if let Some(lane) = lanes.get(dimension) {

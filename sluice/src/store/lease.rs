@@ -20,7 +20,8 @@ impl LeaseKey {
     pub fn parse(key: &str) -> Option<Self> {
         let rest = key.strip_prefix(LEASE_PREFIX)?;
         let (dimension, unique) = rest.rsplit_once('#')?;
-        (Dimension::new(dimension).is_ok() && !unique.is_empty()).then(|| LeaseKey(key.to_owned()))
+        (Dimension::from_row_key(dimension).is_ok() && !unique.is_empty())
+            .then(|| LeaseKey(key.to_owned()))
     }
 
     /// The key as stored.
@@ -36,7 +37,7 @@ impl LeaseKey {
     /// The dimension named in the key, when it names a valid one.
     pub fn dimension(&self) -> Option<Dimension> {
         let rest = self.0.strip_prefix(LEASE_PREFIX)?;
-        Dimension::new(rest.rsplit_once('#')?.0).ok()
+        Dimension::from_row_key(rest.rsplit_once('#')?.0).ok()
     }
 }
 

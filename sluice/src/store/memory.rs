@@ -235,6 +235,37 @@ impl Store for MemoryStore {
         Ok(true)
     }
 
+    async fn replace_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+    ) -> Result<bool, StoreError> {
+        for row in rows {
+            StoreError::check_row(row)?;
+        }
+        let mut stored = self.rows();
+        let unchanged = expected.iter().all(|e| {
+            stored
+                .buckets
+                .get(&e.dimension)
+                .is_some_and(|s| s.same_row(e))
+        });
+        let fresh = rows.iter().all(|r| {
+            expected.iter().any(|e| e.dimension == r.dimension)
+                || !stored.buckets.contains_key(&r.dimension)
+        });
+        if !unchanged || !fresh {
+            return Ok(false);
+        }
+        for e in expected {
+            stored.buckets.remove(&e.dimension);
+        }
+        for r in rows {
+            stored.buckets.insert(r.dimension.clone(), r.clone());
+        }
+        Ok(true)
+    }
+
     async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
         let rows = self.rows();
         let mut all: Vec<_> = rows.buckets.values().cloned().collect();

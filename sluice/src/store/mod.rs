@@ -119,6 +119,19 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         expected: Option<&BucketState>,
     ) -> Result<bool, StoreError>;
 
+    /// Replaces the rows of one bucket at once (a reshard, see
+    /// [`Sluice::reshard`](crate::Sluice::reshard)): on condition that every row in
+    /// `expected` is still stored exactly as read and that no row of `rows` outside
+    /// `expected` exists, writes every row of `rows` whole and deletes the rows of
+    /// `expected` that `rows` does not name; all or nothing. Returns `false` when a
+    /// condition failed (or, on DynamoDB, another transaction held a row), with nothing
+    /// written.
+    async fn replace_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+    ) -> Result<bool, StoreError>;
+
     /// Applies `change` to its bucket row when the row satisfies its conditions (see
     /// [`BucketChange`]), atomically; returns the row as the change left it. A failed
     /// condition returns the row as it stands ([`ChangeError::Condition`]). A change that

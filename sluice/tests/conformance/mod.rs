@@ -10,10 +10,12 @@ mod bursts;
 mod clients;
 mod leases;
 mod reserves;
+mod shards;
 pub use bursts::*;
 pub use clients::*;
 pub use leases::*;
 pub use reserves::*;
+pub use shards::*;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,6 +63,11 @@ impl Env {
             protocol,
             vendor,
         }
+    }
+
+    /// The protocol this suite's clients run.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
     }
 
     /// Another client (another "process") on the same store and clock.
@@ -218,6 +225,8 @@ macro_rules! suite {
             reserves_are_stored_and_a_warm_client_follows_their_change,
             a_cost_beyond_a_priority_s_share_is_confirmed_and_distinct,
             a_burst_learned_by_one_client_bounds_every_client_after_a_silence,
+            a_sharded_bucket_grants_its_whole_capacity_and_answers_the_bucket_s_retry_in,
+            clients_on_a_bucket_resharded_between_their_grants_never_over_grant,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

@@ -94,6 +94,14 @@ impl Store for Switch {
         self.inner.end_lease(key).await
     }
 
+    async fn replace_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.replace_buckets(expected, rows).await
+    }
     async fn put_bucket(
         &self,
         state: &BucketState,

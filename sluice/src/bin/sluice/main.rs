@@ -65,7 +65,8 @@ impl From<Error> for Failure {
             | Error::CostExceedsShare { .. }
             | Error::InvalidPriority(_)
             | Error::DimensionCount { .. }
-            | Error::Config(_) => exit::USAGE,
+            | Error::Config(_)
+            | Error::Shards(_) => exit::USAGE,
             _ => exit::FAILURE,
         };
         Failure {

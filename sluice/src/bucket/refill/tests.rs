@@ -201,6 +201,7 @@ proptest! {
             last_refill_at: UnixMillis::new(1_700_000_000_000),
             refill_carry: RefillCarry::ZERO,
             version: 3, write_id: None, recent_writes: RecentWrites::default(), burst: None,
+            shards: 1,
         };
         let cost = Tokens::from_nanos((cap.as_nanos() * i128::from(cost_pct) / 100).max(1));
         let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
@@ -237,6 +238,7 @@ proptest! {
             last_refill_at: UnixMillis::new(1_700_000_000_000),
             refill_carry: RefillCarry::ZERO,
             version: 3, write_id: None, recent_writes: RecentWrites::default(), burst: None,
+            shards: 1,
         };
         let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
         let pause = Duration::from_millis(pause_ms);

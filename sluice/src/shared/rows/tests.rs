@@ -58,6 +58,13 @@ impl Store for Held {
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
         self.inner.scan_leases(filter).await
     }
+    async fn replace_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+    ) -> Result<bool, StoreError> {
+        self.inner.replace_buckets(expected, rows).await
+    }
     async fn put_bucket(
         &self,
         state: &BucketState,

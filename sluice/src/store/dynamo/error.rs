@@ -155,6 +155,13 @@ pub(crate) fn cancelled(reasons: &[CancellationReason]) -> Cancelled {
     Cancelled::Other(others.join("; "))
 }
 
+pub(super) fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
+    StoreError::Service {
+        message: format!("could not build the DynamoDB request: {e}"),
+        source: Some(Box::new(e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

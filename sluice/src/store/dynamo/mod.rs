@@ -6,6 +6,7 @@ mod define;
 mod error;
 mod leases;
 mod record;
+mod reshard;
 mod row;
 mod unanswered;
 
@@ -24,7 +25,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConsumedCapacity, KeysAndAttributes, ReturnConsumedCapacity,
 };
 
-use self::error::store_error;
+use self::error::{build_error, store_error};
 use self::row::Item;
 use self::unanswered::Unanswered;
 use super::{
@@ -379,13 +380,6 @@ enum Units {
     TransactionWrite,
 }
 
-fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
-    StoreError::Service {
-        message: format!("could not build the DynamoDB request: {e}"),
-        source: Some(Box::new(e)),
-    }
-}
-
 #[async_trait::async_trait]
 impl Store for DynamoStore {
     fn describe(&self) -> String {
@@ -464,6 +458,14 @@ impl Store for DynamoStore {
         expected: Option<&BucketState>,
     ) -> Result<bool, StoreError> {
         role::within(Role::Operator, self.define(state, expected)).await
+    }
+
+    async fn replace_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+    ) -> Result<bool, StoreError> {
+        self.replace_rows(expected, rows).await
     }
 
     async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {

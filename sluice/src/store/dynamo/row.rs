@@ -76,6 +76,9 @@ pub(crate) const RECENT_WRITES: &str = "recent_writes";
 /// sluice's extra bucket attribute: the most the bucket holds as learned from the vendor
 /// ([`BucketState::burst`]); absent: its capacity.
 pub(crate) const BURST: &str = "burst";
+/// sluice's extra bucket attribute: how many rows the bucket is spread over
+/// ([`BucketState::shards`]), on every one of them; absent: one.
+pub(crate) const SHARDS: &str = "shards";
 /// sluice's extra lease attribute on slot leases: the partition key of [`SLOTS_INDEX`].
 pub(crate) const SLOT_DIMENSION: &str = "slot_dimension";
 /// The sparse global secondary index over slot leases: partition key `slot_dimension`,
@@ -121,6 +124,9 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     }
     if let Some(id) = state.write_id {
         item.insert(WRITE_ID.to_owned(), write_id(id));
+    }
+    if state.shards > 1 {
+        item.insert(SHARDS.to_owned(), n(state.shards));
     }
     if let Some(burst) = state.burst {
         item.insert(BURST.to_owned(), n(burst));
@@ -246,7 +252,7 @@ fn kind(v: &AttributeValue) -> &'static str {
 /// Reads a bucket row, written by sluice or by another SDK following the seed schema.
 pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
     let r = Reader::new(item)?;
-    let dimension = Dimension::new(&r.key).map_err(|e| r.corrupt(e.to_string()))?;
+    let dimension = Dimension::from_row_key(&r.key).map_err(|e| r.corrupt(e.to_string()))?;
     let bucket = definition(&r)?;
     let tokens = r.tokens(TOKENS, Rounding::Floor)?;
     let last_refill_at = r.time(
@@ -276,6 +282,7 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
     let write_id = read_write_id(&r, item)?;
     let recent_writes = read_recent_writes(&r, item)?;
     let refill_carry = read_carry(&r, last_refill_at)?;
+    let shards = read_shards(&r, &dimension)?;
     let state = BucketState {
         dimension,
         bucket: if lean { bucket.lean() } else { bucket },
@@ -290,6 +297,7 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
             .number(BURST)?
             .map(|text| r.tokens_text(BURST, text, Rounding::Floor))
             .transpose()?,
+        shards,
     };
     // A row that cannot be a bucket (a `requests` row that never refills, a lean
     // `concurrent` one, values beyond every bound) is refused, never used.
@@ -329,7 +337,8 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
     let r = Reader::new(item)?;
     let key = LeaseKey::parse(&r.key)
         .ok_or_else(|| r.corrupt("not a lease key (`lease#{vendor}#{metric}#{unique}`)"))?;
-    let dimension = Dimension::new(r.string(DIMENSION)?).map_err(|e| r.corrupt(e.to_string()))?;
+    let dimension =
+        Dimension::from_row_key(r.string(DIMENSION)?).map_err(|e| r.corrupt(e.to_string()))?;
     let cost = r.tokens(COST, Rounding::Floor)?;
     if cost.is_negative() || cost > Tokens::MAX {
         return Err(r.corrupt(format!(
@@ -384,7 +393,7 @@ use rate::{read_carry, read_rate};
 use reserves::read_reserves;
 pub(crate) use reserves::{RESERVES, reserves_value};
 pub(crate) use same::{Expr, same_definition, same_row};
-use writes::{read_recent_writes, read_write_id};
+use writes::{read_recent_writes, read_shards, read_write_id};
 pub(crate) use writes::{recent_writes, write_id};
 
 #[cfg(test)]

@@ -89,3 +89,25 @@ pub(super) fn read_recent_writes(r: &Reader<'_>, item: &Item) -> Result<RecentWr
         .collect::<Result<_, StoreError>>()?;
     Ok(RecentWrites { writes, forgotten })
 }
+
+/// Reads how many rows a bucket is spread over (one when the row does not say): from 1 to
+/// [`MAX_SHARDS`](crate::dimension::MAX_SHARDS), and more than the row's own shard.
+pub(super) fn read_shards(
+    r: &Reader<'_>,
+    dimension: &crate::dimension::Dimension,
+) -> Result<u16, StoreError> {
+    let Some(text) = r.number(super::SHARDS)? else {
+        return Ok(1);
+    };
+    text.parse::<u16>()
+        .ok()
+        .filter(|n| (1..=crate::dimension::MAX_SHARDS).contains(n))
+        .filter(|n| dimension.shard_index() < *n)
+        .ok_or_else(|| {
+            r.corrupt(format!(
+                "`{}` must be a whole number from 1 to {} above the row's shard, found {text}",
+                super::SHARDS,
+                crate::dimension::MAX_SHARDS
+            ))
+        })
+}

@@ -1,0 +1,78 @@
+//! Spreading a bucket over more rows, or gathering it into fewer: every row of the bucket
+//! read at once, the rows of the new count computed from them
+//! ([`bucket::shards::reshard`](crate::bucket::shards)), and all of them replaced in one
+//! conditional transaction, read again and computed again when another writer moved a
+//! row in between.
+
+use std::sync::Arc;
+
+use crate::bucket::{BucketState, ShardError};
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::retry::Budget;
+use crate::shared::Core;
+
+/// Every row of `base`'s bucket as stored now, shard 0 first: one read of its own row,
+/// then one of the other shards it counts.
+pub(crate) async fn rows_of(core: &Core, base: &Dimension) -> Result<Vec<BucketState>, Error> {
+    let first = core
+        .read_existing(std::slice::from_ref(base))
+        .await?
+        .remove(0);
+    if first.shards <= 1 {
+        return Ok(vec![first]);
+    }
+    let others: Vec<Dimension> = (1..first.shards).map(|k| base.shard(k)).collect();
+    let mut rows = vec![first];
+    for (row, d) in core
+        .store
+        .read_buckets(&others)
+        .await?
+        .into_iter()
+        .zip(&others)
+    {
+        match row {
+            Some(row) => rows.push(row),
+            None => {
+                return Err(ShardError::Inconsistent(d.base(), "a shard's row is missing").into());
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Spreads `base`'s bucket over `to` rows (gathers it, when fewer): the rows as they stand
+/// once it is done.
+pub(crate) async fn reshard(
+    core: &Arc<Core>,
+    base: &Dimension,
+    to: u16,
+) -> Result<Vec<BucketState>, Error> {
+    let mut budget = Budget::new(core.config.max_retries);
+    loop {
+        let rows = rows_of(core, base).await?;
+        if usize::from(to) == rows.len() {
+            return Ok(rows);
+        }
+        let now = core.now();
+        let next = crate::bucket::shards::reshard(&rows, to, now)?;
+        if core.store.replace_buckets(&rows, &next).await? {
+            tracing::info!(dimension = %base, from = rows.len(), to, "bucket resharded");
+            for row in &next {
+                core.lanes.learn_written(row.clone(), now);
+            }
+            for gone in rows.iter().skip(next.len()) {
+                core.lanes.forget(&gone.dimension);
+            }
+            return Ok(next);
+        }
+        if !budget.lose() {
+            return Err(Error::Contention {
+                dimension: base.clone(),
+                attempts: budget.lost(),
+            });
+        }
+        let lost = budget.lost();
+        budget.back_off(lost).await;
+    }
+}

@@ -1,0 +1,198 @@
+//! One dimension whose bucket may be spread over several rows
+//! ([`shards`](crate::bucket::shards)).
+//!
+//! A bucket in one row takes the fast path as it always did. A sharded one sends each
+//! acquire to one shard picked at random, on the fast path, so the writes of many
+//! processes spread evenly over its rows. When that shard cannot serve it, the whole
+//! bucket answers, from one read of every row: another shard that can serve it alone
+//! takes it (one write); when only several together can, they give their parts in one
+//! transaction (one lease part per shard); when the whole is short, the RetryIn is the
+//! whole bucket's: the first millisecond at which the shards together hold the cost.
+//! So there is no per-request cap below the bucket's capacity, and a refusal means the
+//! bucket as a whole is short.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::RngExt as _;
+
+use crate::acquire::Wanted;
+use crate::bucket::BucketState;
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::grant::Grant;
+use crate::shared::Core;
+use crate::tokens::Tokens;
+
+use super::{fast, reshard, seed};
+
+/// How many times the whole bucket is read again when its rows moved on between the read
+/// and the write that relied on it.
+const WHOLE_ATTEMPTS: u32 = 4;
+
+/// A single-dimension acquire (see [`fast::acquire`] for `fresh_after` and `alone`),
+/// spread over the bucket's shards when it has several.
+pub(crate) async fn acquire(
+    core: &Arc<Core>,
+    wanted: Wanted,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+    alone: bool,
+) -> Result<Grant, Error> {
+    let base = wanted.dimension.clone();
+    let shards = core.lanes.shards(&base);
+    let k = if shards > 1 {
+        rand::rng().random_range(0..shards)
+    } else {
+        0
+    };
+    let on_shard = Wanted {
+        dimension: base.shard(k),
+        ..wanted.clone()
+    };
+    let answer = fast::acquire(core, on_shard, ttl, fresh_after, alone).await;
+    let known = learn_shards(core, &base, k);
+    match answer {
+        Err(
+            Error::RetryIn(_) | Error::CostExceedsCapacity { .. } | Error::CostExceedsShare { .. },
+        ) if known > 1 => whole(core, &wanted, ttl).await,
+        // A shard gathered into fewer rows since this client last heard: ask the bucket.
+        Err(Error::UnknownDimension { .. }) if k > 0 => whole(core, &wanted, ttl).await,
+        answer => answer,
+    }
+}
+
+/// Notes how many rows the bucket of `base` has, as shard `k`'s row just told; the count.
+fn learn_shards(core: &Core, base: &Dimension, k: u16) -> u16 {
+    let told = core
+        .lane(&base.shard(k))
+        .memory()
+        .row()
+        .map(|row| row.shards);
+    match told {
+        Some(n) => {
+            core.lanes.note_shards(base, n);
+            n
+        }
+        None => core.lanes.shards(base),
+    }
+}
+
+/// The acquire answered by the whole bucket, from one read of all its rows.
+async fn whole(core: &Arc<Core>, wanted: &Wanted, ttl: Duration) -> Result<Grant, Error> {
+    let base = wanted.dimension.clone();
+    for _ in 0..WHOLE_ATTEMPTS {
+        let rows = reshard::rows_of(core, &base).await?;
+        let now = core.now();
+        core.lanes
+            .note_shards(&base, u16::try_from(rows.len()).unwrap_or(1));
+        for row in &rows {
+            core.lanes.learn(row.clone(), now);
+        }
+        let whole = match rows.as_slice() {
+            [one] => one.bucket.clone(),
+            _ => crate::bucket::shards::whole(&rows)?,
+        };
+        let cost = wanted.cost(whole.cost_per_call());
+        let (capacity, share) = (whole.capacity(), whole.share_for(wanted.priority.as_ref()));
+        if cost > share {
+            return Err(match &wanted.priority {
+                Some(priority) if cost <= capacity => Error::CostExceedsShare {
+                    dimension: base,
+                    cost,
+                    priority: priority.clone(),
+                    share,
+                },
+                _ => Error::CostExceedsCapacity {
+                    dimension: base,
+                    cost,
+                    capacity,
+                },
+            });
+        }
+        let free = free_at(&rows, wanted, now);
+        let on = |k: usize, cost: Tokens| Wanted {
+            dimension: rows[k].dimension.clone(),
+            explicit: cost,
+            default_calls: 0,
+            priority: wanted.priority.clone(),
+        };
+        let answer = if let Some(k) = free.iter().position(|f| *f >= cost) {
+            fast::acquire(core, on(k, cost), ttl, None, false).await
+        } else if free.iter().fold(Tokens::ZERO, |s, f| s.saturating_add(*f)) >= cost {
+            seed::acquire(core, &gathered(&free, cost, on), ttl).await
+        } else {
+            return Err(Error::RetryIn(wait_for(&rows, wanted, cost, now)));
+        };
+        match answer {
+            Err(Error::RetryIn(_) | Error::UnknownDimension { .. }) => continue,
+            answer => return answer,
+        }
+    }
+    Err(Error::Contention {
+        dimension: base,
+        attempts: WHOLE_ATTEMPTS,
+    })
+}
+
+/// What each row can give an acquire at `wanted`'s priority at `now`: its tokens above
+/// its share of the reserves the priority must leave.
+fn free_at(rows: &[BucketState], wanted: &Wanted, now: UnixMillis) -> Vec<Tokens> {
+    rows.iter()
+        .map(|r| r.available_to(wanted.priority.as_ref(), now))
+        .collect()
+}
+
+/// `cost` taken from the rows that can give most, each giving what it can, fewest rows
+/// first.
+fn gathered(free: &[Tokens], cost: Tokens, on: impl Fn(usize, Tokens) -> Wanted) -> Vec<Wanted> {
+    let mut order: Vec<usize> = (0..free.len()).collect();
+    order.sort_by_key(|k| std::cmp::Reverse(free[*k]));
+    let mut left = cost;
+    let mut parts = Vec::new();
+    for k in order {
+        if left <= Tokens::ZERO {
+            break;
+        }
+        let part = free[k].min(left);
+        if part > Tokens::ZERO {
+            parts.push(on(k, part));
+            left = left.saturating_sub(part);
+        }
+    }
+    parts
+}
+
+/// The whole bucket's RetryIn: the first millisecond after `now` at which its rows
+/// together can give `cost` (each refilling at its share of the rate, up to its share of
+/// the capacity), found by bisection over a function that only grows. At least 1 ms.
+fn wait_for(rows: &[BucketState], wanted: &Wanted, cost: Tokens, now: UnixMillis) -> Duration {
+    let enough = |ms: u64| {
+        let at = now.saturating_add(Duration::from_millis(ms));
+        free_at(rows, wanted, at)
+            .iter()
+            .fold(Tokens::ZERO, |s, f| s.saturating_add(*f))
+            >= cost
+    };
+    // Every row is full by the latest of their times to full; a day bounds a bucket that
+    // never gets there (a learned burst below the cost, say): the caller asks again then.
+    let full = rows
+        .iter()
+        .filter_map(|r| r.time_to_full(now))
+        .max()
+        .unwrap_or(Duration::ZERO);
+    let mut hi = u64::try_from(full.as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1)
+        .min(86_400_000);
+    if !enough(hi) {
+        return Duration::from_millis(hi);
+    }
+    let mut lo = 0;
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if enough(mid) { hi = mid } else { lo = mid }
+    }
+    Duration::from_millis(hi)
+}

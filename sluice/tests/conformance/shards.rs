@@ -1,0 +1,153 @@
+//! Buckets spread over several rows: the whole capacity is one acquire's to take, a
+//! refusal is the whole bucket's, and resharding keeps every token.
+
+use std::time::Duration;
+
+use sluice::{Acquire, Bucket, Error, Protocol, RefillRate, Tokens};
+
+use super::Env;
+
+/// The tokens every row of `metric`'s bucket holds now, added up (each row counted
+/// once: the dimension's own and its shards `{dimension}#{k}`).
+async fn whole_available(env: &Env, metric: &str) -> Tokens {
+    let base = env.dim(metric);
+    let shard = format!("{base}#");
+    let rows: Vec<_> = env
+        .store
+        .list_buckets()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.dimension.as_str() == base || r.dimension.as_str().starts_with(&shard))
+        .collect();
+    assert_eq!(
+        rows.len(),
+        usize::from(rows[0].shards),
+        "every shard has its row"
+    );
+    rows.iter()
+        .fold(Tokens::ZERO, |sum, r| sum + r.available(env.clock.now()))
+}
+
+pub async fn a_sharded_bucket_grants_its_whole_capacity_and_answers_the_bucket_s_retry_in(
+    env: Env,
+) {
+    let d = env.dim("tpm");
+    env.sluice
+        .put_bucket(
+            &d,
+            Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000),
+        )
+        .await
+        .unwrap();
+    let rows = env.sluice.reshard(&d, 4).await.unwrap();
+    assert_eq!(rows.len(), 4);
+    assert!(
+        rows.iter()
+            .all(|r| r.shards == 4 && r.tokens == Tokens::new(250))
+    );
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(1_000));
+    if env.protocol() == Protocol::Seed {
+        // The seed's protocol knows the dimension's own row only: a bucket of its share,
+        // and the other shards keep theirs.
+        let e = env
+            .sluice
+            .acquire(Acquire::with_cost(&d, 251))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::CostExceedsCapacity { .. }), "{e}");
+        let _held = env
+            .sluice
+            .acquire(Acquire::with_cost(&d, 250))
+            .await
+            .unwrap();
+        assert_eq!(whole_available(&env, "tpm").await, Tokens::new(750));
+        return;
+    }
+    // The whole capacity in one acquire: every shard gives its part.
+    let grant = env
+        .sluice
+        .acquire(Acquire::with_cost(&d, 1_000))
+        .await
+        .unwrap();
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::ZERO);
+    drop(grant);
+    // Empty, the bucket refills 100 a second over its four rows: one token in 10 ms (a
+    // single shard would take 40 ms to hold one).
+    let e = env
+        .sluice
+        .acquire(Acquire::with_cost(&d, 1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.retry_in(), Some(Duration::from_millis(10)), "{e}");
+    env.advance_ms(9);
+    let e = env
+        .sluice
+        .acquire(Acquire::with_cost(&d, 1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.retry_in(), Some(Duration::from_millis(1)), "{e}");
+    env.advance_ms(1);
+    let _held = env.sluice.acquire(Acquire::with_cost(&d, 1)).await.unwrap();
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::ZERO);
+    // A cost beyond the whole capacity is the whole bucket's error.
+    let e = env
+        .sluice
+        .acquire(Acquire::with_cost(&d, 1_001))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::CostExceedsCapacity { capacity, .. } if capacity == Tokens::new(1_000)),
+        "{e}"
+    );
+}
+
+pub async fn clients_on_a_bucket_resharded_between_their_grants_never_over_grant(env: Env) {
+    let d = env.dim("rpm");
+    env.sluice
+        .put_bucket(
+            &d,
+            Bucket::requests(RefillRate::per_minute(1)).with_capacity(120),
+        )
+        .await
+        .unwrap();
+    let clients: Vec<_> = (0..3).map(|i| env.client(&format!("c{i}"))).collect();
+    let mut granted = 0u32;
+    for (round, shards) in [4u16, 1, 8, 3, 2].into_iter().enumerate() {
+        // Each round, every client takes 8 (one at a time), then the bucket is resharded.
+        for c in &clients {
+            for _ in 0..8 {
+                if c.acquire(Acquire::new(&d)).await.is_ok() {
+                    granted += 1;
+                }
+            }
+        }
+        env.sluice.reshard(&d, shards).await.unwrap();
+        let left = whole_available(&env, "rpm").await;
+        assert_eq!(left, Tokens::new(120 - i64::from(granted)), "round {round}");
+    }
+    // Then they drain it: exactly what is left, not one more (the clock stands still).
+    loop {
+        let mut any = false;
+        for c in &clients {
+            match c.acquire(Acquire::new(&d)).await {
+                Ok(_) => {
+                    granted += 1;
+                    any = true;
+                }
+                Err(e) => assert!(e.retry_in().is_some(), "{e}"),
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    let expected = if env.protocol() == Protocol::Seed {
+        // The seed's protocol drains shard 0's share only.
+        120 - i64::from(granted)
+    } else {
+        0
+    };
+    assert_eq!(whole_available(&env, "rpm").await, Tokens::new(expected));
+    assert!(granted <= 120);
+}
