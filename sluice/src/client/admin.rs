@@ -91,10 +91,16 @@ impl Sluice {
         loop {
             let now = self.now();
             let current = self.core.read_one(&dimension).await?;
-            let state = redefined(current.as_ref(), &dimension, &bucket, now);
-            if self.core.store.put_bucket(&state, current.as_ref()).await? {
-                self.core.lanes.learn_written(state.clone(), now);
-                return Ok(state);
+            if current.as_ref().is_some_and(|row| row.shards > 1) {
+                if let Some(state) = self.redefine_shards(&dimension, &bucket).await? {
+                    return Ok(state);
+                }
+            } else {
+                let state = redefined(current.as_ref(), &dimension, &bucket, now);
+                if self.core.store.put_bucket(&state, current.as_ref()).await? {
+                    self.core.lanes.learn_written(state.clone(), now);
+                    return Ok(state);
+                }
             }
             if !budget.lose() {
                 return Err(Error::Contention {
@@ -139,6 +145,34 @@ impl Sluice {
         .await
     }
 
+    /// Redefines a bucket spread over several rows: the whole bucket as it stands now
+    /// redefined, spread again over as many rows, all of them replaced in one conditional
+    /// transaction. Its shard 0 as it stands after; `None` when another writer moved a row
+    /// in between.
+    async fn redefine_shards(
+        &self,
+        dimension: &Dimension,
+        bucket: &Bucket,
+    ) -> Result<Option<BucketState>, Error> {
+        use crate::bucket::shards::reshard;
+        let rows = crate::protocol::reshard::rows_of(&self.core, dimension).await?;
+        let now = self.now();
+        let one = reshard(&rows, 1, now)?.remove(0);
+        let defined = redefined(Some(&one), dimension, bucket, now);
+        let count = u16::try_from(rows.len()).unwrap_or(u16::MAX);
+        let mut spread = reshard(&[defined], count, now)?;
+        for (new, old) in spread.iter_mut().zip(&rows) {
+            new.version = new.version.max(old.version.saturating_add(1));
+        }
+        if !self.core.store.replace_buckets(&rows, &spread).await? {
+            return Ok(None);
+        }
+        for row in &spread {
+            self.core.lanes.learn_written(row.clone(), now);
+        }
+        Ok(spread.into_iter().next())
+    }
+
     /// The stored bucket of `dimension`, if any.
     pub async fn bucket(&self, dimension: &str) -> Result<Option<BucketState>, Error> {
         let dimension = Dimension::new(dimension)?;
@@ -153,8 +187,22 @@ impl Sluice {
     /// Deletes the bucket of `dimension`; returns whether it existed.
     pub async fn delete_bucket(&self, dimension: &str) -> Result<bool, Error> {
         let dimension = Dimension::new(dimension)?;
-        self.core.lanes.forget(&dimension);
-        Ok(role::within(Role::Operator, self.core.store.delete_bucket(&dimension)).await?)
+        role::within(Role::Operator, async {
+            // The other shards first: a bucket whose own row is gone has no shards.
+            let shards = self
+                .core
+                .read_one(&dimension)
+                .await?
+                .map_or(1, |r| r.shards);
+            for k in (1..shards).rev() {
+                self.core.lanes.forget(&dimension.shard(k));
+                self.core.store.delete_bucket(&dimension.shard(k)).await?;
+            }
+            self.core.lanes.forget(&dimension);
+            self.core.lanes.note_shards(&dimension, 1);
+            Ok(self.core.store.delete_bucket(&dimension).await?)
+        })
+        .await
     }
 
     /// Lease rows matching `filter` (e.g. the expired ones).

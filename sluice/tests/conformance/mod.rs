@@ -227,6 +227,7 @@ macro_rules! suite {
             a_burst_learned_by_one_client_bounds_every_client_after_a_silence,
             a_sharded_bucket_grants_its_whole_capacity_and_answers_the_bucket_s_retry_in,
             clients_on_a_bucket_resharded_between_their_grants_never_over_grant,
+            a_sharded_bucket_is_redefined_and_deleted_as_a_whole,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

@@ -151,3 +151,63 @@ pub async fn clients_on_a_bucket_resharded_between_their_grants_never_over_grant
     assert_eq!(whole_available(&env, "rpm").await, Tokens::new(expected));
     assert!(granted <= 120);
 }
+
+pub async fn a_sharded_bucket_is_redefined_and_deleted_as_a_whole(env: Env) {
+    let d = env.dim("rpm");
+    env.sluice
+        .put_bucket(
+            &d,
+            Bucket::requests(RefillRate::per_minute(60)).with_capacity(400),
+        )
+        .await
+        .unwrap();
+    env.sluice.reshard(&d, 4).await.unwrap();
+    let _held = env
+        .sluice
+        .acquire(Acquire::with_cost(&d, 100))
+        .await
+        .unwrap();
+    assert_eq!(whole_available(&env, "rpm").await, Tokens::new(300));
+    // Lowered to 200: each row gets its share of the new capacity, the tokens held now
+    // are kept (capped at the new capacity), and the rows stay four.
+    let first = env
+        .sluice
+        .put_bucket(
+            &d,
+            Bucket::requests(RefillRate::per_minute(60)).with_capacity(200),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.shards, first.bucket.capacity()),
+        (4, Tokens::new(50))
+    );
+    assert_eq!(whole_available(&env, "rpm").await, Tokens::new(200));
+    // Raised to 1,000: nothing is handed out that the bucket did not hold.
+    env.sluice
+        .put_bucket(
+            &d,
+            Bucket::requests(RefillRate::per_minute(60)).with_capacity(1_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(whole_available(&env, "rpm").await, Tokens::new(200));
+    // A definition too small for four rows is refused, with the reason.
+    let e = env
+        .sluice
+        .put_bucket(&d, Bucket::requests(RefillRate::per_minute(3)))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Shards(_)), "{e}");
+    assert!(env.sluice.delete_bucket(&d).await.unwrap());
+    let prefix = format!("{d}#");
+    let left: Vec<_> = env
+        .store
+        .list_buckets()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.dimension.as_str() == d || r.dimension.as_str().starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
