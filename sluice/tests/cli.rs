@@ -87,6 +87,30 @@ fn bucket_put_get_list_delete() {
     );
     let all = cli.json(&["bucket", "list", "--json"]);
     assert_eq!(all.as_array().unwrap().len(), 2);
+    // Spread over four rows: the dimension's own row holds a quarter, and says so.
+    assert_eq!(
+        cli.ok(&["bucket", "shards", "openai#rpm", "4"]),
+        "openai#rpm: 4 row(s)\n"
+    );
+    let shard0 = cli.json(&["bucket", "get", "openai#rpm", "--json"]);
+    assert_eq!(
+        (shard0["capacity"].clone(), shard0["shards"].clone()),
+        (125.into(), 4.into())
+    );
+    assert_eq!(
+        cli.ok(&["bucket", "shards", "openai#rpm", "1"]),
+        "openai#rpm: 1 row(s)\n"
+    );
+    assert_eq!(
+        cli.json(&["bucket", "get", "openai#rpm", "--json"])["tokens"],
+        500
+    );
+    cli.fails(
+        &["bucket", "shards", "eleven#concurrent", "2"],
+        2,
+        "stays in one row",
+    );
+    cli.fails(&["bucket", "shards", "openai#rpm", "33"], 2, "1 to 32 rows");
     assert_eq!(
         cli.ok(&["bucket", "delete", "eleven#concurrent"]),
         "deleted eleven#concurrent\n"

@@ -165,6 +165,14 @@ pub(crate) enum BucketCommand {
         /// The dimension.
         dimension: String,
     },
+    /// Spreads a bucket over several rows (past one DynamoDB item's write ceiling), or
+    /// gathers it into fewer; no token is made or lost.
+    Shards {
+        /// The dimension.
+        dimension: String,
+        /// How many rows, 1 to 32 (1: one row again).
+        count: u16,
+    },
 }
 
 /// A bucket definition from flags.

@@ -387,6 +387,10 @@ async fn bucket(sluice: &Sluice, command: BucketCommand) -> Result<(), Failure> 
             }
             println!("deleted {dimension}");
         }
+        BucketCommand::Shards { dimension, count } => {
+            let rows = sluice.reshard(&dimension, count).await?;
+            println!("{dimension}: {} row(s)", rows.len());
+        }
     }
     Ok(())
 }

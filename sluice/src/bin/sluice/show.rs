@@ -64,6 +64,7 @@ pub(crate) fn bucket_json(b: &BucketState) -> Value {
         "burst": b.burst.map(tokens),
         "last_refill_at": number(b.last_refill_at.to_string()),
         "version": b.version,
+        "shards": b.shards,
     })
 }
 
@@ -163,7 +164,7 @@ pub(crate) fn buckets_table(buckets: &[BucketState]) -> String {
 
 pub(crate) fn bucket_text(b: &BucketState) -> String {
     format!(
-        "dimension       {}\ntype            {}\ncapacity        {}\ntokens          {} (at {})\nrefill          {}\ncost per call   {}\nlean            {}\nreserves        {}\nburst           {}\nversion         {}\n",
+        "dimension       {}\ntype            {}\ncapacity        {}\ntokens          {} (at {})\nrefill          {}\ncost per call   {}\nlean            {}\nreserves        {}\nburst           {}\nversion         {}\nshards          {}\n",
         b.dimension,
         b.bucket.limit_type(),
         b.bucket.capacity(),
@@ -175,7 +176,8 @@ pub(crate) fn bucket_text(b: &BucketState) -> String {
         crate::apply::Reserves(&b.bucket),
         b.burst
             .map_or_else(|| "capacity".to_owned(), |t| t.to_string()),
-        b.version
+        b.version,
+        b.shards
     )
 }
 
