@@ -77,7 +77,7 @@ pub use config::{
     COOLDOWN_CALLER, Config, ConfigError, DEFAULT_CLOCK_SKEW, DEFAULT_FOLD_AFTER,
     DEFAULT_HEAL_SETTLE, DEFAULT_LEASE_RECORD_AFTER, DEFAULT_LEASE_TTL, DEFAULT_MAX_RETRIES,
     DEFAULT_OPEN_PERCENT, DEFAULT_SLOT_POLL, DEFAULT_STORE_ATTEMPT_TIMEOUT, DEFAULT_STORE_TIMEOUT,
-    FailurePolicy, MAX_CLOCK_SKEW, Prefetch, Protocol, RELEASE_GRACE,
+    FailurePolicy, MAX_CLOCK_SKEW, Prefetch, Protocol, RELEASE_GRACE, Sharding,
 };
 pub use decimal::{DecimalError, Rounding};
 pub use dimension::{Dimension, DimensionError, MAX_SHARDS};

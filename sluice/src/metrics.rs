@@ -15,6 +15,7 @@
 //! | `sluice_bucket_write_units_total` | counter | `dimension` | write units the store billed for successful writes of the bucket row (as it reported them; DynamoDB Local reports one per write) |
 //! | `sluice_bucket_failed_writes_total` | counter | `dimension` | writes of the bucket row whose condition failed (DynamoDB bills them too) |
 //! | `sluice_bucket_throttles_total` | counter | `dimension` | reads and writes of the bucket row the store throttled, or a transaction in flight refused (back-pressure: retried, or a RetryIn) |
+//! | `sluice_bucket_shards` | gauge | `dimension` | rows a bucket is spread over, as set by this client's last reshard of it (see [`Sharding`](crate::Sharding)) |
 //! | `sluice_reconcile_passes_total` | counter | | reconcile passes |
 //! | `sluice_reconcile_leases_restored_total` | counter | | expired leases given back |
 //! | `sluice_reconcile_leases_skipped_total` | counter | | expired leases already gone |
@@ -23,8 +24,9 @@
 //! | `sluice_reconcile_tokens_restored` | histogram | | tokens given back per pass |
 //! | `sluice_reconcile_duration_seconds` | histogram | | pass duration |
 //!
-//! `dimension` is the acquire's dimensions, comma-separated (one, usually); `priority` the
-//! acquire's priority, empty for none (see [`Priority`]).
+//! `dimension` is the acquire's dimensions, comma-separated (one, usually); on the
+//! `sluice_bucket_*` counters, the row's key (`{dimension}#{k}` for shard `k` of a sharded
+//! bucket); `priority` the acquire's priority, empty for none (see [`Priority`]).
 
 use std::time::Duration;
 
@@ -111,6 +113,11 @@ pub(crate) fn bucket_failed_write(dimension: &str) {
 pub(crate) fn bucket_throttled(dimension: &str) {
     metrics::counter!("sluice_bucket_throttles_total", "dimension" => dimension.to_owned())
         .increment(1);
+}
+
+/// Records that this client resharded `dimension`'s bucket into `rows` rows.
+pub(crate) fn resharded(dimension: &str, rows: usize) {
+    metrics::gauge!("sluice_bucket_shards", "dimension" => dimension.to_owned()).set(rows as f64);
 }
 
 /// Records a reconcile pass.

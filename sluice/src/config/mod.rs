@@ -9,8 +9,10 @@ use crate::priority::Priority;
 use crate::tokens::Tokens;
 
 mod choices;
+mod sharding;
 
 pub use choices::{DEFAULT_OPEN_PERCENT, FailurePolicy, Prefetch, Protocol};
+pub use sharding::Sharding;
 
 /// Default lease TTL (`SLUICE_LEASE_TTL`), seconds.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
@@ -96,6 +98,8 @@ pub enum ConfigError {
 /// | `SLUICE_CLOCK_SKEW_MS` | most two hosts' clocks may disagree, milliseconds (see [`Config::clock_skew`]) | 1000 |
 /// | `SLUICE_FAILURE_POLICY` | `closed`, `open` or `open:N` when the store cannot answer (see [`FailurePolicy`]) | `closed` |
 /// | `SLUICE_PRIORITY` | the priority of acquires that name none (see [`Config::priority`]) | none: the highest |
+/// | `SLUICE_ITEM_WRITE_CEILING` | writes a second one row takes at most (see [`Sharding`]) | 1000 |
+/// | `SLUICE_MAX_SHARDS` | the most rows this client spreads a bucket over; 1: never (see [`Sharding`]) | 32 |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The DynamoDB table, if any.
@@ -176,6 +180,8 @@ pub struct Config {
     /// [`Acquire::priority`](crate::Acquire::priority)). `None`: the highest, which may take
     /// everything, as other SDKs sharing the table do.
     pub priority: Option<Priority>,
+    /// When this client spreads a hot bucket over more rows (see [`Sharding`]).
+    pub sharding: Sharding,
 }
 
 impl Default for Config {
@@ -198,6 +204,7 @@ impl Default for Config {
             failure_policy: FailurePolicy::Closed,
             failure_policies: HashMap::new(),
             priority: None,
+            sharding: Sharding::default(),
         }
     }
 }
@@ -276,6 +283,7 @@ impl Config {
         if let Some(v) = non_empty("SLUICE_LEASE_TTL") {
             config.lease_ttl = whole_seconds("SLUICE_LEASE_TTL", v)?;
         }
+        config.sharding = Sharding::from_lookup(&non_empty)?;
         if let Some(v) = non_empty("SLUICE_MAX_RETRIES") {
             config.max_retries = v.trim().parse().map_err(|_| ConfigError::Invalid {
                 variable: "SLUICE_MAX_RETRIES",

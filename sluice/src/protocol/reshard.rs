@@ -48,10 +48,22 @@ pub(crate) async fn reshard(
     base: &Dimension,
     to: u16,
 ) -> Result<Vec<BucketState>, Error> {
+    reshard_from(core, base, None, to).await
+}
+
+/// [`reshard`], only while the bucket has `from` rows (when given): a client that decided
+/// from what it saw of `from` rows leaves a bucket another client resharded since.
+pub(crate) async fn reshard_from(
+    core: &Arc<Core>,
+    base: &Dimension,
+    from: Option<u16>,
+    to: u16,
+) -> Result<Vec<BucketState>, Error> {
     let mut budget = Budget::new(core.config.max_retries);
     loop {
         let rows = rows_of(core, base).await?;
-        if usize::from(to) == rows.len() {
+        let now_at = rows.len();
+        if usize::from(to) == now_at || from.is_some_and(|f| usize::from(f) != now_at) {
             return Ok(rows);
         }
         let now = core.now();

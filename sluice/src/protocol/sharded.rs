@@ -53,6 +53,9 @@ pub(crate) async fn acquire(
     };
     let answer = fast::acquire(core, on_shard, ttl, fresh_after, alone).await;
     let known = learn_shards(core, &base, k);
+    if core.config.sharding.automatic() {
+        watch(core, &base, k, known).await;
+    }
     match answer {
         Err(
             Error::RetryIn(_) | Error::CostExceedsCapacity { .. } | Error::CostExceedsShare { .. },
@@ -61,6 +64,54 @@ pub(crate) async fn acquire(
         Err(Error::UnknownDimension { .. }) if k > 0 => whole(core, &wanted, ttl).await,
         answer => answer,
     }
+}
+
+/// Measures how hot shard `k` of `base`'s bucket (of `n` rows) is, from the version its
+/// row has now as this client knows it, and reshards the bucket when the measure says so
+/// (see [`Sharding`](crate::Sharding)). A reshard that fails is only logged: the acquire's
+/// answer stands, and the next measure tries again.
+async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
+    let lane = core.lane(&base.shard(k));
+    let throttled = lane.throttled.load(std::sync::atomic::Ordering::Relaxed) > 0;
+    let Some((row, version, refills)) = lane.memory().row().map(|r| {
+        (
+            r.dimension.clone(),
+            r.version,
+            r.bucket.limit_type().refills(),
+        )
+    }) else {
+        return;
+    };
+    if !refills {
+        return;
+    }
+    let now = core.now();
+    let rate = core.heat.observe(&row, version, now);
+    if rate.is_none() && !throttled {
+        return;
+    }
+    let sharding = &core.config.sharding;
+    let per_row = rate.unwrap_or(f64::from(sharding.item_write_ceiling));
+    let cool = core.heat.cool(
+        base,
+        per_row < 0.15 * f64::from(sharding.item_write_ceiling),
+    );
+    let Some(to) = sharding.target(n, per_row, throttled, cool) else {
+        return;
+    };
+    if !core.heat.claim(base, now) {
+        return;
+    }
+    tracing::info!(dimension = %base, from = n, to, per_row, throttled, "resharding a bucket");
+    match reshard::reshard_from(core, base, Some(n), to).await {
+        Ok(rows) => {
+            core.lanes
+                .note_shards(base, u16::try_from(rows.len()).unwrap_or(1));
+            crate::metrics::resharded(base.as_str(), rows.len());
+        }
+        Err(e) => tracing::warn!(dimension = %base, error = %e, "resharding a bucket failed"),
+    }
+    core.heat.done(base, core.now());
 }
 
 /// Notes how many rows the bucket of `base` has, as shard `k`'s row just told; the count.

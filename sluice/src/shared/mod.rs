@@ -3,6 +3,7 @@
 //! [`Lease`](crate::Lease) holds it, not the client façade.
 
 pub(crate) mod fallback;
+pub(crate) mod heat;
 pub(crate) mod lanes;
 pub mod remembered;
 pub(crate) mod rows;
@@ -33,6 +34,8 @@ pub(crate) struct Core {
     pub(crate) fallback: fallback::Fallback,
     /// The lease rows grants are writing and releases deleting, batched.
     pub(crate) rows: rows::LeaseRows,
+    /// How hot this client sees each bucket row (when to reshard).
+    pub(crate) heat: heat::Heat,
 }
 
 impl fmt::Debug for Core {
@@ -54,6 +57,7 @@ impl Core {
             lanes: Lanes::default(),
             fallback: fallback::Fallback::default(),
             rows: rows::LeaseRows::default(),
+            heat: heat::Heat::default(),
         }
     }
 

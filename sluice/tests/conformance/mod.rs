@@ -75,13 +75,28 @@ impl Env {
         Env::client_on(&self.store, &self.clock, caller, self.protocol)
     }
 
+    /// Another client with its configuration changed by `edit`.
+    pub fn client_with(&self, caller: &str, edit: impl FnOnce(Config) -> Config) -> Sluice {
+        Env::client_edited(&self.store, &self.clock, caller, self.protocol, edit)
+    }
+
     fn client_on(
         store: &Arc<dyn Store>,
         clock: &ManualClock,
         caller: &str,
         protocol: Protocol,
     ) -> Sluice {
-        sluice::SluiceBuilder::from_config(Config {
+        Env::client_edited(store, clock, caller, protocol, |c| c)
+    }
+
+    fn client_edited(
+        store: &Arc<dyn Store>,
+        clock: &ManualClock,
+        caller: &str,
+        protocol: Protocol,
+        edit: impl FnOnce(Config) -> Config,
+    ) -> Sluice {
+        sluice::SluiceBuilder::from_config(edit(Config {
             caller: caller.to_owned(),
             lease_ttl: Duration::from_secs(60),
             max_retries: 50,
@@ -89,7 +104,7 @@ impl Env {
             clock_skew: SKEW,
             heal_settle: HEAL_SETTLE,
             ..Config::default()
-        })
+        }))
         .store_arc(store.clone())
         .clock(clock.clone())
         .build()
@@ -228,6 +243,7 @@ macro_rules! suite {
             a_sharded_bucket_grants_its_whole_capacity_and_answers_the_bucket_s_retry_in,
             clients_on_a_bucket_resharded_between_their_grants_never_over_grant,
             a_sharded_bucket_is_redefined_and_deleted_as_a_whole,
+            a_hot_bucket_spreads_itself_and_gathers_back_when_it_cools,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

@@ -211,3 +211,84 @@ pub async fn a_sharded_bucket_is_redefined_and_deleted_as_a_whole(env: Env) {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+pub async fn a_hot_bucket_spreads_itself_and_gathers_back_when_it_cools(env: Env) {
+    let d = env.dim("rpm");
+    env.sluice
+        .put_bucket(
+            &d,
+            Bucket::requests(RefillRate::per_minute(1)).with_capacity(100_000),
+        )
+        .await
+        .unwrap();
+    // Rows that take at most 10 writes a second; four clients, 400 grants a second.
+    let clients: Vec<_> = (0..4)
+        .map(|i| {
+            env.client_with(&format!("c{i}"), |c| sluice::Config {
+                sharding: sluice::Sharding {
+                    item_write_ceiling: 10,
+                    max_shards: 8,
+                },
+                ..c
+            })
+        })
+        .collect();
+    let shards = |env: &Env| {
+        let d = d.clone();
+        let sluice = env.sluice.clone();
+        async move { sluice.bucket(&d).await.unwrap().unwrap().shards }
+    };
+    let start = env.clock.now();
+    let mut granted = 0i64;
+    let mut spread_at = None;
+    for round in 0..300 {
+        for c in &clients {
+            let lease = c.acquire(Acquire::new(&d)).await.unwrap();
+            lease.release().await.unwrap();
+            granted += 1;
+        }
+        env.advance_ms(10);
+        if spread_at.is_none() && shards(&env).await > 1 {
+            spread_at = Some(round);
+        }
+    }
+    let seed = env.protocol() == Protocol::Seed;
+    if seed {
+        // The seed's protocol writes the one row it knows and never reshards.
+        assert_eq!(shards(&env).await, 1);
+    } else {
+        // Spread within a window or two of the first measure (a second), to the most
+        // allowed: 400 a second over rows of 10 wants 128.
+        assert!(
+            spread_at.is_some_and(|r| r <= 250),
+            "spread at {spread_at:?}"
+        );
+        assert_eq!(shards(&env).await, 8);
+    }
+    // Cool: one grant per client every 1.5 s. After five cool measures, one row again.
+    for _ in 0..60 {
+        env.advance_ms(1_500);
+        for c in &clients {
+            c.acquire(Acquire::new(&d))
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+            granted += 1;
+        }
+        if shards(&env).await == 1 {
+            break;
+        }
+    }
+    assert_eq!(shards(&env).await, 1, "gathered back when cool");
+    // No token made or lost by the reshards: what was granted and what is left add up
+    // to the capacity and the refill since (one a minute), to a millionth of a token
+    // (refill is counted in billionths, each write rounding its part down).
+    let elapsed = env.clock.now().as_millis() - start.as_millis();
+    let refill = Tokens::from_nanos(i128::from(elapsed) * 1_000_000_000 / 60_000);
+    let expected = Tokens::new(100_000 - granted) + refill;
+    let left = whole_available(&env, "rpm").await;
+    let off = (left.as_nanos() - expected.as_nanos()).abs();
+    assert!(off <= 1_000, "left {left}, expected {expected}");
+}

@@ -1,0 +1,175 @@
+//! When a bucket spreads itself over more rows, or gathers back into fewer.
+
+use super::ConfigError;
+
+/// When this client spreads a hot bucket over more rows (shards), or gathers a cool one
+/// back (see [`Sluice::reshard`](crate::Sluice::reshard)).
+///
+/// Every write bumps a row's version, whoever makes it, so the versions this client's own
+/// writes hand back tell it how many writes a second a row takes, at no cost. When a row
+/// of a `requests` or `tokens` bucket takes more than half of `item_write_ceiling` (or the
+/// store throttles it), the client spreads the bucket over enough rows, in powers of two,
+/// for each to take about 40% of it; when each row takes less than 15% of it for
+/// [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it gathers the bucket
+/// into as few rows as keeps them at about 40%. Every client may do it; one conditional
+/// transaction decides, and the others see the new count on their next write.
+///
+/// ```
+/// use sluice::{Config, Sharding};
+///
+/// // Real DynamoDB: 1,000 write units a second per item; at most 16 rows per bucket.
+/// let config = Config { sharding: Sharding { max_shards: 16, ..Sharding::default() }, ..Config::default() };
+/// assert_eq!(config.sharding.item_write_ceiling, 1_000);
+/// // `SLUICE_MAX_SHARDS=1` turns automatic sharding off.
+/// let off = Config::from_lookup(|v| (v == "SLUICE_MAX_SHARDS").then(|| "1".to_owned()))?;
+/// assert!(!off.sharding.automatic());
+/// # Ok::<(), sluice::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sharding {
+    /// Writes a second one row takes at most (`SLUICE_ITEM_WRITE_CEILING`): DynamoDB's
+    /// 1,000 write units a second per item by default. At least 1.
+    pub item_write_ceiling: u32,
+    /// The most rows this client spreads a bucket over (`SLUICE_MAX_SHARDS`, 1 to
+    /// [`MAX_SHARDS`](crate::MAX_SHARDS)); 1 never spreads one, nor gathers one back.
+    pub max_shards: u16,
+}
+
+impl Default for Sharding {
+    fn default() -> Self {
+        Sharding {
+            item_write_ceiling: 1_000,
+            max_shards: crate::dimension::MAX_SHARDS,
+        }
+    }
+}
+
+impl Sharding {
+    /// Measurements in a row that must each find a bucket's rows cool before it is
+    /// gathered into fewer: a lull of a second or two does not undo a spread.
+    pub const COOL_WINDOWS: u32 = 5;
+
+    /// Whether this client reshards buckets on its own.
+    pub fn automatic(&self) -> bool {
+        self.max_shards > 1
+    }
+
+    /// The rows a bucket now over `n` rows should have, when one of them takes
+    /// `per_row` writes a second (and was `throttled`), after `cool` cool measurements in
+    /// a row; `None` to leave it.
+    pub(crate) fn target(&self, n: u16, per_row: f64, throttled: bool, cool: u32) -> Option<u16> {
+        let ceiling = f64::from(self.item_write_ceiling.max(1));
+        let fit = |rate: f64| {
+            let rows = (rate / (0.4 * ceiling)).ceil().max(1.0);
+            u16::try_from((rows as u64).next_power_of_two()).unwrap_or(u16::MAX)
+        };
+        let total = per_row * f64::from(n);
+        let max = self.max_shards.clamp(1, crate::dimension::MAX_SHARDS);
+        if per_row > 0.5 * ceiling || throttled {
+            let to = fit(total).max(n.saturating_mul(2)).min(max);
+            return (to > n).then_some(to);
+        }
+        if per_row < 0.15 * ceiling && cool >= Self::COOL_WINDOWS && n > 1 {
+            let to = fit(total).min(n / 2).max(1);
+            return (to < n).then_some(to);
+        }
+        None
+    }
+
+    pub(super) fn from_lookup(
+        non_empty: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Sharding, ConfigError> {
+        let mut sharding = Sharding::default();
+        if let Some(v) = non_empty("SLUICE_ITEM_WRITE_CEILING") {
+            sharding.item_write_ceiling =
+                v.trim()
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| ConfigError::Invalid {
+                        variable: "SLUICE_ITEM_WRITE_CEILING",
+                        value: v.clone(),
+                        reason: "expected a whole number of writes a second, 1 or more",
+                    })?;
+        }
+        if let Some(v) = non_empty("SLUICE_MAX_SHARDS") {
+            sharding.max_shards = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=crate::dimension::MAX_SHARDS).contains(n))
+                .ok_or_else(|| ConfigError::Invalid {
+                    variable: "SLUICE_MAX_SHARDS",
+                    value: v.clone(),
+                    reason: "expected a whole number from 1 to 32",
+                })?;
+        }
+        Ok(sharding)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hot_row_is_spread_for_each_to_take_about_forty_percent_and_a_cool_one_gathered() {
+        let s = Sharding {
+            item_write_ceiling: 50,
+            max_shards: 32,
+        };
+        // 240 writes a second on one row of a 50-a-second ceiling: 240 / 20 = 12, so 16.
+        assert_eq!(s.target(1, 240.0, false, 0), Some(16));
+        // Within half the ceiling: left alone, whatever the count.
+        assert_eq!(s.target(8, 24.0, false, 9), None);
+        // Throttled: at least twice as many rows.
+        assert_eq!(s.target(2, 10.0, true, 0), Some(4));
+        // Capped by the configured most.
+        assert_eq!(
+            Sharding { max_shards: 4, ..s }.target(1, 240.0, false, 0),
+            Some(4)
+        );
+        assert_eq!(
+            Sharding { max_shards: 1, ..s }.target(1, 240.0, false, 0),
+            None
+        );
+        // Cool (under 7.5 a second per row) for long enough: as few rows as keep ~40%.
+        assert_eq!(s.target(16, 2.0, false, Sharding::COOL_WINDOWS), Some(2));
+        assert_eq!(s.target(16, 2.0, false, Sharding::COOL_WINDOWS - 1), None);
+        assert_eq!(s.target(2, 0.0, false, Sharding::COOL_WINDOWS), Some(1));
+        assert_eq!(s.target(1, 0.0, false, 99), None);
+        // Just gathered, the rows take what the many took: within the band, left alone.
+        assert_eq!(s.target(2, 16.0, false, 0), None);
+    }
+
+    #[test]
+    fn settings_are_read_from_the_environment_and_checked() {
+        let read = |pairs: &'static [(&str, &str)]| {
+            Sharding::from_lookup(&|name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            })
+        };
+        assert_eq!(read(&[]), Ok(Sharding::default()));
+        assert_eq!(
+            read(&[
+                ("SLUICE_ITEM_WRITE_CEILING", "50"),
+                ("SLUICE_MAX_SHARDS", "8")
+            ]),
+            Ok(Sharding {
+                item_write_ceiling: 50,
+                max_shards: 8
+            })
+        );
+        for bad in [
+            ("SLUICE_ITEM_WRITE_CEILING", "0"),
+            ("SLUICE_MAX_SHARDS", "33"),
+            ("SLUICE_MAX_SHARDS", "0"),
+        ] {
+            let pairs: &'static [(&str, &str)] = Box::leak(Box::new([bad]));
+            assert!(read(pairs).is_err(), "{bad:?}");
+        }
+    }
+}

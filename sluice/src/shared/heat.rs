@@ -1,0 +1,112 @@
+//! How hot each bucket row is, as this client sees it: every write bumps a row's version,
+//! whoever makes it, so two versions the store handed this client, a window apart, tell
+//! how many writes a second the row took in between, at no cost (see
+//! [`Sharding`](crate::Sharding)).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::shared::lanes::lock;
+
+/// The shortest span a row's write rate is measured over.
+pub(crate) const WINDOW: Duration = Duration::from_secs(1);
+
+/// What this client saw of its rows' versions, and of its own reshards.
+#[derive(Debug, Default)]
+pub(crate) struct Heat {
+    /// Per row: a version and when it was seen, the start of the current window.
+    seen: Mutex<HashMap<Dimension, (u64, UnixMillis)>>,
+    /// Per bucket: cool measurements in a row.
+    cool: Mutex<HashMap<Dimension, u32>>,
+    /// Per bucket: when this client last resharded it (or saw it resharded), and whether
+    /// it is resharding it now.
+    moved: Mutex<HashMap<Dimension, (UnixMillis, bool)>>,
+}
+
+impl Heat {
+    /// Notes that `row` was at `version` at `now`: its writes a second since the window
+    /// began, once at least a [`WINDOW`] has passed (the next window begins then).
+    pub(crate) fn observe(&self, row: &Dimension, version: u64, now: UnixMillis) -> Option<f64> {
+        let mut seen = lock(&self.seen);
+        let Some((since, at)) = seen.get(row).copied() else {
+            seen.insert(row.clone(), (version, now));
+            return None;
+        };
+        let span = now.as_millis() - at.as_millis();
+        if version < since || span < 0 {
+            // Another bucket under the same name, or a clock stepped back: start again.
+            seen.insert(row.clone(), (version, now));
+            return None;
+        }
+        if u128::try_from(span).unwrap_or(0) < WINDOW.as_millis() {
+            return None;
+        }
+        seen.insert(row.clone(), (version, now));
+        Some((version - since) as f64 * 1_000.0 / span as f64)
+    }
+
+    /// Counts one more measurement of `base` that found it cool (or starts again at none);
+    /// the count.
+    pub(crate) fn cool(&self, base: &Dimension, cool: bool) -> u32 {
+        let mut all = lock(&self.cool);
+        let count = all.entry(base.clone()).or_default();
+        *count = if cool { count.saturating_add(1) } else { 0 };
+        *count
+    }
+
+    /// Claims `base` for a reshard by this client at `now`: `false` while it is resharding
+    /// it, or did within two windows (its rows' rates still reflect the old count).
+    pub(crate) fn claim(&self, base: &Dimension, now: UnixMillis) -> bool {
+        let mut moved = lock(&self.moved);
+        match moved.get(base) {
+            Some((_, true)) => false,
+            Some((at, false))
+                if now.as_millis() - at.as_millis() < 2 * WINDOW.as_millis() as i64 =>
+            {
+                false
+            }
+            _ => {
+                moved.insert(base.clone(), (now, true));
+                true
+            }
+        }
+    }
+
+    /// Ends this client's reshard of `base` at `now`.
+    pub(crate) fn done(&self, base: &Dimension, now: UnixMillis) {
+        lock(&self.moved).insert(base.clone(), (now, false));
+        lock(&self.cool).remove(base);
+        let mut seen = lock(&self.seen);
+        seen.retain(|row, _| row.base() != *base);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_s_rate_is_its_version_s_rise_over_a_window_or_more() {
+        let heat = Heat::default();
+        let row: Dimension = "openai#rpm".parse().unwrap();
+        let t = |ms| UnixMillis::new(1_700_000_000_000 + ms);
+        assert_eq!(heat.observe(&row, 100, t(0)), None);
+        assert_eq!(heat.observe(&row, 150, t(500)), None);
+        assert_eq!(heat.observe(&row, 340, t(1_200)), Some(200.0));
+        assert_eq!(heat.observe(&row, 350, t(3_200)), Some(5.0));
+        // A version that went down is another bucket: measured afresh.
+        assert_eq!(heat.observe(&row, 7, t(5_000)), None);
+        assert_eq!(heat.observe(&row, 9, t(6_000)), Some(2.0));
+        let base = row.base();
+        assert!(heat.claim(&base, t(6_000)));
+        assert!(!heat.claim(&base, t(6_001)));
+        heat.done(&base, t(6_100));
+        assert!(!heat.claim(&base, t(7_000)));
+        assert!(heat.claim(&base, t(8_100)));
+        assert_eq!((heat.cool(&base, true), heat.cool(&base, true)), (1, 2));
+        assert_eq!(heat.cool(&base, false), 0);
+    }
+}
