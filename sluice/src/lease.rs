@@ -223,30 +223,48 @@ impl Lease {
         actual: impl Into<Tokens>,
     ) -> Result<(), Error> {
         let actual = actual.into();
-        let part = self
-            .grant
-            .parts
-            .iter_mut()
-            .find(|p| p.dimension.as_str() == dimension)
-            .ok_or_else(|| {
-                Error::LeaseNotFound(format!("{} (no part on `{dimension}`)", self.grant.id))
-            })?;
+        // A grant on a sharded bucket holds a part per shard it took from: the correction
+        // is spread over them (a charge to the first, a refund from the last first).
+        let mine: Vec<usize> = (0..self.grant.parts.len())
+            .filter(|i| self.grant.parts[*i].dimension.base().as_str() == dimension)
+            .collect();
+        let Some(first) = mine.first().copied() else {
+            return Err(Error::LeaseNotFound(format!(
+                "{} (no part on `{dimension}`)",
+                self.grant.id
+            )));
+        };
         if actual.is_negative() || actual > Tokens::MAX {
             return Err(Error::InvalidCost {
-                dimension: part.dimension.clone(),
+                dimension: self.grant.parts[first].dimension.base(),
                 cost: actual,
             });
         }
-        if part.kept == Kept::Local {
-            // Granted locally while the store could not answer: so is its correction.
-            let now = self.core.now();
-            self.core
-                .fallback
-                .charge(&part.dimension, actual - part.cost, now);
-            part.cost = actual;
-            return Ok(());
+        let held: Vec<Tokens> = mine.iter().map(|i| self.grant.parts[*i].cost).collect();
+        let total = held.iter().fold(Tokens::ZERO, |s, c| s.saturating_add(*c));
+        let mut left = actual;
+        let mut costs = vec![Tokens::ZERO; held.len()];
+        for (j, cost) in held.iter().enumerate() {
+            costs[j] = (*cost).min(left);
+            left = left.saturating_sub(costs[j]);
         }
-        adjust::adjust_part(&self.core, part, actual, &mut self.unsettled).await
+        if actual > total {
+            costs[0] = held[0].saturating_add(actual.saturating_sub(total));
+        }
+        for (i, cost) in mine.into_iter().zip(costs) {
+            let part = &mut self.grant.parts[i];
+            if part.kept == Kept::Local {
+                // Granted locally while the store could not answer: so is its correction.
+                let now = self.core.now();
+                self.core
+                    .fallback
+                    .charge(&part.dimension, cost - part.cost, now);
+                part.cost = cost;
+                continue;
+            }
+            adjust::adjust_part(&self.core, part, cost, &mut self.unsettled).await?;
+        }
+        Ok(())
     }
 }
 

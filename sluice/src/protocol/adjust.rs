@@ -149,8 +149,21 @@ async fn set_lease_cost(core: &Core, part: &LeasePart, cost: Tokens) -> Result<(
 async fn charge(core: &Core, part: &LeasePart, delta: Tokens) -> Result<(), Error> {
     let mut backoff = Backoff::new();
     let mut throttled: u32 = 0;
+    let mut dimension = part.dimension.clone();
     for _ in 0..=MAX_FRESH_RETRIES {
-        let row = core.remembered_row(&part.dimension).await?;
+        let row = match core.remembered_row(&dimension).await {
+            Err(Error::UnknownDimension { .. }) if dimension.shard_index() > 0 => {
+                // A shard gathered away: its bucket's row that took its place.
+                match core.moved_shard(&dimension).await? {
+                    Some(moved) => {
+                        dimension = moved;
+                        continue;
+                    }
+                    None => return Err(core.unknown(&dimension)),
+                }
+            }
+            row => row?,
+        };
         let now = core.now();
         let change = charging(core, &row, delta, now)
             .ok_or_else(|| StoreError::service("a charge found no change to make"))?;
@@ -161,21 +174,24 @@ async fn charge(core: &Core, part: &LeasePart, delta: Tokens) -> Result<(), Erro
             }
             Err(ChangeError::Condition(Some(current))) => core.lanes.learn(*current, now),
             Err(ChangeError::Condition(None)) => {
-                core.lanes.forget(&part.dimension);
-                return Err(core.unknown(&part.dimension));
+                core.lanes.forget(&dimension);
+                match core.moved_shard(&dimension).await? {
+                    Some(moved) => dimension = moved,
+                    None => return Err(core.unknown(&dimension)),
+                }
             }
             Err(ChangeError::Store(e)) if e.is_back_pressure() => {
                 throttled += 1;
                 backoff.sleep(throttled.min(8)).await;
             }
             Err(ChangeError::Store(e)) => {
-                core.lanes.forget(&part.dimension);
+                core.lanes.forget(&dimension);
                 return Err(e.into());
             }
         }
     }
     Err(Error::Contention {
-        dimension: part.dimension.clone(),
+        dimension,
         attempts: MAX_FRESH_RETRIES + 1,
     })
 }

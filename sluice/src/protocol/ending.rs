@@ -194,10 +194,18 @@ pub(crate) async fn restore(
 ) -> Result<(), Error> {
     let mut backoff = Backoff::new();
     let mut throttled: u32 = 0;
+    let mut dimension = dimension.clone();
     for _ in 0..=MAX_FRESH_RETRIES {
-        let row = match core.remembered_row(dimension).await {
+        let row = match core.remembered_row(&dimension).await {
             Ok(row) => row,
-            Err(Error::UnknownDimension { .. }) => return Ok(()),
+            Err(Error::UnknownDimension { .. }) => match core.moved_shard(&dimension).await? {
+                // A shard gathered away: its bucket's row that took its place.
+                Some(moved) => {
+                    dimension = moved;
+                    continue;
+                }
+                None => return Ok(()),
+            },
             Err(e) => return Err(e),
         };
         let now = core.now();
@@ -211,21 +219,24 @@ pub(crate) async fn restore(
             }
             Err(ChangeError::Condition(Some(current))) => core.lanes.learn(*current, now),
             Err(ChangeError::Condition(None)) => {
-                core.lanes.forget(dimension);
-                return Ok(());
+                core.lanes.forget(&dimension);
+                match core.moved_shard(&dimension).await? {
+                    Some(moved) => dimension = moved,
+                    None => return Ok(()),
+                }
             }
             Err(ChangeError::Store(e)) if e.is_back_pressure() => {
                 throttled += 1;
                 backoff.sleep(throttled.min(8)).await;
             }
             Err(ChangeError::Store(e)) => {
-                core.lanes.forget(dimension);
+                core.lanes.forget(&dimension);
                 return Err(e.into());
             }
         }
     }
     Err(Error::Contention {
-        dimension: dimension.clone(),
+        dimension,
         attempts: MAX_FRESH_RETRIES + 1,
     })
 }

@@ -86,7 +86,8 @@ pub(crate) async fn release(
     if part.cost <= crate::tokens::Tokens::ZERO {
         return Ok(());
     }
-    let lane = core.lane(&part.dimension);
+    let mut part = part;
+    let mut lane = core.lane(&part.dimension);
     let mut backoff = Backoff::new();
     let mut failures: u32 = 0;
     loop {
@@ -96,6 +97,15 @@ pub(crate) async fn release(
             reply,
         });
         match on_lane(core, &lane, job, answer).await {
+            Err(Error::UnknownDimension { .. }) if part.dimension.shard_index() > 0 => {
+                // A shard gathered away: give it back to its bucket's row that took its
+                // place, if any.
+                let Some(moved) = core.moved_shard(&part.dimension).await? else {
+                    return Ok(());
+                };
+                part.dimension = moved;
+                lane = core.lane(&part.dimension);
+            }
             Err(Error::Store(e)) if e.is_transient() && core.now() < holder_until => {
                 failures += 1;
                 tracing::debug!(error = %e, failures, "giving a slot back failed; retrying");

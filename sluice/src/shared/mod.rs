@@ -72,6 +72,25 @@ impl Core {
         self.clock.now_micros()
     }
 
+    /// Where a give-back to the shard row `dimension` goes once a reshard gathered its
+    /// bucket into fewer rows: the row its index falls on now (`None`: not a shard row,
+    /// no bucket, or the bucket still has that row). Reads the bucket's own row.
+    pub(crate) async fn moved_shard(
+        &self,
+        dimension: &Dimension,
+    ) -> Result<Option<Dimension>, StoreError> {
+        let k = dimension.shard_index();
+        if k == 0 {
+            return Ok(None);
+        }
+        let base = dimension.base();
+        let Some(row) = self.read_one(&base).await? else {
+            return Ok(None);
+        };
+        self.lanes.note_shards(&base, row.shards);
+        Ok((k >= row.shards).then(|| base.shard(k % row.shards.max(1))))
+    }
+
     /// The lane of `dimension`.
     pub(crate) fn lane(&self, dimension: &Dimension) -> Arc<Lane> {
         self.lanes.lane(dimension)

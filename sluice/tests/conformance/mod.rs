@@ -244,6 +244,7 @@ macro_rules! suite {
             clients_on_a_bucket_resharded_between_their_grants_never_over_grant,
             a_sharded_bucket_is_redefined_and_deleted_as_a_whole,
             a_hot_bucket_spreads_itself_and_gathers_back_when_it_cools,
+            corrections_follow_a_grant_over_shards_and_shards_gathered_away,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

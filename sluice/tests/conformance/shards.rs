@@ -292,3 +292,51 @@ pub async fn a_hot_bucket_spreads_itself_and_gathers_back_when_it_cools(env: Env
     let off = (left.as_nanos() - expected.as_nanos()).abs();
     assert!(off <= 1_000, "left {left}, expected {expected}");
 }
+
+pub async fn corrections_follow_a_grant_over_shards_and_shards_gathered_away(env: Env) {
+    let d = env.dim("tpm");
+    env.sluice
+        .put_bucket(
+            &d,
+            Bucket::tokens(RefillRate::per_minute(1)).with_capacity(1_000),
+        )
+        .await
+        .unwrap();
+    env.sluice.reshard(&d, 4).await.unwrap();
+    if env.protocol() == Protocol::Seed {
+        return;
+    }
+    // 300 from rows of 250: two parts. Corrected to 100: 200 back, whichever rows gave.
+    let mut gathered = env
+        .sluice
+        .acquire(Acquire::with_cost(&d, 300))
+        .await
+        .unwrap();
+    assert_eq!(
+        gathered.id().to_string().matches(',').count(),
+        1,
+        "two parts"
+    );
+    gathered.adjust(&d, 100).await.unwrap();
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(900));
+    gathered.adjust(&d, 400).await.unwrap();
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(600));
+    // A grant taken from shard 1, 2 or 3, whose row a reshard to one row then removes:
+    // its refund goes to the row that took its place.
+    let mut on_shard = loop {
+        let lease = env
+            .sluice
+            .acquire(Acquire::with_cost(&d, 10))
+            .await
+            .unwrap();
+        // `lease#{vendor}#{metric}#{k}#{unique}`: a shard other than the dimension's own.
+        if lease.id().to_string().split('#').count() == 5 {
+            break lease;
+        }
+        lease.release().await.unwrap();
+    };
+    env.sluice.reshard(&d, 1).await.unwrap();
+    let before = whole_available(&env, "tpm").await;
+    on_shard.adjust(&d, 0).await.unwrap();
+    assert_eq!(whole_available(&env, "tpm").await, before + Tokens::new(10));
+}
