@@ -7,8 +7,9 @@ use super::ConfigError;
 ///
 /// Every write bumps a row's version, whoever makes it, so the versions this client's own
 /// writes hand back tell it how many writes a second a row takes, at no cost. When a row
-/// of a `requests` or `tokens` bucket takes more than half of `item_write_ceiling` (or the
-/// store throttles it), the client spreads the bucket over enough rows, in powers of two,
+/// of a `requests` or `tokens` bucket takes more than half of one row's write ceiling (or the
+/// store throttles it while it takes a tenth or more: a ceiling set too high), the client
+/// spreads the bucket over enough rows, in powers of two,
 /// for each to take about 40% of it; when each row takes less than 15% of it for
 /// [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it gathers the bucket
 /// into as few rows as keeps them at about 40%. Every client may do it; one conditional
@@ -17,9 +18,9 @@ use super::ConfigError;
 /// ```
 /// use sluice::{Config, Sharding};
 ///
-/// // Real DynamoDB: 1,000 write units a second per item; at most 16 rows per bucket.
+/// // At most 16 rows per bucket; each row's ceiling the store's own (DynamoDB: 1,000).
 /// let config = Config { sharding: Sharding { max_shards: 16, ..Sharding::default() }, ..Config::default() };
-/// assert_eq!(config.sharding.item_write_ceiling, 1_000);
+/// assert_eq!(config.sharding.item_write_ceiling, None);
 /// // `SLUICE_MAX_SHARDS=1` turns automatic sharding off.
 /// let off = Config::from_lookup(|v| (v == "SLUICE_MAX_SHARDS").then(|| "1".to_owned()))?;
 /// assert!(!off.sharding.automatic());
@@ -27,9 +28,10 @@ use super::ConfigError;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sharding {
-    /// Writes a second one row takes at most (`SLUICE_ITEM_WRITE_CEILING`): DynamoDB's
-    /// 1,000 write units a second per item by default. At least 1.
-    pub item_write_ceiling: u32,
+    /// Writes a second one row takes at most (`SLUICE_ITEM_WRITE_CEILING`, at least 1);
+    /// `None`: the store's own ([`Store::item_write_ceiling`](crate::Store::item_write_ceiling):
+    /// 1,000 on DynamoDB, none in memory, where no bucket is spread on its own).
+    pub item_write_ceiling: Option<u32>,
     /// The most rows this client spreads a bucket over (`SLUICE_MAX_SHARDS`, 1 to
     /// [`MAX_SHARDS`](crate::MAX_SHARDS)); 1 never spreads one, nor gathers one back.
     pub max_shards: u16,
@@ -38,7 +40,7 @@ pub struct Sharding {
 impl Default for Sharding {
     fn default() -> Self {
         Sharding {
-            item_write_ceiling: 1_000,
+            item_write_ceiling: None,
             max_shards: crate::dimension::MAX_SHARDS,
         }
     }
@@ -55,10 +57,17 @@ impl Sharding {
     }
 
     /// The rows a bucket now over `n` rows should have, when one of them takes
-    /// `per_row` writes a second (and was `throttled`), after `cool` cool measurements in
-    /// a row; `None` to leave it.
-    pub(crate) fn target(&self, n: u16, per_row: f64, throttled: bool, cool: u32) -> Option<u16> {
-        let ceiling = f64::from(self.item_write_ceiling.max(1));
+    /// `per_row` writes a second of `ceiling` (and was `throttled`), after `cool` cool
+    /// measurements in a row; `None` to leave it.
+    pub(crate) fn target(
+        &self,
+        n: u16,
+        per_row: f64,
+        ceiling: u32,
+        throttled: bool,
+        cool: u32,
+    ) -> Option<u16> {
+        let ceiling = f64::from(ceiling.max(1));
         let fit = |rate: f64| {
             let rows = (rate / (0.4 * ceiling)).ceil().max(1.0);
             u16::try_from((rows as u64).next_power_of_two()).unwrap_or(u16::MAX)
@@ -81,16 +90,17 @@ impl Sharding {
     ) -> Result<Sharding, ConfigError> {
         let mut sharding = Sharding::default();
         if let Some(v) = non_empty("SLUICE_ITEM_WRITE_CEILING") {
-            sharding.item_write_ceiling =
-                v.trim()
-                    .parse()
-                    .ok()
-                    .filter(|n| *n >= 1)
-                    .ok_or_else(|| ConfigError::Invalid {
-                        variable: "SLUICE_ITEM_WRITE_CEILING",
-                        value: v.clone(),
-                        reason: "expected a whole number of writes a second, 1 or more",
-                    })?;
+            sharding.item_write_ceiling = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| *n >= 1)
+                .map(Some)
+                .ok_or_else(|| ConfigError::Invalid {
+                    variable: "SLUICE_ITEM_WRITE_CEILING",
+                    value: v.clone(),
+                    reason: "expected a whole number of writes a second, 1 or more",
+                })?;
         }
         if let Some(v) = non_empty("SLUICE_MAX_SHARDS") {
             sharding.max_shards = v
@@ -115,31 +125,37 @@ mod tests {
     #[test]
     fn a_hot_row_is_spread_for_each_to_take_about_forty_percent_and_a_cool_one_gathered() {
         let s = Sharding {
-            item_write_ceiling: 50,
+            item_write_ceiling: None,
             max_shards: 32,
         };
         // 240 writes a second on one row of a 50-a-second ceiling: 240 / 20 = 12, so 16.
-        assert_eq!(s.target(1, 240.0, false, 0), Some(16));
+        assert_eq!(s.target(1, 240.0, 50, false, 0), Some(16));
         // Within half the ceiling: left alone, whatever the count.
-        assert_eq!(s.target(8, 24.0, false, 9), None);
+        assert_eq!(s.target(8, 24.0, 50, false, 9), None);
         // Throttled: at least twice as many rows.
-        assert_eq!(s.target(2, 10.0, true, 0), Some(4));
+        assert_eq!(s.target(2, 10.0, 50, true, 0), Some(4));
         // Capped by the configured most.
         assert_eq!(
-            Sharding { max_shards: 4, ..s }.target(1, 240.0, false, 0),
+            Sharding { max_shards: 4, ..s }.target(1, 240.0, 50, false, 0),
             Some(4)
         );
         assert_eq!(
-            Sharding { max_shards: 1, ..s }.target(1, 240.0, false, 0),
+            Sharding { max_shards: 1, ..s }.target(1, 240.0, 50, false, 0),
             None
         );
         // Cool (under 7.5 a second per row) for long enough: as few rows as keep ~40%.
-        assert_eq!(s.target(16, 2.0, false, Sharding::COOL_WINDOWS), Some(2));
-        assert_eq!(s.target(16, 2.0, false, Sharding::COOL_WINDOWS - 1), None);
-        assert_eq!(s.target(2, 0.0, false, Sharding::COOL_WINDOWS), Some(1));
-        assert_eq!(s.target(1, 0.0, false, 99), None);
+        assert_eq!(
+            s.target(16, 2.0, 50, false, Sharding::COOL_WINDOWS),
+            Some(2)
+        );
+        assert_eq!(
+            s.target(16, 2.0, 50, false, Sharding::COOL_WINDOWS - 1),
+            None
+        );
+        assert_eq!(s.target(2, 0.0, 50, false, Sharding::COOL_WINDOWS), Some(1));
+        assert_eq!(s.target(1, 0.0, 50, false, 99), None);
         // Just gathered, the rows take what the many took: within the band, left alone.
-        assert_eq!(s.target(2, 16.0, false, 0), None);
+        assert_eq!(s.target(2, 16.0, 50, false, 0), None);
     }
 
     #[test]
@@ -159,7 +175,7 @@ mod tests {
                 ("SLUICE_MAX_SHARDS", "8")
             ]),
             Ok(Sharding {
-                item_write_ceiling: 50,
+                item_write_ceiling: Some(50),
                 max_shards: 8
             })
         );

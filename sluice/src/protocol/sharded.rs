@@ -23,6 +23,7 @@ use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::grant::Grant;
 use crate::shared::Core;
+use crate::shared::remembered::Recall;
 use crate::tokens::Tokens;
 
 use super::{fast, reshard, seed};
@@ -59,9 +60,11 @@ pub(crate) async fn acquire(
     match answer {
         Err(
             Error::RetryIn(_) | Error::CostExceedsCapacity { .. } | Error::CostExceedsShare { .. },
-        ) if known > 1 => whole(core, &wanted, ttl).await,
+        ) if known > 1 => whole(core, &wanted, ttl, fresh_after).await,
         // A shard gathered into fewer rows since this client last heard: ask the bucket.
-        Err(Error::UnknownDimension { .. }) if k > 0 => whole(core, &wanted, ttl).await,
+        Err(Error::UnknownDimension { .. }) if k > 0 => {
+            whole(core, &wanted, ttl, fresh_after).await
+        }
         answer => answer,
     }
 }
@@ -91,12 +94,22 @@ async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
         return;
     }
     let sharding = &core.config.sharding;
-    let per_row = rate.unwrap_or(f64::from(sharding.item_write_ceiling));
-    let cool = core.heat.cool(
-        base,
-        per_row < 0.15 * f64::from(sharding.item_write_ceiling),
-    );
-    let Some(to) = sharding.target(n, per_row, throttled, cool) else {
+    let Some(limit) = sharding
+        .item_write_ceiling
+        .or_else(|| core.store.item_write_ceiling())
+    else {
+        return;
+    };
+    let ceiling = f64::from(limit);
+    let per_row = rate.or_else(|| core.heat.last_rate(&row)).unwrap_or(0.0);
+    let cool = match rate {
+        Some(rate) => core.heat.cool(base, rate < 0.15 * ceiling),
+        None => 0,
+    };
+    // A throttle says the row is hot only where the row is busy: a table-wide throttle
+    // (or one write in a quiet spell) is no reason to spread a bucket.
+    let hot = throttled && per_row >= 0.1 * ceiling;
+    let Some(to) = sharding.target(n, per_row, limit, hot, cool) else {
         return;
     };
     if !core.heat.claim(base, now) {
@@ -130,9 +143,21 @@ fn learn_shards(core: &Core, base: &Dimension, k: u16) -> u16 {
     }
 }
 
-/// The acquire answered by the whole bucket, from one read of all its rows.
-async fn whole(core: &Arc<Core>, wanted: &Wanted, ttl: Duration) -> Result<Grant, Error> {
+/// The acquire answered by the whole bucket: from what this client remembers of every
+/// row when each of them refuses it from memory and together they are short too (no
+/// call), else from one read of all its rows. When every attempt lost its race, the last
+/// refusal (a shard's) stands.
+async fn whole(
+    core: &Arc<Core>,
+    wanted: &Wanted,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+) -> Result<Grant, Error> {
+    if let Some(refusal) = remembered_refusal(core, wanted, fresh_after) {
+        return Err(refusal);
+    }
     let base = wanted.dimension.clone();
+    let mut last = None;
     for _ in 0..WHOLE_ATTEMPTS {
         let rows = reshard::rows_of(core, &base).await?;
         let now = core.now();
@@ -177,14 +202,46 @@ async fn whole(core: &Arc<Core>, wanted: &Wanted, ttl: Duration) -> Result<Grant
             return Err(Error::RetryIn(wait_for(&rows, wanted, cost, now)));
         };
         match answer {
-            Err(Error::RetryIn(_) | Error::UnknownDimension { .. }) => continue,
+            Err(refusal @ Error::RetryIn(_)) => last = Some(refusal),
+            Err(Error::UnknownDimension { .. }) => {}
             answer => return answer,
         }
     }
-    Err(Error::Contention {
+    Err(last.unwrap_or(Error::Contention {
         dimension: base,
         attempts: WHOLE_ATTEMPTS,
-    })
+    }))
+}
+
+/// The whole bucket's refusal from memory alone: every row this client remembers refuses
+/// `wanted` under the freshness rules ([`remembered`](crate::remembered)), and together
+/// they hold less than it too. `None` when any row may serve it or is not known.
+fn remembered_refusal(
+    core: &Core,
+    wanted: &Wanted,
+    fresh_after: Option<UnixMillis>,
+) -> Option<Error> {
+    let base = &wanted.dimension;
+    let now = core.now();
+    let mut rows = Vec::new();
+    for k in 0..core.lanes.shards(base) {
+        let on = Wanted {
+            dimension: base.shard(k),
+            ..wanted.clone()
+        };
+        let lane = core.lane(&on.dimension);
+        let memory = lane.memory();
+        if !matches!(memory.recall(&on, now, fresh_after), Recall::Denied(_)) {
+            return None;
+        }
+        rows.push(memory.row()?.clone());
+    }
+    let whole = crate::bucket::shards::whole(&rows).ok()?;
+    let cost = wanted.cost(whole.cost_per_call());
+    let free = free_at(&rows, wanted, now)
+        .iter()
+        .fold(Tokens::ZERO, |s, f| s.saturating_add(*f));
+    (free < cost).then(|| Error::RetryIn(wait_for(&rows, wanted, cost, now)))
 }
 
 /// What each row can give an acquire at `wanted`'s priority at `now`: its tokens above

@@ -19,6 +19,8 @@ pub(crate) const WINDOW: Duration = Duration::from_secs(1);
 pub(crate) struct Heat {
     /// Per row: a version and when it was seen, the start of the current window.
     seen: Mutex<HashMap<Dimension, (u64, UnixMillis)>>,
+    /// Per row: its writes a second over the last window measured.
+    rates: Mutex<HashMap<Dimension, f64>>,
     /// Per bucket: cool measurements in a row.
     cool: Mutex<HashMap<Dimension, u32>>,
     /// Per bucket: when this client last resharded it (or saw it resharded), and whether
@@ -45,7 +47,14 @@ impl Heat {
             return None;
         }
         seen.insert(row.clone(), (version, now));
-        Some((version - since) as f64 * 1_000.0 / span as f64)
+        let rate = (version - since) as f64 * 1_000.0 / span as f64;
+        lock(&self.rates).insert(row.clone(), rate);
+        Some(rate)
+    }
+
+    /// `row`'s writes a second over the last window measured, if any.
+    pub(crate) fn last_rate(&self, row: &Dimension) -> Option<f64> {
+        lock(&self.rates).get(row).copied()
     }
 
     /// Counts one more measurement of `base` that found it cool (or starts again at none);
@@ -79,8 +88,8 @@ impl Heat {
     pub(crate) fn done(&self, base: &Dimension, now: UnixMillis) {
         lock(&self.moved).insert(base.clone(), (now, false));
         lock(&self.cool).remove(base);
-        let mut seen = lock(&self.seen);
-        seen.retain(|row, _| row.base() != *base);
+        lock(&self.seen).retain(|row, _| row.base() != *base);
+        lock(&self.rates).retain(|row, _| row.base() != *base);
     }
 }
 
@@ -92,11 +101,12 @@ mod tests {
     fn a_row_s_rate_is_its_version_s_rise_over_a_window_or_more() {
         let heat = Heat::default();
         let row: Dimension = "openai#rpm".parse().unwrap();
-        let t = |ms| UnixMillis::new(1_700_000_000_000 + ms);
+        let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
         assert_eq!(heat.observe(&row, 100, t(0)), None);
         assert_eq!(heat.observe(&row, 150, t(500)), None);
         assert_eq!(heat.observe(&row, 340, t(1_200)), Some(200.0));
         assert_eq!(heat.observe(&row, 350, t(3_200)), Some(5.0));
+        assert_eq!(heat.last_rate(&row), Some(5.0));
         // A version that went down is another bucket: measured afresh.
         assert_eq!(heat.observe(&row, 7, t(5_000)), None);
         assert_eq!(heat.observe(&row, 9, t(6_000)), Some(2.0));

@@ -152,6 +152,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// deleted it](StoreError::may_have_applied).
     async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError>;
 
+    /// The most writes a second one row takes, if the store bounds it: then a client
+    /// spreads a bucket whose rows near it over more rows (see
+    /// [`Sharding`](crate::Sharding)). DynamoDB: 1,000 (write units per item); none by
+    /// default.
+    fn item_write_ceiling(&self) -> Option<u32> {
+        None
+    }
+
     /// Whether the store may lose the answer to a write that applied (a network store):
     /// then the client reads the row after such a failure to learn whether it applied.
     fn loses_answers(&self) -> bool {

@@ -226,7 +226,7 @@ pub async fn a_hot_bucket_spreads_itself_and_gathers_back_when_it_cools(env: Env
         .map(|i| {
             env.client_with(&format!("c{i}"), |c| sluice::Config {
                 sharding: sluice::Sharding {
-                    item_write_ceiling: 10,
+                    item_write_ceiling: Some(10),
                     max_shards: 8,
                 },
                 ..c

@@ -386,6 +386,10 @@ impl Store for DynamoStore {
         format!("DynamoDB table `{}`", self.table())
     }
 
+    fn item_write_ceiling(&self) -> Option<u32> {
+        Some(1_000)
+    }
+
     async fn read_buckets(
         &self,
         dimensions: &[Dimension],
