@@ -36,7 +36,7 @@ SLUICE_CHECK_RECORDED_OPERATIONS="$operations" \
 cargo build -q --workspace --features "$features" --bin dynamodb-fidelity
 dynamodb_fidelity_start --transaction-hold-ms 5
 SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
-    cargo test --workspace --features "$features" --test model -- dynamodb
+    cargo test --workspace --features "$features" --test model --test model_shards -- dynamodb
 SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
     cargo test --workspace --features "$features" --test dynamo_store --test dynamo_clients \
     --test dynamo_processes --test dynamo_killed --test dynamo_priorities \

@@ -57,32 +57,40 @@ impl Sharding {
     }
 
     /// The rows a bucket now over `n` rows should have, when one of them takes
-    /// `per_row` writes a second of `ceiling` (and was `throttled`), after `cool` cool
-    /// measurements in a row; `None` to leave it.
+    /// `per_row` thousandths of a write a second, of `ceiling` writes a second (and was
+    /// `throttled`), after `cool` cool measurements in a row; `None` to leave it.
     pub(crate) fn target(
         &self,
         n: u16,
-        per_row: f64,
+        per_row: u64,
         ceiling: u32,
         throttled: bool,
         cool: u32,
     ) -> Option<u16> {
-        let ceiling = f64::from(ceiling.max(1));
-        let fit = |rate: f64| {
-            let rows = (rate / (0.4 * ceiling)).ceil().max(1.0);
-            u16::try_from((rows as u64).next_power_of_two()).unwrap_or(u16::MAX)
+        let limit = ceiling.max(1);
+        let ceiling = u64::from(limit) * 1_000;
+        // Enough rows, a power of two, for each to take about 40% of the ceiling.
+        let fit = |total: u64| {
+            let rows = total.saturating_mul(10).div_ceil(ceiling * 4).max(1);
+            u16::try_from(rows.next_power_of_two()).unwrap_or(u16::MAX)
         };
-        let total = per_row * f64::from(n);
+        let total = per_row.saturating_mul(u64::from(n));
         let max = self.max_shards.clamp(1, crate::dimension::MAX_SHARDS);
-        if per_row > 0.5 * ceiling || throttled {
+        if per_row.saturating_mul(2) > ceiling || throttled {
             let to = fit(total).max(n.saturating_mul(2)).min(max);
             return (to > n).then_some(to);
         }
-        if per_row < 0.15 * ceiling && cool >= Self::COOL_WINDOWS && n > 1 {
+        if Self::cool(per_row, limit) && cool >= Self::COOL_WINDOWS && n > 1 {
             let to = fit(total).min(n / 2).max(1);
             return (to < n).then_some(to);
         }
         None
+    }
+
+    /// Whether a row taking `per_row` thousandths of a write a second is cool: under 15%
+    /// of `ceiling` writes a second.
+    pub(crate) fn cool(per_row: u64, ceiling: u32) -> bool {
+        per_row.saturating_mul(100) < u64::from(ceiling) * 15 * 1_000
     }
 
     pub(super) fn from_lookup(
@@ -129,33 +137,33 @@ mod tests {
             max_shards: 32,
         };
         // 240 writes a second on one row of a 50-a-second ceiling: 240 / 20 = 12, so 16.
-        assert_eq!(s.target(1, 240.0, 50, false, 0), Some(16));
+        assert_eq!(s.target(1, 240_000, 50, false, 0), Some(16));
         // Within half the ceiling: left alone, whatever the count.
-        assert_eq!(s.target(8, 24.0, 50, false, 9), None);
+        assert_eq!(s.target(8, 24_000, 50, false, 9), None);
         // Throttled: at least twice as many rows.
-        assert_eq!(s.target(2, 10.0, 50, true, 0), Some(4));
+        assert_eq!(s.target(2, 10_000, 50, true, 0), Some(4));
         // Capped by the configured most.
         assert_eq!(
-            Sharding { max_shards: 4, ..s }.target(1, 240.0, 50, false, 0),
+            Sharding { max_shards: 4, ..s }.target(1, 240_000, 50, false, 0),
             Some(4)
         );
         assert_eq!(
-            Sharding { max_shards: 1, ..s }.target(1, 240.0, 50, false, 0),
+            Sharding { max_shards: 1, ..s }.target(1, 240_000, 50, false, 0),
             None
         );
         // Cool (under 7.5 a second per row) for long enough: as few rows as keep ~40%.
         assert_eq!(
-            s.target(16, 2.0, 50, false, Sharding::COOL_WINDOWS),
+            s.target(16, 2_000, 50, false, Sharding::COOL_WINDOWS),
             Some(2)
         );
         assert_eq!(
-            s.target(16, 2.0, 50, false, Sharding::COOL_WINDOWS - 1),
+            s.target(16, 2_000, 50, false, Sharding::COOL_WINDOWS - 1),
             None
         );
-        assert_eq!(s.target(2, 0.0, 50, false, Sharding::COOL_WINDOWS), Some(1));
-        assert_eq!(s.target(1, 0.0, 50, false, 99), None);
+        assert_eq!(s.target(2, 0, 50, false, Sharding::COOL_WINDOWS), Some(1));
+        assert_eq!(s.target(1, 0, 50, false, 99), None);
         // Just gathered, the rows take what the many took: within the band, left alone.
-        assert_eq!(s.target(2, 16.0, 50, false, 0), None);
+        assert_eq!(s.target(2, 16_000, 50, false, 0), None);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use crate::bucket::{BucketState, Want, WriteOutcome, commute};
 use crate::clock::UnixMillis;
 use crate::config::Protocol;
+use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::grant::{Kept, LeasePart};
 use crate::retry::{Backoff, Budget};
@@ -147,6 +148,9 @@ async fn set_lease_cost(core: &Core, part: &LeasePart, cost: Tokens) -> Result<(
 /// holds), in one change computed from the row this client remembers; the bucket may go
 /// into debt.
 async fn charge(core: &Core, part: &LeasePart, delta: Tokens) -> Result<(), Error> {
+    if spread_charge(core, &part.dimension, delta).await? {
+        return Ok(());
+    }
     let mut backoff = Backoff::new();
     let mut throttled: u32 = 0;
     let mut dimension = part.dimension.clone();
@@ -194,6 +198,80 @@ async fn charge(core: &Core, part: &LeasePart, delta: Tokens) -> Result<(), Erro
         dimension,
         attempts: MAX_FRESH_RETRIES + 1,
     })
+}
+
+/// A charge on one row of a sharded bucket that the row cannot cover on its own, taken
+/// from the other rows too, in one transaction: what the row holds first, then the rows
+/// that hold most, and only what the whole lacks as the row's debt. A row in debt while
+/// the others still grant would let the bucket hand out its debt again. `false` when the
+/// plain charge on the row does (the bucket is in one row, the row covers it as far as
+/// this client knows, or the rows kept moving).
+async fn spread_charge(core: &Core, dimension: &Dimension, delta: Tokens) -> Result<bool, Error> {
+    let base = dimension.base();
+    if delta <= Tokens::ZERO || core.lanes.shards(&base) <= 1 {
+        return Ok(false);
+    }
+    let covered = core
+        .lane(dimension)
+        .memory()
+        .row()
+        .is_some_and(|row| row.available(core.now()) >= delta);
+    if covered {
+        return Ok(false);
+    }
+    for _ in 0..=MAX_FRESH_RETRIES {
+        let rows = super::reshard::rows_of(core, &base).await?;
+        let Some(k) = rows.iter().position(|r| r.dimension == *dimension) else {
+            return Ok(false);
+        };
+        let now = core.now();
+        let writes: Vec<BucketWrite> = spread(&rows, k, delta, now)
+            .into_iter()
+            .map(|(i, take)| BucketWrite::new(rows[i].clone(), rows[i].charged(take, now)))
+            .collect();
+        let written: Vec<BucketState> = writes.iter().map(BucketWrite::after).collect();
+        match core
+            .commit(Commit {
+                buckets: writes,
+                leases: Vec::new(),
+            })
+            .await
+        {
+            Ok(()) => {
+                for row in written {
+                    core.lanes.learn_written(row, now);
+                }
+                return Ok(true);
+            }
+            Err(CommitError::Condition(_) | CommitError::TransactionConflict) => {}
+            Err(CommitError::Store(e)) => return Err(e.into()),
+        }
+    }
+    Ok(false)
+}
+
+/// How `delta` is taken from `rows` at `now`, charged to row `k`: what `k` holds, then
+/// what the rows holding most hold, the rest as `k`'s debt; per row touched, its part.
+fn spread(rows: &[BucketState], k: usize, delta: Tokens, now: UnixMillis) -> Vec<(usize, Tokens)> {
+    let mut order: Vec<usize> = (0..rows.len()).filter(|i| *i != k).collect();
+    order.sort_by_key(|i| std::cmp::Reverse(rows[*i].available(now)));
+    order.insert(0, k);
+    let mut left = delta;
+    let mut parts: Vec<(usize, Tokens)> = Vec::new();
+    for i in order {
+        let take = rows[i].available(now).max(Tokens::ZERO).min(left);
+        if take > Tokens::ZERO {
+            parts.push((i, take));
+            left = left.saturating_sub(take);
+        }
+    }
+    if left > Tokens::ZERO {
+        match parts.iter_mut().find(|(i, _)| *i == k) {
+            Some((_, take)) => *take = take.saturating_add(left),
+            None => parts.push((k, left)),
+        }
+    }
+    parts
 }
 
 /// The change that charges `delta` to `row`'s bucket at `now` (a negative one refunds).

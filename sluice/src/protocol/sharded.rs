@@ -19,6 +19,7 @@ use rand::RngExt as _;
 use crate::acquire::Wanted;
 use crate::bucket::BucketState;
 use crate::clock::UnixMillis;
+use crate::config::Sharding;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::grant::Grant;
@@ -100,22 +101,21 @@ async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
     else {
         return;
     };
-    let ceiling = f64::from(limit);
-    let per_row = rate.or_else(|| core.heat.last_rate(&row)).unwrap_or(0.0);
+    let per_row = rate.or_else(|| core.heat.last_rate(&row)).unwrap_or(0);
     let cool = match rate {
-        Some(rate) => core.heat.cool(base, rate < 0.15 * ceiling),
+        Some(rate) => core.heat.cool(base, Sharding::cool(rate, limit)),
         None => 0,
     };
     // A throttle says the row is hot only where the row is busy: a table-wide throttle
     // (or one write in a quiet spell) is no reason to spread a bucket.
-    let hot = throttled && per_row >= 0.1 * ceiling;
+    let hot = throttled && per_row.saturating_mul(10) >= u64::from(limit) * 1_000;
     let Some(to) = sharding.target(n, per_row, limit, hot, cool) else {
         return;
     };
     if !core.heat.claim(base, now) {
         return;
     }
-    tracing::info!(dimension = %base, from = n, to, per_row, throttled, "resharding a bucket");
+    tracing::info!(dimension = %base, from = n, to, writes_per_ks = per_row, throttled, "resharding a bucket");
     match reshard::reshard_from(core, base, Some(n), to).await {
         Ok(rows) => {
             core.lanes

@@ -20,7 +20,7 @@ pub(crate) struct Heat {
     /// Per row: a version and when it was seen, the start of the current window.
     seen: Mutex<HashMap<Dimension, (u64, UnixMillis)>>,
     /// Per row: its writes a second over the last window measured.
-    rates: Mutex<HashMap<Dimension, f64>>,
+    rates: Mutex<HashMap<Dimension, u64>>,
     /// Per bucket: cool measurements in a row.
     cool: Mutex<HashMap<Dimension, u32>>,
     /// Per bucket: when this client last resharded it (or saw it resharded), and whether
@@ -30,8 +30,9 @@ pub(crate) struct Heat {
 
 impl Heat {
     /// Notes that `row` was at `version` at `now`: its writes a second since the window
-    /// began, once at least a [`WINDOW`] has passed (the next window begins then).
-    pub(crate) fn observe(&self, row: &Dimension, version: u64, now: UnixMillis) -> Option<f64> {
+    /// began, in thousandths, once at least a [`WINDOW`] has passed (the next window
+    /// begins then).
+    pub(crate) fn observe(&self, row: &Dimension, version: u64, now: UnixMillis) -> Option<u64> {
         let mut seen = lock(&self.seen);
         let Some((since, at)) = seen.get(row).copied() else {
             seen.insert(row.clone(), (version, now));
@@ -47,13 +48,13 @@ impl Heat {
             return None;
         }
         seen.insert(row.clone(), (version, now));
-        let rate = (version - since) as f64 * 1_000.0 / span as f64;
+        let rate = (version - since).saturating_mul(1_000_000) / span.unsigned_abs();
         lock(&self.rates).insert(row.clone(), rate);
         Some(rate)
     }
 
-    /// `row`'s writes a second over the last window measured, if any.
-    pub(crate) fn last_rate(&self, row: &Dimension) -> Option<f64> {
+    /// `row`'s writes a second over the last window measured, in thousandths, if any.
+    pub(crate) fn last_rate(&self, row: &Dimension) -> Option<u64> {
         lock(&self.rates).get(row).copied()
     }
 
@@ -104,12 +105,12 @@ mod tests {
         let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
         assert_eq!(heat.observe(&row, 100, t(0)), None);
         assert_eq!(heat.observe(&row, 150, t(500)), None);
-        assert_eq!(heat.observe(&row, 340, t(1_200)), Some(200.0));
-        assert_eq!(heat.observe(&row, 350, t(3_200)), Some(5.0));
-        assert_eq!(heat.last_rate(&row), Some(5.0));
+        assert_eq!(heat.observe(&row, 340, t(1_200)), Some(200_000));
+        assert_eq!(heat.observe(&row, 350, t(3_200)), Some(5_000));
+        assert_eq!(heat.last_rate(&row), Some(5_000));
         // A version that went down is another bucket: measured afresh.
         assert_eq!(heat.observe(&row, 7, t(5_000)), None);
-        assert_eq!(heat.observe(&row, 9, t(6_000)), Some(2.0));
+        assert_eq!(heat.observe(&row, 9, t(6_000)), Some(2_000));
         let base = row.base();
         assert!(heat.claim(&base, t(6_000)));
         assert!(!heat.claim(&base, t(6_001)));
