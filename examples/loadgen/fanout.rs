@@ -188,6 +188,9 @@ fn kind(e: &Error) -> &'static str {
         }
         Error::Store(_) => "store",
         Error::Contention { .. } => "contention",
+        Error::Shards(_) => "shards",
+        Error::UnknownDimension { .. } => "unknown dimension",
+        Error::CostExceedsCapacity { .. } | Error::CostExceedsShare { .. } => "cost",
         _ => "other",
     }
 }
@@ -198,6 +201,10 @@ pub(crate) async fn child(args: Args, kind_of_run: String) {
     let store = store(&args).await;
     let sluice = sluice::SluiceBuilder::from_config(Config {
         caller: "loadgen-fan".to_owned(),
+        sharding: sluice::Sharding {
+            item_write_ceiling: (args.item_ceiling > 0).then_some(args.item_ceiling),
+            ..sluice::Sharding::default()
+        },
         ..Config::default()
     })
     .store(store.clone())

@@ -22,17 +22,17 @@ pub(crate) struct Target {
 }
 
 /// One fan-out run: its shape and what it measured.
-struct Run {
-    report: FanReport,
-    seconds: u64,
-    started: UnixMillis,
+pub(crate) struct Run {
+    pub(crate) report: FanReport,
+    pub(crate) seconds: u64,
+    pub(crate) started: UnixMillis,
     /// The proxy's counters over the run.
-    stats: Option<Stats>,
+    pub(crate) stats: Option<Stats>,
 }
 
 /// Runs `kind` in `processes` workers of `callers` callers each holding `hold_ms`.
 #[allow(clippy::too_many_arguments)]
-async fn run(
+pub(crate) async fn run(
     args: &Args,
     target: &Target,
     kind: &str,
@@ -65,6 +65,11 @@ async fn run(
         if let Some(e) = &target.endpoint {
             cmd.args(["--endpoint", e]);
         }
+        // Behind the proxy, the clients know its per-item ceiling, as they would know
+        // real DynamoDB's.
+        if let Some((_, ceiling)) = &target.fidelity {
+            cmd.args(["--item-ceiling", &(*ceiling as u32).to_string()]);
+        }
         cmd.stdout(Stdio::piped()).spawn().expect("spawn a worker")
     };
     let children: Vec<_> = (0..processes).map(spawn).collect();
@@ -96,7 +101,7 @@ async fn run(
 }
 
 /// The sum of the counters of `items` of `table`.
-fn items(stats: &Stats, table: &str, keys: &[&str]) -> ItemStats {
+pub(crate) fn items(stats: &Stats, table: &str, keys: &[&str]) -> ItemStats {
     let mut sum = ItemStats::default();
     for key in keys {
         if let Some(s) = stats.item(table, key) {
@@ -108,7 +113,7 @@ fn items(stats: &Stats, table: &str, keys: &[&str]) -> ItemStats {
     sum
 }
 
-fn ratio(value: f64, of: f64) -> String {
+pub(crate) fn ratio(value: f64, of: f64) -> String {
     if of <= 0.0 {
         "-".to_owned()
     } else {
@@ -116,7 +121,7 @@ fn ratio(value: f64, of: f64) -> String {
     }
 }
 
-fn errors(r: &FanReport) -> String {
+pub(crate) fn errors(r: &FanReport) -> String {
     if r.errors.is_empty() {
         return "0".to_owned();
     }

@@ -91,7 +91,11 @@ pub(crate) struct Args {
     #[arg(long, default_value = "1x16,4x8", value_delimiter = ',')]
     pub(crate) limit_shapes: Vec<String>,
     /// What to run: `throughput`, `limit`, `fanout`, comma-separated (all by default).
-    #[arg(long, default_value = "throughput,limit,fanout", value_delimiter = ',')]
+    #[arg(
+        long,
+        default_value = "throughput,limit,fanout,sharding",
+        value_delimiter = ','
+    )]
     pub(crate) only: Vec<String>,
     /// The fan-out shape: processes x callers.
     #[arg(long, default_value = "48x1")]
@@ -116,6 +120,16 @@ pub(crate) struct Args {
     /// second (real DynamoDB: 1,000; scaled down so that one machine reaches it).
     #[arg(long, default_value_t = 100.0)]
     pub(crate) fidelity_ceiling: f64,
+    /// The per-item write ceiling of the sharding runs, units per second.
+    #[arg(long, default_value_t = 50.0)]
+    pub(crate) shard_ceiling: f64,
+    /// Seconds of the sharding run at ample demand.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) shard_seconds: u64,
+    /// Internal: the per-item write ceiling a fan-out worker's client assumes (0: the
+    /// store's own).
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub(crate) item_ceiling: u32,
     /// Internal: how long a fan-out caller holds each grant, milliseconds.
     #[arg(long, hide = true, default_value_t = 0)]
     pub(crate) hold_ms: u64,
@@ -124,6 +138,7 @@ pub(crate) struct Args {
 mod fanout;
 mod fanrun;
 mod report;
+mod sharding;
 mod worker;
 
 use report::{Report, latency, per_grant, shape};
@@ -208,6 +223,11 @@ async fn main() {
     }
     if runs("fanout") {
         fanout(&args, &sluice).await;
+    }
+    if runs("sharding")
+        && let Some(proxy) = &args.fidelity
+    {
+        sharding::run(&args, &sluice, proxy).await;
     }
 }
 

@@ -60,11 +60,13 @@ pub(crate) async fn acquire(
     }
     match answer {
         Err(
-            Error::RetryIn(_) | Error::CostExceedsCapacity { .. } | Error::CostExceedsShare { .. },
-        ) if known > 1 => whole(core, &wanted, ttl, fresh_after).await,
+            refused @ (Error::RetryIn(_)
+            | Error::CostExceedsCapacity { .. }
+            | Error::CostExceedsShare { .. }),
+        ) if known > 1 => whole(core, &wanted, ttl, fresh_after, refused).await,
         // A shard gathered into fewer rows since this client last heard: ask the bucket.
-        Err(Error::UnknownDimension { .. }) if k > 0 => {
-            whole(core, &wanted, ttl, fresh_after).await
+        Err(refused @ Error::UnknownDimension { .. }) if k > 0 => {
+            whole(core, &wanted, ttl, fresh_after, refused).await
         }
         answer => answer,
     }
@@ -77,12 +79,9 @@ pub(crate) async fn acquire(
 async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
     let lane = core.lane(&base.shard(k));
     let throttled = lane.throttled.load(std::sync::atomic::Ordering::Relaxed) > 0;
-    let Some((row, version, refills)) = lane.memory().row().map(|r| {
-        (
-            r.dimension.clone(),
-            r.version,
-            r.bucket.limit_type().refills(),
-        )
+    let Some((row, version, shards, refills)) = lane.memory().row().map(|r| {
+        let refills = r.bucket.limit_type().refills();
+        (r.dimension.clone(), r.version, r.shards, refills)
     }) else {
         return;
     };
@@ -90,7 +89,7 @@ async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
         return;
     }
     let now = core.now();
-    let rate = core.heat.observe(&row, version, now);
+    let rate = core.heat.observe(&row, version, shards, now);
     if rate.is_none() && !throttled {
         return;
     }
@@ -145,13 +144,14 @@ fn learn_shards(core: &Core, base: &Dimension, k: u16) -> u16 {
 
 /// The acquire answered by the whole bucket: from what this client remembers of every
 /// row when each of them refuses it from memory and together they are short too (no
-/// call), else from one read of all its rows. When every attempt lost its race, the last
-/// refusal (a shard's) stands.
+/// call), else from one read of all its rows. When every attempt lost its race, or the
+/// read was throttled, the shard's own refusal (`refused`) stands.
 async fn whole(
     core: &Arc<Core>,
     wanted: &Wanted,
     ttl: Duration,
     fresh_after: Option<UnixMillis>,
+    refused: Error,
 ) -> Result<Grant, Error> {
     if let Some(refusal) = remembered_refusal(core, wanted, fresh_after) {
         return Err(refusal);
@@ -159,34 +159,18 @@ async fn whole(
     let base = wanted.dimension.clone();
     let mut last = None;
     for _ in 0..WHOLE_ATTEMPTS {
-        let rows = reshard::rows_of(core, &base).await?;
+        let rows = match reshard::rows_of(core, &base).await {
+            Ok(rows) => rows,
+            Err(Error::Store(e)) if e.is_back_pressure() => return Err(back_pressure(refused)),
+            Err(e) => return Err(e),
+        };
         let now = core.now();
         core.lanes
             .note_shards(&base, u16::try_from(rows.len()).unwrap_or(1));
         for row in &rows {
             core.lanes.learn(row.clone(), now);
         }
-        let whole = match rows.as_slice() {
-            [one] => one.bucket.clone(),
-            _ => crate::bucket::shards::whole(&rows)?,
-        };
-        let cost = wanted.cost(whole.cost_per_call());
-        let (capacity, share) = (whole.capacity(), whole.share_for(wanted.priority.as_ref()));
-        if cost > share {
-            return Err(match &wanted.priority {
-                Some(priority) if cost <= capacity => Error::CostExceedsShare {
-                    dimension: base,
-                    cost,
-                    priority: priority.clone(),
-                    share,
-                },
-                _ => Error::CostExceedsCapacity {
-                    dimension: base,
-                    cost,
-                    capacity,
-                },
-            });
-        }
+        let cost = within_bucket(&rows, wanted)?;
         let free = free_at(&rows, wanted, now);
         let on = |k: usize, cost: Tokens| Wanted {
             dimension: rows[k].dimension.clone(),
@@ -199,7 +183,7 @@ async fn whole(
         } else if free.iter().fold(Tokens::ZERO, |s, f| s.saturating_add(*f)) >= cost {
             seed::acquire(core, &gathered(&free, cost, on), ttl).await
         } else {
-            return Err(Error::RetryIn(wait_for(&rows, wanted, cost, now)));
+            return Err(short(core, &rows, wanted, cost, now));
         };
         match answer {
             Err(refusal @ Error::RetryIn(_)) => last = Some(refusal),
@@ -211,6 +195,67 @@ async fn whole(
         dimension: base,
         attempts: WHOLE_ATTEMPTS,
     }))
+}
+
+/// What a shard's refusal becomes when the whole bucket could not be read for
+/// back-pressure: its RetryIn, or (a cost beyond the shard, which the whole might serve)
+/// a short wait to ask again.
+fn back_pressure(refused: Error) -> Error {
+    match refused {
+        refusal @ Error::RetryIn(_) => refusal,
+        _ => Error::RetryIn(Duration::from_millis(100)),
+    }
+}
+
+/// `wanted`'s cost, checked against the whole bucket `rows` hold: its capacity, and the
+/// share its priority may take.
+fn within_bucket(rows: &[BucketState], wanted: &Wanted) -> Result<Tokens, Error> {
+    let base = wanted.dimension.clone();
+    let whole = match rows {
+        [one] => one.bucket.clone(),
+        _ => crate::bucket::shards::whole(rows)?,
+    };
+    let cost = wanted.cost(whole.cost_per_call());
+    let (capacity, share) = (whole.capacity(), whole.share_for(wanted.priority.as_ref()));
+    if cost <= share {
+        return Ok(cost);
+    }
+    Err(match &wanted.priority {
+        Some(priority) if cost <= capacity => Error::CostExceedsShare {
+            dimension: base,
+            cost,
+            priority: priority.clone(),
+            share,
+        },
+        _ => Error::CostExceedsCapacity {
+            dimension: base,
+            cost,
+            capacity,
+        },
+    })
+}
+
+/// The whole bucket's RetryIn from `rows`, just read: each row's lane opens the denial
+/// window its own shortness allows (rule 2 of [`remembered`](crate::remembered)), and
+/// notes the RetryIn answered, so that the refusals until then come from memory.
+fn short(
+    core: &Core,
+    rows: &[BucketState],
+    wanted: &Wanted,
+    cost: Tokens,
+    now: UnixMillis,
+) -> Error {
+    let wait = wait_for(rows, wanted, cost, now);
+    for row in rows {
+        let floor = wanted.floor(&row.bucket);
+        let lane = core.lane(&row.dimension);
+        let mut memory = lane.memory();
+        if let crate::bucket::Take::Short { wait: Some(own) } = row.take_above(cost, floor, now) {
+            memory.confirm_short(now, own, floor);
+        }
+        memory.answered(now.saturating_add(wait));
+    }
+    Error::RetryIn(wait)
 }
 
 /// The whole bucket's refusal from memory alone: every row this client remembers refuses
@@ -241,7 +286,16 @@ fn remembered_refusal(
     let free = free_at(&rows, wanted, now)
         .iter()
         .fold(Tokens::ZERO, |s, f| s.saturating_add(*f));
-    (free < cost).then(|| Error::RetryIn(wait_for(&rows, wanted, cost, now)))
+    if free >= cost {
+        return None;
+    }
+    let wait = wait_for(&rows, wanted, cost, now);
+    for row in &rows {
+        core.lane(&row.dimension)
+            .memory()
+            .answered(now.saturating_add(wait));
+    }
+    Some(Error::RetryIn(wait))
 }
 
 /// What each row can give an acquire at `wanted`'s priority at `now`: its tokens above

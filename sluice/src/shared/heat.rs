@@ -17,8 +17,9 @@ pub(crate) const WINDOW: Duration = Duration::from_secs(1);
 /// What this client saw of its rows' versions, and of its own reshards.
 #[derive(Debug, Default)]
 pub(crate) struct Heat {
-    /// Per row: a version and when it was seen, the start of the current window.
-    seen: Mutex<HashMap<Dimension, (u64, UnixMillis)>>,
+    /// Per row: a version, the rows its bucket had, and when it was seen: the start of
+    /// the current window.
+    seen: Mutex<HashMap<Dimension, (u64, u16, UnixMillis)>>,
     /// Per row: its writes a second over the last window measured.
     rates: Mutex<HashMap<Dimension, u64>>,
     /// Per bucket: cool measurements in a row.
@@ -29,25 +30,32 @@ pub(crate) struct Heat {
 }
 
 impl Heat {
-    /// Notes that `row` was at `version` at `now`: its writes a second since the window
-    /// began, in thousandths, once at least a [`WINDOW`] has passed (the next window
-    /// begins then).
-    pub(crate) fn observe(&self, row: &Dimension, version: u64, now: UnixMillis) -> Option<u64> {
+    /// Notes that `row`, of a bucket over `shards` rows, was at `version` at `now`: its
+    /// writes a second since the window began, in thousandths, once at least a [`WINDOW`]
+    /// has passed (the next window begins then). A reshard in between starts the window
+    /// again: it rewrites the rows, and a new row starts at a version of its own.
+    pub(crate) fn observe(
+        &self,
+        row: &Dimension,
+        version: u64,
+        shards: u16,
+        now: UnixMillis,
+    ) -> Option<u64> {
         let mut seen = lock(&self.seen);
-        let Some((since, at)) = seen.get(row).copied() else {
-            seen.insert(row.clone(), (version, now));
+        let Some((since, count, at)) = seen.get(row).copied() else {
+            seen.insert(row.clone(), (version, shards, now));
             return None;
         };
         let span = now.as_millis() - at.as_millis();
-        if version < since || span < 0 {
-            // Another bucket under the same name, or a clock stepped back: start again.
-            seen.insert(row.clone(), (version, now));
+        if version < since || span < 0 || count != shards {
+            // Resharded, another bucket under the same name, or a clock stepped back.
+            seen.insert(row.clone(), (version, shards, now));
             return None;
         }
         if u128::try_from(span).unwrap_or(0) < WINDOW.as_millis() {
             return None;
         }
-        seen.insert(row.clone(), (version, now));
+        seen.insert(row.clone(), (version, shards, now));
         let rate = (version - since).saturating_mul(1_000_000) / span.unsigned_abs();
         lock(&self.rates).insert(row.clone(), rate);
         Some(rate)
@@ -103,20 +111,23 @@ mod tests {
         let heat = Heat::default();
         let row: Dimension = "openai#rpm".parse().unwrap();
         let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
-        assert_eq!(heat.observe(&row, 100, t(0)), None);
-        assert_eq!(heat.observe(&row, 150, t(500)), None);
-        assert_eq!(heat.observe(&row, 340, t(1_200)), Some(200_000));
-        assert_eq!(heat.observe(&row, 350, t(3_200)), Some(5_000));
+        assert_eq!(heat.observe(&row, 100, 1, t(0)), None);
+        assert_eq!(heat.observe(&row, 150, 1, t(500)), None);
+        assert_eq!(heat.observe(&row, 340, 1, t(1_200)), Some(200_000));
+        assert_eq!(heat.observe(&row, 350, 1, t(3_200)), Some(5_000));
         assert_eq!(heat.last_rate(&row), Some(5_000));
         // A version that went down is another bucket: measured afresh.
-        assert_eq!(heat.observe(&row, 7, t(5_000)), None);
-        assert_eq!(heat.observe(&row, 9, t(6_000)), Some(2_000));
+        assert_eq!(heat.observe(&row, 7, 1, t(5_000)), None);
+        assert_eq!(heat.observe(&row, 9, 1, t(6_000)), Some(2_000));
+        // Resharded since: measured afresh, whatever the versions.
+        assert_eq!(heat.observe(&row, 90_000, 4, t(7_000)), None);
+        assert_eq!(heat.observe(&row, 90_010, 4, t(8_000)), Some(10_000));
         let base = row.base();
-        assert!(heat.claim(&base, t(6_000)));
-        assert!(!heat.claim(&base, t(6_001)));
-        heat.done(&base, t(6_100));
-        assert!(!heat.claim(&base, t(7_000)));
-        assert!(heat.claim(&base, t(8_100)));
+        assert!(heat.claim(&base, t(8_000)));
+        assert!(!heat.claim(&base, t(8_001)));
+        heat.done(&base, t(8_100));
+        assert!(!heat.claim(&base, t(9_000)));
+        assert!(heat.claim(&base, t(10_100)));
         assert_eq!((heat.cool(&base, true), heat.cool(&base, true)), (1, 2));
         assert_eq!(heat.cool(&base, false), 0);
     }
