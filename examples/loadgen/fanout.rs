@@ -203,7 +203,11 @@ pub(crate) async fn child(args: Args, kind_of_run: String) {
         caller: "loadgen-fan".to_owned(),
         sharding: sluice::Sharding {
             item_write_ceiling: (args.item_ceiling > 0).then_some(args.item_ceiling),
-            ..sluice::Sharding::default()
+            max_shards: if args.max_shards > 0 {
+                args.max_shards
+            } else {
+                sluice::MAX_SHARDS
+            },
         },
         ..Config::default()
     })

@@ -70,6 +70,9 @@ pub(crate) async fn run(
         if let Some((_, ceiling)) = &target.fidelity {
             cmd.args(["--item-ceiling", &(*ceiling as u32).to_string()]);
         }
+        if args.shard_pin > 0 {
+            cmd.args(["--max-shards", "1"]);
+        }
         cmd.stdout(Stdio::piped()).spawn().expect("spawn a worker")
     };
     let children: Vec<_> = (0..processes).map(spawn).collect();

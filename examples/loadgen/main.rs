@@ -126,6 +126,13 @@ pub(crate) struct Args {
     /// Seconds of the sharding run at ample demand.
     #[arg(long, default_value_t = 30)]
     pub(crate) shard_seconds: u64,
+    /// Rows to spread the sharding run's bucket over beforehand, each worker then leaving
+    /// the count alone (0: one row, and the workers reshard on their own).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) shard_pin: u16,
+    /// Internal: the most rows a fan-out worker spreads a bucket over (0: the default).
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub(crate) max_shards: u16,
     /// Internal: the per-item write ceiling a fan-out worker's client assumes (0: the
     /// store's own).
     #[arg(long, hide = true, default_value_t = 0)]
@@ -227,6 +234,7 @@ async fn main() {
     if runs("sharding")
         && let Some(proxy) = &args.fidelity
     {
+        fanout::create_floor(worker::store(&args).await.client(), &args.table).await;
         sharding::run(&args, &sluice, proxy).await;
     }
 }

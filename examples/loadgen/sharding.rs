@@ -85,9 +85,20 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
     let rpm = format!("shard{}#rpm", crate::rand_suffix());
     let ample = Bucket::requests(RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
     sluice.put_bucket(&rpm, ample).await.expect("bucket");
+    if args.shard_pin > 1 {
+        sluice.reshard(&rpm, args.shard_pin).await.expect("reshard");
+    }
     let (p, t) = shape(&args.fan_shape);
     println!();
-    println!("Sharding, one ample dimension, {}:", target.label);
+    println!(
+        "Sharding, one ample dimension, {}{}:",
+        target.label,
+        if args.shard_pin > 1 {
+            format!(", pinned to {} rows", args.shard_pin)
+        } else {
+            String::new()
+        }
+    );
     println!();
     println!(
         "| processes x callers, hold | grants/s | of demand | x one item's ceiling | rows at the end | rows settled after | bucket-rows WU/grant | all-rows WU/grant | failed bucket writes/grant | throttled bucket writes/grant | acquire p50 | acquire p99 | errors to callers |"
@@ -132,6 +143,19 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
         latency(rep.percentile(99)),
         errors(rep),
     );
+    let (mut writes, mut conflicts, mut largest) = (0, 0, 0);
+    for key in &keys {
+        if let Some(item) = stats.item(&args.table, key) {
+            writes += item.successful_writes;
+            conflicts += item.transaction_conflicts;
+            largest = largest.max(item.largest_item_size);
+        }
+    }
+    println!(
+        "|  | bucket rows: {:.2} successful writes/grant, {conflicts} transaction conflicts, largest row {largest} bytes |  |  |  |  |  |  |  |  |  |  |  |",
+        writes as f64 / all
+    );
+    floor(args, target, &r).await;
     let counts: Vec<String> = seen
         .windows(2)
         .filter(|w| w[0].1 != w[1].1)
@@ -144,6 +168,39 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
         } else {
             counts.join(", ")
         }
+    );
+}
+
+/// What this machine carries through the proxy at the same shape: a bare conditional
+/// `UpdateItem` per grant on one item whose ceiling is lifted for the run.
+async fn floor(args: &Args, target: &Target, sharded: &crate::fanrun::Run) {
+    let Some((proxy, ceiling)) = &target.fidelity else {
+        return;
+    };
+    dynamodb_fidelity::set_ceilings(proxy, 1_000_000.0, 3_000_000.0)
+        .await
+        .expect("lift the proxy's ceilings");
+    let (p, t) = shape(&args.fan_shape);
+    let r = fan_run(
+        args,
+        target,
+        "fan-floor",
+        (crate::fanout::floor_key(), crate::fanout::floor_key()),
+        (p, t),
+        args.fan_hold_ms,
+        args.shard_seconds.min(10),
+    )
+    .await;
+    dynamodb_fidelity::set_ceilings(proxy, *ceiling, 3.0 * ceiling)
+        .await
+        .expect("restore the proxy's ceilings");
+    let floor = r.report.grants as f64 / r.seconds as f64;
+    let sharded_rate = sharded.report.grants as f64 / sharded.seconds as f64;
+    println!(
+        "|  | the floor through the proxy, its ceiling lifted: {floor:.1} UpdateItem/s at this shape (p50 {}, p99 {}); the sharded bucket {} of it |  |  |  |  |  |  |  |  |  |  |  |",
+        latency(r.report.percentile(50)),
+        latency(r.report.percentile(99)),
+        ratio(sharded_rate, floor),
     );
 }
 

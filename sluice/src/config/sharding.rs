@@ -8,11 +8,11 @@ use super::ConfigError;
 /// Every write bumps a row's version, whoever makes it, so the versions this client's own
 /// writes hand back tell it how many writes a second a row takes, at no cost. When a row
 /// of a `requests` or `tokens` bucket takes more than half of one row's write ceiling (or the
-/// store throttles it while it takes a tenth or more: a ceiling set too high), the client
+/// store throttles it while it takes 40% or more: a ceiling set too high), the client
 /// spreads the bucket over enough rows, in powers of two,
-/// for each to take about 40% of it; when each row takes less than 15% of it for
+/// for each to take about 40% of it; when each row takes less than 10% of it for
 /// [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it gathers the bucket
-/// into as few rows as keeps them at about 40%. Every client may do it; one conditional
+/// into half as many rows, one halving at a time. Every client may do it; one conditional
 /// transaction decides, and the others see the new count on their next write.
 ///
 /// ```
@@ -80,17 +80,26 @@ impl Sharding {
             let to = fit(total).max(n.saturating_mul(2)).min(max);
             return (to > n).then_some(to);
         }
+        // Gathered one halving at a time: a measure of one row is noisy, and half as many
+        // rows take twice as much, still under the split point.
         if Self::cool(per_row, limit) && cool >= Self::COOL_WINDOWS && n > 1 {
-            let to = fit(total).min(n / 2).max(1);
-            return (to < n).then_some(to);
+            return (fit(total) <= n / 2).then_some((n / 2).max(1));
         }
         None
     }
 
-    /// Whether a row taking `per_row` thousandths of a write a second is cool: under 15%
-    /// of `ceiling` writes a second.
+    /// Whether a row taking `per_row` thousandths of a write a second is cool: under 10%
+    /// of `ceiling` writes a second (a quarter of the 40% a spread aims at: halving the
+    /// rows leaves them well inside the band, however noisy one measure of one row is).
     pub(crate) fn cool(per_row: u64, ceiling: u32) -> bool {
-        per_row.saturating_mul(100) < u64::from(ceiling) * 15 * 1_000
+        per_row.saturating_mul(10) < u64::from(ceiling) * 1_000
+    }
+
+    /// Whether a row taking `per_row` thousandths of a write a second and throttled is
+    /// hot: at 40% of `ceiling` or more (the store's throttles say the ceiling is set too
+    /// high; a throttle of a row well inside it is a burst, a transaction, or the table).
+    pub(crate) fn throttled_hot(per_row: u64, ceiling: u32) -> bool {
+        per_row.saturating_mul(10) >= u64::from(ceiling) * 4 * 1_000
     }
 
     pub(super) fn from_lookup(
@@ -151,10 +160,10 @@ mod tests {
             Sharding { max_shards: 1, ..s }.target(1, 240_000, 50, false, 0),
             None
         );
-        // Cool (under 7.5 a second per row) for long enough: as few rows as keep ~40%.
+        // Cool (under 5 a second per row) for long enough: half as many rows.
         assert_eq!(
             s.target(16, 2_000, 50, false, Sharding::COOL_WINDOWS),
-            Some(2)
+            Some(8)
         );
         assert_eq!(
             s.target(16, 2_000, 50, false, Sharding::COOL_WINDOWS - 1),

@@ -17,7 +17,7 @@ use std::time::Duration;
 use rand::RngExt as _;
 
 use crate::acquire::Wanted;
-use crate::bucket::BucketState;
+use crate::bucket::{BucketState, ShardError};
 use crate::clock::UnixMillis;
 use crate::config::Sharding;
 use crate::dimension::Dimension;
@@ -78,7 +78,7 @@ pub(crate) async fn acquire(
 /// answer stands, and the next measure tries again.
 async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
     let lane = core.lane(&base.shard(k));
-    let throttled = lane.throttled.load(std::sync::atomic::Ordering::Relaxed) > 0;
+    let throttled = lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) > 0;
     let Some((row, version, shards, refills)) = lane.memory().row().map(|r| {
         let refills = r.bucket.limit_type().refills();
         (r.dimension.clone(), r.version, r.shards, refills)
@@ -105,9 +105,7 @@ async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
         Some(rate) => core.heat.cool(base, Sharding::cool(rate, limit)),
         None => 0,
     };
-    // A throttle says the row is hot only where the row is busy: a table-wide throttle
-    // (or one write in a quiet spell) is no reason to spread a bucket.
-    let hot = throttled && per_row.saturating_mul(10) >= u64::from(limit) * 1_000;
+    let hot = throttled && Sharding::throttled_hot(per_row, limit);
     let Some(to) = sharding.target(n, per_row, limit, hot, cool) else {
         return;
     };
@@ -162,6 +160,8 @@ async fn whole(
         let rows = match reshard::rows_of(core, &base).await {
             Ok(rows) => rows,
             Err(Error::Store(e)) if e.is_back_pressure() => return Err(back_pressure(refused)),
+            // Rows read across a reshard that landed between the reads: read again.
+            Err(Error::Shards(ShardError::Inconsistent(..))) => continue,
             Err(e) => return Err(e),
         };
         let now = core.now();
@@ -170,7 +170,10 @@ async fn whole(
         for row in &rows {
             core.lanes.learn(row.clone(), now);
         }
-        let cost = within_bucket(&rows, wanted)?;
+        let cost = match within_bucket(&rows, wanted) {
+            Err(Error::Shards(ShardError::Inconsistent(..))) => continue,
+            cost => cost?,
+        };
         let free = free_at(&rows, wanted, now);
         let on = |k: usize, cost: Tokens| Wanted {
             dimension: rows[k].dimension.clone(),
@@ -188,13 +191,14 @@ async fn whole(
         match answer {
             Err(refusal @ Error::RetryIn(_)) => last = Some(refusal),
             Err(Error::UnknownDimension { .. }) => {}
+            // A gather the store throttled or a transaction held: back-pressure.
+            Err(Error::Store(e)) if e.is_back_pressure() => {
+                return Err(back_pressure(refused));
+            }
             answer => return answer,
         }
     }
-    Err(last.unwrap_or(Error::Contention {
-        dimension: base,
-        attempts: WHOLE_ATTEMPTS,
-    }))
+    Err(last.unwrap_or_else(|| back_pressure(refused)))
 }
 
 /// What a shard's refusal becomes when the whole bucket could not be read for

@@ -151,6 +151,9 @@ pub(crate) struct Lane {
     /// Throttles of the lane's writes, less those that applied since (each halves it): how
     /// long a throttled write waits.
     pub(crate) throttled: std::sync::atomic::AtomicU32,
+    /// Writes of the lane's row the store throttled for the item's own throughput (not a
+    /// transaction holding it), since the row's heat was last measured.
+    pub(crate) throttles: std::sync::atomic::AtomicU32,
 }
 
 impl Default for Lane {
@@ -162,6 +165,7 @@ impl Default for Lane {
             room: Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED)),
             writer: Arc::default(),
             throttled: std::sync::atomic::AtomicU32::default(),
+            throttles: std::sync::atomic::AtomicU32::default(),
         }
     }
 }

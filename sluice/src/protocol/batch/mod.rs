@@ -267,6 +267,13 @@ impl Write<'_> {
                 Next::Again
             }
             Err(ChangeError::Store(e)) if e.is_back_pressure() => {
+                if matches!(e, StoreError::Throttled { .. }) {
+                    // The item's own throughput, not a transaction holding it: a sign the
+                    // row is hot (see `Sharding`).
+                    self.lane
+                        .throttles
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 self.acquires = jobs_of(plan.granted, plan.refused);
                 self.throttled().await
             }
