@@ -157,7 +157,7 @@ pub(crate) async fn ample(args: &Args, target: &Target, sluice: &Sluice) {
     println!("Fan-out, {}:", target.label);
     println!();
     println!(
-        "| mode | processes x callers, hold | grants/s | of demand | of one item's ceiling | bucket-item WU/grant | all-rows WU/grant | failed bucket writes/grant | throttled bucket writes/grant | acquire p50 | acquire p99 | p50 / floor p50 | errors to callers |"
+        "| mode | processes x callers, hold | grants/s | of demand | of one item's ceiling | bucket-rows WU/grant | all-rows WU/grant | failed bucket writes/grant | throttled bucket writes/grant | acquire p50 | acquire p99 | p50 / floor p50 | errors to callers |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let (p, t) = shape(&args.fan_shape);
@@ -258,7 +258,16 @@ fn row(
     let all = (rep.grants + rep.late_tokens).max(1) as f64;
     let (ceiling, item, all_rows) = match (&r.stats, &target.fidelity) {
         (Some(stats), Some((_, ceiling))) => {
-            let s = items(stats, table, bucket_items);
+            // A bucket's rows: its own and, once it spread itself, its shards'.
+            let rows: Vec<String> = bucket_items
+                .iter()
+                .flat_map(|d| {
+                    std::iter::once((*d).to_owned())
+                        .chain((1..sluice::MAX_SHARDS).map(move |k| format!("{d}#{k}")))
+                })
+                .collect();
+            let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+            let s = items(stats, table, &rows);
             (
                 ratio(per_second, *ceiling),
                 [

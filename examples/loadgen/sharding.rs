@@ -104,6 +104,23 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
         "| processes x callers, hold | grants/s | of demand | x one item's ceiling | rows at the end | rows settled after | bucket-rows WU/grant | all-rows WU/grant | failed bucket writes/grant | throttled bucket writes/grant | acquire p50 | acquire p99 | errors to callers |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    if args.warmup > 0 {
+        // Unmeasured, as for the fan-out tables: a fresh server warms to the shape.
+        eprintln!("warming up the sharding shape for {} s", args.warmup);
+        let warm = format!("shardwarm{}#rpm", crate::rand_suffix());
+        let bucket = Bucket::requests(RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
+        sluice.put_bucket(&warm, bucket).await.expect("bucket");
+        let _ = fan_run(
+            args,
+            target,
+            "fan-fast",
+            (&warm, &warm),
+            (p, t),
+            args.fan_hold_ms,
+            args.warmup,
+        )
+        .await;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     // The workers start 1.5 s after the run is set up (see `fanrun::run`).
     let since = Instant::now() + Duration::from_millis(1_500);

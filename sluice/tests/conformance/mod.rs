@@ -245,6 +245,7 @@ macro_rules! suite {
             a_sharded_bucket_is_redefined_and_deleted_as_a_whole,
             a_hot_bucket_spreads_itself_and_gathers_back_when_it_cools,
             corrections_follow_a_grant_over_shards_and_shards_gathered_away,
+            several_dimensions_and_priorities_on_sharded_buckets,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

@@ -341,3 +341,67 @@ pub async fn corrections_follow_a_grant_over_shards_and_shards_gathered_away(env
     on_shard.adjust(&d, 0).await.unwrap();
     assert_eq!(whole_available(&env, "tpm").await, before + Tokens::new(10));
 }
+
+pub async fn several_dimensions_and_priorities_on_sharded_buckets(env: Env) {
+    let (rpm, tpm) = (env.dim("rpm"), env.dim("tpm"));
+    env.sluice
+        .put_bucket(
+            &rpm,
+            Bucket::requests(RefillRate::per_minute(1))
+                .with_capacity(40)
+                .with_reserve("interactive".parse().unwrap(), 8),
+        )
+        .await
+        .unwrap();
+    env.sluice
+        .put_bucket(
+            &tpm,
+            Bucket::tokens(RefillRate::per_minute(1)).with_capacity(1_000),
+        )
+        .await
+        .unwrap();
+    env.sluice.reshard(&rpm, 4).await.unwrap();
+    env.sluice.reshard(&tpm, 2).await.unwrap();
+    if env.protocol() == Protocol::Seed {
+        return;
+    }
+    // A pair taking more of `tpm` than either of its rows holds: granted whole, all or
+    // nothing.
+    let pair = env
+        .sluice
+        .acquire(Acquire::with_cost(&rpm, 1).and_cost(&tpm, 700))
+        .await
+        .unwrap();
+    assert_eq!(whole_available(&env, "rpm").await, Tokens::new(39));
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(300));
+    // Refused on `tpm`: nothing held on `rpm`.
+    let e = env
+        .sluice
+        .acquire(Acquire::with_cost(&rpm, 1).and_cost(&tpm, 301))
+        .await
+        .unwrap_err();
+    assert!(e.retry_in().is_some(), "{e}");
+    assert_eq!(whole_available(&env, "rpm").await, Tokens::new(39));
+    pair.release().await.unwrap();
+    // `batch` (not listed) leaves the 8 kept for `interactive` across the rows: 31 more.
+    let batch = env.client_with("batch", |c| sluice::Config {
+        priority: Some("batch".parse().unwrap()),
+        ..c
+    });
+    let taken = batch.acquire(Acquire::with_cost(&rpm, 31)).await.unwrap();
+    let e = batch
+        .acquire(Acquire::with_cost(&rpm, 1))
+        .await
+        .unwrap_err();
+    assert!(e.retry_in().is_some(), "{e}");
+    let interactive = env.client_with("interactive", |c| sluice::Config {
+        priority: Some("interactive".parse().unwrap()),
+        ..c
+    });
+    let reserved = interactive
+        .acquire(Acquire::with_cost(&rpm, 8))
+        .await
+        .unwrap();
+    assert_eq!(whole_available(&env, "rpm").await, Tokens::ZERO);
+    drop((taken, reserved));
+}
