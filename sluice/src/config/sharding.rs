@@ -7,10 +7,10 @@ use super::ConfigError;
 ///
 /// Every write bumps a row's version, whoever makes it, so the versions this client's own
 /// writes hand back tell it how many writes a second a row takes, at no cost. When a row
-/// of a `requests` or `tokens` bucket takes more than half of one row's write ceiling (or the
-/// store throttles it while it takes 40% or more: a ceiling set too high), the client
-/// spreads the bucket over enough rows, in powers of two,
-/// for each to take about 40% of it; when each row takes less than 10% of it for
+/// of a `requests` or `tokens` bucket takes more than half of one row's write ceiling (or
+/// the store throttles it while it takes 40% or more), the client spreads the bucket over
+/// enough rows, in powers of two (at least twice as many, four times when throttled), for
+/// each to take about 40% of it; when each row takes less than 10% of it for
 /// [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it gathers the bucket
 /// into half as many rows, one halving at a time. Every client may do it; one conditional
 /// transaction decides, and the others see the new count on their next write.
@@ -77,7 +77,10 @@ impl Sharding {
         let total = per_row.saturating_mul(u64::from(n));
         let max = self.max_shards.clamp(1, crate::dimension::MAX_SHARDS);
         if per_row.saturating_mul(2) > ceiling || throttled {
-            let to = fit(total).max(n.saturating_mul(2)).min(max);
+            // A throttled row's measure is capped by its ceiling, not by the demand behind
+            // it: at least four times as many rows then, twice as many otherwise.
+            let step = if throttled { 4 } else { 2 };
+            let to = fit(total).max(n.saturating_mul(step)).min(max);
             return (to > n).then_some(to);
         }
         // Gathered one halving at a time: a measure of one row is noisy, and half as many
@@ -149,8 +152,8 @@ mod tests {
         assert_eq!(s.target(1, 240_000, 50, false, 0), Some(16));
         // Within half the ceiling: left alone, whatever the count.
         assert_eq!(s.target(8, 24_000, 50, false, 9), None);
-        // Throttled: at least twice as many rows.
-        assert_eq!(s.target(2, 10_000, 50, true, 0), Some(4));
+        // Throttled (its measure capped by the ceiling): at least four times as many rows.
+        assert_eq!(s.target(2, 10_000, 50, true, 0), Some(8));
         // Capped by the configured most.
         assert_eq!(
             Sharding { max_shards: 4, ..s }.target(1, 240_000, 50, false, 0),
