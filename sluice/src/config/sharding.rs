@@ -8,9 +8,9 @@ use super::ConfigError;
 /// Every write bumps a row's version, whoever makes it, so the versions this client's own
 /// writes hand back tell it how many writes a second a row takes, at no cost. When a row
 /// of a `requests` or `tokens` bucket takes more than half of one row's write ceiling (or
-/// the store throttles it while it takes 40% or more), the client spreads the bucket over
-/// enough rows, in powers of two (at least twice as many, four times when throttled), for
-/// each to take about 40% of it; when each row takes less than 10% of it for
+/// the store throttles it while it takes 40% or more), for two measures in a row, the
+/// client spreads the bucket over enough rows, in powers of two (at least twice as many,
+/// four times when throttled), for each to take about 40% of it; when each row takes less than 10% of it for
 /// [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it gathers the bucket
 /// into half as many rows, one halving at a time. Every client may do it; one conditional
 /// transaction decides, and the others see the new count on their next write.
@@ -50,6 +50,10 @@ impl Sharding {
     /// Measurements in a row that must each find a bucket's rows cool before it is
     /// gathered into fewer: a lull of a second or two does not undo a spread.
     pub const COOL_WINDOWS: u32 = 5;
+
+    /// Measurements in a row that must each find a bucket's rows hot before it is spread
+    /// over more: one measure of a row that takes few writes is noisy.
+    pub const HOT_WINDOWS: u32 = 2;
 
     /// Whether this client reshards buckets on its own.
     pub fn automatic(&self) -> bool {

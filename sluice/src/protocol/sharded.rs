@@ -78,35 +78,34 @@ pub(crate) async fn acquire(
 /// answer stands, and the next measure tries again.
 async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
     let lane = core.lane(&base.shard(k));
-    let throttled = lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) > 0;
     let Some((row, version, shards, refills)) = lane.memory().row().map(|r| {
         let refills = r.bucket.limit_type().refills();
         (r.dimension.clone(), r.version, r.shards, refills)
     }) else {
         return;
     };
-    if !refills {
-        return;
-    }
-    let now = core.now();
-    let rate = core.heat.observe(&row, version, shards, now);
-    if rate.is_none() && !throttled {
-        return;
-    }
     let sharding = &core.config.sharding;
-    let Some(limit) = sharding
+    let limit = sharding
         .item_write_ceiling
-        .or_else(|| core.store.item_write_ceiling())
-    else {
+        .or_else(|| core.store.item_write_ceiling());
+    let now = core.now();
+    let (Some(limit), true) = (limit, refills) else {
         return;
     };
-    let per_row = rate.or_else(|| core.heat.last_rate(&row)).unwrap_or(0);
-    let cool = match rate {
-        Some(rate) => core.heat.cool(base, Sharding::cool(rate, limit)),
-        None => 0,
+    // Decided on a fresh measure only; the throttles since the last one count with it.
+    let Some(per_row) = core.heat.observe(&row, version, shards, now) else {
+        return;
     };
+    let throttled = lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) > 0;
+    let cool = core.heat.cool(base, Sharding::cool(per_row, limit));
     let hot = throttled && Sharding::throttled_hot(per_row, limit);
-    let Some(to) = sharding.target(n, per_row, limit, hot, cool) else {
+    let target = sharding.target(n, per_row, limit, hot, cool);
+    // A spread needs two hot measures in a row: one measure of one row over a second is
+    // noisy where a row takes few writes (and a spread costs every client a failed write
+    // per row), while a row really at its ceiling stays hot.
+    let spreads = target.is_some_and(|to| to > n);
+    let heated = core.heat.hot(base, spreads);
+    let Some(to) = target.filter(|_| !spreads || heated >= Sharding::HOT_WINDOWS) else {
         return;
     };
     if !core.heat.claim(base, now) {

@@ -20,10 +20,10 @@ pub(crate) struct Heat {
     /// Per row: a version, the rows its bucket had, and when it was seen: the start of
     /// the current window.
     seen: Mutex<HashMap<Dimension, (u64, u16, UnixMillis)>>,
-    /// Per row: its writes a second over the last window measured.
-    rates: Mutex<HashMap<Dimension, u64>>,
     /// Per bucket: cool measurements in a row.
     cool: Mutex<HashMap<Dimension, u32>>,
+    /// Per bucket: hot measurements in a row.
+    hot: Mutex<HashMap<Dimension, u32>>,
     /// Per bucket: when this client last resharded it (or saw it resharded), and whether
     /// it is resharding it now.
     moved: Mutex<HashMap<Dimension, (UnixMillis, bool)>>,
@@ -56,14 +56,7 @@ impl Heat {
             return None;
         }
         seen.insert(row.clone(), (version, shards, now));
-        let rate = (version - since).saturating_mul(1_000_000) / span.unsigned_abs();
-        lock(&self.rates).insert(row.clone(), rate);
-        Some(rate)
-    }
-
-    /// `row`'s writes a second over the last window measured, in thousandths, if any.
-    pub(crate) fn last_rate(&self, row: &Dimension) -> Option<u64> {
-        lock(&self.rates).get(row).copied()
+        Some((version - since).saturating_mul(1_000_000) / span.unsigned_abs())
     }
 
     /// Counts one more measurement of `base` that found it cool (or starts again at none);
@@ -72,6 +65,15 @@ impl Heat {
         let mut all = lock(&self.cool);
         let count = all.entry(base.clone()).or_default();
         *count = if cool { count.saturating_add(1) } else { 0 };
+        *count
+    }
+
+    /// Counts one more measurement of `base` that found it hot (or starts again at none);
+    /// the count.
+    pub(crate) fn hot(&self, base: &Dimension, hot: bool) -> u32 {
+        let mut all = lock(&self.hot);
+        let count = all.entry(base.clone()).or_default();
+        *count = if hot { count.saturating_add(1) } else { 0 };
         *count
     }
 
@@ -97,8 +99,8 @@ impl Heat {
     pub(crate) fn done(&self, base: &Dimension, now: UnixMillis) {
         lock(&self.moved).insert(base.clone(), (now, false));
         lock(&self.cool).remove(base);
+        lock(&self.hot).remove(base);
         lock(&self.seen).retain(|row, _| row.base() != *base);
-        lock(&self.rates).retain(|row, _| row.base() != *base);
     }
 }
 
@@ -115,7 +117,6 @@ mod tests {
         assert_eq!(heat.observe(&row, 150, 1, t(500)), None);
         assert_eq!(heat.observe(&row, 340, 1, t(1_200)), Some(200_000));
         assert_eq!(heat.observe(&row, 350, 1, t(3_200)), Some(5_000));
-        assert_eq!(heat.last_rate(&row), Some(5_000));
         // A version that went down is another bucket: measured afresh.
         assert_eq!(heat.observe(&row, 7, 1, t(5_000)), None);
         assert_eq!(heat.observe(&row, 9, 1, t(6_000)), Some(2_000));
