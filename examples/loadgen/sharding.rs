@@ -101,9 +101,9 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
     );
     println!();
     println!(
-        "| processes x callers, hold | grants/s | of demand | x one item's ceiling | rows at the end | rows settled after | bucket-rows WU/grant | all-rows WU/grant | failed bucket writes/grant | throttled bucket writes/grant | acquire p50 | acquire p99 | errors to callers |"
+        "| processes x callers, hold | grants/s | of demand | x one item's ceiling | rows at the end | rows settled after | of demand once settled | bucket-rows WU/grant | all-rows WU/grant | failed bucket writes/grant | throttled bucket writes/grant | acquire p50 | acquire p99 | errors to callers |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     if args.warmup > 0 {
         // Unmeasured, as for the fan-out tables: a fresh server warms to the shape.
         eprintln!("warming up the sharding shape for {} s", args.warmup);
@@ -139,6 +139,15 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
     let seen = watching.await.expect("watch");
     let (rows, settled) = settled_at(&seen).unwrap_or((1, 0));
     let rep = &r.report;
+    // Once the rows settled: the grants heard after, over the rest of the run.
+    let from = r.started.as_millis() + settled as i64;
+    let end = r.started.as_millis() + r.seconds as i64 * 1_000;
+    let after = rep
+        .granted_at
+        .iter()
+        .filter(|(t, _)| *t >= from && *t <= end)
+        .count() as f64;
+    let settled_rate = after * 1_000.0 / (end - from).max(1) as f64;
     let per_second = rep.grants as f64 / r.seconds as f64;
     let demand = (p * t) as f64 * 1_000.0 / args.fan_hold_ms as f64;
     let all = (rep.grants + rep.late_tokens).max(1) as f64;
@@ -147,11 +156,12 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     let s = items(stats, &args.table, &keys);
     println!(
-        "| {p}x{t}, {} ms | {per_second:.1} | {} | {} | {rows} | {:.1} s | {:.2} | {:.2} | {:.3} | {:.2} | {} | {} | {} |",
+        "| {p}x{t}, {} ms | {per_second:.1} | {} | {} | {rows} | {:.1} s | {} | {:.2} | {:.2} | {:.3} | {:.2} | {} | {} | {} |",
         args.fan_hold_ms,
         ratio(per_second, demand),
         ratio(per_second, args.shard_ceiling),
         settled as f64 / 1_000.0,
+        ratio(settled_rate, demand),
         s.write_units as f64 / all,
         stats.totals().write_units as f64 / all,
         s.failed_conditional_writes as f64 / all,
@@ -169,7 +179,7 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
         }
     }
     println!(
-        "|  | bucket rows: {:.2} successful writes/grant, {conflicts} transaction conflicts, largest row {largest} bytes |  |  |  |  |  |  |  |  |  |  |  |",
+        "|  | bucket rows: {:.2} successful writes/grant, {conflicts} transaction conflicts, largest row {largest} bytes |  |  |  |  |  |  |  |  |  |  |  |  |",
         writes as f64 / all
     );
     floor(args, target, &r).await;
@@ -179,7 +189,7 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
         .map(|w| format!("{} rows at {:.1} s", w[1].1, w[1].0 as f64 / 1_000.0))
         .collect();
     println!(
-        "|  | reshards: {} |  |  |  |  |  |  |  |  |  |  |  |",
+        "|  | reshards: {} |  |  |  |  |  |  |  |  |  |  |  |  |",
         if counts.is_empty() {
             "none".to_owned()
         } else {
@@ -214,7 +224,7 @@ async fn floor(args: &Args, target: &Target, sharded: &crate::fanrun::Run) {
     let floor = r.report.grants as f64 / r.seconds as f64;
     let sharded_rate = sharded.report.grants as f64 / sharded.seconds as f64;
     println!(
-        "|  | the floor through the proxy, its ceiling lifted: {floor:.1} UpdateItem/s at this shape (p50 {}, p99 {}); the sharded bucket {} of it |  |  |  |  |  |  |  |  |  |  |  |",
+        "|  | the floor through the proxy, its ceiling lifted: {floor:.1} UpdateItem/s at this shape (p50 {}, p99 {}); the sharded bucket {} of it |  |  |  |  |  |  |  |  |  |  |  |  |",
         latency(r.report.percentile(50)),
         latency(r.report.percentile(99)),
         ratio(sharded_rate, floor),
