@@ -88,9 +88,9 @@ impl Dimension {
     }
 }
 
-/// The most rows one bucket is spread over (see [`crate::bucket::shards`]): a reshard from
-/// half as many writes every row of both counts in one transaction, well within
-/// DynamoDB's 100 items.
+/// The most rows one bucket is spread over (see
+/// [`Sluice::reshard`](crate::Sluice::reshard)): a reshard from half as many writes every
+/// row of both counts in one transaction, well within DynamoDB's 100 items.
 pub const MAX_SHARDS: u16 = 32;
 
 impl Dimension {

@@ -46,7 +46,8 @@ pub struct BucketState {
     pub burst: Option<Tokens>,
     /// How many rows the bucket is spread over: 1 for a bucket in one row; for a sharded
     /// bucket, every one of its rows carries the count, and holds its share of the
-    /// definition (see [`shards`](crate::bucket::shards)). Other SDKs leave it as it is.
+    /// definition (see [`Sluice::reshard`](crate::Sluice::reshard)). Other SDKs leave it as
+    /// it is.
     pub shards: u16,
 }
 

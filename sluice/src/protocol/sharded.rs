@@ -78,10 +78,23 @@ pub(crate) async fn acquire(
 /// answer stands, and the next measure tries again.
 async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
     let lane = core.lane(&base.shard(k));
-    let Some((row, version, shards, refills)) = lane.memory().row().map(|r| {
-        let refills = r.bucket.limit_type().refills();
-        (r.dimension.clone(), r.version, r.shards, refills)
-    }) else {
+    // The row as last learned, and when: an answer that did not come from this row (a
+    // throttle waited out, a refusal from memory, a grant from another row) leaves it as
+    // it was, and measures nothing.
+    let known = {
+        let memory = lane.memory();
+        memory.row().map(|r| {
+            let refills = r.bucket.limit_type().refills();
+            (
+                r.dimension.clone(),
+                r.version,
+                r.shards,
+                refills,
+                memory.learned_at(),
+            )
+        })
+    };
+    let Some((row, version, shards, refills, learned_at)) = known else {
         return;
     };
     let sharding = &core.config.sharding;
@@ -93,7 +106,7 @@ async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
         return;
     };
     // Decided on a fresh measure only; the throttles since the last one count with it.
-    let Some(per_row) = core.heat.observe(&row, version, shards, now) else {
+    let Some(per_row) = core.heat.observe(&row, version, shards, learned_at) else {
         return;
     };
     let throttled = lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) > 0;

@@ -140,6 +140,11 @@ impl Remembered {
         self.row.as_ref()
     }
 
+    /// When the remembered row was learned from the store, by the client's clock.
+    pub(crate) fn learned_at(&self) -> UnixMillis {
+        self.learned_at
+    }
+
     /// Takes `row`, just learned from the store at `now`, as the truth (whatever its
     /// version). A denial window belongs to the row that opened it.
     pub(crate) fn learn(&mut self, row: BucketState, now: UnixMillis) {
