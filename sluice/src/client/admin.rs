@@ -26,45 +26,50 @@ impl Sluice {
 
     async fn snapshot_of(&self, dimension: &str) -> Result<Snapshot, Error> {
         let dimension = Dimension::new(dimension)?;
-        let row = self
-            .core
-            .read_existing(std::slice::from_ref(&dimension))
-            .await?
-            .remove(0);
-        let leases = self
-            .core
-            .store
-            .list_leases(&LeaseFilter {
-                dimension: Some(dimension),
-                expired_before: None,
-            })
-            .await?;
-        Ok(Snapshot::of(&row, &leases, self.now()))
+        let rows = crate::protocol::reshard::rows_of(&self.core, &dimension).await?;
+        // A sharded bucket's leases are under its rows' names: one listing, kept by base.
+        let filter = LeaseFilter {
+            dimension: (rows.len() == 1).then(|| dimension.clone()),
+            expired_before: None,
+        };
+        let mut leases = self.core.store.list_leases(&filter).await?;
+        leases.retain(|l| l.dimension.base() == dimension);
+        let now = self.now();
+        Ok(Snapshot::of(&as_one(rows, now), &leases, now))
     }
 
     /// Snapshots of every bucket, sorted by dimension, from one listing of buckets and one
-    /// of leases (the operator's `status`).
+    /// of leases (the operator's `status`); a bucket spread over several rows is one
+    /// snapshot of the whole.
     pub async fn snapshots(&self) -> Result<Vec<Snapshot>, Error> {
         role::within(Role::Operator, self.snapshots_of_all()).await
     }
 
     async fn snapshots_of_all(&self) -> Result<Vec<Snapshot>, Error> {
-        let mut rows = self.core.store.list_buckets().await?;
-        rows.sort_by(|a, b| a.dimension.as_str().cmp(b.dimension.as_str()));
+        let mut buckets: std::collections::BTreeMap<String, Vec<BucketState>> =
+            std::collections::BTreeMap::new();
+        for row in self.core.store.list_buckets().await? {
+            buckets
+                .entry(row.dimension.base().as_str().to_owned())
+                .or_default()
+                .push(row);
+        }
         let mut leases: std::collections::HashMap<Dimension, Vec<LeaseRecord>> =
             std::collections::HashMap::new();
         for lease in self.core.store.list_leases(&LeaseFilter::default()).await? {
             leases
-                .entry(lease.dimension.clone())
+                .entry(lease.dimension.base())
                 .or_default()
                 .push(lease);
         }
         let now = self.now();
-        Ok(rows
-            .iter()
-            .map(|row| {
+        Ok(buckets
+            .into_values()
+            .map(|mut rows| {
+                rows.sort_by_key(|r| r.dimension.shard_index());
+                let row = as_one(rows, now);
                 let held = leases.get(&row.dimension).map_or(&[][..], Vec::as_slice);
-                Snapshot::of(row, held, now)
+                Snapshot::of(&row, held, now)
             })
             .collect())
     }
@@ -282,6 +287,25 @@ impl Sluice {
     /// ```
     pub async fn reconcile(&self) -> Result<ReconcileReport, Error> {
         role::within(Role::Reconciler, reconcile::reconcile(&self.core)).await
+    }
+}
+
+/// The rows of one bucket (shard 0 first) as one row, for an operator's view: the whole
+/// they hold at `now`, at shard 0's version. Rows read across a reshard (not the shards of
+/// one bucket) show as shard 0's.
+fn as_one(rows: Vec<BucketState>, now: UnixMillis) -> BucketState {
+    let whole = (rows.len() > 1)
+        .then(|| crate::bucket::shards::reshard(&rows, 1, now).ok())
+        .flatten()
+        .and_then(|mut one| one.pop());
+    let mut rows = rows;
+    match whole {
+        Some(mut row) => {
+            row.version = rows[0].version;
+            row.shards = rows[0].shards;
+            row
+        }
+        None => rows.swap_remove(0),
     }
 }
 

@@ -47,6 +47,19 @@ pub async fn a_sharded_bucket_grants_its_whole_capacity_and_answers_the_bucket_s
             .all(|r| r.shards == 4 && r.tokens == Tokens::new(250))
     );
     assert_eq!(whole_available(&env, "tpm").await, Tokens::new(1_000));
+    // An operator sees one bucket: the whole, not its rows.
+    let snap = env.sluice.snapshot(&d).await.unwrap();
+    assert_eq!(
+        (snap.capacity, snap.available),
+        (Tokens::new(1_000), Tokens::new(1_000))
+    );
+    let all = env.sluice.snapshots().await.unwrap();
+    let mine: Vec<_> = all
+        .iter()
+        .filter(|s| s.dimension.as_str().starts_with(&d))
+        .collect();
+    assert_eq!(mine.len(), 1, "{all:?}");
+    assert_eq!(mine[0].dimension.as_str(), d);
     if env.protocol() == Protocol::Seed {
         // The seed's protocol knows the dimension's own row only: a bucket of its share,
         // and the other shards keep theirs.
