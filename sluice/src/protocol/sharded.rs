@@ -24,6 +24,7 @@ use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::grant::Grant;
 use crate::shared::Core;
+use crate::shared::lanes::Lane;
 use crate::shared::remembered::Recall;
 use crate::tokens::Tokens;
 
@@ -49,14 +50,17 @@ pub(crate) async fn acquire(
     } else {
         0
     };
+    // The row's key is made, and its lane found, once per acquire.
+    let row = base.shard(k);
+    let lane = core.lane(&row);
     let on_shard = Wanted {
-        dimension: base.shard(k),
+        dimension: row,
         ..wanted.clone()
     };
     let answer = fast::acquire(core, on_shard, ttl, fresh_after, alone).await;
-    let known = learn_shards(core, &base, k);
+    let known = learn_shards(core, &base, &lane);
     if core.config.sharding.automatic() {
-        watch(core, &base, k, known).await;
+        watch(core, &base, &lane, known).await;
     }
     match answer {
         Err(
@@ -72,12 +76,11 @@ pub(crate) async fn acquire(
     }
 }
 
-/// Measures how hot shard `k` of `base`'s bucket (of `n` rows) is, from the version its
-/// row has now as this client knows it, and reshards the bucket when the measure says so
+/// Measures how hot the row of `lane` (of `base`'s bucket, over `n` rows) is, from the
+/// version the row has now as this client knows it, and reshards the bucket when the measure says so
 /// (see [`Sharding`](crate::Sharding)). A reshard that fails is only logged: the acquire's
 /// answer stands, and the next measure tries again.
-async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
-    let lane = core.lane(&base.shard(k));
+async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     // The row as last learned, and when: an answer that did not come from this row (a
     // throttle waited out, a refusal from memory, a grant from another row) leaves it as
     // it was, and measures nothing.
@@ -136,13 +139,9 @@ async fn watch(core: &Arc<Core>, base: &Dimension, k: u16, n: u16) {
     core.heat.done(base, core.now());
 }
 
-/// Notes how many rows the bucket of `base` has, as shard `k`'s row just told; the count.
-fn learn_shards(core: &Core, base: &Dimension, k: u16) -> u16 {
-    let told = core
-        .lane(&base.shard(k))
-        .memory()
-        .row()
-        .map(|row| row.shards);
+/// Notes how many rows the bucket of `base` has, as the row of `lane` just told; the count.
+fn learn_shards(core: &Core, base: &Dimension, lane: &Lane) -> u16 {
+    let told = lane.memory().row().map(|row| row.shards);
     match told {
         Some(n) => {
             core.lanes.note_shards(base, n);
@@ -195,7 +194,7 @@ async fn whole(
         };
         let answer = if let Some(k) = free.iter().position(|f| *f >= cost) {
             fast::acquire(core, on(k, cost), ttl, None, false).await
-        } else if free.iter().fold(Tokens::ZERO, |s, f| s.saturating_add(*f)) >= cost {
+        } else if total(&free) >= cost {
             seed::acquire(core, &gathered(&free, cost, on), ttl).await
         } else {
             return Err(short(core, &rows, wanted, cost, now));
@@ -299,10 +298,7 @@ fn remembered_refusal(
     }
     let whole = crate::bucket::shards::whole(&rows).ok()?;
     let cost = wanted.cost(whole.cost_per_call());
-    let free = free_at(&rows, wanted, now)
-        .iter()
-        .fold(Tokens::ZERO, |s, f| s.saturating_add(*f));
-    if free >= cost {
+    if total(&free_at(&rows, wanted, now)) >= cost {
         return None;
     }
     let wait = wait_for(&rows, wanted, cost, now);
@@ -312,6 +308,11 @@ fn remembered_refusal(
             .answered(now.saturating_add(wait));
     }
     Some(Error::RetryIn(wait))
+}
+
+/// What the rows can give together.
+fn total(free: &[Tokens]) -> Tokens {
+    free.iter().fold(Tokens::ZERO, |s, f| s.saturating_add(*f))
 }
 
 /// What each row can give an acquire at `wanted`'s priority at `now`: its tokens above
@@ -348,10 +349,7 @@ fn gathered(free: &[Tokens], cost: Tokens, on: impl Fn(usize, Tokens) -> Wanted)
 fn wait_for(rows: &[BucketState], wanted: &Wanted, cost: Tokens, now: UnixMillis) -> Duration {
     let enough = |ms: u64| {
         let at = now.saturating_add(Duration::from_millis(ms));
-        free_at(rows, wanted, at)
-            .iter()
-            .fold(Tokens::ZERO, |s, f| s.saturating_add(*f))
-            >= cost
+        total(&free_at(rows, wanted, at)) >= cost
     };
     // Every row is full by the latest of their times to full; a day bounds a bucket that
     // never gets there (a learned burst below the cost, say): the caller asks again then.
