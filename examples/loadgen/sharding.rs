@@ -183,19 +183,24 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
         writes as f64 / all
     );
     floor(args, target, &r).await;
+    println!(
+        "|  | reshards: {} |  |  |  |  |  |  |  |  |  |  |  |  |",
+        timeline(&seen)
+    );
+}
+
+/// The counts a bucket went through, and when: "4 rows at 1.2 s, 16 rows at 3.8 s".
+fn timeline(seen: &[(u64, u16)]) -> String {
     let counts: Vec<String> = seen
         .windows(2)
         .filter(|w| w[0].1 != w[1].1)
         .map(|w| format!("{} rows at {:.1} s", w[1].1, w[1].0 as f64 / 1_000.0))
         .collect();
-    println!(
-        "|  | reshards: {} |  |  |  |  |  |  |  |  |  |  |  |  |",
-        if counts.is_empty() {
-            "none".to_owned()
-        } else {
-            counts.join(", ")
-        }
-    );
+    if counts.is_empty() {
+        "none".to_owned()
+    } else {
+        counts.join(", ")
+    }
 }
 
 /// What this machine carries through the proxy at the same shape: a bare conditional
@@ -250,6 +255,9 @@ async fn at_limit(args: &Args, sluice: &Sluice, target: &Target) {
         "| grants by the deadline | supply (capacity + refill x run) | granted / supply | worst window over capacity + rate x window | ledger over every row | rows at the end | the whole capacity at once, once refilled | errors to callers |"
     );
     println!("|---|---|---|---|---|---|---|---|");
+    let stop = Arc::new(AtomicBool::new(false));
+    let since = Instant::now() + Duration::from_millis(1_500);
+    let watching = watch(sluice.clone(), rpm.clone(), since, stop.clone());
     let r = fan_run(
         args,
         target,
@@ -260,6 +268,8 @@ async fn at_limit(args: &Args, sluice: &Sluice, target: &Target) {
         args.limit_seconds,
     )
     .await;
+    stop.store(true, Ordering::SeqCst);
+    let seen = watching.await.expect("watch");
     let rep = &r.report;
     let supply = CAPACITY as f64 + PER_SECOND as f64 * r.seconds as f64;
     let rows = rows_of(sluice, &rpm).await;
@@ -295,5 +305,10 @@ async fn at_limit(args: &Args, sluice: &Sluice, target: &Target) {
         rep.worst_window(CAPACITY as f64, PER_SECOND as f64),
         rows.len(),
         errors(rep),
+    );
+    println!(
+        "|  | reshards: {}; {} RetryIns; tokens in the rows at the end: {left} |  |  |  |  |  |  |",
+        timeline(&seen),
+        rep.retry_ins,
     );
 }

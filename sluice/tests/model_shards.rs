@@ -114,6 +114,15 @@ impl Store for Counted {
         self.count();
         self.inner.replace_buckets(old, new).await
     }
+    async fn respread_buckets(
+        &self,
+        old: &[BucketState],
+        new: &[BucketState],
+        moves: &[Option<sluice::Commute>],
+    ) -> Result<bool, StoreError> {
+        self.count();
+        self.inner.respread_buckets(old, new, moves).await
+    }
     async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
         self.inner.delete_leases(keys).await
     }

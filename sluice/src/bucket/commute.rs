@@ -329,7 +329,7 @@ fn fill(
 
 /// The refill `level` earns at `rate` by `at`, uncapped: the whole billionths and the
 /// carry left.
-fn earned(level: Level, rate: PerMilli, at: UnixMillis) -> (Tokens, RefillCarry) {
+pub(super) fn earned(level: Level, rate: PerMilli, at: UnixMillis) -> (Tokens, RefillCarry) {
     let elapsed = at
         .as_millis()
         .saturating_sub(level.last_refill_at.as_millis());

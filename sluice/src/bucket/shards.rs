@@ -218,5 +218,8 @@ fn level_out(rows: &mut [BucketState]) {
     }
 }
 
+mod moves;
+pub(crate) use moves::moves;
+
 #[cfg(test)]
 mod tests;

@@ -119,8 +119,10 @@ impl Sluice {
     }
 
     /// Spreads the bucket of `dimension` over `shards` rows, or gathers it into fewer
-    /// (1: one row again), in one conditional transaction; returns its rows as they stand
-    /// after, shard 0 first.
+    /// (1: one row again), in one conditional transaction; returns its rows as it wrote
+    /// them, shard 0 first. The rows that stay are moved by what they give or take, so
+    /// the transaction lands while other clients write to them, and what those clients
+    /// did stays on the rows besides.
     ///
     /// Each row holds its share of the capacity, refill and reserves, and of the tokens
     /// the bucket holds at that instant: none is made or lost. Shard 0 is the dimension's

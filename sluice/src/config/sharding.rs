@@ -7,13 +7,15 @@ use super::ConfigError;
 ///
 /// Every write bumps a row's version, whoever makes it, so the versions this client's own
 /// writes hand back tell it how many writes a second a row takes, at no cost. When a row
-/// of a `requests` or `tokens` bucket takes more than half of one row's write ceiling (or
-/// the store throttles it while it takes 40% or more), for two measures in a row, the
-/// client spreads the bucket over enough rows, in powers of two (at least twice as many,
-/// four times when throttled), for each to take about 40% of it; when each row takes less than 10% of it for
-/// [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it gathers the bucket
-/// into half as many rows, one halving at a time. Every client may do it; one conditional
-/// transaction decides, and the others see the new count on their next write.
+/// of a `requests` or `tokens` bucket takes more than half of one row's write ceiling for
+/// two measures in a row (or the store throttled it while it took 40% or more; one
+/// measure is enough for a bucket's only row at 80% or more and throttled), the client
+/// spreads the bucket over enough rows, in powers of two (at least twice as many, four
+/// times when throttled), for each to take about 40% of it; when each row takes less than
+/// 10% of it for [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it
+/// gathers the bucket into half as many rows, one halving at a time. Every client may do
+/// it; one conditional transaction decides, and the others see the new count on their
+/// next write.
 ///
 /// ```
 /// use sluice::{Config, Sharding};
@@ -52,7 +54,8 @@ impl Sharding {
     pub const COOL_WINDOWS: u32 = 5;
 
     /// Measurements in a row that must each find a bucket's rows hot before it is spread
-    /// over more: one measure of a row that takes few writes is noisy.
+    /// over more: one measure of a row that takes few writes is noisy. One measure is
+    /// enough for a bucket's only row, throttled meanwhile at 80% of the ceiling.
     pub const HOT_WINDOWS: u32 = 2;
 
     /// Whether this client reshards buckets on its own.
@@ -107,6 +110,13 @@ impl Sharding {
     /// high; a throttle of a row well inside it is a burst, a transaction, or the table).
     pub(crate) fn throttled_hot(per_row: u64, ceiling: u32) -> bool {
         per_row.saturating_mul(10) >= u64::from(ceiling) * 4 * 1_000
+    }
+
+    /// Whether a row taking `per_row` thousandths of a write a second is at its ceiling of
+    /// `ceiling` writes a second: 80% of it or more (a throttled row's measure is capped
+    /// there, and falls a little short of it by the measure's own edges).
+    pub(crate) fn at_ceiling(per_row: u64, ceiling: u32) -> bool {
+        per_row.saturating_mul(10) >= u64::from(ceiling) * 8 * 1_000
     }
 
     pub(super) fn from_lookup(
@@ -180,6 +190,10 @@ mod tests {
         assert_eq!(s.target(1, 0, 50, false, 99), None);
         // Just gathered, the rows take what the many took: within the band, left alone.
         assert_eq!(s.target(2, 16_000, 50, false, 0), None);
+        // Throttled: hot from 40% of the ceiling, at it (one measure is enough) from 80%.
+        assert!(!Sharding::throttled_hot(19_999, 50) && Sharding::throttled_hot(20_000, 50));
+        assert!(!Sharding::at_ceiling(39_999, 50) && Sharding::at_ceiling(40_000, 50));
+        assert!(Sharding::at_ceiling(1_000_000, 1_000) && !Sharding::at_ceiling(799_999, 1_000));
     }
 
     #[test]

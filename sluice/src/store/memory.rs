@@ -7,7 +7,7 @@ use super::{
     BucketChange, BucketWrite, ChangeError, Commit, CommitError, ConditionFailure, LeaseFilter,
     LeaseKey, LeaseRecord, LeaseScan, LeaseWrite, Store, StoreError,
 };
-use crate::bucket::BucketState;
+use crate::bucket::{BucketState, Commute};
 use crate::dimension::Dimension;
 
 /// The embedded store: buckets and leases in this process's memory.
@@ -240,28 +240,59 @@ impl Store for MemoryStore {
         expected: &[BucketState],
         rows: &[BucketState],
     ) -> Result<bool, StoreError> {
+        self.respread_buckets(expected, rows, &[]).await
+    }
+
+    async fn respread_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+        moves: &[Option<Commute>],
+    ) -> Result<bool, StoreError> {
         for row in rows {
             StoreError::check_row(row)?;
         }
         let mut stored = self.rows();
-        let unchanged = expected.iter().all(|e| {
-            stored
+        let mut next = Vec::with_capacity(rows.len());
+        for (k, row) in rows.iter().enumerate() {
+            let read = expected.iter().find(|e| e.dimension == row.dimension);
+            let now = stored.buckets.get(&row.dimension);
+            let written = match (read, now, moves.get(k).and_then(Option::as_ref)) {
+                (None, None, _) => row.clone(),
+                (Some(read), Some(now), Some(commute)) => {
+                    let change = BucketChange::of(read, commute.clone());
+                    if now.shards != read.shards || !change.holds(now) {
+                        return Ok(false);
+                    }
+                    let mut after = change.applied(now);
+                    after.bucket = row.bucket.clone();
+                    after.burst = row.burst;
+                    after.shards = row.shards;
+                    StoreError::check_row(&after)?;
+                    after
+                }
+                (Some(read), Some(now), None) if now.same_row(read) => row.clone(),
+                _ => return Ok(false),
+            };
+            next.push(written);
+        }
+        let dropped = expected
+            .iter()
+            .filter(|e| rows.iter().all(|r| r.dimension != e.dimension));
+        for e in dropped {
+            if !stored
                 .buckets
                 .get(&e.dimension)
                 .is_some_and(|s| s.same_row(e))
-        });
-        let fresh = rows.iter().all(|r| {
-            expected.iter().any(|e| e.dimension == r.dimension)
-                || !stored.buckets.contains_key(&r.dimension)
-        });
-        if !unchanged || !fresh {
-            return Ok(false);
+            {
+                return Ok(false);
+            }
         }
         for e in expected {
             stored.buckets.remove(&e.dimension);
         }
-        for r in rows {
-            stored.buckets.insert(r.dimension.clone(), r.clone());
+        for r in next {
+            stored.buckets.insert(r.dimension.clone(), r);
         }
         Ok(true)
     }

@@ -132,6 +132,27 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         rows: &[BucketState],
     ) -> Result<bool, StoreError>;
 
+    /// Replaces the rows of one bucket at once as [`replace_buckets`](Store::replace_buckets)
+    /// does, except that a row `expected` and `rows` both have, at index `k`, with
+    /// `moves[k]` given, is changed by that commuting change rather than conditioned on
+    /// being as read: on condition that the stored row still has the definition and count
+    /// it was read with and satisfies the change's conditions, its tokens and refill become
+    /// what the change makes of them, its definition and count those of `rows[k]`, its
+    /// version one more. So a reshard lands on rows that other writers change meanwhile,
+    /// keeping what they did. All or nothing; `false` when a condition failed.
+    ///
+    /// The default replaces every row on condition that it is as read: also right, only
+    /// refused more often.
+    async fn respread_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+        moves: &[Option<crate::bucket::Commute>],
+    ) -> Result<bool, StoreError> {
+        let _ = moves;
+        self.replace_buckets(expected, rows).await
+    }
+
     /// Applies `change` to its bucket row when the row satisfies its conditions (see
     /// [`BucketChange`]), atomically; returns the row as the change left it. A failed
     /// condition returns the row as it stands ([`ChangeError::Condition`]). A change that

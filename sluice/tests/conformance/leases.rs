@@ -2,16 +2,12 @@
 //! write per bucket: what another client, a reconciler, a redefinition or a caller that
 //! goes away half-way sees.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::store::{
-    BoxError, BucketChange, BucketWrite, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey,
-    LeaseRecord, LeaseScan, Store, StoreError,
-};
-use sluice::{Acquire, Bucket, BucketState, Dimension, Protocol, RefillRate, Tokens};
+use sluice::store::{LeaseFilter, LeaseRecord};
+use sluice::{Acquire, Bucket, BucketState, Protocol, RefillRate, Tokens};
 
-use super::{Env, requests, retry_in};
+use super::{Env, Gate, requests, retry_in};
 
 /// The row of `metric` as stored.
 async fn row(env: &Env, metric: &str) -> BucketState {
@@ -296,106 +292,11 @@ pub async fn a_pair_refused_on_one_dimension_holds_nothing_on_the_other(env: Env
     drained.release().await.unwrap();
 }
 
-/// A store that holds every change of one dimension's bucket until told to go on.
-#[derive(Debug)]
-struct Gate {
-    inner: Arc<dyn Store>,
-    gated: Dimension,
-    open: tokio::sync::watch::Receiver<bool>,
-    arrived: tokio::sync::Notify,
-}
-
-impl Gate {
-    /// Says a gated write arrived, and holds it until the gate opens.
-    async fn wait(&self) -> Result<(), StoreError> {
-        self.arrived.notify_one();
-        let mut open = self.open.clone();
-        open.wait_for(|o| *o)
-            .await
-            .map_err(|e| StoreError::Service {
-                message: "gate dropped".to_owned(),
-                source: Some(Box::new(e) as BoxError),
-            })?;
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for Gate {
-    async fn read_buckets(
-        &self,
-        dimensions: &[Dimension],
-    ) -> Result<Vec<Option<BucketState>>, StoreError> {
-        self.inner.read_buckets(dimensions).await
-    }
-    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-        if commit
-            .buckets
-            .iter()
-            .any(|w: &BucketWrite| *w.dimension() == self.gated)
-        {
-            self.wait().await?;
-        }
-        self.inner.commit(commit).await
-    }
-    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
-        if change.dimension == self.gated {
-            self.wait().await?;
-        }
-        self.inner.change(change).await
-    }
-    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
-        self.inner.put_leases(leases).await
-    }
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-        self.inner.end_lease(key).await
-    }
-    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
-        self.inner.delete_leases(keys).await
-    }
-    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
-        self.inner.read_leases(keys).await
-    }
-    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
-        self.inner.scan_leases(filter).await
-    }
-    async fn replace_buckets(
-        &self,
-        expected: &[BucketState],
-        rows: &[BucketState],
-    ) -> Result<bool, StoreError> {
-        self.inner.replace_buckets(expected, rows).await
-    }
-    async fn put_bucket(
-        &self,
-        state: &BucketState,
-        expected: Option<&BucketState>,
-    ) -> Result<bool, StoreError> {
-        self.inner.put_bucket(state, expected).await
-    }
-    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
-        self.inner.list_buckets().await
-    }
-    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
-        self.inner.delete_bucket(dimension).await
-    }
-}
-
 pub async fn a_pair_dropped_half_way_gives_back_what_it_took(env: Env) {
     requests(&env, "rpm", 10, 1).await;
     requests(&env, "tpm", 1_000, 100).await;
-    let (open, gate_open) = tokio::sync::watch::channel(false);
-    let gate = Arc::new(Gate {
-        inner: env.store.clone(),
-        gated: env.dim("tpm").parse().unwrap(),
-        open: gate_open,
-        arrived: tokio::sync::Notify::new(),
-    });
-    let client = sluice::SluiceBuilder::from_config(env.sluice.config().clone())
-        .store_arc(gate.clone())
-        .clock(env.clock.clone())
-        .build()
-        .unwrap();
+    let (gate, open) = Gate::new(&env, "tpm");
+    let client = gate.client(&env);
     let pair = Acquire::new(env.dim("rpm")).and_cost(env.dim("tpm"), 100);
     let acquiring = tokio::spawn({
         let client = client.clone();

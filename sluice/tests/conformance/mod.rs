@@ -8,11 +8,13 @@
 
 mod bursts;
 mod clients;
+mod gate;
 mod leases;
 mod reserves;
 mod shards;
 pub use bursts::*;
 pub use clients::*;
+pub use gate::Gate;
 pub use leases::*;
 pub use reserves::*;
 pub use shards::*;
@@ -246,6 +248,7 @@ macro_rules! suite {
             a_hot_bucket_spreads_itself_and_gathers_back_when_it_cools,
             corrections_follow_a_grant_over_shards_and_shards_gathered_away,
             several_dimensions_and_priorities_on_sharded_buckets,
+            a_reshard_lands_on_rows_other_clients_take_from_meanwhile,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

@@ -418,3 +418,71 @@ pub async fn several_dimensions_and_priorities_on_sharded_buckets(env: Env) {
     assert_eq!(whole_available(&env, "rpm").await, Tokens::ZERO);
     drop((taken, reserved));
 }
+
+/// A reshard reads every row, then writes them in one transaction: on a hot bucket the
+/// rows change in between. The rows that stay are moved by what they give or take, so the
+/// reshard lands at its first attempt, and what the other clients took meanwhile stays
+/// taken.
+pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env) {
+    let d = env.dim("rpm");
+    env.sluice
+        .put_bucket(
+            &d,
+            Bucket::requests(RefillRate::per_second(10)).with_capacity(1_000),
+        )
+        .await
+        .unwrap();
+    // Not full: a full row's level does not depend on what it stores while the refill
+    // covers the takes, and here the clock stands still.
+    let first = env
+        .sluice
+        .acquire(Acquire::with_cost(&d, 100))
+        .await
+        .unwrap();
+    let (gate, open) = super::Gate::new(&env, "rpm");
+    let resharder = gate.client(&env);
+    let resharding = tokio::spawn({
+        let d = d.clone();
+        async move { resharder.reshard(&d, 8).await }
+    });
+    // The reshard has read the row and its write is held: another client takes from it
+    // meanwhile (the clock stands still: nothing refills).
+    gate.arrived.notified().await;
+    let other = env.client("other");
+    let mut taken = 0;
+    let mut held = Vec::new();
+    for cost in [7, 9, 11, 13, 15, 17, 19, 21] {
+        held.push(other.acquire(Acquire::with_cost(&d, cost)).await.unwrap());
+        taken += cost;
+    }
+    open.send(true).unwrap();
+    let rows = resharding.await.unwrap().unwrap();
+    assert_eq!(rows.len(), 8);
+    assert_eq!(
+        gate.reshards.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the reshard landed at its first attempt"
+    );
+    assert_eq!(
+        whole_available(&env, "rpm").await,
+        Tokens::new(1_000 - 100 - taken),
+        "every token the others took stays taken, none is made"
+    );
+    // A client goes on with the new rows: the rest is granted whole, then refused. (On
+    // the fast protocol: the seed protocol's clients see shard 0 alone, as the seed's
+    // other SDKs do.)
+    drop(first);
+    let fast = env.client_with("fast", |c| sluice::Config {
+        protocol: Protocol::Fast,
+        ..c
+    });
+    let rest = fast
+        .acquire(Acquire::with_cost(&d, 1_000 - 100 - taken))
+        .await
+        .unwrap();
+    assert!(matches!(
+        fast.acquire(Acquire::new(&d)).await,
+        Err(Error::RetryIn(_))
+    ));
+    drop((held, rest));
+}

@@ -102,6 +102,16 @@ impl Store for Switch {
         self.check()?;
         self.inner.replace_buckets(expected, rows).await
     }
+
+    async fn respread_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+        moves: &[Option<sluice::Commute>],
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.respread_buckets(expected, rows, moves).await
+    }
     async fn put_bucket(
         &self,
         state: &BucketState,

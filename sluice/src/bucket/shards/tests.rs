@@ -140,3 +140,116 @@ proptest! {
         prop_assert!(rows.iter().all(|r| r.bucket.limit_type() != LimitType::Concurrent));
     }
 }
+
+/// Rows spread over `first` rows from a bucket holding `start` tokens, each drained by its
+/// percent of `drains` at `drained`.
+fn spread_and_drained(
+    whole: &Bucket,
+    start: i64,
+    first: u16,
+    drains: &[u8],
+    drained: UnixMillis,
+) -> Vec<BucketState> {
+    let capacity = whole.capacity().as_nanos() / NANOS_PER_TOKEN;
+    let start = i128::from(start).min(capacity) * NANOS_PER_TOKEN;
+    let mut rows = reshard(&one_row(whole.clone(), start), first, at(0)).unwrap();
+    for (r, pct) in rows.iter_mut().zip(drains.iter().cycle()) {
+        let level = r.refilled(drained);
+        let take = Tokens::from_nanos(level.tokens.as_nanos().max(0) * i128::from(*pct) / 100);
+        r.set_level(crate::bucket::Level {
+            tokens: level.tokens - take,
+            ..level
+        });
+    }
+    rows
+}
+
+#[test]
+fn a_move_is_refused_once_its_row_was_refilled_since_the_read() {
+    let whole = Bucket::requests(RefillRate::per_second(100)).with_capacity(1_000);
+    let rows = spread_and_drained(&whole, 1_000, 4, &[50, 10, 90, 0], at(100));
+    let next = reshard(&rows, 8, at(150)).unwrap();
+    let moves = moves(&rows, &next, at(150), false);
+    assert_eq!(moves.len(), 4);
+    let mut folded = rows[2].clone();
+    folded.set_level(folded.refilled(at(120)));
+    let m = moves[2].as_ref().unwrap();
+    assert!(m.holds(&rows[2]) && !m.holds(&folded));
+    // A row of another SDK (no write id) is left to the exact condition.
+    let mut seed = rows.clone();
+    seed[1].write_id = None;
+    assert!(super::moves(&seed, &next, at(150), false)[1].is_none());
+}
+
+proptest! {
+    /// A reshard racing other writers: the rows are read, then takes and gives land on the
+    /// rows that stay (commuting changes: the tokens move, the refill timestamps do not)
+    /// before the moves do. With nothing landed, every move holds and leaves its row
+    /// exactly at its part. Otherwise, wherever every move still holds, the rows end with
+    /// exactly the tokens the whole has at the reshard's instant (what the others did
+    /// included), each within its new bounds.
+    #[test]
+    fn moves_keep_the_whole_whatever_other_writers_did(
+        per_minute in 60u64..1_000_000,
+        capacity in 100i64..1_000_000,
+        start in 0i64..1_000_000,
+        first in 1u16..=32,
+        to in 1u16..=32,
+        gaps in (0u64..5_000, 0u64..5_000),
+        drains in prop::collection::vec(0u8..=100, 1..32),
+        others in prop::collection::vec(-2_000i64..2_000, 1..32),
+        kind in prop::bool::ANY,
+        raced in prop::bool::ANY,
+    ) {
+        let make = if kind { Bucket::requests } else { Bucket::tokens };
+        let whole = make(RefillRate::per_minute(per_minute)).with_capacity(capacity);
+        let drained = at(0).saturating_add(std::time::Duration::from_millis(gaps.0));
+        let rows = spread_and_drained(&whole, start, first, &drains, drained);
+        let now = drained.saturating_add(std::time::Duration::from_millis(gaps.1));
+        let next = reshard(&rows, to, now).unwrap();
+        let moves = moves(&rows, &next, now, raced);
+        let staying = rows.len().min(next.len());
+        prop_assert_eq!(moves.len(), staying);
+        // What a move after a lost race may drop: 1% of each row it moves.
+        let mut may_drop = Tokens::ZERO;
+        for (k, m) in moves.iter().enumerate() {
+            let m = m.as_ref().expect("a sluice row is moved");
+            prop_assert!(m.holds(&rows[k]));
+            let level = m.applied(&rows[k]);
+            prop_assert_eq!(level.last_refill_at, now);
+            if raced {
+                may_drop += Tokens::from_nanos(rows[k].holds().as_nanos() / 100);
+                prop_assert!(level.tokens <= next[k].tokens);
+                prop_assert!(next[k].tokens - level.tokens <= Tokens::from_nanos(rows[k].holds().as_nanos() / 100));
+            } else {
+                prop_assert_eq!(level.tokens, next[k].tokens);
+            }
+        }
+        // Others' takes and gives, in thousandths of a token, on the rows that stay.
+        let mut stored = rows.clone();
+        for (r, d) in stored.iter_mut().take(staying).zip(others.iter().cycle()) {
+            r.tokens += Tokens::from_nanos(i128::from(*d) * 1_000_000);
+        }
+        let all_hold = (0..staying).all(|k| moves[k].as_ref().is_some_and(|m| m.holds(&stored[k])));
+        if all_hold {
+            let mut after = Tokens::ZERO;
+            for (k, new) in next.iter().enumerate() {
+                let tokens = match moves.get(k) {
+                    Some(m) => m.as_ref().unwrap().applied(&stored[k]).tokens,
+                    None => new.tokens,
+                };
+                prop_assert!(tokens <= new.holds(), "row {} over its bounds", k);
+                prop_assert!(tokens >= new.tokens.min(Tokens::ZERO), "row {} under its bounds", k);
+                after = after.saturating_add(tokens);
+            }
+            // Never more than the whole holds; exactly it, or (after a lost race) at most
+            // 1% of each moved row less.
+            let whole_now = total(&stored, now);
+            prop_assert!(after <= whole_now);
+            prop_assert!(whole_now - after <= may_drop);
+            if !raced {
+                prop_assert_eq!(after, whole_now);
+            }
+        }
+    }
+}

@@ -24,6 +24,43 @@ fn once() -> aws_sdk_dynamodb::config::Builder {
 
 /// The update and condition expressions of `change`, with their names and values.
 fn update_of(change: &BucketChange) -> (String, Expr) {
+    let (e, clauses) = parts_of(change);
+    (clauses.expression(), e)
+}
+
+/// The clauses of an update expression, by kind.
+#[derive(Debug, Default)]
+pub(super) struct Clauses {
+    pub(super) sets: Vec<String>,
+    pub(super) adds: Vec<String>,
+    pub(super) removes: Vec<String>,
+}
+
+impl Clauses {
+    /// `SET …` `ADD …` `REMOVE …`, each kind that has clauses.
+    pub(super) fn expression(&self) -> String {
+        let mut update = String::new();
+        for (clause, parts) in [
+            ("SET", &self.sets),
+            ("ADD", &self.adds),
+            ("REMOVE", &self.removes),
+        ] {
+            if !parts.is_empty() {
+                if !update.is_empty() {
+                    update.push(' ');
+                }
+                update.push_str(clause);
+                update.push(' ');
+                update.push_str(&parts.join(", "));
+            }
+        }
+        update
+    }
+}
+
+/// The conditions of `change` (its definition, its own) and its update clauses: the
+/// tokens, the version, the refill.
+pub(super) fn parts_of(change: &BucketChange) -> (Expr, Clauses) {
     let mut e = Expr::default();
     e.name("#key", row::KEY)
         .name("#t", row::TOKENS)
@@ -34,42 +71,32 @@ fn update_of(change: &BucketChange) -> (String, Expr) {
         .and("#v < :maxv");
     row::same_definition(&mut e, &change.bucket, change.burst);
     conditions(&mut e, &change.commute);
-    let mut sets = Vec::new();
-    let mut adds = vec!["#v :one".to_owned()];
-    let mut removes = Vec::new();
+    let mut c = Clauses {
+        adds: vec!["#v :one".to_owned()],
+        ..Clauses::default()
+    };
     match change.commute.tokens {
         TokensOp::Add(delta) => {
             e.value(":delta", row::n(delta));
-            adds.push("#t :delta".to_owned());
+            c.adds.push("#t :delta".to_owned());
         }
         TokensOp::Set(tokens) => {
             e.value(":tokens", row::n(tokens));
-            sets.push("#t = :tokens".to_owned());
+            c.sets.push("#t = :tokens".to_owned());
         }
     }
     if let Some((at, carry)) = change.commute.refill {
         e.name("#rc", row::REFILL_CARRY).value(":last", row::n(at));
-        sets.push("#l = :last".to_owned());
+        c.sets.push("#l = :last".to_owned());
         match row::carry_value(carry, at) {
             Some(value) => {
                 e.value(":rc", value);
-                sets.push("#rc = :rc".to_owned());
+                c.sets.push("#rc = :rc".to_owned());
             }
-            None => removes.push("#rc".to_owned()),
+            None => c.removes.push("#rc".to_owned()),
         }
     }
-    let mut update = String::new();
-    for (clause, parts) in [("SET", sets), ("ADD", adds), ("REMOVE", removes)] {
-        if !parts.is_empty() {
-            if !update.is_empty() {
-                update.push(' ');
-            }
-            update.push_str(clause);
-            update.push(' ');
-            update.push_str(&parts.join(", "));
-        }
-    }
-    (update, e)
+    (e, c)
 }
 
 /// Adds the conditions of `c` to `e`: its first set, or any other set.

@@ -469,7 +469,16 @@ impl Store for DynamoStore {
         expected: &[BucketState],
         rows: &[BucketState],
     ) -> Result<bool, StoreError> {
-        self.replace_rows(expected, rows).await
+        self.replace_rows(expected, rows, &[]).await
+    }
+
+    async fn respread_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+        moves: &[Option<crate::bucket::Commute>],
+    ) -> Result<bool, StoreError> {
+        self.replace_rows(expected, rows, moves).await
     }
 
     async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {

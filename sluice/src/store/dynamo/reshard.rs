@@ -1,25 +1,92 @@
 //! A bucket's rows replaced at once (a reshard): one `TransactWriteItems` that puts every
 //! new row whole and deletes the rows that go, each on condition that the stored row is
-//! still exactly the one read (or, for a new row, that none exists).
+//! still exactly the one read (or, for a new row, that none exists); a row that stays and
+//! has a commuting move is updated by it instead (see
+//! [`Store::respread_buckets`](crate::store::Store::respread_buckets)).
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{Delete, Put, ReturnConsumedCapacity, TransactWriteItem};
+use aws_sdk_dynamodb::types::{Delete, Put, ReturnConsumedCapacity, TransactWriteItem, Update};
 
 use super::error::{Cancelled, cancelled};
 use super::row;
 use super::{DynamoStore, NOT_EXISTS, Units, build_error as build};
-use crate::bucket::BucketState;
-use crate::store::StoreError;
+use crate::bucket::{BucketState, Commute};
+use crate::store::{BucketChange, StoreError};
+
+/// The attributes of a row's definition and count, with the names the definition's
+/// condition gives them (see `row::same_definition`) or new ones.
+const DEFINITION: [(&str, &str); 10] = [
+    (row::CAPACITY, "#c"),
+    (row::REFILL_RATE, "#r"),
+    (row::REFILL_AMOUNT, "#ra"),
+    (row::REFILL_PERIOD, "#rp"),
+    (row::COST_PER_CALL, "#p"),
+    (row::LIMIT_TYPE, "#k"),
+    (row::LEAN, "#lean"),
+    (row::RESERVES, "#res"),
+    (row::SHARDS, "#sh"),
+    (row::BURST, "#b"),
+];
+
+/// The update that moves the row `read` (of a bucket over `read.shards` rows) to `new` by
+/// `commute`: the change's own conditions and clauses, on the count read, and the new
+/// definition and count set (an attribute `new` has not, removed).
+fn moved(
+    table: &str,
+    read: &BucketState,
+    new: &BucketState,
+    commute: &Commute,
+) -> Result<Update, StoreError> {
+    let (mut e, mut c) = super::change::parts_of(&BucketChange::of(read, commute.clone()));
+    e.name("#sh", row::SHARDS)
+        .name("#ra", row::REFILL_AMOUNT)
+        .name("#rp", row::REFILL_PERIOD)
+        .value(":shn", row::n(read.shards.max(1)));
+    if read.shards > 1 {
+        e.and("#sh = :shn");
+    } else {
+        e.and("(attribute_not_exists(#sh) OR #sh = :shn)");
+    }
+    let item = row::bucket_item(new);
+    for (i, (attribute, name)) in DEFINITION.iter().enumerate() {
+        match item.get(*attribute) {
+            Some(value) => {
+                let placeholder = format!(":d{i}");
+                e.value(&placeholder, value.clone());
+                c.sets.push(format!("{name} = {placeholder}"));
+            }
+            None => c.removes.push((*name).to_owned()),
+        }
+    }
+    let update = c.expression();
+    let (condition, values, names) = e.into_parts();
+    Update::builder()
+        .table_name(table)
+        .set_key(Some(row::key(new.dimension.as_str())))
+        .update_expression(update)
+        .condition_expression(condition)
+        .set_expression_attribute_names(Some(names))
+        .set_expression_attribute_values(Some(values))
+        .build()
+        .map_err(build)
+}
 
 impl DynamoStore {
     pub(super) async fn replace_rows(
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
+        moves: &[Option<Commute>],
     ) -> Result<bool, StoreError> {
         let mut items = Vec::with_capacity(expected.len().max(rows.len()));
-        for state in rows {
+        for (k, state) in rows.iter().enumerate() {
             StoreError::check_row(state)?;
+            let read = expected.iter().find(|e| e.dimension == state.dimension);
+            if let (Some(read), Some(Some(commute))) = (read, moves.get(k)) {
+                let update = moved(self.table.as_ref(), read, state, commute)?;
+                items.push(TransactWriteItem::builder().update(update).build());
+                continue;
+            }
             let mut put = Put::builder()
                 .table_name(self.table.as_ref())
                 .set_item(Some(row::bucket_item(state)));
