@@ -47,6 +47,9 @@ pub struct Snapshot {
     pub burst: Option<Tokens>,
     /// The bucket row's version.
     pub version: u64,
+    /// How many rows the bucket is spread over (1: its own row alone; see
+    /// [`Sluice::reshard`](crate::Sluice::reshard)); the snapshot is of them all.
+    pub shards: u16,
     /// When the snapshot was taken.
     pub taken_at: UnixMillis,
 }
@@ -69,6 +72,7 @@ impl Snapshot {
             time_to_full: row.time_to_full(now),
             reserves: row.bucket.reserves().to_vec(),
             version: row.version,
+            shards: row.shards,
             taken_at: now,
         }
     }

@@ -97,6 +97,20 @@ fn bucket_put_get_list_delete() {
         (shard0["capacity"].clone(), shard0["shards"].clone()),
         (125.into(), 4.into())
     );
+    // `status` shows the bucket whole, with its count of rows.
+    let status = cli.ok(&["status", "openai#rpm"]);
+    let (header, row) = (
+        status.lines().next().unwrap(),
+        status.lines().nth(1).unwrap(),
+    );
+    assert!(header.contains("ROWS"), "{status}");
+    assert!(row.starts_with("openai#rpm  requests  500"), "{status}");
+    assert!(row.trim_end().ends_with('4'), "{status}");
+    let whole = cli.json(&["status", "openai#rpm", "--json"]);
+    assert_eq!(
+        (whole[0]["capacity"].clone(), whole[0]["shards"].clone()),
+        (500.into(), 4.into())
+    );
     assert_eq!(
         cli.ok(&["bucket", "shards", "openai#rpm", "1"]),
         "openai#rpm: 1 row(s)\n"
@@ -355,6 +369,7 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
             "refill",
             "refill_per_second",
             "reserves",
+            "shards",
             "time_to_full_ms",
             "type",
             "version"

@@ -89,6 +89,7 @@ pub(crate) fn snapshot_json(s: &Snapshot) -> Value {
         "expired_leases": s.expired_leases,
         "time_to_full_ms": s.time_to_full.map(|d| d.as_millis() as u64),
         "version": s.version,
+        "shards": s.shards,
     })
 }
 
@@ -182,8 +183,10 @@ pub(crate) fn bucket_text(b: &BucketState) -> String {
 }
 
 pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
-    // The column of what each priority may take, only when some bucket keeps reserves.
+    // The column of what each priority may take, only when some bucket keeps reserves;
+    // the count of rows, only when some bucket is spread over several.
     let by_priority_column = snapshots.iter().any(|s| !s.reserves.is_empty());
+    let rows_column = snapshots.iter().any(|s| s.shards > 1);
     let rows: Vec<Vec<String>> = snapshots
         .iter()
         .map(|s| {
@@ -211,6 +214,9 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
                     None => "on release".to_owned(),
                 },
             ];
+            if rows_column {
+                row.push(s.shards.to_string());
+            }
             if by_priority_column {
                 row.push(
                     by_priority(s)
@@ -223,7 +229,7 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
             row
         })
         .collect();
-    let header = [
+    let mut header = vec![
         "DIMENSION",
         "TYPE",
         "CAPACITY",
@@ -231,10 +237,14 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
         "REFILL",
         "LEASES",
         "TIME TO FULL",
-        "BY PRIORITY",
     ];
-    let columns = if by_priority_column { 8 } else { 7 };
-    table(&header[..columns], &rows)
+    if rows_column {
+        header.push("ROWS");
+    }
+    if by_priority_column {
+        header.push("BY PRIORITY");
+    }
+    table(&header, &rows)
 }
 
 /// A duration cut to whole milliseconds, for display.
