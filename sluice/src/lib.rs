@@ -68,8 +68,8 @@ mod tokens;
 pub use acquire::{Acquire, MAX_DIMENSIONS};
 pub use bucket::{
     Bucket, BucketError, BucketState, Commute, Condition, Level, LimitType, MAX_VERSION,
-    RECENT_WRITES, RecentWrites, RefillCarry, Report, ShardError, Take, TokensOp, UnknownLimitType,
-    refill,
+    RECENT_WRITES, RecentWrites, RefillCarry, Report, ShardError, ShardLimit, ShardLimitError,
+    Take, TokensOp, UnknownLimitType, refill,
 };
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};

@@ -27,7 +27,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::text::{Amount, amount, bucket, rate};
-use crate::{Bucket, Dimension, LimitType, Priority, RefillRate, Tokens};
+use crate::{Bucket, Dimension, LimitType, Priority, RefillRate, ShardLimit, Tokens};
 
 /// Serializes as the value's `Display` text.
 macro_rules! as_text {
@@ -131,6 +131,12 @@ struct Definition {
     lean: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     reserves: Vec<ReserveDefinition>,
+    /// Pinned to this many rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shards: Option<u16>,
+    /// Spread over this many rows at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_shards: Option<u16>,
 }
 
 /// One reserve: tokens, or `"20%"` of the capacity.
@@ -178,6 +184,14 @@ impl Serialize for Bucket {
                     reserve: ReserveAmount(Amount::Tokens(r.tokens)),
                 })
                 .collect(),
+            shards: match self.shard_limit() {
+                Some(ShardLimit::Pinned(n)) => Some(n),
+                _ => None,
+            },
+            max_shards: match self.shard_limit() {
+                Some(ShardLimit::AtMost(n)) => Some(n),
+                _ => None,
+            },
         }
         .serialize(serializer)
     }
@@ -191,7 +205,7 @@ impl<'de> Deserialize<'de> for Bucket {
             .into_iter()
             .map(|r| (r.priority, r.reserve.0))
             .collect();
-        bucket(
+        let bucket = bucket(
             d.limit_type,
             d.capacity,
             d.refill,
@@ -199,7 +213,20 @@ impl<'de> Deserialize<'de> for Bucket {
             d.lean,
             &reserves,
         )
-        .map_err(de::Error::custom)
+        .map_err(de::Error::custom)?;
+        let limit = match (d.shards, d.max_shards) {
+            (None, None) => return Ok(bucket),
+            (Some(n), None) => ShardLimit::Pinned(n),
+            (None, Some(n)) => ShardLimit::AtMost(n),
+            (Some(_), Some(_)) => {
+                return Err(de::Error::custom(
+                    "give `shards` (pinned) or `max_shards` (at most), not both",
+                ));
+            }
+        };
+        let bucket = bucket.with_shards(limit);
+        bucket.validate().map_err(de::Error::custom)?;
+        Ok(bucket)
     }
 }
 
@@ -272,6 +299,14 @@ mod tests {
         let rpm: Bucket =
             read(r#"{"type": "requests", "refill": "60/min", "lean": true}"#).unwrap();
         assert_eq!(rpm, Bucket::requests(RefillRate::per_minute(60)).lean());
+        let pinned: Bucket =
+            read(r#"{"type": "requests", "refill": "60/min", "shards": 4}"#).unwrap();
+        assert_eq!(pinned.shard_limit(), Some(ShardLimit::Pinned(4)));
+        let capped: Bucket =
+            read(r#"{"type": "tokens", "refill": "60/min", "max_shards": 8}"#).unwrap();
+        assert_eq!(capped.shard_limit(), Some(ShardLimit::AtMost(8)));
+        let json = serde_json::to_string(&capped).unwrap();
+        assert_eq!(read::<Bucket>(&json).unwrap(), capped);
         let cases = [
             (r#"{"type": "requests"}"#, "needs a refill rate"),
             (
@@ -289,6 +324,18 @@ mod tests {
             (
                 r#"{"type": "concurrent", "capacity": 4, "reserves": [{"priority": "x", "reserve": "150%"}]}"#,
                 "at most 100%",
+            ),
+            (
+                r#"{"type": "requests", "refill": "1/s", "shards": 2, "max_shards": 4}"#,
+                "not both",
+            ),
+            (
+                r#"{"type": "requests", "refill": "1/s", "max_shards": 33}"#,
+                "1 to 32 rows",
+            ),
+            (
+                r#"{"type": "concurrent", "capacity": 4, "shards": 2}"#,
+                "1 to 32 rows",
             ),
         ];
         for (json, message) in cases {

@@ -93,6 +93,7 @@ pub struct Bucket {
     pub(super) cost_per_call: Tokens,
     pub(super) leases: bool,
     pub(super) reserves: Vec<Reserve>,
+    pub(super) shards: Option<super::ShardLimit>,
 }
 
 /// Why a bucket definition is unusable.
@@ -157,6 +158,10 @@ pub enum BucketError {
     /// [`Tokens::MAX`].
     #[error("a learned burst must be positive and at most 10^18, got {0}")]
     Burst(Tokens),
+    /// A shard limit beyond 1 to [`MAX_SHARDS`](crate::MAX_SHARDS) rows, or one over
+    /// several rows for a `concurrent` bucket (whose slots stay in one row).
+    #[error("a bucket is spread over 1 to 32 rows (a `concurrent` bucket over one), not {0}")]
+    Shards(super::ShardLimit),
 }
 
 impl BucketError {
@@ -177,6 +182,7 @@ impl BucketError {
             | BucketError::TooManyReserves(_)
             | BucketError::ReservesExceedCapacity { .. } => "reserves",
             BucketError::Burst(_) => "burst",
+            BucketError::Shards(_) => "shard_limit",
         }
     }
 }
@@ -218,6 +224,7 @@ impl Bucket {
             cost_per_call: Tokens::new(1),
             leases: true,
             reserves: Vec::new(),
+            shards: None,
         }
     }
 
@@ -269,6 +276,17 @@ impl Bucket {
     pub fn lean(mut self) -> Self {
         self.leases = false;
         self
+    }
+
+    /// Bounds the rows the bucket is spread over, for every client (see [`ShardLimit`](super::ShardLimit)).
+    pub fn with_shards(mut self, limit: super::ShardLimit) -> Self {
+        self.shards = Some(limit);
+        self
+    }
+
+    /// The bucket's bound on its rows, if it sets one.
+    pub fn shard_limit(&self) -> Option<super::ShardLimit> {
+        self.shards
     }
 
     /// Whether grants write lease rows (`false` in [lean mode](Self::lean)).
@@ -377,6 +395,12 @@ impl Bucket {
                 cost: self.cost_per_call,
                 capacity: self.capacity,
             });
+        }
+        if let Some(limit) = self.shards {
+            let one_row = limit.range().0 == 1;
+            if !limit.valid() || (self.limit_type == LimitType::Concurrent && !one_row) {
+                return Err(BucketError::Shards(limit));
+            }
         }
         self.validate_reserves()
     }

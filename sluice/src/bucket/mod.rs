@@ -6,6 +6,7 @@
 mod burst;
 mod commute;
 mod definition;
+mod limit;
 mod recent;
 mod refill;
 pub(crate) mod shards;
@@ -16,6 +17,7 @@ pub use commute::{Commute, Condition, TokensOp};
 pub(crate) use commute::{Want, commute};
 pub use definition::{Bucket, BucketError, LimitType, MAX_VERSION, UnknownLimitType};
 pub(crate) use definition::{first_version, timestamp_in_range};
+pub use limit::{ShardLimit, ShardLimitError};
 pub use recent::{RECENT_WRITES, RecentWrites};
 pub use refill::{Level, RefillCarry, refill};
 pub use shards::ShardError;

@@ -44,6 +44,18 @@ pub enum ShardError {
         "`{0}` is a `concurrent` bucket: its slots come back to the row they were taken from, so it stays in one row"
     )]
     Concurrent(Dimension),
+    /// A count the bucket's own bound on its rows does not allow.
+    #[error(
+        "the definition of `{dimension}` keeps it over {limit} rows (`=N`: exactly N, `<=N`: at most N), not {shards}"
+    )]
+    Limited {
+        /// The bucket.
+        dimension: Dimension,
+        /// The count asked for.
+        shards: u16,
+        /// Its bound.
+        limit: super::ShardLimit,
+    },
     /// The rows read are not the shards of one bucket (a row missing, or redefined by
     /// hand).
     #[error("the rows of `{0}` are not the shards of one bucket: {1}")]

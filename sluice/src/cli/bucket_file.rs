@@ -7,6 +7,7 @@
 //! capacity = 500        # optional for requests/tokens: one minute of refill
 //! cost_per_call = 1     # optional
 //! lean = true           # optional: no lease rows (requests/tokens only)
+//! max_shards = 8        # optional: spread over 8 rows at most (`shards = 4`: always 4)
 //!
 //! ["openai#tpm"]
 //! type = "tokens"
@@ -57,6 +58,7 @@ type = "tokens"
 refill = "2000000/min"
 cost_per_call = "1000"
 lean = true
+shards = 4
 reserves = [{ priority = "interactive", reserve = "20%" }, { priority = "standard", reserve = 100000 }]
 
 ["elevenlabs#concurrent"]
@@ -86,6 +88,7 @@ capacity = 10
                 .lean()
                 .with_reserve("interactive".parse().unwrap(), 400_000)
                 .with_reserve("standard".parse().unwrap(), 100_000)
+                .with_shards(crate::ShardLimit::Pinned(4))
         );
         assert_eq!(get("elevenlabs#concurrent"), Bucket::concurrent(10));
     }

@@ -104,7 +104,16 @@ impl Sluice {
                 let state = redefined(current.as_ref(), &dimension, &bucket, now);
                 if self.core.store.put_bucket(&state, current.as_ref()).await? {
                     self.core.lanes.learn_written(state.clone(), now);
-                    return Ok(state);
+                    // A definition that keeps it over several rows spreads it now.
+                    return match bucket.shard_limit().map(|l| l.clamp(1)) {
+                        Some(to) if to > 1 => {
+                            let rows =
+                                crate::protocol::reshard::reshard(&self.core, &dimension, to)
+                                    .await?;
+                            Ok(rows.into_iter().next().unwrap_or(state))
+                        }
+                        _ => Ok(state),
+                    };
                 }
             }
             if !budget.lose() {
@@ -166,7 +175,9 @@ impl Sluice {
         let now = self.now();
         let one = reshard(&rows, 1, now)?.remove(0);
         let defined = redefined(Some(&one), dimension, bucket, now);
+        // As many rows as now, or the nearest count the new definition allows.
         let count = u16::try_from(rows.len()).unwrap_or(u16::MAX);
+        let count = bucket.shard_limit().map_or(count, |l| l.clamp(count));
         let mut spread = reshard(&[defined], count, now)?;
         for (new, old) in spread.iter_mut().zip(&rows) {
             new.version = new.version.max(old.version.saturating_add(1));

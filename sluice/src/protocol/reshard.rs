@@ -62,6 +62,14 @@ pub(crate) async fn reshard_from(
     let mut budget = Budget::new(core.config.max_retries);
     loop {
         let rows = rows_of(core, base).await?;
+        if let Some(limit) = rows[0].bucket.shard_limit().filter(|l| !l.allows(to)) {
+            return Err(ShardError::Limited {
+                dimension: base.clone(),
+                shards: to,
+                limit,
+            }
+            .into());
+        }
         let now_at = rows.len();
         if usize::from(to) == now_at || from.is_some_and(|f| usize::from(f) != now_at) {
             return Ok(rows);

@@ -92,12 +92,12 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
                 r.dimension.clone(),
                 r.version,
                 r.shards,
-                refills,
+                (refills, r.bucket.shard_limit()),
                 memory.learned_at(),
             )
         })
     };
-    let Some((row, version, shards, refills, learned_at)) = known else {
+    let Some((row, version, shards, (refills, bound), learned_at)) = known else {
         return;
     };
     let sharding = &core.config.sharding;
@@ -122,6 +122,13 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     // row), and over several rows picked at random one row takes a burst now and then,
     // while a lone row at its ceiling and throttled takes every client's writes and
     // refuses demand every second it stays so.
+    // Within the bucket's own bound on its rows; a count outside it (the bound set since)
+    // is moved into it.
+    let target = match bound {
+        Some(bound) if !bound.allows(n) => Some(bound.clamp(n)),
+        Some(bound) => target.map(|to| bound.clamp(to)).filter(|to| *to != n),
+        None => target,
+    };
     let spreads = target.is_some_and(|to| to > n);
     let heated = core.heat.hot(base, spreads);
     let sure =

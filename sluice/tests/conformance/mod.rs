@@ -249,6 +249,7 @@ macro_rules! suite {
             corrections_follow_a_grant_over_shards_and_shards_gathered_away,
             several_dimensions_and_priorities_on_sharded_buckets,
             a_reshard_lands_on_rows_other_clients_take_from_meanwhile,
+            a_bucket_pinned_or_capped_by_its_definition_keeps_within_it,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

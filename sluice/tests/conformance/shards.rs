@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sluice::{Acquire, Bucket, Error, Protocol, RefillRate, Tokens};
+use sluice::{Acquire, Bucket, Error, Protocol, RefillRate, ShardError, ShardLimit, Tokens};
 
 use super::Env;
 
@@ -485,4 +485,71 @@ pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env)
         Err(Error::RetryIn(_))
     ));
     drop((held, rest));
+}
+
+/// A bucket whose definition pins or caps its rows: defining it spreads it, a reshard by
+/// hand outside the bound is refused, a new bound moves it, and automatic sharding stays
+/// within it whatever the load.
+pub async fn a_bucket_pinned_or_capped_by_its_definition_keeps_within_it(env: Env) {
+    let d = env.dim("rpm");
+    let rpm = Bucket::requests(RefillRate::per_minute(1)).with_capacity(100_000);
+    let shards = || {
+        let (d, sluice) = (d.clone(), env.sluice.clone());
+        async move { sluice.bucket(&d).await.unwrap().unwrap().shards }
+    };
+    let pinned = env
+        .sluice
+        .put_bucket(&d, rpm.clone().with_shards(ShardLimit::Pinned(4)))
+        .await
+        .unwrap();
+    assert_eq!((pinned.shards, shards().await), (4, 4));
+    assert!(matches!(
+        env.sluice.reshard(&d, 8).await,
+        Err(Error::Shards(ShardError::Limited { shards: 8, .. }))
+    ));
+    assert_eq!(whole_available(&env, "rpm").await, Tokens::new(100_000));
+    // Pinned to one row: gathered at once by the redefinition, every token kept; then
+    // capped at 2 (one row is within it: left as it is).
+    env.sluice
+        .put_bucket(&d, rpm.clone().with_shards(ShardLimit::Pinned(1)))
+        .await
+        .unwrap();
+    assert_eq!(shards().await, 1);
+    assert_eq!(whole_available(&env, "rpm").await, Tokens::new(100_000));
+    env.sluice
+        .put_bucket(&d, rpm.clone().with_shards(ShardLimit::AtMost(2)))
+        .await
+        .unwrap();
+    assert_eq!(shards().await, 1);
+    // Hot enough to want 128 rows of 10 writes a second: spread to 2 and no further, by
+    // clients that would go to 32 (the seed's protocol never reshards).
+    let clients: Vec<_> = (0..4)
+        .map(|i| {
+            env.client_with(&format!("c{i}"), |c| sluice::Config {
+                sharding: sluice::Sharding {
+                    item_write_ceiling: Some(10),
+                    max_shards: 32,
+                },
+                ..c
+            })
+        })
+        .collect();
+    for _ in 0..300 {
+        for c in &clients {
+            c.acquire(Acquire::new(&d))
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+        }
+        env.advance_ms(10);
+        assert!(shards().await <= 2, "beyond its cap");
+    }
+    let spread = if env.protocol() == Protocol::Seed {
+        1
+    } else {
+        2
+    };
+    assert_eq!(shards().await, spread);
 }

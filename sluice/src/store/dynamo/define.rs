@@ -8,6 +8,8 @@ use aws_sdk_dynamodb::types::{
     ConsumedCapacity, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
 
+use std::collections::HashMap;
+
 use super::row::{self, Item};
 use super::{DynamoStore, NOT_EXISTS, Units};
 use crate::bucket::BucketState;
@@ -22,6 +24,27 @@ enum Refused {
 }
 
 impl DynamoStore {
+    /// Every bucket row sluice can read, by dimension (a row it cannot read is skipped
+    /// with a warning).
+    pub(super) async fn bucket_rows(&self) -> Result<Vec<BucketState>, StoreError> {
+        let items = self
+            .scan(
+                "NOT begins_with(vendor_dimension, :lease)",
+                HashMap::from([(":lease".to_owned(), row::s(crate::dimension::LEASE_PREFIX))]),
+                HashMap::new(),
+            )
+            .await?;
+        let mut buckets = Vec::with_capacity(items.len());
+        for item in &items {
+            match row::bucket_state(item) {
+                Ok(b) => buckets.push(b),
+                Err(e) => tracing::warn!(error = %e, "skipping a bucket row sluice cannot read"),
+            }
+        }
+        buckets.sort_by(|a, b| a.dimension.cmp(&b.dimension));
+        Ok(buckets)
+    }
+
     /// Writes `state` over `expected` (`None`: a row that must not exist yet); whether it
     /// applied.
     pub(super) async fn define(

@@ -34,7 +34,7 @@ use super::{
 };
 use crate::bucket::BucketState;
 use crate::config::Config;
-use crate::dimension::{Dimension, LEASE_PREFIX};
+use crate::dimension::Dimension;
 use crate::retry::Rounds;
 use crate::role::{self, Role};
 
@@ -482,24 +482,7 @@ impl Store for DynamoStore {
     }
 
     async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
-        let items = role::within(
-            Role::Operator,
-            self.scan(
-                "NOT begins_with(vendor_dimension, :lease)",
-                HashMap::from([(":lease".to_owned(), row::s(LEASE_PREFIX))]),
-                HashMap::new(),
-            ),
-        )
-        .await?;
-        let mut buckets = Vec::with_capacity(items.len());
-        for item in &items {
-            match row::bucket_state(item) {
-                Ok(b) => buckets.push(b),
-                Err(e) => tracing::warn!(error = %e, "skipping a bucket row sluice cannot read"),
-            }
-        }
-        buckets.sort_by(|a, b| a.dimension.cmp(&b.dimension));
-        Ok(buckets)
+        role::within(Role::Operator, self.bucket_rows()).await
     }
 
     async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {

@@ -15,7 +15,7 @@ use crate::store::{BucketChange, StoreError};
 
 /// The attributes of a row's definition and count, with the names the definition's
 /// condition gives them (see `row::same_definition`) or new ones.
-const DEFINITION: [(&str, &str); 10] = [
+const DEFINITION: [(&str, &str); 11] = [
     (row::CAPACITY, "#c"),
     (row::REFILL_RATE, "#r"),
     (row::REFILL_AMOUNT, "#ra"),
@@ -26,6 +26,7 @@ const DEFINITION: [(&str, &str); 10] = [
     (row::RESERVES, "#res"),
     (row::SHARDS, "#sh"),
     (row::BURST, "#b"),
+    (row::SHARD_LIMIT, "#sl"),
 ];
 
 /// The update that moves the row `read` (of a bucket over `read.shards` rows) to `new` by
@@ -71,6 +72,56 @@ fn moved(
         .map_err(build)
 }
 
+/// The transaction's items: each row of `rows` put whole (on the row read, or on none
+/// existing) or moved by its commuting move; each row `rows` drops deleted as read.
+fn items(
+    table: &str,
+    expected: &[BucketState],
+    rows: &[BucketState],
+    moves: &[Option<Commute>],
+) -> Result<Vec<TransactWriteItem>, StoreError> {
+    let mut items = Vec::with_capacity(expected.len().max(rows.len()));
+    for (k, state) in rows.iter().enumerate() {
+        StoreError::check_row(state)?;
+        let read = expected.iter().find(|e| e.dimension == state.dimension);
+        if let (Some(read), Some(Some(commute))) = (read, moves.get(k)) {
+            let update = moved(table, read, state, commute)?;
+            items.push(TransactWriteItem::builder().update(update).build());
+            continue;
+        }
+        let put = Put::builder()
+            .table_name(table)
+            .set_item(Some(row::bucket_item(state)));
+        let put = match read {
+            Some(old) => {
+                let (condition, values, names) = row::same_row(old);
+                put.condition_expression(condition)
+                    .set_expression_attribute_names(Some(names))
+                    .set_expression_attribute_values(Some(values))
+            }
+            None => put.condition_expression(NOT_EXISTS),
+        };
+        let put = put.build().map_err(build)?;
+        items.push(TransactWriteItem::builder().put(put).build());
+    }
+    for old in expected
+        .iter()
+        .filter(|e| rows.iter().all(|r| r.dimension != e.dimension))
+    {
+        let (condition, values, names) = row::same_row(old);
+        let delete = Delete::builder()
+            .table_name(table)
+            .set_key(Some(row::key(old.dimension.as_str())))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .build()
+            .map_err(build)?;
+        items.push(TransactWriteItem::builder().delete(delete).build());
+    }
+    Ok(items)
+}
+
 impl DynamoStore {
     pub(super) async fn replace_rows(
         &self,
@@ -78,50 +129,7 @@ impl DynamoStore {
         rows: &[BucketState],
         moves: &[Option<Commute>],
     ) -> Result<bool, StoreError> {
-        let mut items = Vec::with_capacity(expected.len().max(rows.len()));
-        for (k, state) in rows.iter().enumerate() {
-            StoreError::check_row(state)?;
-            let read = expected.iter().find(|e| e.dimension == state.dimension);
-            if let (Some(read), Some(Some(commute))) = (read, moves.get(k)) {
-                let update = moved(self.table.as_ref(), read, state, commute)?;
-                items.push(TransactWriteItem::builder().update(update).build());
-                continue;
-            }
-            let mut put = Put::builder()
-                .table_name(self.table.as_ref())
-                .set_item(Some(row::bucket_item(state)));
-            put = match expected.iter().find(|e| e.dimension == state.dimension) {
-                Some(old) => {
-                    let (condition, values, names) = row::same_row(old);
-                    put.condition_expression(condition)
-                        .set_expression_attribute_names(Some(names))
-                        .set_expression_attribute_values(Some(values))
-                }
-                None => put.condition_expression(NOT_EXISTS),
-            };
-            items.push(
-                TransactWriteItem::builder()
-                    .put(put.build().map_err(build)?)
-                    .build(),
-            );
-        }
-        for old in expected
-            .iter()
-            .filter(|e| rows.iter().all(|r| r.dimension != e.dimension))
-        {
-            let (condition, values, names) = row::same_row(old);
-            let delete = Delete::builder()
-                .table_name(self.table.as_ref())
-                .set_key(Some(row::key(old.dimension.as_str())))
-                .condition_expression(condition)
-                .set_expression_attribute_names(Some(names))
-                .set_expression_attribute_values(Some(values));
-            items.push(
-                TransactWriteItem::builder()
-                    .delete(delete.build().map_err(build)?)
-                    .build(),
-            );
-        }
+        let items = items(self.table.as_ref(), expected, rows, moves)?;
         self.count_call();
         let sent = self
             .client

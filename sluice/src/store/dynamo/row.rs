@@ -79,6 +79,9 @@ pub(crate) const BURST: &str = "burst";
 /// sluice's extra bucket attribute: how many rows the bucket is spread over
 /// ([`BucketState::shards`]), on every one of them; absent: one.
 pub(crate) const SHARDS: &str = "shards";
+/// sluice's extra bucket attribute: the bucket's own bound on the rows it is spread over
+/// ([`ShardLimit`](crate::ShardLimit)), `=N` or `<=N`, on every one of them; absent: none.
+pub(crate) const SHARD_LIMIT: &str = "shard_limit";
 /// sluice's extra lease attribute on slot leases: the partition key of [`SLOTS_INDEX`].
 pub(crate) const SLOT_DIMENSION: &str = "slot_dimension";
 /// The sparse global secondary index over slot leases: partition key `slot_dimension`,
@@ -127,6 +130,9 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     }
     if state.shards > 1 {
         item.insert(SHARDS.to_owned(), n(state.shards));
+    }
+    if let Some(limit) = state.bucket.shard_limit() {
+        item.insert(SHARD_LIMIT.to_owned(), s(limit.to_string()));
     }
     if let Some(burst) = state.burst {
         item.insert(BURST.to_owned(), n(burst));
@@ -283,6 +289,10 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
     let recent_writes = read_recent_writes(&r, item)?;
     let refill_carry = read_carry(&r, last_refill_at)?;
     let shards = read_shards(&r, &dimension)?;
+    let bucket = match read_shard_limit(&r, item)? {
+        Some(limit) => bucket.with_shards(limit),
+        None => bucket,
+    };
     let state = BucketState {
         dimension,
         bucket: if lean { bucket.lean() } else { bucket },
@@ -393,7 +403,7 @@ use rate::{read_carry, read_rate};
 use reserves::read_reserves;
 pub(crate) use reserves::{RESERVES, reserves_value};
 pub(crate) use same::{Expr, same_definition, same_row};
-use writes::{read_recent_writes, read_shards, read_write_id};
+use writes::{read_recent_writes, read_shard_limit, read_shards, read_write_id};
 pub(crate) use writes::{recent_writes, write_id};
 
 #[cfg(test)]

@@ -141,4 +141,13 @@ pub(crate) fn same_definition(e: &mut Expr, bucket: &Bucket, burst: Option<Token
             e.and("attribute_not_exists(#b)");
         }
     }
+    e.name("#sl", super::SHARD_LIMIT);
+    match bucket.shard_limit() {
+        Some(limit) => {
+            e.value(":sl", s(limit.to_string())).and("#sl = :sl");
+        }
+        None => {
+            e.and("attribute_not_exists(#sl)");
+        }
+    }
 }

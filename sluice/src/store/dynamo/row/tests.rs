@@ -79,6 +79,18 @@ fn reads_the_seed_example_row_exactly() {
     let item = bucket_item(&learned);
     assert_eq!(item[BURST], n("10"));
     assert_eq!(bucket_state(&item).unwrap(), learned);
+    // A bound on its rows: kept only when there is one.
+    assert!(!item.contains_key(SHARD_LIMIT));
+    let capped = BucketState {
+        bucket: learned
+            .bucket
+            .clone()
+            .with_shards(crate::ShardLimit::AtMost(8)),
+        ..learned
+    };
+    let item = bucket_item(&capped);
+    assert_eq!(item[SHARD_LIMIT], s("<=8"));
+    assert_eq!(bucket_state(&item).unwrap(), capped);
 }
 
 #[test]
@@ -277,6 +289,24 @@ fn a_burst_that_is_not_positive_is_named_with_the_reason() {
             r.insert(BURST.to_owned(), n("0"));
         }),
     )]);
+}
+
+#[test]
+fn a_shard_limit_that_is_not_one_is_named_with_the_reason() {
+    assert_named(vec![
+        (
+            "a shard limit is `=N` (pinned) or `<=N` (at most)",
+            Box::new(|r| {
+                r.insert(SHARD_LIMIT.to_owned(), s("<=64"));
+            }),
+        ),
+        (
+            "`shard_limit` must be a string (S)",
+            Box::new(|r| {
+                r.insert(SHARD_LIMIT.to_owned(), n("4"));
+            }),
+        ),
+    ]);
 }
 
 #[test]

@@ -111,3 +111,17 @@ pub(super) fn read_shards(
             ))
         })
 }
+
+/// Reads a bucket's bound on its rows (`shard_limit` S, `=N` or `<=N`), if it sets one.
+pub(super) fn read_shard_limit(
+    r: &Reader<'_>,
+    item: &Item,
+) -> Result<Option<crate::bucket::ShardLimit>, StoreError> {
+    if !item.contains_key(super::SHARD_LIMIT) {
+        return Ok(None);
+    }
+    let text = r.string(super::SHARD_LIMIT)?;
+    text.parse()
+        .map(Some)
+        .map_err(|e: crate::bucket::ShardLimitError| r.corrupt(e.to_string()))
+}
