@@ -168,6 +168,35 @@ mod prefetch {
     }
 
     #[tokio::test]
+    async fn every_row_of_a_spread_bucket_prefetches() {
+        let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+        let store = std::sync::Arc::new(MemoryStore::new());
+        let dim = "spread#rpm";
+        let sluice = client(&clock, &store, dim);
+        let rpm = Bucket::requests(RefillRate::per_second(1))
+            .with_capacity(400)
+            .lean();
+        sluice.put_bucket(dim, rpm).await.unwrap();
+        sluice.reshard(dim, 4).await.unwrap();
+        // Each write takes five more for this client, whichever row it lands on: of 60
+        // grants, about five in six are local (one row alone would give a fifth of that).
+        let mut local = 0;
+        for _ in 0..60 {
+            if sluice.acquire(dim).await.unwrap().attempts() == 0 {
+                local += 1;
+            }
+        }
+        assert!(local >= 36, "{local} of 60 granted from a prefetch");
+        // Every token a prefetch took is gone from the rows, and no more.
+        let rows: Vec<_> = sluice.buckets().await.unwrap();
+        let left = rows
+            .iter()
+            .fold(Tokens::ZERO, |sum, r| sum + r.available(clock.now()));
+        let writes = 60 - local;
+        assert_eq!(left, Tokens::new(400 - writes * 6));
+    }
+
+    #[tokio::test]
     async fn prefetch_takes_only_from_plenty_and_only_from_lean_buckets() {
         let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
         let store = std::sync::Arc::new(MemoryStore::new());

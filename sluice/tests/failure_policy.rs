@@ -276,3 +276,26 @@ async fn open_keeps_each_priority_s_share_of_the_reserves_in_the_local_bucket() 
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn open_on_a_spread_bucket_keeps_a_share_of_the_whole_not_of_one_row() {
+    let s = setup(OPEN_10).await;
+    // openai#rpm (100 per second) over 4 rows of 25 per second: the share is of the 100.
+    s.sluice.reshard("openai#rpm", 4).await.unwrap();
+    s.sluice
+        .acquire("openai#rpm")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    s.store.down.store(true, Ordering::SeqCst);
+    let e = s.sluice.acquire("openai#rpm").await.unwrap_err();
+    assert!(
+        matches!(e, Error::RetryIn(d) if d == Duration::from_millis(100)),
+        "10 per second locally, as for the bucket in one row: {e:?}"
+    );
+    s.clock.advance(Duration::from_millis(100));
+    let lease = s.sluice.acquire("openai#rpm").await.unwrap();
+    assert_eq!(lease.attempts(), 0, "granted locally");
+}

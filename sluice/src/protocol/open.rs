@@ -58,13 +58,28 @@ pub(crate) async fn acquire(
         _ => {
             core.fallback.store_answered();
             for w in &wanted {
-                if let Some(row) = core.lane(&w.dimension).memory().row() {
-                    core.fallback.learn(&w.dimension, &row.bucket);
+                if let Some(bucket) = whole_bucket(core, &w.dimension) {
+                    core.fallback.learn(&w.dimension, &bucket);
                 }
             }
             result
         }
     }
+}
+
+/// The bucket of `dimension` as this client remembers it: its one row's, or the whole
+/// that every row of a spread bucket holds (`None` until it remembers them all: a row
+/// holds only its share).
+fn whole_bucket(core: &Core, dimension: &crate::dimension::Dimension) -> Option<Bucket> {
+    let first = core.lane(dimension).memory().row()?.clone();
+    if first.shards <= 1 {
+        return Some(first.bucket);
+    }
+    let mut rows = vec![first];
+    for k in 1..rows[0].shards {
+        rows.push(core.lane(&dimension.shard(k)).memory().row()?.clone());
+    }
+    crate::bucket::shards::whole(&rows).ok()
 }
 
 /// A grant (or an exact RetryIn) from the local buckets, or `None` when some dimension

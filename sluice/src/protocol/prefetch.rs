@@ -44,10 +44,11 @@ pub(super) fn ride(
     after: &mut BucketState,
     now: UnixMillis,
 ) -> Option<(Tokens, UnixMillis)> {
-    if row.bucket.keeps_leases() {
+    if row.bucket.keeps_leases() || core.config.prefetch.is_empty() {
         return None;
     }
-    let p = core.config.prefetch.get(&row.dimension)?;
+    // Configured for the dimension: a row of a spread bucket prefetches as its own row.
+    let p = core.config.prefetch.get(&row.dimension.base())?;
     let Take::Granted { level } = after.take(p.tokens(), now) else {
         return None;
     };
