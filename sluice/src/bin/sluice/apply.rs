@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 pub(crate) use sluice::__cli::parse;
-use sluice::{Bucket, BucketState, Dimension, LimitType, Sluice};
+use sluice::{Bucket, BucketState, Dimension, LimitType, ShardLimit, Sluice};
 
 use crate::{Failure, exit, show};
 
@@ -190,7 +190,19 @@ impl fmt::Display for Describe<'_> {
         if !b.reserves().is_empty() {
             write!(f, ", reserves {}", Reserves(b))?;
         }
+        if b.shard_limit().is_some() {
+            write!(f, ", rows {}", rows(b))?;
+        }
         Ok(())
+    }
+}
+
+/// The rows a bucket's definition allows it: `4`, `at most 8`, or `any`.
+fn rows(b: &Bucket) -> String {
+    match b.shard_limit() {
+        Some(ShardLimit::Pinned(n)) => n.to_string(),
+        Some(ShardLimit::AtMost(n)) => format!("at most {n}"),
+        None => "any".to_owned(),
     }
 }
 
@@ -251,6 +263,7 @@ impl fmt::Display for Change {
                         Reserves(from).to_string(),
                         Reserves(to).to_string(),
                     ),
+                    ("rows", rows(from), rows(to)),
                 ];
                 let diffs: Vec<String> = fields
                     .iter()
@@ -282,12 +295,14 @@ mod tests {
 type = "requests"
 refill = "500/min"
 capacity = 500
+max_shards = 8
 
 ["openai#tpm"]
 type = "tokens"
 refill = "2000000/min"
 cost_per_call = "1000"
 lean = true
+shards = 4
 
 ["elevenlabs#concurrent"]
 type = "concurrent"
@@ -317,8 +332,8 @@ reserves = [{ priority = "interactive", reserve = 2 }]
             [
                 "~ update    elevenlabs#concurrent: capacity 5 -> 10, reserves none -> interactive=2",
                 "? not in file old#rpm (kept; --prune deletes it)",
-                "= unchanged openai#rpm",
-                "+ create    openai#tpm: tokens, capacity 2000000, refill 2000000/min, cost per call 1000, lean",
+                "~ update    openai#rpm: rows any -> at most 8",
+                "+ create    openai#tpm: tokens, capacity 2000000, refill 2000000/min, cost per call 1000, lean, rows 4",
             ]
         );
         let pruned = plan(&wanted, &current, true);
@@ -327,7 +342,7 @@ reserves = [{ priority = "interactive", reserve = 2 }]
                 .iter()
                 .any(|c| c.to_string() == "- delete    old#rpm")
         );
-        assert_eq!(pruned.iter().filter(|c| c.writes()).count(), 3);
+        assert_eq!(pruned.iter().filter(|c| c.writes()).count(), 4);
         // A change of reserves alone is an update, and the plan says which.
         let reserved = vec![state(
             "elevenlabs#concurrent",
