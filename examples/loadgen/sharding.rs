@@ -306,9 +306,13 @@ async fn at_limit(args: &Args, sluice: &Sluice, target: &Target) {
         rows.len(),
         errors(rep),
     );
+    // What the rows could have given and nobody took: refill lost to a full row, or a
+    // token a reshard dropped (never negative: that would be an over-grant).
+    let unaccounted = most - (Tokens::from(rep.tokens + rep.late_tokens) + left);
     println!(
-        "|  | reshards: {}; {} RetryIns; tokens in the rows at the end: {left} |  |  |  |  |  |  |",
+        "|  | reshards: {}; {} RetryIns, {} granted after the deadline; tokens in the rows at the end: {left}, unaccounted: {unaccounted} |  |  |  |  |  |  |",
         timeline(&seen),
         rep.retry_ins,
+        rep.late_tokens,
     );
 }
