@@ -236,6 +236,36 @@ fn apply_shows_the_plan_applies_it_and_prunes_on_request() {
 }
 
 #[test]
+fn apply_keeps_a_spread_bucket_whole() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    let file = cli.file(
+        "[\"openai#rpm\"]\ntype = \"requests\"\nrefill = \"500/min\"\ncapacity = 500\nshards = 4\n",
+    );
+    let file = file.to_str().unwrap();
+    let applied = cli.ok(&["apply", file]);
+    assert!(
+        applied.starts_with("+ create    openai#rpm: requests, capacity 500, refill 500/min, cost per call 1, rows 4\n"),
+        "{applied}"
+    );
+    let rows = || {
+        cli.json(&["bucket", "list", "--json"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["shards"] == 4)
+            .count()
+    };
+    assert_eq!(rows(), 4, "every row of the bucket, each saying 4");
+    // Applied again, pruning: the bucket is compared whole, its shard rows are its own.
+    assert_eq!(
+        cli.ok(&["apply", file, "--prune"]),
+        "= unchanged openai#rpm\napplied 0 change(s)\n"
+    );
+    assert_eq!(rows(), 4, "no shard row pruned");
+}
+
+#[test]
 fn apply_rejects_a_bad_file_before_touching_the_table() {
     let Some(cli) = Cli::new() else { return };
     cli.ok(&["table", "create"]);

@@ -45,7 +45,29 @@ impl Sluice {
         role::within(Role::Operator, self.snapshots_of_all()).await
     }
 
-    async fn snapshots_of_all(&self) -> Result<Vec<Snapshot>, Error> {
+    /// Every bucket as one, sorted by dimension: a bucket spread over several rows is the
+    /// whole its rows hold (its whole definition and the tokens of every row, refilled to
+    /// now, with `shards` its count), where [`buckets`](Self::buckets) lists each row.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// use sluice::{Bucket, RefillRate, Sluice};
+    ///
+    /// let sluice = Sluice::in_memory();
+    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(10_000))).await?;
+    /// sluice.reshard("openai#rpm", 4).await?;
+    /// assert_eq!(sluice.buckets().await?.len(), 4);
+    /// let whole = sluice.whole_buckets().await?;
+    /// assert_eq!((whole.len(), whole[0].shards), (1, 4));
+    /// assert_eq!(whole[0].bucket.capacity(), 10_000.into());
+    /// # Ok::<(), sluice::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn whole_buckets(&self) -> Result<Vec<BucketState>, Error> {
+        role::within(Role::Operator, self.wholes()).await
+    }
+
+    async fn wholes(&self) -> Result<Vec<BucketState>, Error> {
         let mut buckets: std::collections::BTreeMap<String, Vec<BucketState>> =
             std::collections::BTreeMap::new();
         for row in self.core.store.list_buckets().await? {
@@ -54,6 +76,18 @@ impl Sluice {
                 .or_default()
                 .push(row);
         }
+        let now = self.now();
+        Ok(buckets
+            .into_values()
+            .map(|mut rows| {
+                rows.sort_by_key(|r| r.dimension.shard_index());
+                as_one(rows, now)
+            })
+            .collect())
+    }
+
+    async fn snapshots_of_all(&self) -> Result<Vec<Snapshot>, Error> {
+        let buckets = self.wholes().await?;
         let mut leases: std::collections::HashMap<Dimension, Vec<LeaseRecord>> =
             std::collections::HashMap::new();
         for lease in self.core.store.list_leases(&LeaseFilter::default()).await? {
@@ -64,12 +98,10 @@ impl Sluice {
         }
         let now = self.now();
         Ok(buckets
-            .into_values()
-            .map(|mut rows| {
-                rows.sort_by_key(|r| r.dimension.shard_index());
-                let row = as_one(rows, now);
+            .iter()
+            .map(|row| {
                 let held = leases.get(&row.dimension).map_or(&[][..], Vec::as_slice);
-                Snapshot::of(&row, held, now)
+                Snapshot::of(row, held, now)
             })
             .collect())
     }

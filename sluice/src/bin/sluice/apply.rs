@@ -38,7 +38,8 @@ async fn plan_and_apply(sluice: &Sluice, file: &Path, how: &How) -> Result<usize
     let text = std::fs::read_to_string(file)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
     let wanted = parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
-    let current = sluice.buckets().await?;
+    // A bucket spread over several rows is compared, kept or pruned as one.
+    let current = sluice.whole_buckets().await?;
     let changes = plan(&wanted, &current, how.prune);
     let writes = changes.iter().filter(|c| c.writes()).count();
     if !how.json {
