@@ -58,28 +58,38 @@ pub(crate) async fn acquire(
         _ => {
             core.fallback.store_answered();
             for w in &wanted {
-                if let Some(bucket) = whole_bucket(core, &w.dimension) {
-                    core.fallback.learn(&w.dimension, &bucket);
-                }
+                learn_whole(core, &w.dimension);
             }
             result
         }
     }
 }
 
-/// The bucket of `dimension` as this client remembers it: its one row's, or the whole
-/// that every row of a spread bucket holds (`None` until it remembers them all: a row
-/// holds only its share).
-fn whole_bucket(core: &Core, dimension: &crate::dimension::Dimension) -> Option<Bucket> {
-    let first = core.lane(dimension).memory().row()?.clone();
-    if first.shards <= 1 {
-        return Some(first.bucket);
-    }
+/// Gives the local buckets the bucket of `dimension` as this client remembers it: its one
+/// row's (no copy: this runs after every acquire the store answered), or the whole that
+/// every row of a spread bucket holds (nothing until it remembers them all: a row holds
+/// only its share).
+fn learn_whole(core: &Core, dimension: &crate::dimension::Dimension) {
+    let lane = core.lane(dimension);
+    let first = {
+        let memory = lane.memory();
+        let Some(row) = memory.row() else { return };
+        if row.shards <= 1 {
+            core.fallback.learn(dimension, &row.bucket);
+            return;
+        }
+        row.clone()
+    };
     let mut rows = vec![first];
     for k in 1..rows[0].shards {
-        rows.push(core.lane(&dimension.shard(k)).memory().row()?.clone());
+        let Some(row) = core.lane(&dimension.shard(k)).memory().row().cloned() else {
+            return;
+        };
+        rows.push(row);
     }
-    crate::bucket::shards::whole(&rows).ok()
+    if let Ok(whole) = crate::bucket::shards::whole(&rows) {
+        core.fallback.learn(dimension, &whole);
+    }
 }
 
 /// A grant (or an exact RetryIn) from the local buckets, or `None` when some dimension

@@ -75,13 +75,12 @@ pub(crate) async fn reshard_from(
             return Ok(rows);
         }
         let now = core.now();
-        let next = crate::bucket::shards::reshard(&rows, to, now)?;
+        let mut next = crate::bucket::shards::reshard(&rows, to, now)?;
         // Rows that stay are moved by what they give or take, not conditioned on being as
         // read: a hot bucket's rows change between any read and any write.
         let moves = crate::bucket::shards::moves(&rows, &next, now, budget.lost() > 0);
         if core.store.respread_buckets(&rows, &next, &moves).await? {
             tracing::info!(dimension = %base, from = rows.len(), to, "bucket resharded");
-            let mut next = next;
             for (k, row) in next.iter_mut().enumerate() {
                 // A moved row keeps the write id it had (a move is a commuting change).
                 if let (Some(Some(_)), Some(old)) = (moves.get(k), rows.get(k)) {

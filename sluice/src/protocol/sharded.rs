@@ -116,12 +116,6 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     let cool = core.heat.cool(base, Sharding::cool(per_row, limit));
     let hot = throttled && Sharding::throttled_hot(per_row, limit);
     let target = sharding.target(n, per_row, limit, hot, cool);
-    // A spread needs two hot measures in a row, or one of a bucket's only row at its
-    // ceiling that the store throttled: one measure of one row over a second is noisy
-    // where a row takes few writes (and a spread costs every client a failed write per
-    // row), and over several rows picked at random one row takes a burst now and then,
-    // while a lone row at its ceiling and throttled takes every client's writes and
-    // refuses demand every second it stays so.
     // Within the bucket's own bound on its rows; a count outside it (the bound set since)
     // is moved into it.
     let target = match bound {
@@ -129,6 +123,12 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
         Some(bound) => target.map(|to| bound.clamp(to)).filter(|to| *to != n),
         None => target,
     };
+    // A spread needs two hot measures in a row, or one of a bucket's only row at its
+    // ceiling that the store throttled: one measure of one row over a second is noisy
+    // where a row takes few writes (and a spread costs every client a failed write per
+    // row), and over several rows picked at random one row takes a burst now and then,
+    // while a lone row at its ceiling and throttled takes every client's writes and
+    // refuses demand every second it stays so.
     let spreads = target.is_some_and(|to| to > n);
     let heated = core.heat.hot(base, spreads);
     let sure =

@@ -29,6 +29,22 @@ async fn whole_available(env: &Env, metric: &str) -> Tokens {
         .fold(Tokens::ZERO, |sum, r| sum + r.available(env.clock.now()))
 }
 
+/// Four clients that reshard on their own, over rows of at most 10 writes a second, up
+/// to `max_shards` rows.
+fn resharding_clients(env: &Env, max_shards: u16) -> Vec<sluice::Sluice> {
+    (0..4)
+        .map(|i| {
+            env.client_with(&format!("c{i}"), |c| sluice::Config {
+                sharding: sluice::Sharding {
+                    item_write_ceiling: Some(10),
+                    max_shards,
+                },
+                ..c
+            })
+        })
+        .collect()
+}
+
 pub async fn a_sharded_bucket_grants_its_whole_capacity_and_answers_the_bucket_s_retry_in(
     env: Env,
 ) {
@@ -235,17 +251,7 @@ pub async fn a_hot_bucket_spreads_itself_and_gathers_back_when_it_cools(env: Env
         .await
         .unwrap();
     // Rows that take at most 10 writes a second; four clients, 400 grants a second.
-    let clients: Vec<_> = (0..4)
-        .map(|i| {
-            env.client_with(&format!("c{i}"), |c| sluice::Config {
-                sharding: sluice::Sharding {
-                    item_write_ceiling: Some(10),
-                    max_shards: 8,
-                },
-                ..c
-            })
-        })
-        .collect();
+    let clients = resharding_clients(&env, 8);
     let shards = |env: &Env| {
         let d = d.clone();
         let sluice = env.sluice.clone();
@@ -497,11 +503,16 @@ pub async fn a_bucket_pinned_or_capped_by_its_definition_keeps_within_it(env: En
         let (d, sluice) = (d.clone(), env.sluice.clone());
         async move { sluice.bucket(&d).await.unwrap().unwrap().shards }
     };
-    let pinned = env
-        .sluice
-        .put_bucket(&d, rpm.clone().with_shards(ShardLimit::Pinned(4)))
-        .await
-        .unwrap();
+    let define = |limit| {
+        let (d, sluice, bucket) = (d.clone(), env.sluice.clone(), rpm.clone());
+        async move {
+            sluice
+                .put_bucket(&d, bucket.with_shards(limit))
+                .await
+                .unwrap()
+        }
+    };
+    let pinned = define(ShardLimit::Pinned(4)).await;
     assert_eq!((pinned.shards, shards().await), (4, 4));
     assert!(matches!(
         env.sluice.reshard(&d, 8).await,
@@ -510,30 +521,14 @@ pub async fn a_bucket_pinned_or_capped_by_its_definition_keeps_within_it(env: En
     assert_eq!(whole_available(&env, "rpm").await, Tokens::new(100_000));
     // Pinned to one row: gathered at once by the redefinition, every token kept; then
     // capped at 2 (one row is within it: left as it is).
-    env.sluice
-        .put_bucket(&d, rpm.clone().with_shards(ShardLimit::Pinned(1)))
-        .await
-        .unwrap();
+    define(ShardLimit::Pinned(1)).await;
     assert_eq!(shards().await, 1);
     assert_eq!(whole_available(&env, "rpm").await, Tokens::new(100_000));
-    env.sluice
-        .put_bucket(&d, rpm.clone().with_shards(ShardLimit::AtMost(2)))
-        .await
-        .unwrap();
+    define(ShardLimit::AtMost(2)).await;
     assert_eq!(shards().await, 1);
     // Hot enough to want 128 rows of 10 writes a second: spread to 2 and no further, by
     // clients that would go to 32 (the seed's protocol never reshards).
-    let clients: Vec<_> = (0..4)
-        .map(|i| {
-            env.client_with(&format!("c{i}"), |c| sluice::Config {
-                sharding: sluice::Sharding {
-                    item_write_ceiling: Some(10),
-                    max_shards: 32,
-                },
-                ..c
-            })
-        })
-        .collect();
+    let clients = resharding_clients(&env, 32);
     for _ in 0..300 {
         for c in &clients {
             c.acquire(Acquire::new(&d))

@@ -63,7 +63,8 @@ fn move_of(old: &BucketState, new: &BucketState, now: UnixMillis, raced: bool) -
     };
     let settled = Some((now, RefillCarry::ZERO));
     let tolerance = Tokens::from_nanos(holds.as_nanos() / FULL_TOLERANCE);
-    let full = old.tokens.saturating_add(refill) >= holds;
+    let level = old.tokens.saturating_add(refill);
+    let full = level >= holds;
     if raced && full && old.tokens >= holds - tolerance {
         // Gives what it holds beyond its part, from what it stores now; ends within
         // [part - 1%, part], never below nothing.
@@ -83,7 +84,7 @@ fn move_of(old: &BucketState, new: &BucketState, now: UnixMillis, raced: bool) -
     if full {
         // Full at `now` while the takes since the read leave the refill enough to cover
         // them: then it is exactly full, and set to its part.
-        let surplus = old.tokens.saturating_add(refill) - holds;
+        let surplus = level - holds;
         return Some(Commute {
             tokens: TokensOp::Set(new.tokens),
             refill: settled,
