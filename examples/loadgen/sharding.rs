@@ -184,9 +184,25 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
     );
     floor(args, target, &r).await;
     println!(
-        "|  | reshards: {} |  |  |  |  |  |  |  |  |  |  |  |  |",
-        timeline(&seen)
+        "|  | reshards: {}; grants in each of the first seconds: {} |  |  |  |  |  |  |  |  |  |  |  |  |",
+        timeline(&seen),
+        first_seconds(&rep.granted_at, r.started.as_millis(), 8)
     );
+}
+
+/// The grants heard in each of the first `n` seconds from `start`: "52, 140, 231".
+fn first_seconds(granted_at: &[(i64, u64)], start: i64, n: usize) -> String {
+    let mut each = vec![0u64; n];
+    for (at, _) in granted_at {
+        let second = usize::try_from((at - start).div_euclid(1_000)).unwrap_or(usize::MAX);
+        if let Some(count) = each.get_mut(second) {
+            *count += 1;
+        }
+    }
+    each.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The counts a bucket went through, and when: "4 rows at 1.2 s, 16 rows at 3.8 s".

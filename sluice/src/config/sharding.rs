@@ -11,7 +11,8 @@ use super::ConfigError;
 /// two measures in a row (or the store throttled it while it took 40% or more; one
 /// measure is enough for a bucket's only row at 80% or more and throttled), the client
 /// spreads the bucket over enough rows, in powers of two (at least twice as many, four
-/// times when throttled), for each to take about 40% of it; when each row takes less than
+/// times when throttled, eight rows for a lone row throttled at 80% or more), for each to
+/// take about 40% of it; when each row takes less than
 /// 10% of it for [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it
 /// gathers the bucket into half as many rows, one halving at a time. Every client may do
 /// it; one conditional transaction decides, and the others see the new count on their
@@ -85,8 +86,15 @@ impl Sharding {
         let max = self.max_shards.clamp(1, crate::dimension::MAX_SHARDS);
         if per_row.saturating_mul(2) > ceiling || throttled {
             // A throttled row's measure is capped by its ceiling, not by the demand behind
-            // it: at least four times as many rows then, twice as many otherwise.
-            let step = if throttled { 4 } else { 2 };
+            // it: at least four times as many rows then, twice as many otherwise. A lone
+            // row at its ceiling takes every client's writes, so its demand is a ceiling or
+            // more: eight rows, the most that each take over a tenth of it (none measures
+            // cool and gathers back), and room for twice the ceiling at a quarter per row.
+            let step = match (throttled, n == 1 && Self::at_ceiling(per_row, limit)) {
+                (true, true) => 8,
+                (true, false) => 4,
+                (false, _) => 2,
+            };
             let to = fit(total).max(n.saturating_mul(step)).min(max);
             return (to > n).then_some(to);
         }
@@ -168,6 +176,11 @@ mod tests {
         assert_eq!(s.target(8, 24_000, 50, false, 9), None);
         // Throttled (its measure capped by the ceiling): at least four times as many rows.
         assert_eq!(s.target(2, 10_000, 50, true, 0), Some(8));
+        assert_eq!(s.target(2, 45_000, 50, true, 0), Some(8));
+        // A lone row throttled at its ceiling: eight rows at once; under 80% of it, four.
+        assert_eq!(s.target(1, 45_000, 50, true, 0), Some(8));
+        assert_eq!(s.target(1, 39_000, 50, true, 0), Some(4));
+        assert_eq!(s.target(1, 45_000, 50, false, 0), Some(4));
         // Capped by the configured most.
         assert_eq!(
             Sharding { max_shards: 4, ..s }.target(1, 240_000, 50, false, 0),

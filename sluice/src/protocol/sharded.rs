@@ -57,7 +57,10 @@ pub(crate) async fn acquire(
         dimension: row,
         ..wanted.clone()
     };
+    let throttles = || lane.throttles.load(std::sync::atomic::Ordering::Relaxed);
+    let before = throttles();
     let answer = fast::acquire(core, on_shard, ttl, fresh_after, alone).await;
+    let throttled = throttles() > before;
     let known = learn_shards(core, &base, &lane);
     if core.config.sharding.automatic() {
         watch(core, &base, &lane, known).await;
@@ -67,13 +70,50 @@ pub(crate) async fn acquire(
             refused @ (Error::RetryIn(_)
             | Error::CostExceedsCapacity { .. }
             | Error::CostExceedsShare { .. }),
-        ) if known > 1 => whole(core, &wanted, ttl, fresh_after, refused).await,
+        ) if known > 1 => whole(core, &wanted, ttl, fresh_after, (refused, k)).await,
         // A shard gathered into fewer rows since this client last heard: ask the bucket.
         Err(refused @ Error::UnknownDimension { .. }) if k > 0 => {
-            whole(core, &wanted, ttl, fresh_after, refused).await
+            whole(core, &wanted, ttl, fresh_after, (refused, k)).await
+        }
+        // The bucket's only row as this client knows it, throttled: other clients may
+        // have spread it since, and a throttle's answer does not say.
+        Err(refused @ Error::RetryIn(_)) if known == 1 && throttled => {
+            spread_since(core, &wanted, ttl, fresh_after, refused).await
         }
         answer => answer,
     }
+}
+
+/// A throttle's `refused` on the only row this client knows of `wanted`'s bucket: one
+/// read of that row, at most once a second, learns whether the bucket was spread since;
+/// when it was, the whole bucket answers at once (a client with one caller would
+/// otherwise learn it only from a write the hot row takes, after waits of up to a second
+/// each). A read has its own ceiling, apart from the writes'.
+async fn spread_since(
+    core: &Arc<Core>,
+    wanted: &Wanted,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+    refused: Error,
+) -> Result<Grant, Error> {
+    let base = &wanted.dimension;
+    if !core.heat.look(base, core.now()) {
+        return Err(refused);
+    }
+    let row = match core.read_existing(std::slice::from_ref(base)).await {
+        Ok(mut rows) => rows.remove(0),
+        Err(e) => {
+            tracing::debug!(dimension = %base, error = %e, "reading a throttled row failed");
+            return Err(refused);
+        }
+    };
+    let shards = row.shards;
+    core.lanes.learn(row, core.now());
+    if shards <= 1 {
+        return Err(refused);
+    }
+    core.lanes.note_shards(base, shards);
+    whole(core, wanted, ttl, fresh_after, (refused, 0)).await
 }
 
 /// Measures how hot the row of `lane` (of `base`'s bucket, over `n` rows) is, from the
@@ -113,7 +153,7 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
         return;
     };
     let throttled = lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) > 0;
-    let cool = core.heat.cool(base, Sharding::cool(per_row, limit));
+    let cool = core.heat.cool(base, n, Sharding::cool(per_row, limit));
     let hot = throttled && Sharding::throttled_hot(per_row, limit);
     let target = sharding.target(n, per_row, limit, hot, cool);
     // Within the bucket's own bound on its rows; a count outside it (the bound set since)
@@ -130,7 +170,7 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     // while a lone row at its ceiling and throttled takes every client's writes and
     // refuses demand every second it stays so.
     let spreads = target.is_some_and(|to| to > n);
-    let heated = core.heat.hot(base, spreads);
+    let heated = core.heat.hot(base, n, spreads);
     let sure =
         (hot && n == 1 && Sharding::at_ceiling(per_row, limit)) || heated >= Sharding::HOT_WINDOWS;
     let Some(to) = target.filter(|_| !spreads || sure) else {
@@ -166,13 +206,13 @@ fn learn_shards(core: &Core, base: &Dimension, lane: &Lane) -> u16 {
 /// The acquire answered by the whole bucket: from what this client remembers of every
 /// row when each of them refuses it from memory and together they are short too (no
 /// call), else from one read of all its rows. When every attempt lost its race, or the
-/// read was throttled, the shard's own refusal (`refused`) stands.
+/// read was throttled, the refusal of the shard tried (`refused`, and the shard) stands.
 async fn whole(
     core: &Arc<Core>,
     wanted: &Wanted,
     ttl: Duration,
     fresh_after: Option<UnixMillis>,
-    refused: Error,
+    (refused, tried): (Error, u16),
 ) -> Result<Grant, Error> {
     if let Some(refusal) = remembered_refusal(core, wanted, fresh_after) {
         return Err(refusal);
@@ -204,7 +244,7 @@ async fn whole(
             default_calls: 0,
             priority: wanted.priority.clone(),
         };
-        let answer = if let Some(k) = free.iter().position(|f| *f >= cost) {
+        let answer = if let Some(k) = serving(&free, cost, tried) {
             fast::acquire(core, on(k, cost), ttl, None, false).await
         } else if total(&free) >= cost {
             seed::acquire(core, &gathered(&free, cost, on), ttl).await
@@ -322,6 +362,21 @@ fn remembered_refusal(
     Some(Error::RetryIn(wait))
 }
 
+/// A row that can serve `cost` alone, of what each can give (`free`): one picked at
+/// random, so that clients sent to the whole bucket at once do not all write the same
+/// row, and another than the one `tried` (a throttled row has tokens, and no room for
+/// the write) when there is one.
+fn serving(free: &[Tokens], cost: Tokens, tried: u16) -> Option<usize> {
+    let serving: Vec<usize> = (0..free.len()).filter(|k| free[*k] >= cost).collect();
+    let others: Vec<usize> = serving
+        .iter()
+        .copied()
+        .filter(|k| *k != usize::from(tried))
+        .collect();
+    let from = if others.is_empty() { serving } else { others };
+    (!from.is_empty()).then(|| from[rand::rng().random_range(0..from.len())])
+}
+
 /// What the rows can give together.
 fn total(free: &[Tokens]) -> Tokens {
     free.iter().fold(Tokens::ZERO, |s, f| s.saturating_add(*f))
@@ -383,4 +438,25 @@ fn wait_for(rows: &[BucketState], wanted: &Wanted, cost: Tokens, now: UnixMillis
         if enough(mid) { hi = mid } else { lo = mid }
     }
     Duration::from_millis(hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_whole_bucket_sends_an_acquire_to_another_row_than_the_one_tried() {
+        let free = |t: &[i64]| t.iter().map(|t| Tokens::new(*t)).collect::<Vec<_>>();
+        let rows = free(&[5, 5, 0, 5]);
+        let mut seen = [0; 4];
+        for _ in 0..400 {
+            seen[serving(&rows, Tokens::new(2), 0).unwrap()] += 1;
+        }
+        // Never the row tried, nor one short; each of the others about as often.
+        assert_eq!((seen[0], seen[2]), (0, 0), "{seen:?}");
+        assert!(seen[1] > 100 && seen[3] > 100, "{seen:?}");
+        // The row tried when no other can serve; none when no row can.
+        assert_eq!(serving(&free(&[5, 1, 0]), Tokens::new(2), 0), Some(0));
+        assert_eq!(serving(&free(&[1, 1]), Tokens::new(2), 0), None);
+    }
 }

@@ -20,13 +20,16 @@ pub(crate) struct Heat {
     /// Per row: a version, the rows its bucket had, and when it was seen: the start of
     /// the current window.
     seen: Mutex<HashMap<Dimension, (u64, u16, UnixMillis)>>,
-    /// Per bucket: cool measurements in a row.
-    cool: Mutex<HashMap<Dimension, u32>>,
-    /// Per bucket: hot measurements in a row.
-    hot: Mutex<HashMap<Dimension, u32>>,
+    /// Per bucket: the rows it had, and the cool measurements in a row at that count.
+    cool: Mutex<HashMap<Dimension, (u16, u32)>>,
+    /// Per bucket: the rows it had, and the hot measurements in a row at that count.
+    hot: Mutex<HashMap<Dimension, (u16, u32)>>,
     /// Per bucket: when this client last resharded it (or saw it resharded), and whether
     /// it is resharding it now.
     moved: Mutex<HashMap<Dimension, (UnixMillis, bool)>>,
+    /// Per bucket: when this client last read its first row to learn whether it was
+    /// spread, its only row as this client knew it being throttled.
+    looked: Mutex<HashMap<Dimension, UnixMillis>>,
 }
 
 impl Heat {
@@ -59,22 +62,17 @@ impl Heat {
         Some((version - since).saturating_mul(1_000_000) / span.unsigned_abs())
     }
 
-    /// Counts one more measurement of `base` that found it cool (or starts again at none);
-    /// the count.
-    pub(crate) fn cool(&self, base: &Dimension, cool: bool) -> u32 {
-        let mut all = lock(&self.cool);
-        let count = all.entry(base.clone()).or_default();
-        *count = if cool { count.saturating_add(1) } else { 0 };
-        *count
+    /// Counts one more measurement of `base`, over `shards` rows, that found it cool (or
+    /// starts again at none); the count. A measure at another count starts again: what
+    /// the bucket did over other rows says nothing of it now.
+    pub(crate) fn cool(&self, base: &Dimension, shards: u16, cool: bool) -> u32 {
+        in_a_row(&self.cool, base, shards, cool)
     }
 
-    /// Counts one more measurement of `base` that found it hot (or starts again at none);
-    /// the count.
-    pub(crate) fn hot(&self, base: &Dimension, hot: bool) -> u32 {
-        let mut all = lock(&self.hot);
-        let count = all.entry(base.clone()).or_default();
-        *count = if hot { count.saturating_add(1) } else { 0 };
-        *count
+    /// Counts one more measurement of `base`, over `shards` rows, that found it hot (or
+    /// starts again at none); the count, again from none at another count.
+    pub(crate) fn hot(&self, base: &Dimension, shards: u16, hot: bool) -> u32 {
+        in_a_row(&self.hot, base, shards, hot)
     }
 
     /// Claims `base` for a reshard by this client at `now`: `false` while it is resharding
@@ -95,6 +93,20 @@ impl Heat {
         }
     }
 
+    /// Whether this client may read `base`'s first row at `now` to learn whether other
+    /// clients spread the bucket: once a [`WINDOW`] at most (noted as done when `true`).
+    pub(crate) fn look(&self, base: &Dimension, now: UnixMillis) -> bool {
+        let mut looked = lock(&self.looked);
+        let due = looked.get(base).is_none_or(|at| {
+            let since = now.as_millis() - at.as_millis();
+            !(0..WINDOW.as_millis() as i64).contains(&since)
+        });
+        if due {
+            looked.insert(base.clone(), now);
+        }
+        due
+    }
+
     /// Ends this client's reshard of `base` at `now`.
     pub(crate) fn done(&self, base: &Dimension, now: UnixMillis) {
         lock(&self.moved).insert(base.clone(), (now, false));
@@ -102,6 +114,23 @@ impl Heat {
         lock(&self.hot).remove(base);
         lock(&self.seen).retain(|row, _| row.base() != *base);
     }
+}
+
+/// One more measurement of `base` over `shards` rows in `counts`: the measurements in a
+/// row at that count that said `yes`, none once one says no or the count changed.
+fn in_a_row(
+    counts: &Mutex<HashMap<Dimension, (u16, u32)>>,
+    base: &Dimension,
+    shards: u16,
+    yes: bool,
+) -> u32 {
+    let mut all = lock(counts);
+    let (at, count) = all.entry(base.clone()).or_insert((shards, 0));
+    if *at != shards {
+        (*at, *count) = (shards, 0);
+    }
+    *count = if yes { count.saturating_add(1) } else { 0 };
+    *count
 }
 
 #[cfg(test)]
@@ -129,7 +158,20 @@ mod tests {
         heat.done(&base, t(8_100));
         assert!(!heat.claim(&base, t(9_000)));
         assert!(heat.claim(&base, t(10_100)));
-        assert_eq!((heat.cool(&base, true), heat.cool(&base, true)), (1, 2));
-        assert_eq!(heat.cool(&base, false), 0);
+        // A look at the first row: once a window, again after one (or a clock stepped back).
+        assert!(heat.look(&base, t(10_000)) && !heat.look(&base, t(10_999)));
+        assert!(heat.look(&base, t(11_000)) && heat.look(&base, t(9_000)));
+        assert_eq!(
+            (heat.cool(&base, 4, true), heat.cool(&base, 4, true)),
+            (1, 2)
+        );
+        assert_eq!(heat.cool(&base, 4, false), 0);
+        // Measures in a row count at one count only: a hot measure over 4 rows and one
+        // over 16 are not two in a row.
+        assert_eq!((heat.hot(&base, 4, true), heat.hot(&base, 4, true)), (1, 2));
+        assert_eq!(
+            (heat.hot(&base, 16, true), heat.hot(&base, 16, true)),
+            (1, 2)
+        );
     }
 }

@@ -23,6 +23,9 @@ pub struct Gate {
     pub arrived: tokio::sync::Notify,
     /// The reshards sent through the gate.
     pub reshards: AtomicU32,
+    /// While above zero, each change of the gated row is answered at once as throttled by
+    /// the item's own throughput, and counted down, instead of held.
+    pub throttling: AtomicU32,
 }
 
 impl Gate {
@@ -35,13 +38,23 @@ impl Gate {
             open: gate_open,
             arrived: tokio::sync::Notify::new(),
             reshards: AtomicU32::new(0),
+            throttling: AtomicU32::new(0),
         });
         (gate, open)
     }
 
     /// A client configured as `env`'s, on the store through this gate.
     pub fn client(self: &Arc<Self>, env: &Env) -> Sluice {
-        sluice::SluiceBuilder::from_config(env.sluice.config().clone())
+        self.client_with(env, |c| c)
+    }
+
+    /// A client configured as `env`'s changed by `config`, on the store through this gate.
+    pub fn client_with(
+        self: &Arc<Self>,
+        env: &Env,
+        config: impl FnOnce(sluice::Config) -> sluice::Config,
+    ) -> Sluice {
+        sluice::SluiceBuilder::from_config(config(env.sluice.config().clone()))
             .store_arc(self.clone())
             .clock(env.clock.clone())
             .build()
@@ -82,6 +95,13 @@ impl Store for Gate {
     }
     async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
         if change.dimension == self.gated {
+            let throttled = self
+                .throttling
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if throttled {
+                return Err(ChangeError::Store(StoreError::Throttled { source: None }));
+            }
             self.wait().await?;
         }
         self.inner.change(change).await

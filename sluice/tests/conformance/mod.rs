@@ -250,6 +250,7 @@ macro_rules! suite {
             several_dimensions_and_priorities_on_sharded_buckets,
             a_reshard_lands_on_rows_other_clients_take_from_meanwhile,
             a_bucket_pinned_or_capped_by_its_definition_keeps_within_it,
+            a_client_throttled_on_a_row_since_spread_learns_the_spread_at_once,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

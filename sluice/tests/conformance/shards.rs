@@ -548,3 +548,47 @@ pub async fn a_bucket_pinned_or_capped_by_its_definition_keeps_within_it(env: En
     };
     assert_eq!(shards().await, spread);
 }
+
+/// A client with one caller knows a bucket as one row when other clients spread it: its
+/// next write goes to that row, which the store throttles (the row is hot: that is why it
+/// was spread). The throttle's answer does not say the bucket was spread; one read of the
+/// row does, and the client is granted from another row at once, not sent to wait.
+pub async fn a_client_throttled_on_a_row_since_spread_learns_the_spread_at_once(env: Env) {
+    let d = env.dim("rpm");
+    env.sluice
+        .put_bucket(
+            &d,
+            Bucket::requests(RefillRate::per_second(10)).with_capacity(100),
+        )
+        .await
+        .unwrap();
+    let (gate, open) = super::Gate::new(&env, "rpm");
+    open.send(true).unwrap();
+    let lone = gate.client_with(&env, |c| sluice::Config {
+        protocol: Protocol::Fast,
+        ..c
+    });
+    lone.acquire(Acquire::new(&d))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    env.sluice.reshard(&d, 4).await.unwrap();
+    // From now on the store throttles every write of the first row.
+    gate.throttling
+        .store(u32::MAX, std::sync::atomic::Ordering::SeqCst);
+    for i in 0..40 {
+        let lease = lone.acquire(Acquire::new(&d)).await;
+        assert!(lease.is_ok(), "acquire {i}: {lease:?}");
+        lease.unwrap().release().await.unwrap();
+    }
+    // Each acquire met at most one throttle: its first row, when that was the first
+    // row; the whole bucket then sends it to another.
+    let throttled = u32::MAX - gate.throttling.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (1..=40).contains(&throttled),
+        "{throttled} throttled writes"
+    );
+    assert_eq!(whole_available(&env, "rpm").await, Tokens::new(100 - 41));
+}
