@@ -85,6 +85,7 @@ pub use error::{Delay, Error};
 pub use grant::{LeaseId, LeaseIdError};
 pub use lease::Lease;
 pub use priority::{MAX_RESERVES, Priority, PriorityError, Reserve};
+pub use protocol::peek::Peek;
 pub use protocol::reconcile::{ReconcileError, ReconcileReport};
 pub use protocol::tighten::Tighten;
 pub use rate::RefillRate;

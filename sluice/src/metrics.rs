@@ -6,6 +6,7 @@
 //! |---|---|---|---|
 //! | `sluice_grants_total` | counter | `dimension`, `priority` | acquires granted |
 //! | `sluice_retry_in_total` | counter | `dimension`, `priority` | acquires answered RetryIn |
+//! | `sluice_peeks_total` | counter | `dimension`, `outcome` (`granted`, `retry_in`, `error`) | peeks ([`Sluice::peek`](crate::Sluice::peek)): what an acquire would have got, nothing taken |
 //! | `sluice_errors_total` | counter | `dimension`, `priority`, `error` | acquires failed otherwise (`error`: the cause, e.g. `store_throttled`, `contention`) |
 //! | `sluice_contention_retries_total` | counter | `dimension` | commits lost to another writer and retried |
 //! | `sluice_acquire_duration_seconds` | histogram | `outcome` (`granted`, `retry_in`, `error`) | acquire latency |
@@ -112,6 +113,17 @@ pub(crate) fn bucket_failed_write(dimension: &str) {
 /// Records a write of `dimension`'s bucket row the store throttled.
 pub(crate) fn bucket_throttled(dimension: &str) {
     metrics::counter!("sluice_bucket_throttles_total", "dimension" => dimension.to_owned())
+        .increment(1);
+}
+
+/// Records a peek's answer.
+pub(crate) fn peeked(dimension: String, answer: &Result<crate::Peek, Error>) {
+    let outcome = match answer {
+        Ok(crate::Peek::Granted) => "granted",
+        Ok(crate::Peek::RetryIn(_)) => "retry_in",
+        Err(_) => "error",
+    };
+    metrics::counter!("sluice_peeks_total", "dimension" => dimension, "outcome" => outcome)
         .increment(1);
 }
 

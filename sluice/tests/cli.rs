@@ -603,6 +603,54 @@ fn acquire_grants_releases_and_answers_retry_in_with_its_own_exit_code() {
 }
 
 #[test]
+fn peek_says_what_an_acquire_would_get_takes_nothing_and_exits_like_it() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    cli.ok(&[
+        "bucket",
+        "put",
+        "peeked#rpm",
+        "--type",
+        "requests",
+        "--refill",
+        "1/min",
+        "--capacity",
+        "2",
+    ]);
+    for _ in 0..3 {
+        assert_eq!(
+            cli.ok(&["peek", "peeked#rpm", "--cost", "2"]),
+            "would be granted now\n"
+        );
+    }
+    let json = cli.ok(&["peek", "peeked#rpm", "--json"]);
+    let event: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(event["event"], "would_grant", "{json}");
+    // Nothing was taken: both tokens are still there to acquire.
+    cli.ok(&["acquire", "peeked#rpm", "--cost", "2"]);
+    let denied = cli.fails(
+        &["peek", "peeked#rpm"],
+        75,
+        "peeked#rpm is short; an acquire would be told to retry in",
+    );
+    assert!(
+        denied.stdout.starts_with("would retry in "),
+        "{}",
+        denied.stdout
+    );
+    cli.fails(
+        &["peek", "peeked#rpm", "--cost", "3"],
+        2,
+        "exceeds the capacity",
+    );
+    cli.fails(
+        &["peek", "nobody#rpm"],
+        3,
+        "no bucket is defined for `nobody#rpm`",
+    );
+}
+
+#[test]
 fn reconcile_once_or_every_interval() {
     let Some(cli) = Cli::new() else { return };
     cli.ok(&["table", "create"]);

@@ -21,6 +21,7 @@ use crate::error::Error;
 use crate::lease::Lease;
 use crate::priority::Priority;
 use crate::protocol;
+use crate::protocol::peek::Peek;
 use crate::shared::Core;
 use crate::store::{MemoryStore, Store};
 
@@ -124,6 +125,45 @@ impl Sluice {
     /// is given back at once.
     pub async fn acquire(&self, request: impl Into<Acquire>) -> Result<Lease, Error> {
         self.acquire_after(&request.into(), None).await
+    }
+
+    /// Whether `request` would be granted now, or its exact RetryIn, without taking
+    /// anything: no write, and at most one read (of every row the request names, in one
+    /// call).
+    ///
+    /// The freshness rules ([`remembered`](crate::remembered)) hold as for an acquire: a
+    /// "granted" is never answered from memory (another process may have taken the
+    /// tokens since), so it comes from a read; a refusal comes from memory, with no call,
+    /// inside a denial window the store confirmed. A cost the bucket can never grant at
+    /// the request's priority is the same error an acquire gets. Tokens this client
+    /// prefetched count as an acquire would take them. Another client may take what was
+    /// seen before this client acquires: the answer says what the bucket held when read.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Acquire, Bucket, ManualClock, Peek, RefillRate, Sluice, UnixMillis};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    /// let sluice = Sluice::builder().clock(clock).build()?;
+    /// let bucket = Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000);
+    /// sluice.put_bucket("openai#tpm", bucket).await?;
+    ///
+    /// assert_eq!(sluice.peek(Acquire::with_cost("openai#tpm", 1_000)).await?, Peek::Granted);
+    /// let _lease = sluice.acquire(Acquire::with_cost("openai#tpm", 900)).await?;
+    /// // 200 more need 100 more tokens: one second of refill. Nothing was taken by peeking.
+    /// assert_eq!(
+    ///     sluice.peek(Acquire::with_cost("openai#tpm", 200)).await?,
+    ///     Peek::RetryIn(Duration::from_secs(1))
+    /// );
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn peek(&self, request: impl Into<Acquire>) -> Result<Peek, Error> {
+        let wanted = self.prioritized(&request.into())?;
+        let label = DisplayDims(&wanted).to_string();
+        let answer = protocol::peek::peek(&self.core, &wanted).await;
+        crate::metrics::peeked(label, &answer);
+        answer
     }
 
     /// `request` at its own priority, else this client's (see [`Config::priority`]).

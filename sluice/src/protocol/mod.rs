@@ -23,6 +23,7 @@ pub(crate) mod fast;
 mod lane;
 mod multi;
 pub(crate) mod open;
+pub(crate) mod peek;
 mod prefetch;
 pub(crate) mod reconcile;
 mod refusals;

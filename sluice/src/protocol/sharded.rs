@@ -276,7 +276,7 @@ fn back_pressure(refused: Error) -> Error {
 
 /// `wanted`'s cost, checked against the whole bucket `rows` hold: its capacity, and the
 /// share its priority may take.
-fn within_bucket(rows: &[BucketState], wanted: &Wanted) -> Result<Tokens, Error> {
+pub(super) fn within_bucket(rows: &[BucketState], wanted: &Wanted) -> Result<Tokens, Error> {
     let base = wanted.dimension.clone();
     let whole = match rows {
         [one] => one.bucket.clone(),
@@ -333,8 +333,26 @@ fn remembered_refusal(
     wanted: &Wanted,
     fresh_after: Option<UnixMillis>,
 ) -> Option<Error> {
-    let base = &wanted.dimension;
     let now = core.now();
+    let (rows, wait) = remembered_short(core, wanted, fresh_after, now)?;
+    for row in &rows {
+        core.lane(&row.dimension)
+            .memory()
+            .answered(now.saturating_add(wait));
+    }
+    Some(Error::RetryIn(wait))
+}
+
+/// The rows of `wanted`'s bucket as this client remembers them and the whole bucket's
+/// wait at `now`, when memory may refuse `wanted` (see [`remembered_refusal`]); this
+/// only looks.
+pub(super) fn remembered_short(
+    core: &Core,
+    wanted: &Wanted,
+    fresh_after: Option<UnixMillis>,
+    now: UnixMillis,
+) -> Option<(Vec<BucketState>, Duration)> {
+    let base = &wanted.dimension;
     let mut rows = Vec::new();
     for k in 0..core.lanes.shards(base) {
         let on = Wanted {
@@ -354,12 +372,7 @@ fn remembered_refusal(
         return None;
     }
     let wait = wait_for(&rows, wanted, cost, now);
-    for row in &rows {
-        core.lane(&row.dimension)
-            .memory()
-            .answered(now.saturating_add(wait));
-    }
-    Some(Error::RetryIn(wait))
+    Some((rows, wait))
 }
 
 /// A row that can serve `cost` alone, of what each can give (`free`): one picked at
@@ -378,13 +391,13 @@ fn serving(free: &[Tokens], cost: Tokens, tried: u16) -> Option<usize> {
 }
 
 /// What the rows can give together.
-fn total(free: &[Tokens]) -> Tokens {
+pub(super) fn total(free: &[Tokens]) -> Tokens {
     free.iter().fold(Tokens::ZERO, |s, f| s.saturating_add(*f))
 }
 
 /// What each row can give an acquire at `wanted`'s priority at `now`: its tokens above
 /// its share of the reserves the priority must leave.
-fn free_at(rows: &[BucketState], wanted: &Wanted, now: UnixMillis) -> Vec<Tokens> {
+pub(super) fn free_at(rows: &[BucketState], wanted: &Wanted, now: UnixMillis) -> Vec<Tokens> {
     rows.iter()
         .map(|r| r.available_to(wanted.priority.as_ref(), now))
         .collect()
@@ -413,7 +426,12 @@ fn gathered(free: &[Tokens], cost: Tokens, on: impl Fn(usize, Tokens) -> Wanted)
 /// The whole bucket's RetryIn: the first millisecond after `now` at which its rows
 /// together can give `cost` (each refilling at its share of the rate, up to its share of
 /// the capacity), found by bisection over a function that only grows. At least 1 ms.
-fn wait_for(rows: &[BucketState], wanted: &Wanted, cost: Tokens, now: UnixMillis) -> Duration {
+pub(super) fn wait_for(
+    rows: &[BucketState],
+    wanted: &Wanted,
+    cost: Tokens,
+    now: UnixMillis,
+) -> Duration {
     let enough = |ms: u64| {
         let at = now.saturating_add(Duration::from_millis(ms));
         total(&free_at(rows, wanted, at)) >= cost

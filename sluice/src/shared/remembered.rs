@@ -322,6 +322,19 @@ impl Remembered {
         Some(cost)
     }
 
+    /// Whether the prefetched tokens would serve `wanted` at `now` (fresh and enough); this
+    /// only looks.
+    pub(crate) fn prefetched_serves(&self, wanted: &Wanted, now: UnixMillis) -> bool {
+        match (&self.reservoir, &self.row) {
+            (Some(reservoir), Some(row)) => {
+                now < reservoir.until
+                    && !row.bucket.keeps_leases()
+                    && wanted.cost(row.bucket.cost_per_call()) <= reservoir.tokens
+            }
+            _ => false,
+        }
+    }
+
     /// Replaces what is left of an earlier prefetch (too little, or stale) with `tokens`,
     /// grantable until `until`; `None` drops it.
     pub(crate) fn set_prefetched(&mut self, prefetched: Option<(Tokens, UnixMillis)>) {

@@ -10,12 +10,14 @@ mod bursts;
 mod clients;
 mod gate;
 mod leases;
+mod peek;
 mod reserves;
 mod shards;
 pub use bursts::*;
 pub use clients::*;
 pub use gate::Gate;
 pub use leases::*;
+pub use peek::*;
 pub use reserves::*;
 pub use shards::*;
 
@@ -251,6 +253,10 @@ macro_rules! suite {
             a_reshard_lands_on_rows_other_clients_take_from_meanwhile,
             a_bucket_pinned_or_capped_by_its_definition_keeps_within_it,
             a_client_throttled_on_a_row_since_spread_learns_the_spread_at_once,
+            peek_answers_what_an_acquire_would_get_and_takes_nothing,
+            peek_respects_priorities_and_their_reserves,
+            a_peek_sees_what_another_client_took_since,
+            a_peek_on_a_spread_bucket_answers_for_the_whole,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

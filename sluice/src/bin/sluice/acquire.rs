@@ -1,10 +1,11 @@
-//! `sluice acquire`: takes a lease by hand, holds it, then releases (or keeps) it.
+//! `sluice acquire`: takes a lease by hand, holds it, then releases (or keeps) it; and
+//! `sluice peek`: what an acquire would get, taking nothing.
 
 use std::io::Write as _;
 use std::time::Duration;
 
 use serde_json::json;
-use sluice::{Acquire, Error, Sluice};
+use sluice::{Acquire, Error, Peek, Sluice};
 
 use crate::{Failure, exit, show};
 
@@ -93,4 +94,48 @@ pub(crate) async fn run(
         json!({"event": "released", "lease": id}),
     );
     Ok(())
+}
+
+/// `sluice peek`: prints whether `request` would be granted now, or its RetryIn (then
+/// exits with the RetryIn code).
+pub(crate) async fn peek(
+    sluice: &Sluice,
+    dimension: &str,
+    request: Acquire,
+    json: bool,
+) -> Result<(), Failure> {
+    let how = How {
+        wait: Duration::ZERO,
+        hold: Duration::ZERO,
+        keep: false,
+        json,
+    };
+    match sluice.peek(request).await? {
+        Peek::RetryIn(delay) => {
+            let text = format!(
+                "would retry in {} ({} ms)",
+                humantime::format_duration(delay),
+                delay.as_millis()
+            );
+            let event = json!({
+                "event": "would_retry_in",
+                "dimension": dimension,
+                "retry_in_ms": delay.as_millis() as u64,
+            });
+            say(&how, text, event);
+            Err(Failure {
+                code: exit::RETRY,
+                message: format!(
+                    "{dimension} is short; an acquire would be told to retry in {}",
+                    humantime::format_duration(delay)
+                ),
+                pending: false,
+            })
+        }
+        _ => {
+            let event = json!({"event": "would_grant", "dimension": dimension});
+            say(&how, "would be granted now".to_owned(), event);
+            Ok(())
+        }
+    }
 }

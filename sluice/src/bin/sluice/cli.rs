@@ -120,6 +120,21 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Whether an acquire would be granted now, or its RetryIn, taking nothing: no write,
+    /// at most one read. Exit 0 when it would be granted, 75 when not.
+    Peek {
+        /// The dimension.
+        dimension: String,
+        /// The cost (default: the bucket's cost per call).
+        #[arg(long)]
+        cost: Option<Tokens>,
+        /// The acquire's priority (default: SLUICE_PRIORITY, else the highest).
+        #[arg(long)]
+        priority: Option<Priority>,
+        /// One JSON object instead of a line of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Prints a completion script for SHELL: e.g. `sluice completions bash >
     /// /etc/bash_completion.d/sluice`, or `sluice completions zsh > ~/.zfunc/_sluice`.
     Completions {

@@ -222,6 +222,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             count,
         } => status(&sluice, &store, &dimensions, json, watch, count).await,
         Command::Reconcile { every, count, json } => reconcile(&sluice, every, count, json).await,
+        Command::Peek {
+            dimension,
+            cost,
+            priority,
+            json,
+        } => {
+            let request = match cost {
+                Some(cost) => Acquire::with_cost(&dimension, cost),
+                None => Acquire::new(&dimension),
+            }
+            .or_priority(priority);
+            acquire::peek(&sluice, &dimension, request, json).await
+        }
         Command::Acquire {
             dimension,
             cost,
