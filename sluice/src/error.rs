@@ -120,6 +120,17 @@ pub enum Error {
     /// A bucket cannot be spread over the rows asked for (see
     /// [`Sluice::reshard`](crate::Sluice::reshard)).
     Shards(crate::bucket::ShardError),
+    /// A change by hand ([`Sluice::restock`](crate::Sluice::restock)) was made against a
+    /// version of the bucket that is no longer the stored one: somebody changed it since
+    /// it was read. Nothing was written.
+    BucketChanged {
+        /// The dimension.
+        dimension: Dimension,
+        /// The version the change was made against.
+        read: u64,
+        /// The version stored now.
+        stored: u64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -179,6 +190,14 @@ impl fmt::Display for Error {
             Error::Store(e) => fmt::Display::fmt(e, f),
             Error::Config(e) => fmt::Display::fmt(e, f),
             Error::Shards(e) => fmt::Display::fmt(e, f),
+            Error::BucketChanged {
+                dimension,
+                read,
+                stored,
+            } => write!(
+                f,
+                "`{dimension}` changed since it was read (version {read}, now {stored}); nothing was written: look at it again and decide from what it holds now"
+            ),
         }
     }
 }

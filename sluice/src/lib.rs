@@ -87,6 +87,7 @@ pub use lease::Lease;
 pub use priority::{MAX_RESERVES, Priority, PriorityError, Reserve};
 pub use protocol::peek::Peek;
 pub use protocol::reconcile::{ReconcileError, ReconcileReport};
+pub use protocol::restock::{Audit, Restock, Restocked};
 pub use protocol::tighten::Tighten;
 pub use rate::RefillRate;
 pub use shared::remembered;

@@ -176,6 +176,7 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
         Error::LeaseNotFound(_) => "lease_not_found",
         Error::Config(_) => "config",
         Error::Shards(_) => "shards",
+        Error::BucketChanged { .. } => "bucket_changed",
         Error::Store(e) => match e {
             StoreError::TableNotFound { .. } => "store_table_not_found",
             StoreError::Throttled { .. } => "store_throttled",

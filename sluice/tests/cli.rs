@@ -651,6 +651,63 @@ fn peek_says_what_an_acquire_would_get_takes_nothing_and_exits_like_it() {
 }
 
 #[test]
+fn bucket_reset_and_top_up_are_conditional_and_say_who_and_why() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    cli.ok(&[
+        "bucket",
+        "put",
+        "fixed#tpm",
+        "--type",
+        "tokens",
+        "--refill",
+        "1/day",
+        "--capacity",
+        "100",
+    ]);
+    cli.ok(&["acquire", "fixed#tpm", "--cost", "90"]);
+    let version = |cli: &Cli| {
+        let row: Value =
+            serde_json::from_str(&cli.ok(&["bucket", "get", "fixed#tpm", "--json"])).unwrap();
+        row["version"].as_u64().unwrap()
+    };
+    let read = version(&cli);
+    let done = cli.ok(&[
+        "bucket",
+        "top-up",
+        "fixed#tpm",
+        "30",
+        "--why",
+        "INC-7 refund",
+        "--who",
+        "alice",
+        "--if-version",
+        &read.to_string(),
+    ]);
+    assert!(done.contains("by alice: INC-7 refund"), "{done}");
+    let stale = read.to_string();
+    let refused = cli.fails(
+        &[
+            "bucket",
+            "reset",
+            "fixed#tpm",
+            "--why",
+            "again",
+            "--if-version",
+            &stale,
+        ],
+        1,
+        "changed since it was read",
+    );
+    assert!(refused.stdout.is_empty(), "{}", refused.stdout);
+    let json = cli.ok(&["bucket", "reset", "fixed#tpm", "--why", "INC-7", "--json"]);
+    let event: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(event["version"].as_u64(), Some(version(&cli)), "{json}");
+    assert_eq!(event["after"], serde_json::json!(100), "{json}");
+    cli.fails(&["bucket", "reset", "fixed#tpm"], 2, "--why");
+}
+
+#[test]
 fn reconcile_once_or_every_interval() {
     let Some(cli) = Cli::new() else { return };
     cli.ok(&["table", "create"]);

@@ -9,6 +9,7 @@ use crate::grant::LeaseId;
 use crate::ids::new_write_id;
 use crate::protocol::reconcile::{self, ReconcileReport};
 use crate::protocol::release;
+use crate::protocol::restock::{self, Audit, Restock, Restocked};
 use crate::protocol::tighten::{self, Tighten};
 use crate::retry::Budget;
 use crate::role::{self, Role};
@@ -292,6 +293,46 @@ impl Sluice {
     /// ```
     pub async fn tighten(&self, dimension: &str, how: Tighten) -> Result<bool, Error> {
         tighten::tighten(&self.core, Dimension::new(dimension)?, how).await
+    }
+
+    /// Resets the bucket of `dimension` or tops it up, by hand (after an incident, a
+    /// refund agreed with the vendor): one conditional write over every row of it, logged
+    /// (`tracing`, at info) with `audit`'s who and why.
+    ///
+    /// A reset fills a `requests`/`tokens` bucket to the most it holds; a top-up adds up to
+    /// it. A `concurrent` bucket is set from its lease rows: a reset to its capacity less
+    /// the slots they hold (so a slot lost to a crash comes back, and a held one is not
+    /// given twice: its holder's release still lands on a bucket that counts it), a top-up
+    /// at most to that. With [`Audit::if_version`] the change is refused with
+    /// [`Error::BucketChanged`] when anybody changed the bucket since that version was
+    /// read; without, it applies to the bucket as it stands when written.
+    ///
+    /// ```
+    /// use sluice::{Acquire, Audit, Bucket, Error, ManualClock, RefillRate, Restock, Sluice, Tokens, UnixMillis};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sluice = Sluice::builder().clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000))).build()?;
+    /// sluice.put_bucket("openai#tpm", Bucket::tokens(RefillRate::per_day(1)).with_capacity(1_000)).await?;
+    /// drop(sluice.acquire(Acquire::with_cost("openai#tpm", 900)).await?);
+    ///
+    /// let read = sluice.bucket("openai#tpm").await?.unwrap().version;
+    /// let audit = Audit { who: "alice".into(), why: "INC-42: vendor refunded".into(), if_version: Some(read) };
+    /// let done = sluice.restock("openai#tpm", Restock::TopUp(Tokens::new(500)), &audit).await?;
+    /// assert_eq!(done.after, Tokens::new(600));
+    /// // The same decision again is refused: the bucket moved on since `read`.
+    /// let again = sluice.restock("openai#tpm", Restock::Reset, &audit).await;
+    /// assert!(matches!(again, Err(Error::BucketChanged { .. })));
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn restock(
+        &self,
+        dimension: &str,
+        how: Restock,
+        audit: &Audit,
+    ) -> Result<Restocked, Error> {
+        // A shard's key names its bucket: the change is the whole bucket's.
+        let dimension = Dimension::new(dimension)?.base();
+        restock::restock(&self.core, dimension, how, audit).await
     }
 
     /// One reconcile pass, as the seed's scheduled reconciler runs it every 5 minutes.

@@ -29,6 +29,7 @@ pub(crate) mod reconcile;
 mod refusals;
 pub(crate) mod release;
 pub(crate) mod reshard;
+pub(crate) mod restock;
 mod seed;
 mod sharded;
 mod slots;

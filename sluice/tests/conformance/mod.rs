@@ -12,6 +12,7 @@ mod gate;
 mod leases;
 mod peek;
 mod reserves;
+mod restock;
 mod shards;
 pub use bursts::*;
 pub use clients::*;
@@ -19,6 +20,7 @@ pub use gate::Gate;
 pub use leases::*;
 pub use peek::*;
 pub use reserves::*;
+pub use restock::*;
 pub use shards::*;
 
 use std::sync::Arc;
@@ -257,6 +259,9 @@ macro_rules! suite {
             peek_respects_priorities_and_their_reserves,
             a_peek_sees_what_another_client_took_since,
             a_peek_on_a_spread_bucket_answers_for_the_whole,
+            reset_and_top_up_refuse_a_bucket_changed_since_it_was_read,
+            a_reset_keeps_a_concurrent_bucket_consistent_with_its_leases,
+            a_reset_and_a_top_up_cover_every_row_of_a_spread_bucket,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {
@@ -1008,7 +1013,7 @@ async fn crashed_slot(client: &Sluice, dim: &str, ttl: Duration) -> sluice::Leas
 
 /// Deletes lease rows the way DynamoDB's TTL sweeper does: nothing given back.
 /// Deletes every lease row of `metric`, as DynamoDB's TTL sweeper (or another tool) may.
-async fn sweep(env: &Env, metric: &str) -> usize {
+pub(crate) async fn sweep(env: &Env, metric: &str) -> usize {
     use sluice::store::{Commit, LeaseWrite};
     let leases = env
         .store

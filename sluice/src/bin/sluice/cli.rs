@@ -180,6 +180,24 @@ pub(crate) enum BucketCommand {
         /// The dimension.
         dimension: String,
     },
+    /// Fills a bucket again by hand (a `concurrent` one: every slot no lease row holds);
+    /// conditional and logged.
+    Reset {
+        /// The dimension.
+        dimension: String,
+        #[command(flatten)]
+        by: ByHand,
+    },
+    /// Adds tokens to a bucket by hand, up to what it holds at most; conditional and
+    /// logged.
+    TopUp {
+        /// The dimension.
+        dimension: String,
+        /// How many tokens.
+        tokens: Tokens,
+        #[command(flatten)]
+        by: ByHand,
+    },
     /// Spreads a bucket over several rows (past one DynamoDB item's write ceiling), or
     /// gathers it into fewer; no token is made or lost.
     Shards {
@@ -188,6 +206,24 @@ pub(crate) enum BucketCommand {
         /// How many rows, 1 to 32 (1: one row again).
         count: u16,
     },
+}
+
+/// Who changes a bucket by hand, and why (`bucket reset`, `bucket top-up`).
+#[derive(Debug, Args)]
+pub(crate) struct ByHand {
+    /// Why: an incident, a ticket. Logged with the change.
+    #[arg(long)]
+    pub(crate) why: String,
+    /// Who (default: the caller, --caller or SLUICE_CALLER).
+    #[arg(long)]
+    pub(crate) who: Option<String>,
+    /// The version you decided from (`bucket get` shows it): refused, and nothing written,
+    /// when the bucket is at another.
+    #[arg(long)]
+    pub(crate) if_version: Option<u64>,
+    /// One JSON object instead of a line of text.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// A bucket definition from flags.

@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use sluice::store::StoreError;
-use sluice::{Acquire, Config, DynamoStore, Error, Sluice};
+use sluice::{Acquire, Audit, Config, DynamoStore, Error, Restock, Sluice};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-use crate::cli::{BucketCommand, Cli, Command, TableCommand};
+use crate::cli::{BucketCommand, ByHand, Cli, Command, TableCommand};
 
 /// Exit codes a shell script can rely on.
 pub(crate) mod exit {
@@ -400,10 +400,52 @@ async fn bucket(sluice: &Sluice, command: BucketCommand) -> Result<(), Failure> 
             }
             println!("deleted {dimension}");
         }
+        BucketCommand::Reset { dimension, by } => {
+            by_hand(sluice, &dimension, Restock::Reset, by).await?;
+        }
+        BucketCommand::TopUp {
+            dimension,
+            tokens,
+            by,
+        } => {
+            by_hand(sluice, &dimension, Restock::TopUp(tokens), by).await?;
+        }
         BucketCommand::Shards { dimension, count } => {
             let rows = sluice.reshard(&dimension, count).await?;
             println!("{dimension}: {} row(s)", rows.len());
         }
+    }
+    Ok(())
+}
+
+/// `bucket reset` and `bucket top-up`: the change, and what it did.
+async fn by_hand(
+    sluice: &Sluice,
+    dimension: &str,
+    how: Restock,
+    by: ByHand,
+) -> Result<(), Failure> {
+    let audit = Audit {
+        who: by.who.unwrap_or_else(|| sluice.config().caller.clone()),
+        why: by.why,
+        if_version: by.if_version,
+    };
+    let done = sluice.restock(dimension, how, &audit).await?;
+    if by.json {
+        let event = serde_json::json!({
+            "dimension": dimension,
+            "before": show::tokens(done.before),
+            "after": show::tokens(done.after),
+            "version": done.version,
+            "who": audit.who,
+            "why": audit.why,
+        });
+        println!("{event}");
+    } else {
+        println!(
+            "{dimension}: {} -> {} tokens (version {}), by {}: {}",
+            done.before, done.after, done.version, audit.who, audit.why
+        );
     }
     Ok(())
 }
