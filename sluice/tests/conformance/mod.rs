@@ -117,6 +117,22 @@ impl Env {
         .expect("client builds")
     }
 
+    /// Defines `bucket` for this test's `metric`; the dimension.
+    pub async fn define(&self, metric: &str, bucket: Bucket) -> String {
+        let d = self.dim(metric);
+        self.sluice.put_bucket(&d, bucket).await.unwrap();
+        d
+    }
+
+    /// A client on the fast protocol whatever the suite runs (the seed's protocol sees a
+    /// spread bucket's shard 0 alone, as the seed's other SDKs do).
+    pub fn fast_client(&self, caller: &str) -> Sluice {
+        self.client_with(caller, |c| Config {
+            protocol: Protocol::Fast,
+            ..c
+        })
+    }
+
     /// This test's dimension with `metric`.
     pub fn dim(&self, metric: &str) -> String {
         format!("{}#{metric}", self.vendor)

@@ -14,14 +14,12 @@ async fn available(env: &Env, dimension: &str) -> Tokens {
 /// A peek answers what the acquire would get: granted, or the exact RetryIn the acquire
 /// then hears; and it takes nothing, however often it is asked.
 pub async fn peek_answers_what_an_acquire_would_get_and_takes_nothing(env: Env) {
-    let d = env.dim("tpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "tpm",
             Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000),
         )
-        .await
-        .unwrap();
+        .await;
     for _ in 0..5 {
         assert_eq!(
             env.sluice
@@ -117,14 +115,12 @@ pub async fn peek_respects_priorities_and_their_reserves(env: Env) {
 /// client may have taken it since), and its refusal follows the denial window the store
 /// confirmed; once the window ends, it looks again.
 pub async fn a_peek_sees_what_another_client_took_since(env: Env) {
-    let d = env.dim("rpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "rpm",
             Bucket::requests(RefillRate::per_second(1)).with_capacity(10),
         )
-        .await
-        .unwrap();
+        .await;
     let watcher = env.client("watcher");
     let taker = env.client("taker");
     assert!(watcher.peek(d.as_str()).await.unwrap().is_granted());
@@ -152,19 +148,14 @@ pub async fn a_peek_sees_what_another_client_took_since(env: Env) {
 /// beyond one row's share is granted when the rows together hold it, and the whole's
 /// RetryIn is the acquire's.
 pub async fn a_peek_on_a_spread_bucket_answers_for_the_whole(env: Env) {
-    let d = env.dim("tpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "tpm",
             Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000),
         )
-        .await
-        .unwrap();
+        .await;
     env.sluice.reshard(&d, 4).await.unwrap();
-    let fast = env.client_with("fast", |c| sluice::Config {
-        protocol: sluice::Protocol::Fast,
-        ..c
-    });
+    let fast = env.fast_client("fast");
     assert!(
         fast.peek(Acquire::with_cost(&d, 900))
             .await

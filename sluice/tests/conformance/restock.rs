@@ -17,14 +17,12 @@ fn audit(if_version: Option<u64>) -> Audit {
 /// changed it, and writes nothing; decided from the stored version, or from none, it
 /// applies; a reset fills the bucket.
 pub async fn reset_and_top_up_refuse_a_bucket_changed_since_it_was_read(env: Env) {
-    let d = env.dim("tpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "tpm",
             Bucket::tokens(RefillRate::per_day(1)).with_capacity(1_000),
         )
-        .await
-        .unwrap();
+        .await;
     let other = env.client("other");
     drop(other.acquire(Acquire::with_cost(&d, 600)).await.unwrap());
     let read = env.sluice.bucket(&d).await.unwrap().unwrap().version;
@@ -84,11 +82,7 @@ pub async fn reset_and_top_up_refuse_a_bucket_changed_since_it_was_read(env: Env
 /// lease row comes back, a held one is not given twice (its release lands on a bucket that
 /// still counts it), and the reconciler then finds nothing to heal.
 pub async fn a_reset_keeps_a_concurrent_bucket_consistent_with_its_leases(env: Env) {
-    let d = env.dim("concurrent");
-    env.sluice
-        .put_bucket(&d, Bucket::concurrent(5))
-        .await
-        .unwrap();
+    let d = env.define("concurrent", Bucket::concurrent(5)).await;
     // A slot lost: taken, and its lease row deleted by hand.
     let lost = env.sluice.acquire(d.as_str()).await.unwrap();
     assert_eq!(super::sweep(&env, "concurrent").await, 1);
@@ -123,19 +117,14 @@ pub async fn a_reset_keeps_a_concurrent_bucket_consistent_with_its_leases(env: E
 
 /// On a bucket spread over several rows, a top-up and a reset cover the whole bucket.
 pub async fn a_reset_and_a_top_up_cover_every_row_of_a_spread_bucket(env: Env) {
-    let d = env.dim("rpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "rpm",
             Bucket::requests(RefillRate::per_day(4)).with_capacity(1_000),
         )
-        .await
-        .unwrap();
+        .await;
     env.sluice.reshard(&d, 4).await.unwrap();
-    let fast = env.client_with("fast", |c| sluice::Config {
-        protocol: sluice::Protocol::Fast,
-        ..c
-    });
+    let fast = env.fast_client("fast");
     drop(fast.acquire(Acquire::with_cost(&d, 1_000)).await.unwrap());
     let up = env
         .sluice

@@ -48,14 +48,12 @@ fn resharding_clients(env: &Env, max_shards: u16) -> Vec<sluice::Sluice> {
 pub async fn a_sharded_bucket_grants_its_whole_capacity_and_answers_the_bucket_s_retry_in(
     env: Env,
 ) {
-    let d = env.dim("tpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "tpm",
             Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000),
         )
-        .await
-        .unwrap();
+        .await;
     let rows = env.sluice.reshard(&d, 4).await.unwrap();
     assert_eq!(rows.len(), 4);
     assert!(
@@ -132,14 +130,12 @@ pub async fn a_sharded_bucket_grants_its_whole_capacity_and_answers_the_bucket_s
 }
 
 pub async fn clients_on_a_bucket_resharded_between_their_grants_never_over_grant(env: Env) {
-    let d = env.dim("rpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "rpm",
             Bucket::requests(RefillRate::per_minute(1)).with_capacity(120),
         )
-        .await
-        .unwrap();
+        .await;
     let clients: Vec<_> = (0..3).map(|i| env.client(&format!("c{i}"))).collect();
     let mut granted = 0u32;
     for (round, shards) in [4u16, 1, 8, 3, 2].into_iter().enumerate() {
@@ -182,14 +178,12 @@ pub async fn clients_on_a_bucket_resharded_between_their_grants_never_over_grant
 }
 
 pub async fn a_sharded_bucket_is_redefined_and_deleted_as_a_whole(env: Env) {
-    let d = env.dim("rpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "rpm",
             Bucket::requests(RefillRate::per_minute(60)).with_capacity(400),
         )
-        .await
-        .unwrap();
+        .await;
     env.sluice.reshard(&d, 4).await.unwrap();
     let _held = env
         .sluice
@@ -242,14 +236,12 @@ pub async fn a_sharded_bucket_is_redefined_and_deleted_as_a_whole(env: Env) {
 }
 
 pub async fn a_hot_bucket_spreads_itself_and_gathers_back_when_it_cools(env: Env) {
-    let d = env.dim("rpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "rpm",
             Bucket::requests(RefillRate::per_minute(1)).with_capacity(100_000),
         )
-        .await
-        .unwrap();
+        .await;
     // Rows that take at most 10 writes a second; four clients, 400 grants a second.
     let clients = resharding_clients(&env, 8);
     let shards = |env: &Env| {
@@ -314,14 +306,12 @@ pub async fn a_hot_bucket_spreads_itself_and_gathers_back_when_it_cools(env: Env
 }
 
 pub async fn corrections_follow_a_grant_over_shards_and_shards_gathered_away(env: Env) {
-    let d = env.dim("tpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "tpm",
             Bucket::tokens(RefillRate::per_minute(1)).with_capacity(1_000),
         )
-        .await
-        .unwrap();
+        .await;
     env.sluice.reshard(&d, 4).await.unwrap();
     if env.protocol() == Protocol::Seed {
         return;
@@ -430,14 +420,12 @@ pub async fn several_dimensions_and_priorities_on_sharded_buckets(env: Env) {
 /// reshard lands at its first attempt, and what the other clients took meanwhile stays
 /// taken.
 pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env) {
-    let d = env.dim("rpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "rpm",
             Bucket::requests(RefillRate::per_second(10)).with_capacity(1_000),
         )
-        .await
-        .unwrap();
+        .await;
     // Not full: a full row's level does not depend on what it stores while the refill
     // covers the takes, and here the clock stands still.
     let first = env
@@ -478,10 +466,7 @@ pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env)
     // the fast protocol: the seed protocol's clients see shard 0 alone, as the seed's
     // other SDKs do.)
     drop(first);
-    let fast = env.client_with("fast", |c| sluice::Config {
-        protocol: Protocol::Fast,
-        ..c
-    });
+    let fast = env.fast_client("fast");
     let rest = fast
         .acquire(Acquire::with_cost(&d, 1_000 - 100 - taken))
         .await
@@ -554,14 +539,12 @@ pub async fn a_bucket_pinned_or_capped_by_its_definition_keeps_within_it(env: En
 /// was spread). The throttle's answer does not say the bucket was spread; one read of the
 /// row does, and the client is granted from another row at once, not sent to wait.
 pub async fn a_client_throttled_on_a_row_since_spread_learns_the_spread_at_once(env: Env) {
-    let d = env.dim("rpm");
-    env.sluice
-        .put_bucket(
-            &d,
+    let d = env
+        .define(
+            "rpm",
             Bucket::requests(RefillRate::per_second(10)).with_capacity(100),
         )
-        .await
-        .unwrap();
+        .await;
     let (gate, open) = super::Gate::new(&env, "rpm");
     open.send(true).unwrap();
     let lone = gate.client_with(&env, |c| sluice::Config {

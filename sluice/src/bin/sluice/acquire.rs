@@ -36,25 +36,7 @@ pub(crate) async fn run(
     let lease = match sluice.acquire_within(request, how.wait).await {
         Ok(lease) => lease,
         Err(Error::RetryIn(delay)) => {
-            let text = format!(
-                "retry in {} ({} ms)",
-                humantime::format_duration(delay),
-                delay.as_millis()
-            );
-            let event = json!({
-                "event": "retry_in",
-                "dimension": dimension,
-                "retry_in_ms": delay.as_millis() as u64,
-            });
-            say(&how, text, event);
-            return Err(Failure {
-                code: exit::RETRY,
-                message: format!(
-                    "{dimension} is short; retry in {}",
-                    humantime::format_duration(delay)
-                ),
-                pending: false,
-            });
+            return Err(short(&how, dimension, delay, ("", "retry_in", "retry in")));
         }
         Err(e) => return Err(e.into()),
     };
@@ -111,31 +93,44 @@ pub(crate) async fn peek(
         json,
     };
     match sluice.peek(request).await? {
-        Peek::RetryIn(delay) => {
-            let text = format!(
-                "would retry in {} ({} ms)",
-                humantime::format_duration(delay),
-                delay.as_millis()
-            );
-            let event = json!({
-                "event": "would_retry_in",
-                "dimension": dimension,
-                "retry_in_ms": delay.as_millis() as u64,
-            });
-            say(&how, text, event);
-            Err(Failure {
-                code: exit::RETRY,
-                message: format!(
-                    "{dimension} is short; an acquire would be told to retry in {}",
-                    humantime::format_duration(delay)
-                ),
-                pending: false,
-            })
-        }
+        Peek::RetryIn(delay) => Err(short(
+            &how,
+            dimension,
+            delay,
+            (
+                "would ",
+                "would_retry_in",
+                "an acquire would be told to retry in",
+            ),
+        )),
         _ => {
             let event = json!({"event": "would_grant", "dimension": dimension});
             say(&how, "would be granted now".to_owned(), event);
             Ok(())
         }
+    }
+}
+
+/// Says that `dimension` is short for `delay` (`words`: the line's prefix, the JSON
+/// event's name, what the error message says of the delay), and the failure that exits
+/// with the RetryIn code.
+fn short(
+    how: &How,
+    dimension: &str,
+    delay: Duration,
+    (prefix, event, said): (&str, &str, &str),
+) -> Failure {
+    let wait = humantime::format_duration(delay);
+    let text = format!("{prefix}retry in {wait} ({} ms)", delay.as_millis());
+    let event = json!({
+        "event": event,
+        "dimension": dimension,
+        "retry_in_ms": delay.as_millis() as u64,
+    });
+    say(how, text, event);
+    Failure {
+        code: exit::RETRY,
+        message: format!("{dimension} is short; {said} {wait}"),
+        pending: false,
     }
 }
