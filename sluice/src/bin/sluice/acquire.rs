@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use serde_json::json;
-use sluice::{Acquire, Error, Peek, Sluice};
+use sluice::{Acquire, Error, Peek, Priority, Sluice, Tokens};
 
 use crate::{Failure, exit, show};
 
@@ -25,6 +25,20 @@ fn say(how: &How, text: String, event: serde_json::Value) {
         println!("{text}");
     }
     let _ = std::io::stdout().flush();
+}
+
+/// The acquire of `cost` (default: the bucket's cost per call) on `dimension`, at
+/// `priority` (default: the client's).
+pub(crate) fn request(
+    dimension: &str,
+    cost: Option<Tokens>,
+    priority: Option<Priority>,
+) -> Acquire {
+    match cost {
+        Some(cost) => Acquire::with_cost(dimension, cost),
+        None => Acquire::new(dimension),
+    }
+    .or_priority(priority)
 }
 
 pub(crate) async fn run(

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use sluice::store::StoreError;
-use sluice::{Acquire, Audit, Config, DynamoStore, Error, Restock, Sluice};
+use sluice::{Audit, Config, DynamoStore, Error, Restock, Sluice};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -228,11 +228,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             priority,
             json,
         } => {
-            let request = match cost {
-                Some(cost) => Acquire::with_cost(&dimension, cost),
-                None => Acquire::new(&dimension),
-            }
-            .or_priority(priority);
+            let request = acquire::request(&dimension, cost, priority);
             acquire::peek(&sluice, &dimension, request, json).await
         }
         Command::Acquire {
@@ -253,12 +249,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     humantime::format_duration(ttl)
                 )));
             }
-            let request = match cost {
-                Some(cost) => Acquire::with_cost(&dimension, cost),
-                None => Acquire::new(&dimension),
-            }
-            .ttl(ttl)
-            .or_priority(priority);
+            let request = acquire::request(&dimension, cost, priority).ttl(ttl);
             let how = acquire::How {
                 wait,
                 hold,
