@@ -168,6 +168,13 @@ pub(crate) fn reshard(
         return Err(ShardError::Count(0));
     };
     let dimension = first.dimension.base();
+    // A clock behind a row's refill timestamp (another writer's clock ahead of this
+    // one's) splits the bucket as of that timestamp: new rows refilled from an earlier
+    // instant would earn again the refill the rows had already counted.
+    let now = rows
+        .iter()
+        .map(|r| r.last_refill_at)
+        .fold(now, UnixMillis::max);
     if !(1..=MAX_SHARDS).contains(&to) {
         return Err(ShardError::Count(to));
     }

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::bucket::{BucketState, ShardError};
+use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::retry::Budget;
@@ -74,7 +75,12 @@ pub(crate) async fn reshard_from(
         if usize::from(to) == now_at || from.is_some_and(|f| usize::from(f) != now_at) {
             return Ok(rows);
         }
-        let now = core.now();
+        // Not before any row's refill timestamp (this client's clock may be behind the
+        // writer's that set it): the split and the moves are as of that instant then.
+        let now = rows
+            .iter()
+            .map(|r| r.last_refill_at)
+            .fold(core.now(), UnixMillis::max);
         let mut next = crate::bucket::shards::reshard(&rows, to, now)?;
         // Rows that stay are moved by what they give or take, not conditioned on being as
         // read: a hot bucket's rows change between any read and any write.

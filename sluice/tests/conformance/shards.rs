@@ -575,3 +575,56 @@ pub async fn a_client_throttled_on_a_row_since_spread_learns_the_spread_at_once(
     );
     assert_eq!(whole_available(&env, "rpm").await, Tokens::new(100 - 41));
 }
+
+/// A clock some milliseconds off another's, for a client of the suite on another "host".
+#[derive(Debug, Clone)]
+struct Skewed {
+    inner: sluice::ManualClock,
+    offset_ms: i64,
+}
+
+impl sluice::Clock for Skewed {
+    fn now(&self) -> sluice::UnixMillis {
+        sluice::UnixMillis::new(self.inner.now().as_millis() + self.offset_ms)
+    }
+}
+
+/// A client whose clock is 2 s behind the other writers' spreads a bucket they refilled
+/// "in its future", then gathers it back: no refill is counted twice and none is lost
+/// (what the rows hold, now and a second later by the others' clock, is what the bucket
+/// held), and the others go on from the rows it wrote.
+pub async fn a_reshard_by_a_client_whose_clock_is_behind_keeps_every_token(env: Env) {
+    let d = env
+        .define(
+            "tpm",
+            Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000),
+        )
+        .await;
+    let other = env.fast_client("other");
+    drop(other.acquire(Acquire::with_cost(&d, 600)).await.unwrap());
+    env.advance_ms(1_000);
+    // Refilled by a take at the others' now: 400 + 100 - 50.
+    drop(other.acquire(Acquire::with_cost(&d, 50)).await.unwrap());
+    let behind = sluice::SluiceBuilder::from_config(env.sluice.config().clone())
+        .store_arc(env.store.clone())
+        .clock(Skewed {
+            inner: env.clock.clone(),
+            offset_ms: -2_000,
+        })
+        .build()
+        .unwrap();
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(450));
+    let rows = behind.reshard(&d, 4).await.unwrap();
+    assert_eq!(rows.len(), 4);
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(450));
+    // A second on, by the others' clock: exactly a second of refill more, on every row.
+    env.advance_ms(1_000);
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(550));
+    drop(other.acquire(Acquire::with_cost(&d, 200)).await.unwrap());
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(350));
+    let rows = behind.reshard(&d, 1).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(350));
+    env.advance_ms(1_000);
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(450));
+}

@@ -253,3 +253,22 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_reshard_by_a_clock_behind_the_rows_refill_earns_nothing_twice() {
+    // Refilled by another writer at 2 s; the resharding clock says 0 s.
+    let whole = Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000);
+    let mut rows = one_row(whole, 350 * 1_000_000_000);
+    rows[0].last_refill_at = at(2_000);
+    for to in [4, 1] {
+        let spread = reshard(&rows, to, at(0)).unwrap();
+        for t in [2_000, 3_000, 9_000] {
+            assert_eq!(
+                total(&spread, at(t)),
+                total(&rows, at(t)),
+                "{to} rows at {t} ms"
+            );
+        }
+        assert!(spread.iter().all(|r| r.last_refill_at >= at(2_000)));
+    }
+}
