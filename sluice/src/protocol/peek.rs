@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::acquire::Wanted;
 use crate::bucket::{BucketState, Take};
 use crate::clock::UnixMillis;
+use crate::config::Protocol;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::shared::Core;
@@ -50,16 +51,19 @@ pub(crate) async fn peek(core: &Core, wanted: &[Wanted]) -> Result<Peek, Error> 
     }
     let mut named: Vec<Dimension> = Vec::new();
     for w in wanted {
-        named.extend((0..core.lanes.shards(&w.dimension)).map(|k| w.dimension.shard(k)));
+        named.extend((0..rows_known(core, &w.dimension)).map(|k| w.dimension.shard(k)));
     }
     let mut read = core.store.read_buckets(&named).await?.into_iter();
     let now = core.now();
     let mut longest: Option<Duration> = None;
     for w in wanted {
-        let known = core.lanes.shards(&w.dimension);
+        let known = rows_known(core, &w.dimension);
         let mut rows: Vec<BucketState> = read.by_ref().take(usize::from(known)).flatten().collect();
+        let seed = core.config.protocol == Protocol::Seed;
         let complete = rows.len() == usize::from(known)
-            && rows.first().is_some_and(|first| first.shards == known);
+            && rows
+                .first()
+                .is_some_and(|first| seed || first.shards == known);
         if !complete {
             // Resharded (or deleted) since this client last looked: its rows as they are.
             rows = reshard::rows_of(core, &w.dimension).await?;
@@ -76,12 +80,22 @@ pub(crate) async fn peek(core: &Core, wanted: &[Wanted]) -> Result<Peek, Error> 
     Ok(longest.map_or(Peek::Granted, Peek::RetryIn))
 }
 
+/// The rows of `dimension`'s bucket this client answers from: as many as it knows on the
+/// fast protocol; the dimension's own row alone on the seed's (as its acquire does, and
+/// the seed's other SDKs: a spread bucket is its shard 0's share there).
+fn rows_known(core: &Core, dimension: &Dimension) -> u16 {
+    match core.config.protocol {
+        Protocol::Seed => 1,
+        _ => core.lanes.shards(dimension),
+    }
+}
+
 /// The answer memory may give alone: every dimension refused under the freshness rules
 /// (the longest wait), or one dimension served by this client's prefetched tokens.
 /// `None`: the store must be read. A grant is never answered from a remembered row.
 fn from_memory(core: &Core, wanted: &[Wanted], now: UnixMillis) -> Option<Peek> {
     if let [one] = wanted
-        && core.lanes.shards(&one.dimension) == 1
+        && rows_known(core, &one.dimension) == 1
         && core
             .lane(&one.dimension)
             .memory()
@@ -91,7 +105,7 @@ fn from_memory(core: &Core, wanted: &[Wanted], now: UnixMillis) -> Option<Peek> 
     }
     let mut longest = Duration::ZERO;
     for w in wanted {
-        let wait = if core.lanes.shards(&w.dimension) > 1 {
+        let wait = if rows_known(core, &w.dimension) > 1 {
             sharded::remembered_short(core, w, None, now)?.1
         } else {
             match core.lane(&w.dimension).memory().recall(w, now, None) {

@@ -155,6 +155,19 @@ pub async fn a_peek_on_a_spread_bucket_answers_for_the_whole(env: Env) {
         )
         .await;
     env.sluice.reshard(&d, 4).await.unwrap();
+    if env.protocol() == sluice::Protocol::Seed {
+        // The seed's protocol sees the dimension's own row, a bucket of its share (250):
+        // its peek answers as its acquire does.
+        for client in [&env.sluice, &env.client("seed")] {
+            let e = client.peek(Acquire::with_cost(&d, 300)).await.unwrap_err();
+            assert!(matches!(e, Error::CostExceedsCapacity { .. }), "{e}");
+            let e = client
+                .acquire(Acquire::with_cost(&d, 300))
+                .await
+                .unwrap_err();
+            assert!(matches!(e, Error::CostExceedsCapacity { .. }), "{e}");
+        }
+    }
     let fast = env.fast_client("fast");
     assert!(
         fast.peek(Acquire::with_cost(&d, 900))
