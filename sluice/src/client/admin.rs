@@ -305,7 +305,10 @@ impl Sluice {
     /// given twice: its holder's release still lands on a bucket that counts it), a top-up
     /// at most to that. With [`Audit::if_version`] the change is refused with
     /// [`Error::BucketChanged`] when anybody changed the bucket since that version was
-    /// read; without, it applies to the bucket as it stands when written.
+    /// read; without, it applies to the bucket as it stands when written (read and computed
+    /// again when another writer moved it in between: on a spread bucket every row must
+    /// stay as read until the write, so under heavy load it may end in
+    /// [`Error::Contention`]; ask again).
     ///
     /// ```
     /// use sluice::{Acquire, Audit, Bucket, Error, ManualClock, RefillRate, Restock, Sluice, Tokens, UnixMillis};
