@@ -335,7 +335,11 @@ impl Sluice {
     ) -> Result<Restocked, Error> {
         // A shard's key names its bucket: the change is the whole bucket's.
         let dimension = Dimension::new(dimension)?.base();
-        restock::restock(&self.core, dimension, how, audit).await
+        role::within(
+            Role::Operator,
+            restock::restock(&self.core, dimension, how, audit),
+        )
+        .await
     }
 
     /// One reconcile pass, as the seed's scheduled reconciler runs it every 5 minutes.

@@ -49,15 +49,20 @@ pub(crate) async fn peek(core: &Core, wanted: &[Wanted]) -> Result<Peek, Error> 
     if let Some(answer) = from_memory(core, wanted, now) {
         return Ok(answer);
     }
+    // The rows of each bucket as known now, once: another task of this client may learn
+    // a reshard while the read is out.
+    let counts: Vec<u16> = wanted
+        .iter()
+        .map(|w| rows_known(core, &w.dimension))
+        .collect();
     let mut named: Vec<Dimension> = Vec::new();
-    for w in wanted {
-        named.extend((0..rows_known(core, &w.dimension)).map(|k| w.dimension.shard(k)));
+    for (w, n) in wanted.iter().zip(&counts) {
+        named.extend((0..*n).map(|k| w.dimension.shard(k)));
     }
     let mut read = core.store.read_buckets(&named).await?.into_iter();
     let now = core.now();
     let mut longest: Option<Duration> = None;
-    for w in wanted {
-        let known = rows_known(core, &w.dimension);
+    for (w, known) in wanted.iter().zip(counts) {
         let mut rows: Vec<BucketState> = read.by_ref().take(usize::from(known)).flatten().collect();
         let seed = core.config.protocol == Protocol::Seed;
         let complete = rows.len() == usize::from(known)
@@ -104,18 +109,34 @@ fn from_memory(core: &Core, wanted: &[Wanted], now: UnixMillis) -> Option<Peek> 
         return Some(Peek::Granted);
     }
     let mut longest = Duration::ZERO;
+    let mut rows: Vec<Dimension> = Vec::new();
     for w in wanted {
         let wait = if rows_known(core, &w.dimension) > 1 {
-            sharded::remembered_short(core, w, None, now)?.1
+            let (remembered, wait) = sharded::remembered_short(core, w, None, now)?;
+            rows.extend(remembered.into_iter().map(|r| r.dimension));
+            wait
         } else {
             match core.lane(&w.dimension).memory().recall(w, now, None) {
-                Recall::Denied(wait) => wait,
+                Recall::Denied(wait) => {
+                    rows.push(w.dimension.clone());
+                    wait
+                }
                 _ => return None,
             }
         };
         longest = longest.max(retry_in(wait));
     }
-    (!wanted.is_empty()).then_some(Peek::RetryIn(longest))
+    if wanted.is_empty() {
+        return None;
+    }
+    // A refusal told from memory is one this client answered (rule 3 of the freshness
+    // rules): once its wait runs out, the next refusal comes from the store again.
+    for row in &rows {
+        core.lane(row)
+            .memory()
+            .answered(now.saturating_add(longest));
+    }
+    Some(Peek::RetryIn(longest))
 }
 
 /// How long `w` waits on the bucket of `rows` (one row, or every row of a spread bucket)

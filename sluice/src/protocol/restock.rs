@@ -68,11 +68,25 @@ pub(crate) async fn restock(
             return Err(changed(&base, read, stored));
         }
         let held = match rows[0].bucket.limit_type() {
-            LimitType::Concurrent => Some(slots_held(core, &base).await?),
+            LimitType::Concurrent => match settled_slots(core, &base, &rows[0]).await? {
+                Some(held) => Some(held),
+                // Moved while it settled: look again.
+                None if budget.lose() => continue,
+                None => {
+                    return Err(Error::Contention {
+                        dimension: base,
+                        attempts: budget.lost(),
+                    });
+                }
+            },
             _ => None,
         };
         let now = core.now();
-        let levels = restocked(&rows, how, held, now);
+        let mut levels = restocked(&rows, how, held.map(|(slots, _)| slots), now);
+        if let (Some((_, false)), [level]) = (held, levels.as_mut_slice()) {
+            // A lease row nobody can read holds an unknown number of slots: never raised.
+            level.tokens = level.tokens.min(rows[0].refilled(now).tokens);
+        }
         let before = sum(rows.iter().map(|r| r.refilled(now).tokens));
         let after = sum(levels.iter().map(|l| l.tokens));
         if after == before {
@@ -140,16 +154,47 @@ fn sum(tokens: impl Iterator<Item = Tokens>) -> Tokens {
 }
 
 /// The slots the lease rows of `base` hold (live or expired: an expired one is given back
-/// by the reconciler, once).
-async fn slots_held(core: &Core, base: &Dimension) -> Result<Tokens, Error> {
-    let leases = core
-        .store
-        .list_leases(&LeaseFilter {
-            dimension: Some(base.clone()),
-            expired_before: None,
-        })
-        .await?;
-    Ok(sum(leases.iter().filter(|l| l.slot).map(|l| l.cost)))
+/// by the reconciler, once), and whether every one of its lease rows could be read;
+/// `None` when the bucket row (`row`, as read) or its lease rows moved while they settled.
+///
+/// A slot's acquire writes the bucket row, then its lease row, and its release deletes the
+/// lease row, then gives the slot back: one look may fall between the two. So, as the
+/// reconciler does, the rows are looked at twice, [`Config::heal_settle`] apart, and
+/// trusted only if both looks agree (the write that follows is conditioned on the bucket
+/// row being as read).
+///
+/// [`Config::heal_settle`]: crate::Config::heal_settle
+async fn settled_slots(
+    core: &Core,
+    base: &Dimension,
+    row: &BucketState,
+) -> Result<Option<(Tokens, bool)>, Error> {
+    let look = || async {
+        let scan = core
+            .store
+            .scan_leases(&LeaseFilter {
+                dimension: Some(base.clone()),
+                expired_before: None,
+            })
+            .await?;
+        let mut keys: Vec<_> = scan.leases.iter().map(|l| l.key.clone()).collect();
+        keys.sort();
+        let held = sum(scan.leases.iter().filter(|l| l.slot).map(|l| l.cost));
+        let readable = !scan.unreadable.iter().any(|key| {
+            crate::store::LeaseKey::parse(key)
+                .and_then(|k| k.dimension())
+                .is_none_or(|d| d == *base)
+        });
+        Ok::<_, Error>((keys, held, readable))
+    };
+    let first = look().await?;
+    tokio::time::sleep(core.config.heal_settle).await;
+    let second = look().await?;
+    let again = core.read_one(base).await?;
+    if first.0 != second.0 || again.as_ref() != Some(row) {
+        return Ok(None);
+    }
+    Ok(Some((second.1, first.2 && second.2)))
 }
 
 /// Each row's level after `how` at `now`: a reset fills every row to the most it holds
