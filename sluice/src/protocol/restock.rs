@@ -67,26 +67,16 @@ pub(crate) async fn restock(
         if let Some(read) = audit.if_version.filter(|v| *v != stored) {
             return Err(changed(&base, read, stored));
         }
-        let held = match rows[0].bucket.limit_type() {
-            LimitType::Concurrent => match settled_slots(core, &base, &rows[0]).await? {
-                Some(held) => Some(held),
-                // Moved while it settled: look again.
-                None if budget.lose() => continue,
-                None => {
-                    return Err(Error::Contention {
-                        dimension: base,
-                        attempts: budget.lost(),
-                    });
-                }
-            },
-            _ => None,
+        let Some((levels, now)) = levels_of(core, &base, &rows, how).await? else {
+            // A `concurrent` bucket's rows moved while they settled: look again.
+            if budget.lose() {
+                continue;
+            }
+            return Err(Error::Contention {
+                dimension: base,
+                attempts: budget.lost(),
+            });
         };
-        let now = core.now();
-        let mut levels = restocked(&rows, how, held.map(|(slots, _)| slots), now);
-        if let (Some((_, false)), [level]) = (held, levels.as_mut_slice()) {
-            // A lease row nobody can read holds an unknown number of slots: never raised.
-            level.tokens = level.tokens.min(rows[0].refilled(now).tokens);
-        }
         let before = sum(rows.iter().map(|r| r.refilled(now).tokens));
         let after = sum(levels.iter().map(|l| l.tokens));
         if after == before {
@@ -139,6 +129,30 @@ pub(crate) async fn restock(
         let lost = budget.lost();
         budget.back_off(lost).await;
     }
+}
+
+/// Each row's level after `how`, and the instant it is computed at; for a `concurrent`
+/// bucket from its lease rows once settled (`None`: they moved meanwhile).
+async fn levels_of(
+    core: &Core,
+    base: &Dimension,
+    rows: &[BucketState],
+    how: Restock,
+) -> Result<Option<(Vec<Level>, UnixMillis)>, Error> {
+    let held = match rows[0].bucket.limit_type() {
+        LimitType::Concurrent => match settled_slots(core, base, &rows[0]).await? {
+            Some(held) => Some(held),
+            None => return Ok(None),
+        },
+        _ => None,
+    };
+    let now = core.now();
+    let mut levels = restocked(rows, how, held.map(|(slots, _)| slots), now);
+    if let (Some((_, false)), [level]) = (held, levels.as_mut_slice()) {
+        // A lease row nobody can read holds an unknown number of slots: never raised.
+        level.tokens = level.tokens.min(rows[0].refilled(now).tokens);
+    }
+    Ok(Some((levels, now)))
 }
 
 fn changed(base: &Dimension, read: u64, stored: u64) -> Error {
