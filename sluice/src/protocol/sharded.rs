@@ -100,8 +100,9 @@ async fn spread_since(
     if !core.heat.look(base, core.now()) {
         return Err(refused);
     }
-    let row = match core.read_existing(std::slice::from_ref(base)).await {
-        Ok(mut rows) => rows.remove(0),
+    let row = match core.read_one(base).await {
+        Ok(Some(row)) => row,
+        Ok(None) => return Err(refused),
         Err(e) => {
             tracing::debug!(dimension = %base, error = %e, "reading a throttled row failed");
             return Err(refused);
@@ -380,13 +381,10 @@ pub(super) fn remembered_short(
 /// row, and another than the one `tried` (a throttled row has tokens, and no room for
 /// the write) when there is one.
 fn serving(free: &[Tokens], cost: Tokens, tried: u16) -> Option<usize> {
-    let serving: Vec<usize> = (0..free.len()).filter(|k| free[*k] >= cost).collect();
-    let others: Vec<usize> = serving
-        .iter()
-        .copied()
-        .filter(|k| *k != usize::from(tried))
-        .collect();
-    let from = if others.is_empty() { serving } else { others };
+    let mut from: Vec<usize> = (0..free.len()).filter(|k| free[*k] >= cost).collect();
+    if from.len() > 1 {
+        from.retain(|k| *k != usize::from(tried));
+    }
     (!from.is_empty()).then(|| from[rand::rng().random_range(0..from.len())])
 }
 
