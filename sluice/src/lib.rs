@@ -67,9 +67,9 @@ mod tokens;
 
 pub use acquire::{Acquire, MAX_DIMENSIONS};
 pub use bucket::{
-    Bucket, BucketError, BucketState, Commute, Condition, Level, LimitType, MAX_VERSION,
-    RECENT_WRITES, RecentWrites, RefillCarry, Report, ShardError, ShardLimit, ShardLimitError,
-    Take, TokensOp, UnknownLimitType, refill,
+    Bucket, BucketError, BucketState, Commute, Condition, Level, LimitType, MAX_VERSION, Mode,
+    RECENT_WRITES, RecentWrites, RefillCarry, Report, ShadowLedger, ShardError, ShardLimit,
+    ShardLimitError, Take, TokensOp, UnknownLimitType, UnknownMode, refill,
 };
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};

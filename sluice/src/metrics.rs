@@ -6,6 +6,7 @@
 //! |---|---|---|---|
 //! | `sluice_grants_total` | counter | `dimension`, `priority` | acquires granted |
 //! | `sluice_retry_in_total` | counter | `dimension`, `priority` | acquires answered RetryIn |
+//! | `sluice_shadow_refusals_total` | counter | `dimension`, `priority` | acquires granted in [shadow mode](crate::Mode::Shadow) that an enforcing bucket would have refused (`dimension`: the bucket that would have) |
 //! | `sluice_peeks_total` | counter | `dimension`, `outcome` (`granted`, `retry_in`, `error`) | peeks ([`Sluice::peek`](crate::Sluice::peek)): what an acquire would have got, nothing taken |
 //! | `sluice_errors_total` | counter | `dimension`, `priority`, `error` | acquires failed otherwise (`error`: the cause, e.g. `store_throttled`, `contention`) |
 //! | `sluice_contention_retries_total` | counter | `dimension` | commits lost to another writer and retried |
@@ -124,6 +125,13 @@ pub(crate) fn peeked(dimension: String, answer: &Result<crate::Peek, Error>) {
         Err(_) => "error",
     };
     metrics::counter!("sluice_peeks_total", "dimension" => dimension, "outcome" => outcome)
+        .increment(1);
+}
+
+/// Records an acquire granted in shadow mode that `dimension`'s bucket would have refused.
+pub(crate) fn shadow_refused(dimension: &str, priority: Option<&Priority>) {
+    let priority = priority.map_or_else(String::new, |p| p.as_str().to_owned());
+    metrics::counter!("sluice_shadow_refusals_total", "dimension" => dimension.to_owned(), "priority" => priority)
         .increment(1);
 }
 

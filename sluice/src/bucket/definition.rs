@@ -94,6 +94,7 @@ pub struct Bucket {
     pub(super) leases: bool,
     pub(super) reserves: Vec<Reserve>,
     pub(super) shards: Option<super::ShardLimit>,
+    pub(super) mode: super::Mode,
 }
 
 /// Why a bucket definition is unusable.
@@ -225,6 +226,7 @@ impl Bucket {
             leases: true,
             reserves: Vec::new(),
             shards: None,
+            mode: super::Mode::Enforce,
         }
     }
 
@@ -287,6 +289,25 @@ impl Bucket {
     /// The bucket's bound on its rows, if it sets one.
     pub fn shard_limit(&self) -> Option<super::ShardLimit> {
         self.shards
+    }
+
+    /// Sets the bucket's [`Mode`](super::Mode), for every client: in shadow, acquires are
+    /// never refused and what would have been is counted.
+    ///
+    /// ```
+    /// use sluice::{Bucket, Mode, RefillRate};
+    ///
+    /// let trial = Bucket::requests(RefillRate::per_minute(500)).with_mode(Mode::Shadow);
+    /// assert_eq!(trial.mode(), Mode::Shadow);
+    /// ```
+    pub fn with_mode(mut self, mode: super::Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The bucket's [`Mode`](super::Mode).
+    pub fn mode(&self) -> super::Mode {
+        self.mode
     }
 
     /// Whether grants write lease rows (`false` in [lean mode](Self::lean)).

@@ -13,7 +13,7 @@
 //! rational). [`reshard`] computes the rows of a new count from every row of the old one,
 //! refilled to the same instant: the tokens of the whole are kept, to the billionth.
 
-use super::{Bucket, BucketState, RecentWrites, RefillCarry, first_version};
+use super::{Bucket, BucketState, RecentWrites, RefillCarry, ShadowLedger, first_version};
 use crate::clock::UnixMillis;
 use crate::dimension::{Dimension, MAX_SHARDS};
 use crate::priority::Reserve;
@@ -211,6 +211,16 @@ pub(crate) fn reshard(
             write_id: Some(write_id),
             recent_writes,
             shards: to,
+            // The count of what shadow acquires would have refused stays with the first
+            // row; what the rows owed is given up with their levels.
+            shadow: ShadowLedger {
+                owed: Tokens::ZERO,
+                refused: if k == 0 {
+                    rows.iter().map(|r| r.shadow.refused).sum()
+                } else {
+                    0
+                },
+            },
         });
     }
     level_out(&mut out);

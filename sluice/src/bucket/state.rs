@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::recent::{RECENT_WRITES, RecentWrites};
 use super::refill::{Level, RefillCarry, level_reaching, refill, wait_until_available};
-use super::{Bucket, BucketError, LimitType, MAX_VERSION, timestamp_in_range};
+use super::{Bucket, BucketError, LimitType, MAX_VERSION, ShadowLedger, timestamp_in_range};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::priority::Priority;
@@ -49,6 +49,10 @@ pub struct BucketState {
     /// definition (see [`Sluice::reshard`](crate::Sluice::reshard)). Other SDKs leave it as
     /// it is.
     pub shards: u16,
+    /// What shadow acquires left on the row (see [`ShadowLedger`]); empty unless the
+    /// bucket, or a client of it, ran in [shadow mode](crate::Mode::Shadow). Other SDKs
+    /// leave it as it is.
+    pub shadow: ShadowLedger,
 }
 
 /// What became of a write whose answer was lost (see [`BucketState::outcome_of`]).
@@ -102,6 +106,7 @@ impl BucketState {
             recent_writes: RecentWrites::default(),
             burst: None,
             shards: 1,
+            shadow: ShadowLedger::default(),
         }
     }
 
@@ -117,6 +122,7 @@ impl BucketState {
             && self.write_id == other.write_id
             && self.burst == other.burst
             && self.shards == other.shards
+            && self.shadow == other.shadow
     }
 
     /// Whether the sluice write `write_id` is listed among the last that led to this row:

@@ -25,6 +25,7 @@ fn state(capacity: i64, rate: RefillRate, tokens: Tokens) -> BucketState {
         recent_writes: RecentWrites::default(),
         burst: None,
         shards: 1,
+        shadow: Default::default(),
     }
 }
 
@@ -185,6 +186,7 @@ fn deepest() -> BucketState {
         recent_writes: RecentWrites::default(),
         burst: None,
         shards: 1,
+        shadow: Default::default(),
     }
 }
 

@@ -455,5 +455,11 @@ fn redefined(
             .filter(|_| cur.bucket.capacity() == bucket.capacity())
             .filter(|_| cur.bucket.refill_rate() == bucket.refill_rate()),
         shards: cur.shards,
+        // A new mode starts a new count.
+        shadow: if cur.bucket.mode() == bucket.mode() {
+            cur.shadow
+        } else {
+            crate::ShadowLedger::default()
+        },
     }
 }

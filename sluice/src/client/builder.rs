@@ -108,6 +108,27 @@ impl SluiceBuilder {
         self
     }
 
+    /// Takes every acquire of this client in [shadow mode](crate::Mode::Shadow) (or, with
+    /// [`Mode::Enforce`](crate::Mode::Enforce), only on buckets defined in shadow):
+    /// `SLUICE_MODE`.
+    ///
+    /// ```
+    /// use sluice::{Acquire, Bucket, Mode, RefillRate, Sluice};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sluice = Sluice::builder().mode(Mode::Shadow).build()?;
+    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(1)).with_capacity(1)).await?;
+    /// // Never refused: the second is counted as one an enforcing client would have refused.
+    /// let _first = sluice.acquire("openai#rpm").await?;
+    /// let _second = sluice.acquire("openai#rpm").await?;
+    /// assert_eq!(sluice.bucket("openai#rpm").await?.unwrap().shadow.refused, 1);
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub fn mode(mut self, mode: crate::Mode) -> Self {
+        self.config.mode = mode;
+        self
+    }
+
     /// How acquires talk to the store (`SLUICE_PROTOCOL`, see [`Protocol`](crate::Protocol)).
     ///
     /// ```

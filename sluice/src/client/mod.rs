@@ -197,18 +197,32 @@ impl Sluice {
         let started = std::time::Instant::now();
         let label = DisplayDims(&wanted).to_string();
         let ttl = request.ttl_value().unwrap_or(self.core.config.lease_ttl);
-        let result = if self.core.config.may_fail_open() {
-            Box::pin(protocol::open::acquire(
-                &self.core,
-                wanted,
-                ttl,
-                fresh_after,
-                &span,
-            ))
-            .await
-        } else {
-            let path = protocol::Path::of(&self.core, wanted);
-            protocol::acquire(&self.core, path, ttl, fresh_after, &span).await
+        let result =
+            if self.core.config.may_fail_open() && !protocol::in_shadow(&self.core, &wanted) {
+                Box::pin(protocol::open::acquire(
+                    &self.core,
+                    wanted,
+                    ttl,
+                    fresh_after,
+                    &span,
+                ))
+                .await
+            } else {
+                let path = protocol::Path::of(&self.core, wanted);
+                protocol::acquire(&self.core, path, ttl, fresh_after, &span).await
+            };
+        // A refusal by a bucket this client had not seen in shadow mode: taken again, in
+        // shadow, when its row (now learned) says so.
+        let result = match result {
+            Err(
+                Error::RetryIn(_)
+                | Error::CostExceedsCapacity { .. }
+                | Error::CostExceedsShare { .. },
+            ) if protocol::in_shadow(&self.core, &self.prioritized(request)?) => {
+                let path = protocol::Path::Shadow(self.prioritized(request)?);
+                protocol::acquire(&self.core, path, ttl, fresh_after, &span).await
+            }
+            result => result,
         };
         let result = result.map(|grant| Lease::new(self.core.clone(), grant));
         crate::metrics::acquired(label, priority.as_ref(), &result, started.elapsed());

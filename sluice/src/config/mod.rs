@@ -90,6 +90,7 @@ pub enum ConfigError {
 /// | `SLUICE_MAX_RETRIES` | contention retries before giving up | 5 |
 /// | `SLUICE_CALLER` | `caller` written on leases | Lambda function name or host name |
 /// | `SLUICE_PROTOCOL` | `fast` or `seed` (see [`Protocol`]) | `fast` |
+/// | `SLUICE_MODE` | `enforce` or `shadow`: this client's acquires never refused, what would have been counted (see [`Mode`](crate::Mode)) | `enforce` |
 /// | `SLUICE_SLOT_POLL_MS` | slot poll interval, milliseconds (see [`Config::slot_poll`]) | 300 |
 /// | `SLUICE_LEASE_RECORD_AFTER_MS` | how long a `requests`/`tokens` lease is held before its row is written, milliseconds (see [`Config::lease_record_after`]) | 1000 |
 /// | `SLUICE_HEAL_SETTLE_MS` | how long a `concurrent` bucket off its leases must stay unchanged before the reconciler corrects it, milliseconds (see [`Config::heal_settle`]) | 10000 |
@@ -182,6 +183,9 @@ pub struct Config {
     pub priority: Option<Priority>,
     /// When this client spreads a hot bucket over more rows (see [`Sharding`]).
     pub sharding: Sharding,
+    /// [`Mode::Shadow`](crate::Mode::Shadow): every acquire of this client is taken in
+    /// shadow mode, whatever its buckets say (else only on buckets defined in shadow).
+    pub mode: crate::Mode,
 }
 
 impl Default for Config {
@@ -205,6 +209,7 @@ impl Default for Config {
             failure_policies: HashMap::new(),
             priority: None,
             sharding: Sharding::default(),
+            mode: crate::Mode::Enforce,
         }
     }
 }
@@ -316,19 +321,7 @@ impl Config {
         {
             config.clock_skew = skew;
         }
-        if let Some(v) = non_empty("SLUICE_PROTOCOL") {
-            config.protocol = match v.trim() {
-                "fast" => Protocol::Fast,
-                "seed" => Protocol::Seed,
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        variable: "SLUICE_PROTOCOL",
-                        value: v,
-                        reason: "expected `fast` or `seed`",
-                    });
-                }
-            };
-        }
+        (config.protocol, config.mode) = choices::protocol_and_mode(&non_empty)?;
         if let Some(v) = non_empty("SLUICE_FAILURE_POLICY") {
             config.failure_policy = v.parse().map_err(|_| ConfigError::Invalid {
                 variable: "SLUICE_FAILURE_POLICY",

@@ -57,11 +57,17 @@ pub(crate) enum Path {
     Multi(Vec<Wanted>),
     /// Any number of dimensions on the seed's protocol.
     Seed(Vec<Wanted>),
+    /// Any number of dimensions, some or all of them in shadow mode: the seed's protocol,
+    /// each bucket in shadow taken whatever it holds.
+    Shadow(Vec<Wanted>),
 }
 
 impl Path {
     /// The path of `wanted` on `core`'s protocol.
     pub(crate) fn of(core: &Core, wanted: Vec<Wanted>) -> Path {
+        if in_shadow(core, &wanted) {
+            return Path::Shadow(wanted);
+        }
         match (core.config.protocol, <[Wanted; 1]>::try_from(wanted)) {
             (Protocol::Fast, Ok([one])) => Path::Fast(one),
             (Protocol::Fast, Err(many)) => Path::Multi(many),
@@ -69,6 +75,20 @@ impl Path {
             (_, Err(many)) => Path::Seed(many),
         }
     }
+}
+
+/// Whether an acquire of `wanted` is taken in shadow mode: the client is in shadow, or
+/// a bucket it names is, as this client last saw its row (an acquire on a bucket not yet
+/// seen goes the enforcing way first, and only a refusal brings it here: a grant there is
+/// one a shadow bucket would grant too).
+pub(crate) fn in_shadow(core: &Core, wanted: &[Wanted]) -> bool {
+    core.config.mode == crate::Mode::Shadow
+        || wanted.iter().any(|w| {
+            core.lane(&w.dimension)
+                .memory()
+                .row()
+                .is_some_and(|row| row.bucket.mode() == crate::Mode::Shadow)
+        })
 }
 
 /// Acquires on `path`; with `fresh_after`, a denial is taken only from a row learned since
@@ -95,7 +115,13 @@ pub(crate) async fn acquire(
                 .await
         }
         Path::Seed(all) => {
-            Box::pin(seed::acquire(core, &all, ttl))
+            Box::pin(seed::acquire(core, &all, ttl, false))
+                .instrument(span.clone())
+                .await
+        }
+        Path::Shadow(all) => {
+            let shadow = core.config.mode == crate::Mode::Shadow;
+            Box::pin(seed::acquire(core, &all, ttl, shadow))
                 .instrument(span.clone())
                 .await
         }

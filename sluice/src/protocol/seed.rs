@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::Wanted;
-use crate::bucket::{BucketState, Take};
+use crate::bucket::{BucketState, Mode, Take, shadow_take};
 use crate::clock::UnixMillis;
 use crate::detach::Detached;
 use crate::dimension::Dimension;
@@ -31,6 +31,8 @@ struct Attempt {
     parts: Vec<LeasePart>,
     /// The indexes of the dimensions whose rows refuse.
     refused: Vec<usize>,
+    /// The indexes of the dimensions taken in shadow mode that would have refused.
+    would_refuse: Vec<usize>,
 }
 
 /// What a lost commit leads to.
@@ -41,11 +43,13 @@ enum Lost {
     BackOff,
 }
 
-/// An acquire on the seed's protocol.
+/// An acquire on the seed's protocol; with `shadow`, every bucket is taken in shadow mode
+/// (else only those whose definition says so, see [`Mode`]).
 pub(crate) async fn acquire(
     core: &Arc<Core>,
     wanted: &[Wanted],
     ttl: Duration,
+    shadow: bool,
 ) -> Result<Grant, Error> {
     let dimensions: Vec<Dimension> = wanted.iter().map(|w| w.dimension.clone()).collect();
     let max_retries = core.config.max_retries;
@@ -60,7 +64,7 @@ pub(crate) async fn acquire(
         attempt += 1;
         let now = core.now();
         let expires_at = now.saturating_add(ttl);
-        let plan = plan(core, wanted, &rows, &unique, now, expires_at);
+        let plan = plan(core, wanted, &rows, &unique, (now, expires_at), shadow);
         let (writes, leases, parts, refused) = (plan.writes, plan.leases, plan.parts, plan.refused);
         if !refused.is_empty() {
             match refuse(core, wanted, &rows, &refused, now, looked_again).await? {
@@ -85,6 +89,15 @@ pub(crate) async fn acquire(
             Ok(()) => {
                 for row in written {
                     core.lanes.learn_written(row, now);
+                }
+                for &i in &plan.would_refuse {
+                    let w = &wanted[i];
+                    crate::metrics::shadow_refused(w.dimension.as_str(), w.priority.as_ref());
+                    tracing::info!(
+                        dimension = %w.dimension,
+                        priority = w.priority.as_ref().map_or("", |p| p.as_str()),
+                        "shadow mode: granted what the bucket would have refused"
+                    );
                 }
                 return Ok(Grant::new(parts, now, expires_at, attempt));
             }
@@ -144,29 +157,40 @@ fn gave_up(contended: Option<Dimension>, dimensions: &[Dimension], attempts: u32
     }
 }
 
-/// The writes of one attempt from `rows`, and the dimensions that refuse.
+/// The writes of one attempt from `rows` at `now`, leases expiring at `expires_at`, and
+/// the dimensions that refuse; with `shadow`, every bucket is taken in shadow mode.
 fn plan(
     core: &Core,
     wanted: &[Wanted],
     rows: &[BucketState],
     unique: &str,
-    now: UnixMillis,
-    expires_at: UnixMillis,
+    (now, expires_at): (UnixMillis, UnixMillis),
+    shadow: bool,
 ) -> Attempt {
     let mut attempt = Attempt {
         writes: Vec::with_capacity(rows.len()),
         leases: Vec::with_capacity(rows.len()),
         parts: Vec::with_capacity(rows.len()),
         refused: Vec::new(),
+        would_refuse: Vec::new(),
     };
     for (i, (w, row)) in wanted.iter().zip(rows).enumerate() {
         let cost = w.cost(row.bucket.cost_per_call());
-        let Take::Granted { level } = w.take_from(row, now) else {
-            attempt.refused.push(i);
-            continue;
+        let write = if shadow || row.bucket.mode() == Mode::Shadow {
+            let (level, ledger, refused) = shadow_take(row, cost, w.floor(&row.bucket), now);
+            if refused {
+                attempt.would_refuse.push(i);
+            }
+            BucketWrite::new(row.clone(), level).with_shadow(ledger)
+        } else {
+            let Take::Granted { level } = w.take_from(row, now) else {
+                attempt.refused.push(i);
+                continue;
+            };
+            BucketWrite::new(row.clone(), level)
         };
         let key = LeaseKey::new(&row.dimension, unique);
-        attempt.writes.push(BucketWrite::new(row.clone(), level));
+        attempt.writes.push(write);
         let restores = row.bucket.limit_type().restores_on_release();
         let has_row = row.bucket.keeps_leases();
         if has_row {

@@ -248,7 +248,7 @@ async fn whole(
         let answer = if let Some(k) = serving(&free, cost, tried) {
             fast::acquire(core, on(k, cost), ttl, None, false).await
         } else if total(&free) >= cost {
-            seed::acquire(core, &gathered(&free, cost, on), ttl).await
+            seed::acquire(core, &gathered(&free, cost, on), ttl, false).await
         } else {
             return Err(short(core, &rows, wanted, cost, now));
         };

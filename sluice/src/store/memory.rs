@@ -117,6 +117,7 @@ impl Store for MemoryStore {
                 b.tokens = w.tokens;
                 b.last_refill_at = w.last_refill_at;
                 b.burst = w.burst;
+                b.shadow = w.shadow;
                 b.version = w.expected.version + 1;
                 b.write_id = Some(w.write_id);
                 b.recent_writes = b.recent_after(w.write_id, w.written_at);

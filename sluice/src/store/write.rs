@@ -34,6 +34,9 @@ pub struct BucketWrite {
     /// The row's [`burst`](BucketState::burst) after the write (the expected row's unless
     /// the write learns a new one from the vendor).
     pub burst: Option<Tokens>,
+    /// The row's [`shadow`](BucketState::shadow) ledger after the write (the expected
+    /// row's unless a shadow acquire writes it).
+    pub shadow: crate::bucket::ShadowLedger,
 }
 
 impl BucketWrite {
@@ -43,6 +46,7 @@ impl BucketWrite {
     pub fn new(expected: BucketState, to: Level) -> Self {
         BucketWrite {
             burst: expected.burst,
+            shadow: expected.shadow,
             expected,
             tokens: to.tokens,
             last_refill_at: to.last_refill_at,
@@ -55,6 +59,12 @@ impl BucketWrite {
     /// This write, also setting the row's [`burst`](BucketState::burst).
     pub fn with_burst(mut self, burst: Option<Tokens>) -> Self {
         self.burst = burst;
+        self
+    }
+
+    /// This write, also setting the row's [`shadow`](BucketState::shadow) ledger.
+    pub fn with_shadow(mut self, shadow: crate::bucket::ShadowLedger) -> Self {
+        self.shadow = shadow;
         self
     }
 
@@ -102,6 +112,7 @@ impl BucketWrite {
                 .expected
                 .recent_after(self.write_id, self.last_refill_at),
             burst: self.burst,
+            shadow: self.shadow,
             ..self.expected.clone()
         }
     }

@@ -13,6 +13,7 @@ mod leases;
 mod peek;
 mod reserves;
 mod restock;
+mod shadow;
 mod shards;
 pub use bursts::*;
 pub use clients::*;
@@ -21,6 +22,7 @@ pub use leases::*;
 pub use peek::*;
 pub use reserves::*;
 pub use restock::*;
+pub use shadow::*;
 pub use shards::*;
 
 use std::sync::Arc;
@@ -279,6 +281,9 @@ macro_rules! suite {
             reset_and_top_up_refuse_a_bucket_changed_since_it_was_read,
             a_reset_keeps_a_concurrent_bucket_consistent_with_its_leases,
             a_reset_and_a_top_up_cover_every_row_of_a_spread_bucket,
+            a_shadow_bucket_never_refuses_and_counts_what_enforcing_refuses,
+            a_shadow_client_and_an_enforcing_client_conserve_tokens,
+            switching_a_shadow_bucket_to_enforce_is_one_definition,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

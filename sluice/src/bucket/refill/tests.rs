@@ -202,6 +202,7 @@ proptest! {
             refill_carry: RefillCarry::ZERO,
             version: 3, write_id: None, recent_writes: RecentWrites::default(), burst: None,
             shards: 1,
+            shadow: Default::default(),
         };
         let cost = Tokens::from_nanos((cap.as_nanos() * i128::from(cost_pct) / 100).max(1));
         let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
@@ -239,6 +240,7 @@ proptest! {
             refill_carry: RefillCarry::ZERO,
             version: 3, write_id: None, recent_writes: RecentWrites::default(), burst: None,
             shards: 1,
+            shadow: Default::default(),
         };
         let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
         let pause = Duration::from_millis(pause_ms);

@@ -134,6 +134,23 @@ impl DynamoStore {
                 None => removes.push("#b".to_owned()),
             }
         }
+        if w.shadow != w.expected.shadow {
+            names.insert("#so".to_owned(), row::SHADOW_OWED.to_owned());
+            names.insert("#sr".to_owned(), row::SHADOW_REFUSED.to_owned());
+            let attributes = row::ledger_attributes(&w.shadow);
+            if attributes.is_empty() {
+                removes.extend(["#so".to_owned(), "#sr".to_owned()]);
+            }
+            for (name, value) in attributes {
+                let (alias, placeholder) = if name == row::SHADOW_OWED {
+                    ("#so", ":so")
+                } else {
+                    ("#sr", ":sr")
+                };
+                update.push_str(&format!(", {alias} = {placeholder}"));
+                values.insert(placeholder.to_owned(), value);
+            }
+        }
         if !removes.is_empty() {
             update.push_str(" REMOVE ");
             update.push_str(&removes.join(", "));

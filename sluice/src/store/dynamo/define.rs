@@ -140,6 +140,15 @@ impl DynamoStore {
             names.insert("#wid".to_owned(), row::WRITE_ID.to_owned());
             removes.push("#wid");
         }
+        if state.bucket.mode() == crate::bucket::Mode::Enforce {
+            names.insert("#mode".to_owned(), row::MODE.to_owned());
+            removes.push("#mode");
+        }
+        if state.shadow.is_empty() {
+            names.insert("#so".to_owned(), row::SHADOW_OWED.to_owned());
+            names.insert("#sr".to_owned(), row::SHADOW_REFUSED.to_owned());
+            removes.extend(["#so", "#sr"]);
+        }
         if !removes.is_empty() {
             update.push_str(" REMOVE ");
             update.push_str(&removes.join(", "));

@@ -137,6 +137,10 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     if let Some(burst) = state.burst {
         item.insert(BURST.to_owned(), n(burst));
     }
+    if let Some(mode) = mode_value(state.bucket.mode()) {
+        item.insert(MODE.to_owned(), mode);
+    }
+    item.extend(ledger_attributes(&state.shadow));
     // Also a list with no writes but a forgotten time: that time still settles lost
     // answers, so a row written back keeps it.
     if state.recent_writes != RecentWrites::default() {
@@ -292,7 +296,8 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
     let bucket = match read_shard_limit(&r, item)? {
         Some(limit) => bucket.with_shards(limit),
         None => bucket,
-    };
+    }
+    .with_mode(read_mode(&r, item)?);
     let state = BucketState {
         dimension,
         bucket: if lean { bucket.lean() } else { bucket },
@@ -308,6 +313,7 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
             .map(|text| r.tokens_text(BURST, text, Rounding::Floor))
             .transpose()?,
         shards,
+        shadow: read_ledger(&r)?,
     };
     // A row that cannot be a bucket (a `requests` row that never refills, a lean
     // `concurrent` one, values beyond every bound) is refused, never used.
@@ -395,6 +401,7 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
 mod rate;
 mod reserves;
 mod same;
+mod shadow;
 mod writes;
 
 pub(crate) use rate::{carry_value, rate_attributes};
@@ -403,6 +410,8 @@ use rate::{read_carry, read_rate};
 use reserves::read_reserves;
 pub(crate) use reserves::{RESERVES, reserves_value};
 pub(crate) use same::{Expr, same_definition, same_row};
+pub(crate) use shadow::{MODE, SHADOW_OWED, SHADOW_REFUSED, ledger_attributes, mode_value};
+use shadow::{read_ledger, read_mode};
 use writes::{read_recent_writes, read_shard_limit, read_shards, read_write_id};
 pub(crate) use writes::{recent_writes, write_id};
 

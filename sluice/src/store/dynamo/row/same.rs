@@ -141,6 +141,15 @@ pub(crate) fn same_definition(e: &mut Expr, bucket: &Bucket, burst: Option<Token
             e.and("attribute_not_exists(#b)");
         }
     }
+    e.name("#mode", super::MODE);
+    match super::mode_value(bucket.mode()) {
+        Some(mode) => {
+            e.value(":mode", mode).and("#mode = :mode");
+        }
+        None => {
+            e.and("attribute_not_exists(#mode)");
+        }
+    }
     e.name("#sl", super::SHARD_LIMIT);
     match bucket.shard_limit() {
         Some(limit) => {

@@ -1,0 +1,195 @@
+//! Shadow mode: a bucket (or a client) that never refuses, and counts what it would have
+//! refused.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::{BucketState, Level, Take};
+use crate::clock::UnixMillis;
+use crate::tokens::Tokens;
+
+/// Whether a bucket's acquires are refused when it is short, or only counted.
+///
+/// In [`Mode::Shadow`] an acquire is never refused and never waits: its tokens are still
+/// taken (the vendor sees the call, so the bucket must too), the bucket may go into debt,
+/// and enforcing clients on the same bucket see that usage. What an enforcing bucket would
+/// have refused is counted (the metric `sluice_shadow_refusals_total`, a `tracing` event
+/// and the row, shown by `sluice status`). Set per bucket ([`Bucket::with_mode`](crate::Bucket::with_mode),
+/// `mode: shadow` in a bucket file) or per client ([`SluiceBuilder::mode`](crate::SluiceBuilder::mode),
+/// `SLUICE_MODE=shadow`).
+///
+/// ```
+/// use sluice::Mode;
+///
+/// assert_eq!("shadow".parse(), Ok(Mode::Shadow));
+/// assert_eq!(Mode::default(), Mode::Enforce);
+/// assert_eq!(Mode::Shadow.to_string(), "shadow");
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Refuse what the bucket cannot grant (the default).
+    #[default]
+    Enforce,
+    /// Grant everything, take the tokens, count what would have been refused.
+    Shadow,
+}
+
+impl Mode {
+    /// `enforce` or `shadow`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A mode that is neither `enforce` nor `shadow`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode `{0}`; expected `enforce` or `shadow`")]
+pub struct UnknownMode(pub String);
+
+impl FromStr for Mode {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "enforce" => Ok(Mode::Enforce),
+            "shadow" => Ok(Mode::Shadow),
+            other => Err(UnknownMode(other.to_owned())),
+        }
+    }
+}
+
+/// What shadow acquires left on a bucket row: how far below an enforcing bucket's level
+/// the row is, and how many acquires an enforcing bucket would have refused.
+///
+/// The row's `tokens` are the real level, every shadow take included. An enforcing bucket
+/// on the same schedule would hold `min(full, tokens + owed)`: a refused take is charged
+/// to the row all the same, and adds its cost to `owed`. Shadow acquires decide against
+/// that level, so they count exactly the refusals an enforcing run would have had, however
+/// deep in debt the row went. Written only by shadow acquires (other writes leave it as
+/// it is).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct ShadowLedger {
+    /// How many tokens an enforcing bucket would hold above the row's level.
+    pub owed: Tokens,
+    /// How many acquires an enforcing bucket would have refused, since the bucket was
+    /// created or its mode last changed.
+    pub refused: u64,
+}
+
+impl ShadowLedger {
+    /// Whether it holds nothing (the row then stores no shadow attributes).
+    pub fn is_empty(&self) -> bool {
+        *self == ShadowLedger::default()
+    }
+}
+
+/// A shadow take of `cost` above `floor` from `row` at `now`: the row's new level (always
+/// charged, debt allowed), its new ledger, and whether an enforcing bucket would have
+/// refused it.
+pub(crate) fn shadow_take(
+    row: &BucketState,
+    cost: Tokens,
+    floor: Tokens,
+    now: UnixMillis,
+) -> (Level, ShadowLedger, bool) {
+    let real = row.refilled(now);
+    let would_level = real
+        .tokens
+        .saturating_add(row.shadow.owed)
+        .min(row.holds())
+        .max(real.tokens);
+    let mut would = row.clone();
+    would.set_level(Level {
+        tokens: would_level,
+        ..real
+    });
+    let charged = row.charged(cost, now);
+    let (would_after, refused) = match would.take_above(cost, floor, now) {
+        Take::Granted { level } => (level.tokens, false),
+        _ => (would_level, true),
+    };
+    let ledger = ShadowLedger {
+        owed: would_after.saturating_sub(charged.tokens).max(Tokens::ZERO),
+        refused: row.shadow.refused.saturating_add(u64::from(refused)),
+    };
+    (charged, ledger, refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::bucket::Bucket;
+    use crate::dimension::Dimension;
+    use crate::rate::RefillRate;
+
+    fn row(capacity: u64, per_second: u64) -> BucketState {
+        let bucket = Bucket::tokens(RefillRate::per_second(per_second)).with_capacity(capacity);
+        BucketState::full(
+            Dimension::new("v#shadow").unwrap(),
+            bucket,
+            UnixMillis::new(0),
+        )
+    }
+
+    proptest! {
+        /// Shadow takes refuse exactly what an enforcing bucket refuses on the same
+        /// schedule, while the row is charged every take.
+        #[test]
+        fn shadow_refusals_equal_an_enforcing_runs_refusals(
+            capacity in 1u64..50,
+            per_second in 0u64..20,
+            schedule in prop::collection::vec((0u64..400, 0i64..12), 1..120),
+        ) {
+            let mut enforcing = row(capacity, per_second);
+            let mut shadow = enforcing.clone();
+            let mut refusals = 0u64;
+            let mut now = UnixMillis::new(0);
+            for (gap, cost) in schedule {
+                now = now.saturating_add(std::time::Duration::from_millis(gap));
+                let cost = Tokens::new(cost);
+                match enforcing.take(cost, now) {
+                    Take::Granted { level } => enforcing.set_level(level),
+                    _ => refusals += 1,
+                }
+                let (level, ledger, _) = shadow_take(&shadow, cost, Tokens::ZERO, now);
+                shadow.set_level(level);
+                shadow.shadow = ledger;
+            }
+            prop_assert_eq!(shadow.shadow.refused, refusals);
+            // The row is an enforcing bucket's level less what it owes, and took more.
+            let real = shadow.available(now);
+            prop_assert!(real <= enforcing.available(now));
+            prop_assert_eq!(
+                real.saturating_add(shadow.shadow.owed).min(shadow.holds()),
+                enforcing.available(now)
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_take_is_charged_and_owed() {
+        let full = row(10, 0);
+        let (level, ledger, refused) =
+            shadow_take(&full, Tokens::new(4), Tokens::ZERO, UnixMillis::new(0));
+        assert!(!refused);
+        assert_eq!((level.tokens, ledger.owed), (Tokens::new(6), Tokens::ZERO));
+        let mut short = full.clone();
+        short.set_level(level);
+        short.shadow = ledger;
+        let (level, ledger, refused) =
+            shadow_take(&short, Tokens::new(8), Tokens::ZERO, UnixMillis::new(0));
+        assert!(refused);
+        assert_eq!(level.tokens, Tokens::new(-2));
+        assert_eq!((ledger.owed, ledger.refused), (Tokens::new(8), 1));
+    }
+}

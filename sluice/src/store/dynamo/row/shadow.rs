@@ -1,0 +1,70 @@
+//! Shadow mode in a bucket row: sluice's extra `mode` S (`shadow`; absent: enforce) in the
+//! definition, and what shadow acquires left, `shadow_owed` N and `shadow_refused` N
+//! (both absent while empty; see [`ShadowLedger`]).
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::{Item, Reader, n, s};
+use crate::bucket::{Mode, ShadowLedger};
+use crate::decimal::{self, Rounding};
+use crate::store::StoreError;
+use crate::tokens::Tokens;
+
+/// sluice's extra bucket attribute: the bucket's [`Mode`], `shadow` (absent: enforce).
+pub(crate) const MODE: &str = "mode";
+/// sluice's extra bucket attribute: [`ShadowLedger::owed`].
+pub(crate) const SHADOW_OWED: &str = "shadow_owed";
+/// sluice's extra bucket attribute: [`ShadowLedger::refused`].
+pub(crate) const SHADOW_REFUSED: &str = "shadow_refused";
+
+/// The mode's attribute, when it is not the default.
+pub(crate) fn mode_value(mode: Mode) -> Option<AttributeValue> {
+    (mode != Mode::Enforce).then(|| s(mode.as_str()))
+}
+
+/// The ledger's attributes (none for an empty one).
+pub(crate) fn ledger_attributes(ledger: &ShadowLedger) -> Vec<(String, AttributeValue)> {
+    if ledger.is_empty() {
+        return Vec::new();
+    }
+    vec![
+        (SHADOW_OWED.to_owned(), n(ledger.owed)),
+        (SHADOW_REFUSED.to_owned(), n(ledger.refused)),
+    ]
+}
+
+/// Reads the bucket's mode.
+pub(super) fn read_mode(r: &Reader<'_>, item: &Item) -> Result<Mode, StoreError> {
+    if !item.contains_key(MODE) {
+        return Ok(Mode::Enforce);
+    }
+    r.string(MODE)?
+        .parse()
+        .map_err(|e: crate::bucket::UnknownMode| r.corrupt(e.to_string()))
+}
+
+/// Reads the row's shadow ledger (empty when it has none).
+pub(super) fn read_ledger(r: &Reader<'_>) -> Result<ShadowLedger, StoreError> {
+    // Rounded up: an enforcing level read as more than stored would refuse less.
+    let owed = match r.number(SHADOW_OWED)? {
+        Some(text) => r.tokens_text(SHADOW_OWED, text, Rounding::Ceil)?,
+        None => Tokens::ZERO,
+    };
+    if owed.is_negative() {
+        return Err(r.corrupt(format!(
+            "`{SHADOW_OWED}` must not be negative, found {owed}"
+        )));
+    }
+    let refused = match r.number(SHADOW_REFUSED)? {
+        Some(text) => decimal::parse(text, 0, Rounding::Exact)
+            .ok()
+            .and_then(|v| u64::try_from(v).ok())
+            .ok_or_else(|| {
+                r.corrupt(format!(
+                    "`{SHADOW_REFUSED}` must be a whole number ≥ 0, found {text}"
+                ))
+            })?,
+        None => 0,
+    };
+    Ok(ShadowLedger { owed, refused })
+}
