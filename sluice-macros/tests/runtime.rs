@@ -319,3 +319,27 @@ async fn a_caller_that_requeues_on_retry_in_gets_the_slot_another_client_freed()
         one_slot(&caller).await.unwrap();
     }
 }
+
+#[rate_limited("test#shadow", client = sluice, wait = Duration::from_secs(10))]
+async fn shadowed(sluice: &Sluice) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bucket_in_shadow_mode_never_refuses_or_delays_an_attributed_call() {
+    let sluice = client().await;
+    let trial = Bucket::requests(RefillRate::per_second(2))
+        .with_capacity(3)
+        .with_mode(sluice::Mode::Shadow);
+    sluice.put_bucket("test#shadow", trial).await.unwrap();
+    let started = tokio::time::Instant::now();
+    for _ in 0..10 {
+        shadowed(&sluice).await.unwrap();
+    }
+    assert_eq!(started.elapsed(), Duration::ZERO, "no call waited");
+    assert_eq!(available(&sluice, "test#shadow").await, Tokens::new(-7));
+    assert_eq!(
+        sluice.snapshot("test#shadow").await.unwrap().shadow_refused,
+        7
+    );
+}

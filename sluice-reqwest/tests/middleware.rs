@@ -109,6 +109,27 @@ async fn a_mapped_host_takes_a_token_per_request_and_an_unmapped_host_none() {
 }
 
 #[tokio::test]
+async fn a_bucket_in_shadow_mode_lets_every_request_through_and_counts_the_excess() {
+    let world = World::new().await;
+    world
+        .bucket("openai#rpm", rpm(2).with_mode(sluice::Mode::Shadow))
+        .await;
+    let client = world.client();
+    for _ in 0..5 {
+        let response = client
+            .get(world.url(OPENAI, "/v1/models"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    assert_eq!(world.vendor.served(OPENAI), 5);
+    assert_eq!(world.available("openai#rpm").await, Tokens::new(-3));
+    let row = world.sluice().bucket("openai#rpm").await.unwrap().unwrap();
+    assert_eq!(row.shadow.refused, 3);
+}
+
+#[tokio::test]
 async fn retry_in_is_found_with_and_without_the_retry_middleware() {
     let world = World::new().await;
     world.bucket("openai#rpm", rpm(1)).await;

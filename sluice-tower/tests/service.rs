@@ -87,6 +87,40 @@ async fn retry_in_is_a_downcastable_error_with_the_exact_delay_and_the_inner_is_
 }
 
 #[tokio::test]
+async fn a_client_in_shadow_mode_is_never_refused_and_counts_what_would_have_been() {
+    let enforcing = client().await;
+    let shadow = Sluice::builder()
+        .store_arc(enforcing.store().clone())
+        .clock(clock())
+        .mode(sluice::Mode::Shadow)
+        .build()
+        .unwrap();
+    let (inner, mut handle) = mock::pair::<&'static str, &'static str>();
+    let mut svc = SluiceLayer::new("vendor#rpm")
+        .client(shadow.clone())
+        .layer(inner);
+    for _ in 0..5 {
+        let f = tokio::spawn(svc.ready().await.unwrap().call("x"));
+        handle.next_request().await.unwrap().1.send_response("ok");
+        f.await.unwrap().unwrap();
+    }
+    // Three held, five taken: the enforcing client sees the debt.
+    assert_eq!(available(&enforcing, "vendor#rpm").await, Tokens::new(-2));
+    assert_eq!(
+        enforcing
+            .snapshot("vendor#rpm")
+            .await
+            .unwrap()
+            .shadow_refused,
+        2
+    );
+    assert!(matches!(
+        enforcing.acquire("vendor#rpm").await,
+        Err(sluice::Error::RetryIn(d)) if d == Duration::from_millis(1_500)
+    ));
+}
+
+#[tokio::test]
 async fn a_fixed_priority_keeps_the_reserves_above_it_and_a_per_request_one_wins() {
     let sluice = client().await;
     let reserved = Bucket::requests(RefillRate::per_second(2))

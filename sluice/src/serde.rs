@@ -27,7 +27,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::text::{Amount, amount, bucket, rate};
-use crate::{Bucket, Dimension, LimitType, Priority, RefillRate, ShardLimit, Tokens};
+use crate::{Bucket, Dimension, LimitType, Mode, Priority, RefillRate, ShardLimit, Tokens};
 
 /// Serializes as the value's `Display` text.
 macro_rules! as_text {
@@ -137,6 +137,27 @@ struct Definition {
     /// Spread over this many rows at most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_shards: Option<u16>,
+    /// `shadow`: never refuse, count what would have been refused.
+    #[serde(default, skip_serializing_if = "is_enforce")]
+    mode: Mode,
+}
+
+fn is_enforce(mode: &Mode) -> bool {
+    *mode == Mode::Enforce
+}
+
+impl Serialize for Mode {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Mode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(de::Error::custom)
+    }
 }
 
 /// One reserve: tokens, or `"20%"` of the capacity.
@@ -192,6 +213,7 @@ impl Serialize for Bucket {
                 Some(ShardLimit::AtMost(n)) => Some(n),
                 _ => None,
             },
+            mode: self.mode(),
         }
         .serialize(serializer)
     }
@@ -213,7 +235,8 @@ impl<'de> Deserialize<'de> for Bucket {
             d.lean,
             &reserves,
         )
-        .map_err(de::Error::custom)?;
+        .map_err(de::Error::custom)?
+        .with_mode(d.mode);
         let limit = match (d.shards, d.max_shards) {
             (None, None) => return Ok(bucket),
             (Some(n), None) => ShardLimit::Pinned(n),

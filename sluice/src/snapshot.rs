@@ -50,6 +50,11 @@ pub struct Snapshot {
     /// How many rows the bucket is spread over (1: its own row alone; see
     /// [`Sluice::reshard`](crate::Sluice::reshard)); the snapshot is of them all.
     pub shards: u16,
+    /// The bucket's [`Mode`](crate::Mode).
+    pub mode: crate::Mode,
+    /// How many acquires shadow mode granted that the bucket would have refused (see
+    /// [`ShadowLedger`](crate::ShadowLedger)).
+    pub shadow_refused: u64,
     /// When the snapshot was taken.
     pub taken_at: UnixMillis,
 }
@@ -73,6 +78,8 @@ impl Snapshot {
             reserves: row.bucket.reserves().to_vec(),
             version: row.version,
             shards: row.shards,
+            mode: row.bucket.mode(),
+            shadow_refused: row.shadow.refused,
             taken_at: now,
         }
     }

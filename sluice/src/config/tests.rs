@@ -205,3 +205,15 @@ fn the_default_priority_comes_from_the_environment_and_is_checked() {
     let e = Config::from_lookup(env(&[("SLUICE_PRIORITY", "batch jobs")])).unwrap_err();
     assert!(e.to_string().contains("SLUICE_PRIORITY"), "{e}");
 }
+
+#[test]
+fn shadow_mode_comes_from_the_environment_and_is_checked() {
+    assert_eq!(
+        Config::from_lookup(env(&[])).unwrap().mode,
+        crate::Mode::Enforce
+    );
+    let c = Config::from_lookup(env(&[("SLUICE_MODE", " shadow ")])).unwrap();
+    assert_eq!(c.mode, crate::Mode::Shadow);
+    let e = Config::from_lookup(env(&[("SLUICE_MODE", "lenient")])).unwrap_err();
+    assert!(e.to_string().contains("SLUICE_MODE"), "{e}");
+}

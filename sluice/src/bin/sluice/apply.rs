@@ -194,6 +194,9 @@ impl fmt::Display for Describe<'_> {
         if b.shard_limit().is_some() {
             write!(f, ", rows {}", rows(b))?;
         }
+        if b.mode() != sluice::Mode::Enforce {
+            write!(f, ", {}", b.mode())?;
+        }
         Ok(())
     }
 }
@@ -265,6 +268,7 @@ impl fmt::Display for Change {
                         Reserves(to).to_string(),
                     ),
                     ("rows", rows(from), rows(to)),
+                    ("mode", from.mode().to_string(), to.mode().to_string()),
                 ];
                 let diffs: Vec<String> = fields
                     .iter()

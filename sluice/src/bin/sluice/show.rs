@@ -47,6 +47,7 @@ pub(crate) fn definition_json(b: &Bucket) -> Value {
         "cost_per_call": tokens(b.cost_per_call()),
         "lean": !b.keeps_leases(),
         "reserves": reserves_json(b.reserves()),
+        "mode": b.mode().as_str(),
     })
 }
 
@@ -65,6 +66,8 @@ pub(crate) fn bucket_json(b: &BucketState) -> Value {
         "last_refill_at": number(b.last_refill_at.to_string()),
         "version": b.version,
         "shards": b.shards,
+        "mode": b.bucket.mode().as_str(),
+        "shadow_refused": b.shadow.refused,
     })
 }
 
@@ -90,6 +93,8 @@ pub(crate) fn snapshot_json(s: &Snapshot) -> Value {
         "time_to_full_ms": s.time_to_full.map(|d| d.as_millis() as u64),
         "version": s.version,
         "shards": s.shards,
+        "mode": s.mode.as_str(),
+        "shadow_refused": s.shadow_refused,
     })
 }
 
@@ -165,7 +170,7 @@ pub(crate) fn buckets_table(buckets: &[BucketState]) -> String {
 
 pub(crate) fn bucket_text(b: &BucketState) -> String {
     format!(
-        "dimension       {}\ntype            {}\ncapacity        {}\ntokens          {} (at {})\nrefill          {}\ncost per call   {}\nlean            {}\nreserves        {}\nburst           {}\nversion         {}\nshards          {}\n",
+        "dimension       {}\ntype            {}\ncapacity        {}\ntokens          {} (at {})\nrefill          {}\ncost per call   {}\nlean            {}\nreserves        {}\nburst           {}\nversion         {}\nshards          {}\nmode            {} ({} would refuse)\n",
         b.dimension,
         b.bucket.limit_type(),
         b.bucket.capacity(),
@@ -178,7 +183,9 @@ pub(crate) fn bucket_text(b: &BucketState) -> String {
         b.burst
             .map_or_else(|| "capacity".to_owned(), |t| t.to_string()),
         b.version,
-        b.shards
+        b.shards,
+        b.bucket.mode(),
+        b.shadow.refused
     )
 }
 
@@ -187,6 +194,10 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
     // the count of rows, only when some bucket is spread over several.
     let by_priority_column = snapshots.iter().any(|s| !s.reserves.is_empty());
     let rows_column = snapshots.iter().any(|s| s.shards > 1);
+    // What shadow mode would have refused, only when some bucket is or was in it.
+    let mode_column = snapshots
+        .iter()
+        .any(|s| s.mode != sluice::Mode::Enforce || s.shadow_refused > 0);
     let rows: Vec<Vec<String>> = snapshots
         .iter()
         .map(|s| {
@@ -217,6 +228,9 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
             if rows_column {
                 row.push(s.shards.to_string());
             }
+            if mode_column {
+                row.push(format!("{} ({} would refuse)", s.mode, s.shadow_refused));
+            }
             if by_priority_column {
                 row.push(
                     by_priority(s)
@@ -240,6 +254,9 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
     ];
     if rows_column {
         header.push("ROWS");
+    }
+    if mode_column {
+        header.push("MODE");
     }
     if by_priority_column {
         header.push("BY PRIORITY");

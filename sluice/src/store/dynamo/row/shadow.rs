@@ -68,3 +68,59 @@ pub(super) fn read_ledger(r: &Reader<'_>) -> Result<ShadowLedger, StoreError> {
     };
     Ok(ShadowLedger { owed, refused })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{bucket_item, bucket_state};
+    use super::*;
+    use crate::bucket::{Bucket, BucketState};
+    use crate::clock::UnixMillis;
+    use crate::rate::RefillRate;
+
+    fn shadow_row() -> BucketState {
+        let bucket = Bucket::requests(RefillRate::per_second(1)).with_mode(Mode::Shadow);
+        let mut row = BucketState::full("v#rpm".parse().unwrap(), bucket, UnixMillis::new(0));
+        row.shadow = ShadowLedger {
+            owed: Tokens::from_nanos(2_500_000_001),
+            refused: 7,
+        };
+        row
+    }
+
+    #[test]
+    fn the_mode_and_the_ledger_round_trip_and_are_absent_when_default() {
+        let row = shadow_row();
+        let item = bucket_item(&row);
+        assert_eq!(item[MODE], s("shadow"));
+        assert_eq!(item[SHADOW_REFUSED], n(7));
+        assert_eq!(bucket_state(&item).unwrap(), row);
+        let plain = BucketState::full(
+            "v#rpm".parse().unwrap(),
+            Bucket::requests(RefillRate::per_second(1)),
+            UnixMillis::new(0),
+        );
+        let item = bucket_item(&plain);
+        assert!(
+            ![MODE, SHADOW_OWED, SHADOW_REFUSED]
+                .iter()
+                .any(|a| item.contains_key(*a))
+        );
+        assert_eq!(bucket_state(&item).unwrap(), plain);
+    }
+
+    #[test]
+    fn a_bad_mode_or_ledger_is_a_corrupt_row() {
+        for (name, value) in [
+            (MODE, s("lenient")),
+            (MODE, n(1)),
+            (SHADOW_OWED, n("-1")),
+            (SHADOW_REFUSED, n("1.5")),
+            (SHADOW_REFUSED, s("7")),
+        ] {
+            let mut item = bucket_item(&shadow_row());
+            item.insert(name.to_owned(), value);
+            let e = bucket_state(&item).unwrap_err();
+            assert!(e.to_string().contains(name), "{name}: {e}");
+        }
+    }
+}
