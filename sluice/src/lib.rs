@@ -67,9 +67,10 @@ mod tokens;
 
 pub use acquire::{Acquire, MAX_DIMENSIONS};
 pub use bucket::{
-    Bucket, BucketError, BucketState, Commute, Condition, Level, LimitType, MAX_VERSION, Mode,
-    RECENT_WRITES, RecentWrites, RefillCarry, Report, ShadowLedger, ShardError, ShardLimit,
-    ShardLimitError, Take, TokensOp, UnknownLimitType, UnknownMode, refill,
+    Bucket, BucketError, BucketState, Commute, Condition, Level, LimitType, Limits, MAX_VERSION,
+    Mode, RECENT_WRITES, RecentWrites, RefillCarry, Report, Schedule, ScheduleError, ShadowLedger,
+    ShardError, ShardLimit, ShardLimitError, Take, TimeOfDay, TokensOp, UnknownLimitType,
+    UnknownMode, Window, refill,
 };
 pub use client::{Sluice, SluiceBuilder};
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};

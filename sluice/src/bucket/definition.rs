@@ -95,6 +95,7 @@ pub struct Bucket {
     pub(super) reserves: Vec<Reserve>,
     pub(super) shards: Option<super::ShardLimit>,
     pub(super) mode: super::Mode,
+    pub(super) schedule: Option<std::sync::Arc<super::Schedule>>,
 }
 
 /// Why a bucket definition is unusable.
@@ -163,6 +164,17 @@ pub enum BucketError {
     /// several rows for a `concurrent` bucket (whose slots stay in one row).
     #[error("a bucket is spread over 1 to 32 rows (a `concurrent` bucket over one), not {0}")]
     Shards(super::ShardLimit),
+    /// A scheduled window (counted from 0) that begins where it ends, or past the day.
+    #[error("schedule window {0} begins where it ends; give it a length")]
+    EmptyWindow(usize),
+    /// A scheduled window (counted from 0) whose limits are not a bucket's.
+    #[error("schedule window {window}: {source}")]
+    Window {
+        /// The window, counted from 0.
+        window: usize,
+        /// What is wrong with its limits.
+        source: Box<BucketError>,
+    },
 }
 
 impl BucketError {
@@ -184,6 +196,7 @@ impl BucketError {
             | BucketError::ReservesExceedCapacity { .. } => "reserves",
             BucketError::Burst(_) => "burst",
             BucketError::Shards(_) => "shard_limit",
+            BucketError::EmptyWindow(_) | BucketError::Window { .. } => "schedule",
         }
     }
 }
@@ -227,6 +240,7 @@ impl Bucket {
             reserves: Vec::new(),
             shards: None,
             mode: super::Mode::Enforce,
+            schedule: None,
         }
     }
 
@@ -423,7 +437,8 @@ impl Bucket {
                 return Err(BucketError::Shards(limit));
             }
         }
-        self.validate_reserves()
+        self.validate_reserves()?;
+        self.validate_schedule()
     }
 
     fn validate_reserves(&self) -> Result<(), BucketError> {

@@ -10,6 +10,7 @@ mod limit;
 mod mode;
 mod recent;
 mod refill;
+mod schedule;
 pub(crate) mod shards;
 mod state;
 
@@ -23,6 +24,7 @@ pub(crate) use mode::shadow_take;
 pub use mode::{Mode, ShadowLedger, UnknownMode};
 pub use recent::{RECENT_WRITES, RecentWrites};
 pub use refill::{Level, RefillCarry, refill};
+pub use schedule::{Limits, Schedule, ScheduleError, TimeOfDay, Window};
 pub use shards::ShardError;
 pub(crate) use state::WriteOutcome;
 pub use state::{BucketState, Take};

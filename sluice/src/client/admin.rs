@@ -68,7 +68,7 @@ impl Sluice {
         role::within(Role::Operator, self.wholes()).await
     }
 
-    async fn wholes(&self) -> Result<Vec<BucketState>, Error> {
+    pub(super) async fn wholes(&self) -> Result<Vec<BucketState>, Error> {
         let mut buckets: std::collections::BTreeMap<String, Vec<BucketState>> =
             std::collections::BTreeMap::new();
         for row in self.core.store.list_buckets().await? {
@@ -119,12 +119,18 @@ impl Sluice {
         role::within(Role::Operator, self.define(dimension, bucket)).await
     }
 
-    async fn define(&self, dimension: &str, bucket: Bucket) -> Result<BucketState, Error> {
+    pub(super) async fn define(
+        &self,
+        dimension: &str,
+        bucket: Bucket,
+    ) -> Result<BucketState, Error> {
         let dimension = Dimension::new(dimension)?;
         bucket.validate().map_err(|source| Error::InvalidBucket {
             dimension: dimension.clone(),
             source,
         })?;
+        // A scheduled bucket is stored with the limits its schedule has now.
+        let bucket = bucket.at(self.now());
         let mut budget = Budget::new(self.core.config.max_retries);
         loop {
             let now = self.now();
@@ -357,7 +363,8 @@ impl Sluice {
     ///    with a lease row the store cannot read is only ever lowered, never raised.
     ///
     /// Returns `Err` only when the pass cannot start (e.g. a missing table); failures on
-    /// single leases or buckets are in the report's `errors`.
+    /// single leases or buckets are in the report's `errors`. It also applies what bucket
+    /// schedules have due (see [`Bucket::with_schedule`]).
     ///
     /// ```
     /// use std::time::Duration;
@@ -379,7 +386,12 @@ impl Sluice {
     /// # Ok::<(), sluice::Error>(()) }).unwrap();
     /// ```
     pub async fn reconcile(&self) -> Result<ReconcileReport, Error> {
-        role::within(Role::Reconciler, reconcile::reconcile(&self.core)).await
+        role::within(Role::Reconciler, async {
+            let mut report = reconcile::reconcile(&self.core).await?;
+            self.apply_schedules(&mut report).await;
+            Ok(report)
+        })
+        .await
     }
 }
 
@@ -406,7 +418,7 @@ fn as_one(rows: Vec<BucketState>, now: UnixMillis) -> BucketState {
 /// above any version a predecessor reached. A redefinition keeps the tokens held now,
 /// capped at the new capacity; for a `concurrent` bucket, the slots held stay held and the
 /// free ones move with the capacity (below zero when more are held than it allows).
-fn redefined(
+pub(super) fn redefined(
     current: Option<&BucketState>,
     dimension: &Dimension,
     bucket: &Bucket,

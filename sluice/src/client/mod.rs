@@ -4,6 +4,7 @@
 mod admin;
 mod builder;
 mod global;
+mod schedules;
 
 use std::fmt;
 use std::future::Future;

@@ -41,6 +41,9 @@ pub struct ReconcileReport {
     /// left as they are because a lease row on them could not be read: what it holds is
     /// unknown, and raising the bucket could grant a slot that is still taken.
     pub buckets_not_raised: usize,
+    /// Buckets whose scheduled limits fell due and were applied by this pass (see
+    /// [`Bucket::with_schedule`](crate::Bucket::with_schedule)).
+    pub schedules_applied: usize,
     /// What went wrong, per lease or bucket; the pass goes on past each.
     pub errors: Vec<ReconcileError>,
 }
@@ -48,7 +51,7 @@ pub struct ReconcileReport {
 impl ReconcileReport {
     /// Whether the pass changed nothing at all.
     pub fn is_noop(&self) -> bool {
-        self.leases_restored == 0 && self.buckets_healed == 0
+        self.leases_restored == 0 && self.buckets_healed == 0 && self.schedules_applied == 0
     }
 }
 
@@ -56,7 +59,7 @@ impl fmt::Display for ReconcileReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} expired leases: {} restored ({} tokens), {} already gone, {} in their release grace; {} concurrent buckets checked: {} healed ({} tokens), {} busy, {} not raised (unreadable leases); {} errors",
+            "{} expired leases: {} restored ({} tokens), {} already gone, {} in their release grace; {} concurrent buckets checked: {} healed ({} tokens), {} busy, {} not raised (unreadable leases); {} schedules applied; {} errors",
             self.leases_seen,
             self.leases_restored,
             self.tokens_restored,
@@ -67,6 +70,7 @@ impl fmt::Display for ReconcileReport {
             self.tokens_healed,
             self.buckets_busy,
             self.buckets_not_raised,
+            self.schedules_applied,
             self.errors.len()
         )
     }

@@ -26,6 +26,8 @@ pub struct Gate {
     /// While above zero, each change of the gated row is answered at once as throttled by
     /// the item's own throughput, and counted down, instead of held.
     pub throttling: AtomicU32,
+    /// While set, definitions of the gated row (`put_bucket`) are held too.
+    pub holds_definitions: std::sync::atomic::AtomicBool,
 }
 
 impl Gate {
@@ -39,6 +41,7 @@ impl Gate {
             arrived: tokio::sync::Notify::new(),
             reshards: AtomicU32::new(0),
             throttling: AtomicU32::new(0),
+            holds_definitions: std::sync::atomic::AtomicBool::new(false),
         });
         (gate, open)
     }
@@ -145,6 +148,9 @@ impl Store for Gate {
         state: &BucketState,
         expected: Option<&BucketState>,
     ) -> Result<bool, StoreError> {
+        if state.dimension == self.gated && self.holds_definitions.load(Ordering::SeqCst) {
+            self.wait().await?;
+        }
         self.inner.put_bucket(state, expected).await
     }
     async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {

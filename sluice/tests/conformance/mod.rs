@@ -13,6 +13,7 @@ mod leases;
 mod peek;
 mod reserves;
 mod restock;
+mod schedules;
 mod shadow;
 mod shards;
 pub use bursts::*;
@@ -22,6 +23,7 @@ pub use leases::*;
 pub use peek::*;
 pub use reserves::*;
 pub use restock::*;
+pub use schedules::*;
 pub use shadow::*;
 pub use shards::*;
 
@@ -284,6 +286,9 @@ macro_rules! suite {
             a_shadow_bucket_never_refuses_and_counts_what_enforcing_refuses,
             a_shadow_client_and_an_enforcing_client_conserve_tokens,
             switching_a_shadow_bucket_to_enforce_is_one_definition,
+            scheduled_limits_apply_at_the_boundary_exactly_once_with_two_reconcilers,
+            a_scheduled_bucket_is_defined_with_the_limits_due_now,
+            a_schedule_change_lost_to_another_reconciler_is_not_made_again,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

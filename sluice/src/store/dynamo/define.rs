@@ -144,6 +144,10 @@ impl DynamoStore {
             names.insert("#mode".to_owned(), row::MODE.to_owned());
             removes.push("#mode");
         }
+        if state.bucket.schedule().is_none() {
+            names.insert("#sched".to_owned(), row::SCHEDULE.to_owned());
+            removes.push("#sched");
+        }
         if state.shadow.is_empty() {
             names.insert("#so".to_owned(), row::SHADOW_OWED.to_owned());
             names.insert("#sr".to_owned(), row::SHADOW_REFUSED.to_owned());

@@ -141,6 +141,9 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
         item.insert(MODE.to_owned(), mode);
     }
     item.extend(ledger_attributes(&state.shadow));
+    if let Some(schedule) = state.bucket.schedule() {
+        item.insert(SCHEDULE.to_owned(), s(schedule.to_string()));
+    }
     // Also a list with no writes but a forgotten time: that time still settles lost
     // answers, so a row written back keeps it.
     if state.recent_writes != RecentWrites::default() {
@@ -297,7 +300,8 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
         Some(limit) => bucket.with_shards(limit),
         None => bucket,
     }
-    .with_mode(read_mode(&r, item)?);
+    .with_mode(read_mode(&r, item)?)
+    .with_stored_schedule(read_schedule(&r, item)?);
     let state = BucketState {
         dimension,
         bucket: if lean { bucket.lean() } else { bucket },
@@ -401,6 +405,7 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
 mod rate;
 mod reserves;
 mod same;
+mod schedule;
 mod shadow;
 mod writes;
 
@@ -410,6 +415,8 @@ use rate::{read_carry, read_rate};
 use reserves::read_reserves;
 pub(crate) use reserves::{RESERVES, reserves_value};
 pub(crate) use same::{Expr, same_definition, same_row};
+pub(crate) use schedule::SCHEDULE;
+use schedule::read_schedule;
 pub(crate) use shadow::{MODE, SHADOW_OWED, SHADOW_REFUSED, ledger_attributes, mode_value};
 use shadow::{read_ledger, read_mode};
 use writes::{read_recent_writes, read_shard_limit, read_shards, read_write_id};

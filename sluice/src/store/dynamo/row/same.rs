@@ -150,6 +150,16 @@ pub(crate) fn same_definition(e: &mut Expr, bucket: &Bucket, burst: Option<Token
             e.and("attribute_not_exists(#mode)");
         }
     }
+    e.name("#sched", super::SCHEDULE);
+    match bucket.schedule() {
+        Some(schedule) => {
+            e.value(":sched", s(schedule.to_string()))
+                .and("#sched = :sched");
+        }
+        None => {
+            e.and("attribute_not_exists(#sched)");
+        }
+    }
     e.name("#sl", super::SHARD_LIMIT);
     match bucket.shard_limit() {
         Some(limit) => {
