@@ -29,6 +29,11 @@ use serde::{Deserialize, Serialize, Serializer};
 use crate::text::{Amount, amount, bucket, rate};
 use crate::{Bucket, Dimension, LimitType, Mode, Priority, RefillRate, ShardLimit, Tokens};
 
+mod schedule;
+use schedule::{
+    WindowDefinition, reserve_amounts, reserve_definitions, window_definitions, windows,
+};
+
 /// Serializes as the value's `Display` text.
 macro_rules! as_text {
     ($($ty:ty),*) => {$(
@@ -140,6 +145,9 @@ struct Definition {
     /// `shadow`: never refuse, count what would have been refused.
     #[serde(default, skip_serializing_if = "is_enforce")]
     mode: Mode,
+    /// Other limits in daily windows (UTC).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    schedule: Vec<WindowDefinition>,
 }
 
 fn is_enforce(mode: &Mode) -> bool {
@@ -191,20 +199,21 @@ impl<'de> Deserialize<'de> for ReserveAmount {
 impl Serialize for Bucket {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let limited = self.limit_type() != LimitType::Concurrent;
+        // A scheduled bucket is written with its own limits, whichever window holds now.
+        let own = self
+            .schedule()
+            .map(|s| self.clone().with_limits_of(s.base()));
+        let own = own.as_ref().unwrap_or(self);
         Definition {
             limit_type: self.limit_type(),
-            capacity: Some(self.capacity()),
-            refill: limited.then(|| self.refill_rate()),
+            capacity: Some(own.capacity()),
+            refill: limited.then(|| own.refill_rate()),
             cost_per_call: Some(self.cost_per_call()),
             lean: !self.keeps_leases(),
-            reserves: self
-                .reserves()
-                .iter()
-                .map(|r| ReserveDefinition {
-                    priority: r.priority.clone(),
-                    reserve: ReserveAmount(Amount::Tokens(r.tokens)),
-                })
-                .collect(),
+            reserves: reserve_definitions(own.reserves()),
+            schedule: self
+                .schedule()
+                .map_or_else(Vec::new, |s| window_definitions(s, limited)),
             shards: match self.shard_limit() {
                 Some(ShardLimit::Pinned(n)) => Some(n),
                 _ => None,
@@ -222,11 +231,8 @@ impl Serialize for Bucket {
 impl<'de> Deserialize<'de> for Bucket {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let d = Definition::deserialize(deserializer)?;
-        let reserves: Vec<(Priority, Amount)> = d
-            .reserves
-            .into_iter()
-            .map(|r| (r.priority, r.reserve.0))
-            .collect();
+        let reserves = reserve_amounts(&d.reserves);
+        let windows = windows(&d, &reserves).map_err(de::Error::custom)?;
         let bucket = bucket(
             d.limit_type,
             d.capacity,
@@ -236,7 +242,9 @@ impl<'de> Deserialize<'de> for Bucket {
             &reserves,
         )
         .map_err(de::Error::custom)?
-        .with_mode(d.mode);
+        .with_mode(d.mode)
+        .with_schedule(windows);
+        bucket.validate().map_err(de::Error::custom)?;
         let limit = match (d.shards, d.max_shards) {
             (None, None) => return Ok(bucket),
             (Some(n), None) => ShardLimit::Pinned(n),

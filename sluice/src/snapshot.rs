@@ -55,6 +55,9 @@ pub struct Snapshot {
     /// How many acquires shadow mode granted that the bucket would have refused (see
     /// [`ShadowLedger`](crate::ShadowLedger)).
     pub shadow_refused: u64,
+    /// When the bucket's schedule changes its limits next, and to what (see
+    /// [`Bucket::with_schedule`](crate::Bucket::with_schedule)); `None` without one.
+    pub next_change: Option<(UnixMillis, crate::Limits)>,
     /// When the snapshot was taken.
     pub taken_at: UnixMillis,
 }
@@ -80,6 +83,11 @@ impl Snapshot {
             shards: row.shards,
             mode: row.bucket.mode(),
             shadow_refused: row.shadow.refused,
+            next_change: row
+                .bucket
+                .schedule()
+                .and_then(|s| s.next_change(now))
+                .map(|(at, limits)| (at, limits.clone())),
             taken_at: now,
         }
     }

@@ -74,3 +74,62 @@ fn shadow_mode_is_applied_from_a_file_counted_in_status_and_switched_off_by_one_
         std::fs::remove_file(file).unwrap();
     }
 }
+
+/// `HH:MM` (UTC) `offset` minutes from now.
+fn utc_in(offset: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let minute = (i64::try_from(now / 60).unwrap() + offset).rem_euclid(24 * 60);
+    format!("{:02}:{:02}", minute / 60, minute % 60)
+}
+
+#[test]
+fn a_schedule_is_applied_from_a_file_shown_by_a_dry_run_and_its_next_change_in_status() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    // A window from an hour ago until two hours from now: it holds while the test runs.
+    let (from, to) = (utc_in(-60), utc_in(120));
+    let file = cli.file(&format!(
+        r#"
+["batch#tpm"]
+type = "tokens"
+refill = "100/s"
+capacity = 1000
+schedule = [{{ from = "{from}", to = "{to}", capacity = 5000, refill = "500/s" }}]
+"#
+    ));
+    let file = file.to_str().unwrap();
+    let dry = cli.ok(&["apply", file, "--dry-run"]);
+    assert!(
+        dry.starts_with(&format!(
+            "+ create    batch#tpm: tokens, capacity 5000, refill 500/s, cost per call 1, schedule {from}-{to} UTC capacity=5000 refill=500/s\n"
+        )),
+        "{dry}"
+    );
+    assert!(
+        dry.contains(":00Z: capacity=1000 refill=100/s\n") && dry.contains("next change"),
+        "{dry}"
+    );
+    cli.ok(&["apply", file]);
+    assert_eq!(
+        cli.json(&["bucket", "get", "batch#tpm", "--json"])["capacity"],
+        5000
+    );
+    let status = cli.json(&["status", "--json"]);
+    let next = &status[0]["next_change"];
+    assert_eq!(next["capacity"], 1000);
+    assert!(
+        next["at"].as_str().unwrap().contains(&format!("T{to}:00Z")),
+        "{next}"
+    );
+    assert!(cli.ok(&["status"]).contains("NEXT CHANGE"));
+    // Nothing is due: the reconciler and a second apply leave it.
+    assert!(cli.ok(&["reconcile"]).contains("0 schedules applied"));
+    assert!(
+        cli.ok(&["apply", file])
+            .starts_with("= unchanged batch#tpm\n")
+    );
+    std::fs::remove_file(file).unwrap();
+}

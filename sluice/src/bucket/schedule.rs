@@ -265,6 +265,7 @@ impl Bucket {
     }
 
     /// The bucket with its schedule as stored (its limits as they are: see [`at`](Self::at)).
+    #[cfg_attr(not(feature = "dynamodb"), allow(dead_code))]
     pub(crate) fn with_stored_schedule(mut self, schedule: Option<Schedule>) -> Self {
         self.schedule = schedule.map(Arc::new);
         self
@@ -289,6 +290,12 @@ impl Bucket {
             refill: self.refill_rate,
             reserves: self.reserves.clone(),
         }
+    }
+
+    /// The bucket with `limits` (its schedule kept).
+    #[cfg(feature = "serde")]
+    pub(crate) fn with_limits_of(self, limits: &Limits) -> Bucket {
+        self.with_limits(limits)
     }
 
     fn with_limits(&self, limits: &Limits) -> Bucket {

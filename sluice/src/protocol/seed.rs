@@ -90,15 +90,9 @@ pub(crate) async fn acquire(
                 for row in written {
                     core.lanes.learn_written(row, now);
                 }
-                for &i in &plan.would_refuse {
-                    let w = &wanted[i];
-                    crate::metrics::shadow_refused(w.dimension.as_str(), w.priority.as_ref());
-                    tracing::info!(
-                        dimension = %w.dimension,
-                        priority = w.priority.as_ref().map_or("", |p| p.as_str()),
-                        "shadow mode: granted what the bucket would have refused"
-                    );
-                }
+                plan.would_refuse
+                    .iter()
+                    .for_each(|&i| would_refuse(&wanted[i]));
                 return Ok(Grant::new(parts, now, expires_at, attempt));
             }
             Err(CommitError::Condition(ConditionFailure::LeaseExists(key))) => {
@@ -126,6 +120,16 @@ pub(crate) async fn acquire(
             rows = core.read_rows(&dimensions).await?;
         }
     }
+}
+
+/// Reports a grant in shadow mode that `w`'s bucket would have refused.
+fn would_refuse(w: &Wanted) {
+    crate::metrics::shadow_refused(w.dimension.as_str(), w.priority.as_ref());
+    tracing::info!(
+        dimension = %w.dimension,
+        priority = w.priority.as_ref().map_or("", |p| p.as_str()),
+        "shadow mode: granted what the bucket would have refused"
+    );
 }
 
 /// A transaction conflict: back off and try again, within the conflicts' budget.

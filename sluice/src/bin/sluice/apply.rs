@@ -38,6 +38,10 @@ async fn plan_and_apply(sluice: &Sluice, file: &Path, how: &How) -> Result<usize
     let text = std::fs::read_to_string(file)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
     let wanted = parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
+    // A scheduled bucket is compared, and written, with the limits due now.
+    let now = sluice.now();
+    let wanted: Vec<(Dimension, Bucket)> =
+        wanted.into_iter().map(|(d, b)| (d, b.at(now))).collect();
     // A bucket spread over several rows is compared, kept or pruned as one.
     let current = sluice.whole_buckets().await?;
     let changes = plan(&wanted, &current, how.prune);
@@ -45,6 +49,9 @@ async fn plan_and_apply(sluice: &Sluice, file: &Path, how: &How) -> Result<usize
     if !how.json {
         for change in &changes {
             println!("{change}");
+            if let Some(next) = change.target().and_then(|b| show::next_change(b, now)) {
+                println!("            {next}");
+            }
         }
     }
     if !how.dry_run {
@@ -164,6 +171,14 @@ impl Change {
         }
     }
 
+    /// The bucket it defines, if it does.
+    fn target(&self) -> Option<&Bucket> {
+        match self {
+            Change::Create(_, b) | Change::Update { to: b, .. } => Some(b),
+            Change::Unchanged(_) | Change::Extra { .. } => None,
+        }
+    }
+
     /// Whether applying it writes anything.
     pub(crate) fn writes(&self) -> bool {
         match self {
@@ -196,6 +211,26 @@ impl fmt::Display for Describe<'_> {
         }
         if b.mode() != sluice::Mode::Enforce {
             write!(f, ", {}", b.mode())?;
+        }
+        if b.schedule().is_some() {
+            write!(f, ", schedule {}", Windows(b))?;
+        }
+        Ok(())
+    }
+}
+
+/// A bucket's scheduled windows in one phrase: `22:00-06:00 UTC capacity=5000
+/// refill=500/s`, or `none`.
+pub(crate) struct Windows<'a>(pub(crate) &'a Bucket);
+
+impl fmt::Display for Windows<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(schedule) = self.0.schedule() else {
+            return f.write_str("none");
+        };
+        for (i, w) in schedule.windows().iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{}-{} UTC {}", w.from, w.to, w.limits)?;
         }
         Ok(())
     }
@@ -269,6 +304,11 @@ impl fmt::Display for Change {
                     ),
                     ("rows", rows(from), rows(to)),
                     ("mode", from.mode().to_string(), to.mode().to_string()),
+                    (
+                        "schedule",
+                        Windows(from).to_string(),
+                        Windows(to).to_string(),
+                    ),
                 ];
                 let diffs: Vec<String> = fields
                     .iter()

@@ -48,6 +48,7 @@ pub(crate) fn definition_json(b: &Bucket) -> Value {
         "lean": !b.keeps_leases(),
         "reserves": reserves_json(b.reserves()),
         "mode": b.mode().as_str(),
+        "schedule": b.schedule().map(ToString::to_string),
     })
 }
 
@@ -68,6 +69,7 @@ pub(crate) fn bucket_json(b: &BucketState) -> Value {
         "shards": b.shards,
         "mode": b.bucket.mode().as_str(),
         "shadow_refused": b.shadow.refused,
+        "schedule": b.bucket.schedule().map(ToString::to_string),
     })
 }
 
@@ -95,6 +97,12 @@ pub(crate) fn snapshot_json(s: &Snapshot) -> Value {
         "shards": s.shards,
         "mode": s.mode.as_str(),
         "shadow_refused": s.shadow_refused,
+        "next_change": s.next_change.as_ref().map(|(at, limits)| json!({
+            "at": utc(*at),
+            "capacity": tokens(limits.capacity),
+            "refill": limits.refill.to_string(),
+            "reserves": reserves_json(&limits.reserves),
+        })),
     })
 }
 
@@ -198,6 +206,7 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
     let mode_column = snapshots
         .iter()
         .any(|s| s.mode != sluice::Mode::Enforce || s.shadow_refused > 0);
+    let schedule_column = snapshots.iter().any(|s| s.next_change.is_some());
     let rows: Vec<Vec<String>> = snapshots
         .iter()
         .map(|s| {
@@ -228,9 +237,7 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
             if rows_column {
                 row.push(s.shards.to_string());
             }
-            if mode_column {
-                row.push(format!("{} ({} would refuse)", s.mode, s.shadow_refused));
-            }
+            row.extend(adoption_columns(s, mode_column, schedule_column));
             if by_priority_column {
                 row.push(
                     by_priority(s)
@@ -258,10 +265,42 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
     if mode_column {
         header.push("MODE");
     }
+    if schedule_column {
+        header.push("NEXT CHANGE");
+    }
     if by_priority_column {
         header.push("BY PRIORITY");
     }
     table(&header, &rows)
+}
+
+/// The status columns of shadow mode and schedules, those shown.
+fn adoption_columns(s: &Snapshot, mode: bool, schedule: bool) -> Vec<String> {
+    let mut columns = Vec::new();
+    if mode {
+        columns.push(format!("{} ({} would refuse)", s.mode, s.shadow_refused));
+    }
+    if schedule {
+        columns.push(s.next_change.as_ref().map_or_else(
+            || "none".to_owned(),
+            |(at, limits)| format!("{}: {limits}", utc(*at)),
+        ));
+    }
+    columns
+}
+
+/// When a scheduled bucket's limits change next, and to what: `next change
+/// 2026-11-26T22:00:00Z: capacity=5000 refill=500/s`; `None` for a bucket with no schedule
+/// (or one whose limits never change).
+pub(crate) fn next_change(b: &Bucket, now: sluice::UnixMillis) -> Option<String> {
+    let (at, limits) = b.schedule()?.next_change(now)?;
+    Some(format!("next change {}: {limits}", utc(at)))
+}
+
+/// An instant as RFC 3339, UTC, to the second.
+pub(crate) fn utc(at: sluice::UnixMillis) -> String {
+    let since = Duration::from_millis(u64::try_from(at.as_millis()).unwrap_or(0));
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + since).to_string()
 }
 
 /// A duration cut to whole milliseconds, for display.
