@@ -149,3 +149,8 @@ pub mod __cli;
 #[doc(hidden)]
 #[path = "fuzz.rs"]
 pub mod __fuzz;
+
+/// The guide's pages in `docs/`, their Rust examples compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/adoption.md")]
+pub struct GuideAdoption;
