@@ -7,6 +7,7 @@
 //! | `sluice_grants_total` | counter | `dimension`, `priority` | acquires granted |
 //! | `sluice_retry_in_total` | counter | `dimension`, `priority` | acquires answered RetryIn |
 //! | `sluice_shadow_refusals_total` | counter | `dimension`, `priority` | acquires granted in [shadow mode](crate::Mode::Shadow) that an enforcing bucket would have refused (`dimension`: the bucket that would have) |
+//! | `sluice_shadow_unrecorded_total` | counter | `dimension` | acquires granted in shadow mode without a write because the store could not answer (or the row stayed too contended): not taken from the bucket |
 //! | `sluice_peeks_total` | counter | `dimension`, `outcome` (`granted`, `retry_in`, `error`) | peeks ([`Sluice::peek`](crate::Sluice::peek)): what an acquire would have got, nothing taken |
 //! | `sluice_errors_total` | counter | `dimension`, `priority`, `error` | acquires failed otherwise (`error`: the cause, e.g. `store_throttled`, `contention`) |
 //! | `sluice_contention_retries_total` | counter | `dimension` | commits lost to another writer and retried |
@@ -132,6 +133,12 @@ pub(crate) fn peeked(dimension: String, answer: &Result<crate::Peek, Error>) {
 pub(crate) fn shadow_refused(dimension: &str, priority: Option<&Priority>) {
     let priority = priority.map_or_else(String::new, |p| p.as_str().to_owned());
     metrics::counter!("sluice_shadow_refusals_total", "dimension" => dimension.to_owned(), "priority" => priority)
+        .increment(1);
+}
+
+/// Records a grant in shadow mode that no write recorded.
+pub(crate) fn shadow_unrecorded(dimension: &str) {
+    metrics::counter!("sluice_shadow_unrecorded_total", "dimension" => dimension.to_owned())
         .increment(1);
 }
 

@@ -299,3 +299,39 @@ async fn open_on_a_spread_bucket_keeps_a_share_of_the_whole_not_of_one_row() {
     let lease = s.sluice.acquire("openai#rpm").await.unwrap();
     assert_eq!(lease.attempts(), 0, "granted locally");
 }
+
+/// Shadow mode never fails a call: while the store cannot answer, an acquire whose buckets
+/// are all in shadow (or of a client in shadow) is granted without a write; one that also
+/// names an enforcing bucket fails as that bucket's policy says.
+#[tokio::test]
+async fn shadow_mode_grants_without_a_write_while_the_store_cannot_answer() {
+    let s = setup(FailurePolicy::default()).await;
+    let trial = Bucket::requests(RefillRate::per_second(1))
+        .with_capacity(1)
+        .with_mode(sluice::Mode::Shadow);
+    s.sluice.put_bucket("trial#rpm", trial).await.unwrap();
+    drop(s.sluice.acquire("trial#rpm").await.unwrap());
+    let shadow_client = Sluice::builder()
+        .store_arc(s.store.clone())
+        .clock(s.clock.clone())
+        .mode(sluice::Mode::Shadow)
+        .build()
+        .unwrap();
+    s.store.set_down(true);
+    for _ in 0..3 {
+        let lease = s.sluice.acquire("trial#rpm").await.unwrap();
+        assert_eq!(lease.attempts(), 0, "no write");
+        lease.release().await.unwrap();
+    }
+    drop(shadow_client.acquire("openai#rpm").await.unwrap());
+    let pair = Acquire::new("trial#rpm").and("openai#rpm");
+    let e = s.sluice.acquire(pair).await.unwrap_err();
+    assert!(
+        matches!(e, Error::Store(StoreError::Timeout { .. })),
+        "{e:?}"
+    );
+    s.store.set_down(false);
+    // What was granted unrecorded was not taken: the row holds what it did before.
+    let row = s.sluice.bucket("trial#rpm").await.unwrap().unwrap();
+    assert_eq!((row.tokens, row.shadow.refused), (Tokens::ZERO, 0));
+}

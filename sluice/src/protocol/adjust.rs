@@ -147,7 +147,7 @@ async fn set_lease_cost(core: &Core, part: &LeasePart, cost: Tokens) -> Result<(
 /// Charges `delta` more to `part`'s bucket (a negative one refunds, capped at what it
 /// holds), in one change computed from the row this client remembers; the bucket may go
 /// into debt.
-async fn charge(core: &Core, part: &LeasePart, delta: Tokens) -> Result<(), Error> {
+pub(crate) async fn charge(core: &Core, part: &LeasePart, delta: Tokens) -> Result<(), Error> {
     if spread_charge(core, &part.dimension, delta).await? {
         return Ok(());
     }

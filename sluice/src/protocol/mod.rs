@@ -4,6 +4,7 @@
 //! | file | what |
 //! |---|---|
 //! | [`seed`] | the seed's protocol: read, then one atomic write of every bucket and lease row |
+//! | [`shadow`] | shadow mode: the seed's protocol taking whatever the buckets hold, never failing a call |
 //! | [`fast`] | one dimension, one conditional write per grant, from the remembered row |
 //! | [`lane`], [`batch`] | the lanes' writers: requests on one row ride on one write |
 //! | [`refusals`], [`slots`] | RetryIn and capacity errors; a short `concurrent` bucket's outlook |
@@ -31,6 +32,7 @@ pub(crate) mod release;
 pub(crate) mod reshard;
 pub(crate) mod restock;
 mod seed;
+mod shadow;
 mod sharded;
 mod slots;
 pub(crate) mod tighten;
@@ -120,8 +122,7 @@ pub(crate) async fn acquire(
                 .await
         }
         Path::Shadow(all) => {
-            let shadow = core.config.mode == crate::Mode::Shadow;
-            Box::pin(seed::acquire(core, &all, ttl, shadow))
+            Box::pin(shadow::acquire(core, &all, ttl))
                 .instrument(span.clone())
                 .await
         }

@@ -21,7 +21,7 @@ use super::Path;
 /// Whether the store failed an acquire in a way the `open` policy covers: it could not
 /// answer (no answer in time, unreachable, throttling, failing). A missing table, a
 /// corrupt row or a lost write's unknown outcome are answers: they stand.
-fn cannot_answer(e: &StoreError) -> bool {
+pub(crate) fn cannot_answer(e: &StoreError) -> bool {
     matches!(
         e,
         StoreError::Timeout { .. }

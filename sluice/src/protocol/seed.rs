@@ -104,7 +104,15 @@ pub(crate) async fn acquire(
                 conflicted(&mut conflicts, &dimensions, &mut contended, attempt)?
             }
             Err(CommitError::Condition(failure)) => {
-                lost_race(core, wanted, &mut rows, &mut contended, failure, now)?
+                let shadow_all = shadow || rows.iter().all(|r| r.bucket.mode() == Mode::Shadow);
+                lost_race(
+                    core,
+                    (wanted, shadow_all),
+                    &mut rows,
+                    &mut contended,
+                    failure,
+                    now,
+                )?
             }
             Err(CommitError::Store(e)) => {
                 // Each write may or may not have applied: read the rows next time.
@@ -123,7 +131,7 @@ pub(crate) async fn acquire(
 }
 
 /// Reports a grant in shadow mode that `w`'s bucket would have refused.
-fn would_refuse(w: &Wanted) {
+pub(super) fn would_refuse(w: &Wanted) {
     crate::metrics::shadow_refused(w.dimension.as_str(), w.priority.as_ref());
     tracing::info!(
         dimension = %w.dimension,
@@ -222,10 +230,12 @@ fn plan(
 
 /// A commit lost to a failed condition: takes the row handed back. When that row is
 /// already short for a single dimension, that is the exact answer, with no backoff and no
-/// second read; otherwise back off and read again.
+/// second read; so is a shadow acquire's next attempt (`shadow`: every bucket taken in
+/// shadow, which never refuses), from the row handed back; otherwise back off and read
+/// again.
 fn lost_race(
     core: &Core,
-    wanted: &[Wanted],
+    (wanted, shadow): (&[Wanted], bool),
     rows: &mut [BucketState],
     contended: &mut Option<Dimension>,
     failure: ConditionFailure,
@@ -247,6 +257,9 @@ fn lost_race(
         _ => false,
     };
     *contended = Some(dimension);
+    if shadow && handed_back {
+        return Ok(Lost::Again);
+    }
     if let ([w], [row], true) = (wanted, &*rows, handed_back)
         && !matches!(w.take_from(row, core.now()), Take::Granted { .. })
     {

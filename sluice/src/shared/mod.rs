@@ -7,6 +7,7 @@ pub(crate) mod heat;
 pub(crate) mod lanes;
 pub mod remembered;
 pub(crate) mod rows;
+pub(crate) mod turns;
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,6 +37,8 @@ pub(crate) struct Core {
     pub(crate) rows: rows::LeaseRows,
     /// How hot this client sees each bucket row (when to reshard).
     pub(crate) heat: heat::Heat,
+    /// Shadow acquires' turns on each dimension.
+    pub(crate) turns: turns::Turns,
 }
 
 impl fmt::Debug for Core {
@@ -58,6 +61,7 @@ impl Core {
             fallback: fallback::Fallback::default(),
             rows: rows::LeaseRows::default(),
             heat: heat::Heat::default(),
+            turns: turns::Turns::default(),
         }
     }
 
