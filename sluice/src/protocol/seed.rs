@@ -87,12 +87,7 @@ pub(crate) async fn acquire(
         };
         let failure = match commit_grant(core, commit, &parts).await {
             Ok(()) => {
-                for row in written {
-                    core.lanes.learn_written(row, now);
-                }
-                plan.would_refuse
-                    .iter()
-                    .for_each(|&i| would_refuse(&wanted[i]));
+                granted(core, written, now, (wanted, &plan.would_refuse));
                 return Ok(Grant::new(parts, now, expires_at, attempt));
             }
             Err(CommitError::Condition(ConditionFailure::LeaseExists(key))) => {
@@ -103,17 +98,14 @@ pub(crate) async fn acquire(
             Err(CommitError::TransactionConflict) => {
                 conflicted(&mut conflicts, &dimensions, &mut contended, attempt)?
             }
-            Err(CommitError::Condition(failure)) => {
-                let shadow_all = shadow || rows.iter().all(|r| r.bucket.mode() == Mode::Shadow);
-                lost_race(
-                    core,
-                    (wanted, shadow_all),
-                    &mut rows,
-                    &mut contended,
-                    failure,
-                    now,
-                )?
-            }
+            Err(CommitError::Condition(failure)) => lost_race(
+                core,
+                (wanted, shadow),
+                &mut rows,
+                &mut contended,
+                failure,
+                now,
+            )?,
             Err(CommitError::Store(e)) => {
                 // Each write may or may not have applied: read the rows next time.
                 dimensions.iter().for_each(|d| core.lanes.forget(d));
@@ -128,6 +120,20 @@ pub(crate) async fn acquire(
             rows = core.read_rows(&dimensions).await?;
         }
     }
+}
+
+/// Learns the rows a grant wrote at `now`, and reports the dimensions (indexes into
+/// `wanted`) that shadow mode granted where their buckets would have refused.
+fn granted(
+    core: &Core,
+    written: Vec<BucketState>,
+    now: UnixMillis,
+    (wanted, would): (&[Wanted], &[usize]),
+) {
+    for row in written {
+        core.lanes.learn_written(row, now);
+    }
+    would.iter().for_each(|&i| would_refuse(&wanted[i]));
 }
 
 /// Reports a grant in shadow mode that `w`'s bucket would have refused.
@@ -230,9 +236,9 @@ fn plan(
 
 /// A commit lost to a failed condition: takes the row handed back. When that row is
 /// already short for a single dimension, that is the exact answer, with no backoff and no
-/// second read; so is a shadow acquire's next attempt (`shadow`: every bucket taken in
-/// shadow, which never refuses), from the row handed back; otherwise back off and read
-/// again.
+/// second read; so is a shadow acquire's next attempt (every bucket taken in shadow, which
+/// never refuses; `shadow`: the client is), from the row handed back; otherwise back off
+/// and read again.
 fn lost_race(
     core: &Core,
     (wanted, shadow): (&[Wanted], bool),
@@ -257,7 +263,7 @@ fn lost_race(
         _ => false,
     };
     *contended = Some(dimension);
-    if shadow && handed_back {
+    if handed_back && (shadow || rows.iter().all(|r| r.bucket.mode() == Mode::Shadow)) {
         return Ok(Lost::Again);
     }
     if let ([w], [row], true) = (wanted, &*rows, handed_back)
