@@ -9,7 +9,8 @@
 # checks each of them against that role's IAM policy under deploy/iam/.
 #
 # Then the tests a shared limiter stands on (the model test on DynamoDB, the conformance
-# suite, the multi-process, killed-process, lossy-proxy and skewed-clock tests) run again
+# suite, the multi-process (shadow mode's too), killed-process, lossy-proxy and
+# skewed-clock tests) run again
 # through dynamodb-fidelity (this workspace's proxy adding real DynamoDB's per-item
 # ceilings, billing, throttling and transaction conflicts), started and stopped here too.
 set -euo pipefail
@@ -40,7 +41,8 @@ SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
 SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
     cargo test --workspace --features "$features" --test dynamo_store --test dynamo_clients \
     --test dynamo_processes --test dynamo_killed --test dynamo_priorities \
-    --test dynamo_waiters --test dynamo_faults --test dynamo_skew --test dynamo_rows
+    --test dynamo_waiters --test dynamo_faults --test dynamo_skew --test dynamo_rows \
+    --test dynamo_shadow_processes
 dynamodb_fidelity_stop
 # The shared-quota demo, briefly, end to end: the vendor simulator, every mode's workers (as
 # processes, stopped by PID if they overrun) and the chart. Its numbers are measured by

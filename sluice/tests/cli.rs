@@ -396,9 +396,12 @@ fn status_shows_every_bucket_as_a_table_or_json_and_watches() {
             "lean",
             "leased",
             "live_leases",
+            "mode",
+            "next_change",
             "refill",
             "refill_per_second",
             "reserves",
+            "shadow_refused",
             "shards",
             "time_to_full_ms",
             "type",
@@ -714,7 +717,7 @@ fn reconcile_once_or_every_interval() {
     let once = cli.ok(&["reconcile"]);
     assert_eq!(
         once,
-        "0 expired leases: 0 restored (0 tokens), 0 already gone, 0 in their release grace; 0 concurrent buckets checked: 0 healed (0 tokens), 0 busy, 0 not raised (unreadable leases); 0 errors\n"
+        "0 expired leases: 0 restored (0 tokens), 0 already gone, 0 in their release grace; 0 concurrent buckets checked: 0 healed (0 tokens), 0 busy, 0 not raised (unreadable leases); 0 schedules applied; 0 errors\n"
     );
     let json = cli.json(&["reconcile", "--json"]);
     for key in [

@@ -100,21 +100,24 @@ pub(crate) fn shadow_take(
     floor: Tokens,
     now: UnixMillis,
 ) -> (Level, ShadowLedger, bool) {
-    let real = row.refilled(now);
-    let would_level = real
-        .tokens
-        .saturating_add(row.shadow.owed)
-        .min(row.holds())
-        .max(real.tokens);
+    // The enforcing bucket as of the row's last write: the row's level and what it owes,
+    // taken from as an enforcing acquire takes (a take beyond a learned burst waits for
+    // the refill up to it, as there).
     let mut would = row.clone();
-    would.set_level(Level {
-        tokens: would_level,
+    would.tokens = row.tokens.saturating_add(row.shadow.owed);
+    let (would_after, real, refused) = match would.take_above(cost, floor, now) {
+        Take::Granted { level } => {
+            let top = row
+                .holds()
+                .max(cost.saturating_add(floor))
+                .min(row.bucket.capacity());
+            (level.tokens, row.refilled_to(top, now), false)
+        }
+        _ => (would.refilled(now).tokens, row.refilled(now), true),
+    };
+    let charged = Level {
+        tokens: real.tokens.saturating_sub(cost),
         ..real
-    });
-    let charged = row.charged(cost, now);
-    let (would_after, refused) = match would.take_above(cost, floor, now) {
-        Take::Granted { level } => (level.tokens, false),
-        _ => (would_level, true),
     };
     let ledger = ShadowLedger {
         owed: would_after.saturating_sub(charged.tokens).max(Tokens::ZERO),
@@ -149,14 +152,20 @@ mod tests {
             capacity in 1u64..50,
             per_second in 0u64..20,
             schedule in prop::collection::vec((0u64..400, 0i64..12), 1..120),
+            burst in prop::option::of(1i64..50),
         ) {
             let mut enforcing = row(capacity, per_second);
+            // A burst learned from the vendor, below the capacity: takes beyond it wait.
+            enforcing.burst = burst.map(Tokens::new).filter(|b| *b < enforcing.bucket.capacity());
+            enforcing.tokens = enforcing.holds();
             let mut shadow = enforcing.clone();
             let mut refusals = 0u64;
             let mut now = UnixMillis::new(0);
             for (gap, cost) in schedule {
                 now = now.saturating_add(std::time::Duration::from_millis(gap));
-                let cost = Tokens::new(cost);
+                // No take beyond a learned burst: such a take waits for refill beyond it,
+                // which a refusal in between does not keep (see the docs).
+                let cost = Tokens::new(cost).min(enforcing.holds());
                 match enforcing.take(cost, now) {
                     Take::Granted { level } => enforcing.set_level(level),
                     _ => refusals += 1,
@@ -171,7 +180,7 @@ mod tests {
             prop_assert!(real <= enforcing.available(now));
             prop_assert_eq!(
                 real.saturating_add(shadow.shadow.owed).min(shadow.holds()),
-                enforcing.available(now)
+                enforcing.available(now).min(enforcing.holds())
             );
         }
     }

@@ -211,15 +211,15 @@ pub(crate) fn reshard(
             write_id: Some(write_id),
             recent_writes,
             shards: to,
-            // The count of what shadow acquires would have refused stays with the first
-            // row; what the rows owed is given up with their levels.
-            shadow: ShadowLedger {
-                owed: Tokens::ZERO,
-                refused: if k == 0 {
-                    rows.iter().map(|r| r.shadow.refused).sum()
-                } else {
-                    0
-                },
+            // What shadow acquires left on the rows goes with the first row (where a shadow
+            // acquire takes a spread bucket).
+            shadow: if k == 0 {
+                ShadowLedger {
+                    owed: rows.iter().map(|r| r.shadow.owed).sum(),
+                    refused: rows.iter().map(|r| r.shadow.refused).sum(),
+                }
+            } else {
+                ShadowLedger::default()
             },
         });
     }

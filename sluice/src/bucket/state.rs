@@ -233,7 +233,7 @@ impl BucketState {
         self.refilled_to(self.holds(), now)
     }
 
-    fn refilled_to(&self, cap: Tokens, now: UnixMillis) -> Level {
+    pub(crate) fn refilled_to(&self, cap: Tokens, now: UnixMillis) -> Level {
         refill(self.level(), cap, self.bucket.effective_rate(), now)
     }
 

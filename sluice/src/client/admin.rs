@@ -398,7 +398,7 @@ impl Sluice {
 /// The rows of one bucket (shard 0 first) as one row, for an operator's view: the whole
 /// they hold at `now`, at shard 0's version. Rows read across a reshard (not the shards of
 /// one bucket) show as shard 0's.
-fn as_one(rows: Vec<BucketState>, now: UnixMillis) -> BucketState {
+pub(super) fn as_one(rows: Vec<BucketState>, now: UnixMillis) -> BucketState {
     let whole = (rows.len() > 1)
         .then(|| crate::bucket::shards::reshard(&rows, 1, now).ok())
         .flatten()

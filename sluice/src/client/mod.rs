@@ -198,6 +198,7 @@ impl Sluice {
         let started = std::time::Instant::now();
         let label = DisplayDims(&wanted).to_string();
         let ttl = request.ttl_value().unwrap_or(self.core.config.lease_ttl);
+        protocol::learn_unseen(&self.core, &wanted).await;
         let result =
             if self.core.config.may_fail_open() && !protocol::in_shadow(&self.core, &wanted) {
                 Box::pin(protocol::open::acquire(

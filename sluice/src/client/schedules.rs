@@ -5,7 +5,7 @@ use crate::error::Error;
 use crate::protocol::reconcile::{ReconcileError, ReconcileReport};
 
 use super::Sluice;
-use super::admin::redefined;
+use super::admin::{as_one, redefined};
 
 impl Sluice {
     /// Applies every bucket's scheduled limits that fell due, into `report`.
@@ -34,18 +34,31 @@ impl Sluice {
     }
 
     /// Gives `row`'s bucket the limits its schedule has now, unless it has them: one
-    /// write conditioned on the row as read. Lost to another writer, it reads the row
-    /// again and looks again, so a change another reconciler made is not made twice.
-    /// `true`: this call made it.
+    /// write conditioned on the row as read. Lost to another writer, it backs off, reads
+    /// the row again and looks again, so a change another reconciler made is not made
+    /// twice, and one an operator made meanwhile is not undone. `true`: this call made it.
+    ///
+    /// A spread bucket is redefined as a whole, over all its rows, after reading them again
+    /// (a definition changed since the pass read it is looked at afresh); two reconcilers
+    /// at the same instant may then both write the change (the same limits twice).
     async fn apply_schedule(&self, mut row: BucketState) -> Result<bool, Error> {
-        for _ in 0..=self.core.config.max_retries {
+        let mut backoff = crate::retry::Backoff::new();
+        for lost in 0..=self.core.config.max_retries {
+            if lost > 0 {
+                backoff.sleep(lost).await;
+            }
             let now = self.now();
             let due = row.bucket.at(now);
             if due == row.bucket {
                 return Ok(false);
             }
             if row.shards > 1 {
-                // A spread bucket is redefined as a whole, over all its rows.
+                let rows = crate::protocol::reshard::rows_of(&self.core, &row.dimension).await?;
+                let fresh = as_one(rows, now);
+                if fresh.bucket != row.bucket {
+                    row = fresh;
+                    continue;
+                }
                 self.define(row.dimension.as_str(), due).await?;
                 tracing::info!(dimension = %row.dimension, "applied the bucket's scheduled limits");
                 return Ok(true);

@@ -85,12 +85,36 @@ impl Path {
 /// one a shadow bucket would grant too).
 pub(crate) fn in_shadow(core: &Core, wanted: &[Wanted]) -> bool {
     core.config.mode == crate::Mode::Shadow
-        || wanted.iter().any(|w| {
-            core.lane(&w.dimension)
-                .memory()
-                .row()
-                .is_some_and(|row| row.bucket.mode() == crate::Mode::Shadow)
-        })
+        || wanted.iter().any(|w| bucket_in_shadow(core, &w.dimension))
+}
+
+/// Reads the rows of `wanted` this client never looked for, in one call, so that the first
+/// acquire of a bucket in shadow is taken in shadow (an enforcing write would leave the
+/// row's shadow ledger behind). The acquire would read them first anyway; a failed read is
+/// left to the acquire's own path to meet and answer, and never made again (a row
+/// forgotten in an outage is not read here on every acquire).
+pub(crate) async fn learn_unseen(core: &Core, wanted: &[Wanted]) {
+    if core.config.mode == crate::Mode::Shadow {
+        return;
+    }
+    let unseen: Vec<crate::dimension::Dimension> = wanted
+        .iter()
+        .filter(|w| core.lane(&w.dimension).memory().row().is_none())
+        .filter(|w| core.turns.first_look(&w.dimension))
+        .map(|w| w.dimension.clone())
+        .collect();
+    if !unseen.is_empty() {
+        let _ = core.read_rows(&unseen).await;
+    }
+}
+
+/// Whether this client last saw `dimension`'s bucket in shadow: its row, or when the row
+/// was forgotten, what the shadow path last noted of it.
+pub(crate) fn bucket_in_shadow(core: &Core, dimension: &crate::dimension::Dimension) -> bool {
+    match core.lane(dimension).memory().row() {
+        Some(row) => row.bucket.mode() == crate::Mode::Shadow,
+        None => core.turns.was_shadow(dimension),
+    }
 }
 
 /// Acquires on `path`; with `fresh_after`, a denial is taken only from a row learned since

@@ -33,13 +33,29 @@ pub(crate) async fn acquire(
 ) -> Result<Grant, Error> {
     let client = core.config.mode == Mode::Shadow;
     let _turn = core.turns.take(&wanted[0].dimension).await;
+    // Which buckets are in shadow, as this acquire found them (a failed write forgets the
+    // rows: what was seen before stands).
+    let seen: Vec<bool> = wanted.iter().map(|w| in_shadow(core, w)).collect();
     let result = seed::acquire(core, wanted, ttl, client).await;
+    for (w, before) in wanted.iter().zip(&seen) {
+        let now = core
+            .lane(&w.dimension)
+            .memory()
+            .row()
+            .map(|r| r.bucket.mode() == Mode::Shadow);
+        core.turns.saw(&w.dimension, now.unwrap_or(*before));
+    }
     let all_in_shadow = || client || wanted.iter().all(|w| in_shadow(core, w));
-    let result = match result {
-        Err(Error::Contention { .. }) if all_in_shadow() => charged(core, wanted, ttl).await,
-        result => result,
-    };
     match result {
+        Err(Error::Contention { .. }) if all_in_shadow() => {
+            match charged(core, wanted, ttl).await {
+                Ok(grant) => Ok(grant),
+                Err(error) => {
+                    tracing::warn!(%error, "shadow mode: granted without recording it, the row stayed contended");
+                    Ok(unrecorded(core, wanted, ttl))
+                }
+            }
+        }
         Err(Error::Store(e)) if cannot_answer(&e) && all_in_shadow() => {
             tracing::warn!(error = %e, "shadow mode: granted without recording it, the store could not answer");
             Ok(unrecorded(core, wanted, ttl))
@@ -50,19 +66,30 @@ pub(crate) async fn acquire(
 
 /// A grant of `wanted` whose costs are charged with changes that commute with other
 /// writers' (into debt if need be); whether each bucket would have refused is told from
-/// its row as this client last saw it.
+/// its row as this client last saw it. Not for `concurrent` buckets: a slot needs its
+/// lease row, or the reconciler would give it back while it is held.
 async fn charged(core: &Core, wanted: &[Wanted], ttl: Duration) -> Result<Grant, Error> {
     let now = core.now();
     let unique = new_unique();
-    let mut parts = Vec::with_capacity(wanted.len());
+    let mut rows = Vec::with_capacity(wanted.len());
     for w in wanted {
         let row = core.remembered_row(&w.dimension).await?;
+        if row.bucket.limit_type().restores_on_release() {
+            return Err(Error::Contention {
+                dimension: w.dimension.clone(),
+                attempts: 0,
+            });
+        }
+        rows.push(row);
+    }
+    let mut parts = Vec::with_capacity(wanted.len());
+    for (w, row) in wanted.iter().zip(rows) {
         let cost = w.cost(row.bucket.cost_per_call());
         let part = LeasePart {
             key: LeaseKey::new(&w.dimension, &unique),
             dimension: w.dimension.clone(),
             cost,
-            restores: row.bucket.limit_type().restores_on_release(),
+            restores: false,
             kept: Kept::Nowhere,
             recording: None,
         };
@@ -78,10 +105,7 @@ async fn charged(core: &Core, wanted: &[Wanted], ttl: Duration) -> Result<Grant,
 
 /// Whether this client last saw `w`'s bucket in shadow.
 fn in_shadow(core: &Core, w: &Wanted) -> bool {
-    core.lane(&w.dimension)
-        .memory()
-        .row()
-        .is_some_and(|row| row.bucket.mode() == Mode::Shadow)
+    super::bucket_in_shadow(core, &w.dimension)
 }
 
 /// A grant of `wanted` that nothing recorded: no lease to end, nothing to give back.

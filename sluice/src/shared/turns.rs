@@ -1,14 +1,20 @@
 //! Turns on a dimension: this client's shadow acquires of one dimension take their turn,
-//! so they never race each other's conditional writes (other processes still may).
+//! so they never race each other's conditional writes (other processes still may). And
+//! which buckets this client last saw in shadow, kept when the row itself is forgotten
+//! (after a write whose answer was lost): shadow mode holds through a store outage.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::dimension::Dimension;
 
 /// One async lock per dimension, made on first use.
 #[derive(Debug, Default)]
-pub(crate) struct Turns(Mutex<HashMap<Dimension, Arc<tokio::sync::Mutex<()>>>>);
+pub(crate) struct Turns(
+    Mutex<HashMap<Dimension, Arc<tokio::sync::Mutex<()>>>>,
+    Mutex<HashSet<Dimension>>,
+    Mutex<HashSet<Dimension>>,
+);
 
 impl Turns {
     /// Waits for `dimension`'s turn; it lasts as long as the guard.
@@ -21,5 +27,31 @@ impl Turns {
             .or_default()
             .clone();
         lock.lock_owned().await
+    }
+
+    /// Notes whether `dimension`'s bucket was seen in shadow.
+    pub(crate) fn saw(&self, dimension: &Dimension, shadow: bool) {
+        let mut seen = self.1.lock().unwrap_or_else(PoisonError::into_inner);
+        if shadow {
+            seen.insert(dimension.clone());
+        } else {
+            seen.remove(dimension);
+        }
+    }
+
+    /// Whether this is the first time `dimension` is looked for (`true` once).
+    pub(crate) fn first_look(&self, dimension: &Dimension) -> bool {
+        self.2
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(dimension.clone())
+    }
+
+    /// Whether `dimension`'s bucket was last seen in shadow.
+    pub(crate) fn was_shadow(&self, dimension: &Dimension) -> bool {
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(dimension)
     }
 }

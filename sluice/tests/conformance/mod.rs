@@ -286,9 +286,11 @@ macro_rules! suite {
             a_shadow_bucket_never_refuses_and_counts_what_enforcing_refuses,
             a_shadow_client_and_an_enforcing_client_conserve_tokens,
             switching_a_shadow_bucket_to_enforce_is_one_definition,
+            a_new_client_s_first_acquire_on_a_shadow_bucket_keeps_the_count_exact,
             scheduled_limits_apply_at_the_boundary_exactly_once_with_two_reconcilers,
             a_scheduled_bucket_is_defined_with_the_limits_due_now,
             a_schedule_change_lost_to_another_reconciler_is_not_made_again,
+            a_spread_bucket_s_schedule_is_applied_to_the_whole,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

@@ -149,3 +149,24 @@ pub async fn a_scheduled_bucket_is_defined_with_the_limits_due_now(env: Env) {
     assert!(row.bucket.schedule().is_none());
     assert_eq!(row.bucket.capacity(), Tokens::new(1_000));
 }
+
+/// A spread bucket's schedule is the whole bucket's: not due, nothing is written; due, the
+/// whole is redefined over its rows, each with its share.
+pub async fn a_spread_bucket_s_schedule_is_applied_to_the_whole(env: Env) {
+    advance_to(&env, 21 * 3_600_000 + 59 * 60_000);
+    let d = env.define("spread", nightly()).await;
+    env.sluice.reshard(&d, 4).await.unwrap();
+    assert_eq!(env.sluice.reconcile().await.unwrap().schedules_applied, 0);
+    let whole = env.sluice.whole_buckets().await.unwrap();
+    let whole = whole.iter().find(|b| b.dimension.as_str() == d).unwrap();
+    assert_eq!(whole.bucket.capacity(), Tokens::new(1_000));
+    assert_eq!(whole.bucket.schedule(), nightly().schedule());
+    env.advance_ms(60_000);
+    let report = env.sluice.reconcile().await.unwrap();
+    assert_eq!(report.schedules_applied, 1, "{report}");
+    let whole = env.sluice.whole_buckets().await.unwrap();
+    let whole = whole.iter().find(|b| b.dimension.as_str() == d).unwrap();
+    assert_eq!(whole.bucket.capacity(), Tokens::new(5_000));
+    assert_eq!(whole.shards, 4);
+    assert_eq!(env.sluice.reconcile().await.unwrap().schedules_applied, 0);
+}

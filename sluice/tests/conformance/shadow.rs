@@ -149,3 +149,28 @@ pub async fn switching_a_shadow_bucket_to_enforce_is_one_definition(env: Env) {
     drop(warm.acquire(Acquire::with_cost(&d, 4)).await.unwrap());
     assert_eq!(counted(&env, &d).await, 1, "3 held, 4 asked");
 }
+
+/// A client that never saw a bucket in shadow takes its first acquire in shadow too (an
+/// enforcing write would leave the row's ledger stale): the count stays exact with clients
+/// that come and go, as single-caller processes do.
+pub async fn a_new_client_s_first_acquire_on_a_shadow_bucket_keeps_the_count_exact(env: Env) {
+    let d = env
+        .define(
+            "newcomer",
+            Bucket::requests(RefillRate::per_second(1))
+                .with_capacity(10)
+                .with_mode(Mode::Shadow),
+        )
+        .await;
+    let first = env.client("first");
+    drop(first.acquire(Acquire::with_cost(&d, 8)).await.unwrap());
+    drop(first.acquire(Acquire::with_cost(&d, 8)).await.unwrap());
+    assert_eq!(counted(&env, &d).await, 1);
+    // Refill brings an enforcing bucket back to full (and the row to 10 from -6).
+    env.advance_ms(20_000);
+    let newcomer = env.client("newcomer");
+    drop(newcomer.acquire(Acquire::with_cost(&d, 8)).await.unwrap());
+    // An enforcing bucket now holds 2: 5 more would be refused.
+    drop(first.acquire(Acquire::with_cost(&d, 5)).await.unwrap());
+    assert_eq!(counted(&env, &d).await, 2);
+}

@@ -32,6 +32,8 @@ pub struct Switch {
     pub down: AtomicBool,
     /// Calls made while down.
     pub calls_while_down: AtomicU64,
+    /// While set, commits time out (reads still answer): a write whose answer is lost.
+    pub commits_down: AtomicBool,
 }
 
 impl Switch {
@@ -61,6 +63,9 @@ impl Store for Switch {
 
     async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
         self.check()?;
+        if self.commits_down.load(Ordering::SeqCst) {
+            return Err(StoreError::Timeout { source: None }.into());
+        }
         self.inner.commit(commit).await
     }
 
