@@ -198,21 +198,21 @@ impl Sluice {
         let started = std::time::Instant::now();
         let label = DisplayDims(&wanted).to_string();
         let ttl = request.ttl_value().unwrap_or(self.core.config.lease_ttl);
-        protocol::learn_unseen(&self.core, &wanted).await;
-        let result =
-            if self.core.config.may_fail_open() && !protocol::in_shadow(&self.core, &wanted) {
-                Box::pin(protocol::open::acquire(
-                    &self.core,
-                    wanted,
-                    ttl,
-                    fresh_after,
-                    &span,
-                ))
-                .await
-            } else {
-                let path = protocol::Path::of(&self.core, wanted);
-                protocol::acquire(&self.core, path, ttl, fresh_after, &span).await
-            };
+        let result = if let Err(e) = protocol::learn_unseen(&self.core, &wanted).await {
+            Err(e)
+        } else if self.core.config.may_fail_open() && !protocol::in_shadow(&self.core, &wanted) {
+            Box::pin(protocol::open::acquire(
+                &self.core,
+                wanted,
+                ttl,
+                fresh_after,
+                &span,
+            ))
+            .await
+        } else {
+            let path = protocol::Path::of(&self.core, wanted);
+            protocol::acquire(&self.core, path, ttl, fresh_after, &span).await
+        };
         // A refusal by a bucket this client had not seen in shadow mode: taken again, in
         // shadow, when its row (now learned) says so.
         let result = match result {

@@ -88,23 +88,27 @@ pub(crate) fn in_shadow(core: &Core, wanted: &[Wanted]) -> bool {
         || wanted.iter().any(|w| bucket_in_shadow(core, &w.dimension))
 }
 
-/// Reads the rows of `wanted` this client never looked for, in one call, so that the first
+/// Reads the rows of `wanted` this client never saw, in one call, so that the first
 /// acquire of a bucket in shadow is taken in shadow (an enforcing write would leave the
-/// row's shadow ledger behind). The acquire would read them first anyway; a failed read is
-/// left to the acquire's own path to meet and answer, and never made again (a row
-/// forgotten in an outage is not read here on every acquire).
-pub(crate) async fn learn_unseen(core: &Core, wanted: &[Wanted]) {
+/// row's shadow ledger behind). The acquire would read them first anyway (a row seen and
+/// forgotten since, in an outage, is not read here). A failure is the acquire's answer (an unknown dimension, a store that cannot
+/// answer: the acquire would have met it reading, after as long again), except
+/// back-pressure, which the acquire's own path answers with a short RetryIn.
+pub(crate) async fn learn_unseen(core: &Core, wanted: &[Wanted]) -> Result<(), Error> {
     if core.config.mode == crate::Mode::Shadow {
-        return;
+        return Ok(());
     }
     let unseen: Vec<crate::dimension::Dimension> = wanted
         .iter()
-        .filter(|w| core.lane(&w.dimension).memory().row().is_none())
-        .filter(|w| core.turns.first_look(&w.dimension))
+        .filter(|w| !core.lane(&w.dimension).memory().seen())
         .map(|w| w.dimension.clone())
         .collect();
-    if !unseen.is_empty() {
-        let _ = core.read_rows(&unseen).await;
+    if unseen.is_empty() {
+        return Ok(());
+    }
+    match core.read_rows(&unseen).await {
+        Err(Error::Store(e)) if e.is_back_pressure() => Ok(()),
+        read => read.map(drop),
     }
 }
 

@@ -93,6 +93,8 @@ pub(crate) struct Remembered {
     slots_back: Option<(UnixMillis, SlotsBack, UnixMillis)>,
     /// Tokens this client took ahead (see [`Prefetch`](crate::Prefetch)).
     reservoir: Option<Reservoir>,
+    /// Whether a row was ever learned here (kept when it is forgotten).
+    seen: bool,
 }
 
 /// What the live leases of a short `concurrent` bucket say about when a slot comes back.
@@ -141,6 +143,11 @@ impl Remembered {
     }
 
     /// When the remembered row was learned from the store, by the client's clock.
+    /// Whether a row was ever learned here, forgotten since or not.
+    pub(crate) fn seen(&self) -> bool {
+        self.seen
+    }
+
     pub(crate) fn learned_at(&self) -> UnixMillis {
         self.learned_at
     }
@@ -152,6 +159,7 @@ impl Remembered {
             self.slots_back = None;
         }
         self.row = Some(row);
+        self.seen = true;
         self.learned_at = now;
         self.windows.clear();
         // A RetryIn ending at this millisecond or before has run out: the bucket could
@@ -206,6 +214,7 @@ impl Remembered {
             reservoir: self.reservoir,
             outstanding: std::mem::take(&mut self.outstanding),
             overflow_until: self.overflow_until,
+            seen: self.seen,
             ..Remembered::default()
         };
     }

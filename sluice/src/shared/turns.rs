@@ -13,7 +13,6 @@ use crate::dimension::Dimension;
 pub(crate) struct Turns(
     Mutex<HashMap<Dimension, Arc<tokio::sync::Mutex<()>>>>,
     Mutex<HashSet<Dimension>>,
-    Mutex<HashSet<Dimension>>,
 );
 
 impl Turns {
@@ -37,14 +36,6 @@ impl Turns {
         } else {
             seen.remove(dimension);
         }
-    }
-
-    /// Whether this is the first time `dimension` is looked for (`true` once).
-    pub(crate) fn first_look(&self, dimension: &Dimension) -> bool {
-        self.2
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(dimension.clone())
     }
 
     /// Whether `dimension`'s bucket was last seen in shadow.
