@@ -424,6 +424,33 @@ async fn reconcile(operator: &Sluice, fast: &Sluice, seed: &Sluice, clock: &Manu
     }
     let report = operator.reconcile().await.unwrap();
     assert_eq!(report.buckets_healed, 1, "{report}");
+    // Scheduled limits falling due, on a bucket in one row and on one spread over two.
+    let now = clock.now().as_millis();
+    let minute = |offset: i64| {
+        let m = (now / 60_000 + offset).rem_euclid(24 * 60);
+        format!("{:02}:{:02}", m / 60, m % 60)
+    };
+    let window = sluice::Window {
+        from: minute(1).parse().unwrap(),
+        to: minute(30).parse().unwrap(),
+        limits: sluice::Limits {
+            capacity: 50.into(),
+            refill: RefillRate::per_second(5),
+            reserves: Vec::new(),
+        },
+    };
+    let scheduled = Bucket::requests(RefillRate::per_second(1))
+        .with_capacity(10)
+        .with_schedule(vec![window]);
+    operator
+        .put_bucket("iam#scheduled", scheduled.clone())
+        .await
+        .unwrap();
+    operator.put_bucket("iam#spread", scheduled).await.unwrap();
+    operator.reshard("iam#spread", 2).await.unwrap();
+    clock.advance(Duration::from_secs(120));
+    let report = operator.reconcile().await.unwrap();
+    assert_eq!(report.schedules_applied, 2, "{report}");
 }
 
 /// What an operator looks at, and a bucket deleted.
