@@ -27,3 +27,37 @@ struct ReqwestReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../sluice-macros/README.md")]
 struct MacrosReadmeDoctests;
+
+/// The guide's pages (`docs/`), every Rust example in them compiled (and run, unless marked
+/// `no_run`) with every crate of the workspace in reach.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/concepts.md")]
+struct GuideConcepts;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/layers.md")]
+struct GuideLayers;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/adoption.md")]
+struct GuideAdoption;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operating.md")]
+struct GuideOperating;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/dynamodb.md")]
+struct GuideDynamodb;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/failures.md")]
+struct GuideFailures;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/performance.md")]
+struct GuidePerformance;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/testing.md")]
+struct GuideTesting;

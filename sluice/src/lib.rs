@@ -33,6 +33,16 @@
 //! The pieces, from the bottom up: exact fixed-point [`Tokens`] and [`RefillRate`]s; the
 //! pure bucket arithmetic on [`BucketState`]; the [`Store`] trait with its embedded
 //! [`MemoryStore`]; the [`Sluice`] client that runs the acquisition protocol.
+//!
+//! The guide, one page per subject (its examples compiled and run as tests):
+//! [concepts and the RetryIn contract](https://github.com/sluice-rs/sluice/blob/main/docs/concepts.md),
+//! [the layers](https://github.com/sluice-rs/sluice/blob/main/docs/layers.md),
+//! [adopting without risk](https://github.com/sluice-rs/sluice/blob/main/docs/adoption.md),
+//! [operating](https://github.com/sluice-rs/sluice/blob/main/docs/operating.md),
+//! [DynamoDB](https://github.com/sluice-rs/sluice/blob/main/docs/dynamodb.md),
+//! [failures and freshness](https://github.com/sluice-rs/sluice/blob/main/docs/failures.md),
+//! [performance](https://github.com/sluice-rs/sluice/blob/main/docs/performance.md),
+//! [testing](https://github.com/sluice-rs/sluice/blob/main/docs/testing.md).
 
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which.
@@ -149,8 +159,3 @@ pub mod __cli;
 #[doc(hidden)]
 #[path = "fuzz.rs"]
 pub mod __fuzz;
-
-/// The guide's pages in `docs/`, their Rust examples compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/adoption.md")]
-pub struct GuideAdoption;
