@@ -117,7 +117,10 @@ fn broken_links(path: &Path, text: &str) -> Vec<String> {
             let file = file.split_whitespace().next().unwrap_or("");
             if file.is_empty() {
                 if !anchors(text).contains(anchor) {
-                    broken.push(format!("{}:{n}: {target} (no such heading)", path.display()));
+                    broken.push(format!(
+                        "{}:{n}: {target} (no such heading)",
+                        path.display()
+                    ));
                 }
                 continue;
             }
@@ -130,7 +133,10 @@ fn broken_links(path: &Path, text: &str) -> Vec<String> {
             if !anchor.is_empty() && markdown {
                 let page = std::fs::read_to_string(&linked).unwrap();
                 if !anchors(&page).contains(anchor) {
-                    broken.push(format!("{}:{n}: {target} (no such heading)", path.display()));
+                    broken.push(format!(
+                        "{}:{n}: {target} (no such heading)",
+                        path.display()
+                    ));
                 }
             }
         }
@@ -159,8 +165,14 @@ fn the_check_finds_an_empty_table_and_broken_links() {
     let broken = broken_links(&here, text);
     assert_eq!(broken.len(), 2, "{broken:?}");
     assert!(broken[0].contains("missing.md") && broken[1].contains("#nowhere"));
-    let across = broken_links(&root().join("README.md"), "[a](docs/layers.md#no-such-heading)\n");
+    let across = broken_links(
+        &root().join("README.md"),
+        "[a](docs/layers.md#no-such-heading)\n",
+    );
     assert_eq!(across.len(), 1, "{across:?}");
     assert_eq!(slug(" Tower: `SluiceLayer`"), "tower-sluicelayer");
-    assert_eq!(slug("async-openai, and getting the delay back"), "async-openai-and-getting-the-delay-back");
+    assert_eq!(
+        slug("async-openai, and getting the delay back"),
+        "async-openai-and-getting-the-delay-back"
+    );
 }
