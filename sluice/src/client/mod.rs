@@ -198,33 +198,16 @@ impl Sluice {
         let started = std::time::Instant::now();
         let label = DisplayDims(&wanted).to_string();
         let ttl = request.ttl_value().unwrap_or(self.core.config.lease_ttl);
-        let result = if let Err(e) = protocol::learn_unseen(&self.core, &wanted).await {
-            Err(e)
-        } else if self.core.config.may_fail_open() && !protocol::in_shadow(&self.core, &wanted) {
-            Box::pin(protocol::open::acquire(
-                &self.core,
-                wanted,
-                ttl,
-                fresh_after,
-                &span,
-            ))
-            .await
-        } else {
-            let path = protocol::Path::of(&self.core, wanted);
-            protocol::acquire(&self.core, path, ttl, fresh_after, &span).await
-        };
-        // A refusal by a bucket this client had not seen in shadow mode: taken again, in
-        // shadow, when its row (now learned) says so.
-        let result = match result {
-            Err(
-                Error::RetryIn(_)
-                | Error::CostExceedsCapacity { .. }
-                | Error::CostExceedsShare { .. },
-            ) if protocol::in_shadow(&self.core, &self.prioritized(request)?) => {
-                let path = protocol::Path::Shadow(self.prioritized(request)?);
+        let result = match protocol::look_before(&self.core, &wanted).await {
+            Err(e) => Err(e),
+            Ok(true) => {
+                let path = protocol::Path::Shadow(wanted);
                 protocol::acquire(&self.core, path, ttl, fresh_after, &span).await
             }
-            result => result,
+            Ok(false) => {
+                self.enforcing(request, wanted, ttl, fresh_after, &span)
+                    .await
+            }
         };
         let result = result.map(|grant| Lease::new(self.core.clone(), grant));
         crate::metrics::acquired(label, priority.as_ref(), &result, started.elapsed());
@@ -243,6 +226,47 @@ impl Sluice {
             }
         }
         result
+    }
+
+    /// An acquire of `wanted` (resolved from `request`) on an enforcing path; a refusal by
+    /// a bucket that the answer shows in shadow mode (its definition changed since this
+    /// client last saw it) is taken again, in shadow.
+    async fn enforcing(
+        &self,
+        request: &Acquire,
+        wanted: Vec<Wanted>,
+        ttl: Duration,
+        fresh_after: Option<UnixMillis>,
+        span: &tracing::Span,
+    ) -> Result<crate::grant::Grant, Error> {
+        let result = if self.core.config.may_fail_open() {
+            Box::pin(protocol::open::acquire(
+                &self.core,
+                wanted,
+                ttl,
+                fresh_after,
+                span,
+            ))
+            .await
+        } else {
+            let path = protocol::Path::of(&self.core, wanted);
+            protocol::acquire(&self.core, path, ttl, fresh_after, span).await
+        };
+        match result {
+            Err(
+                Error::RetryIn(_)
+                | Error::CostExceedsCapacity { .. }
+                | Error::CostExceedsShare { .. },
+            ) => {
+                let wanted = self.prioritized(request)?;
+                if !protocol::in_shadow(&self.core, &wanted) {
+                    return result;
+                }
+                let path = protocol::Path::Shadow(wanted);
+                protocol::acquire(&self.core, path, ttl, fresh_after, span).await
+            }
+            result => result,
+        }
     }
 
     /// Runs `body` while holding capacity on `request`: acquires, runs, releases.

@@ -65,11 +65,9 @@ pub(crate) enum Path {
 }
 
 impl Path {
-    /// The path of `wanted` on `core`'s protocol.
+    /// The path of `wanted` on `core`'s protocol (shadow mode is decided before: see
+    /// [`look_before`]).
     pub(crate) fn of(core: &Core, wanted: Vec<Wanted>) -> Path {
-        if in_shadow(core, &wanted) {
-            return Path::Shadow(wanted);
-        }
         match (core.config.protocol, <[Wanted; 1]>::try_from(wanted)) {
             (Protocol::Fast, Ok([one])) => Path::Fast(one),
             (Protocol::Fast, Err(many)) => Path::Multi(many),
@@ -80,35 +78,49 @@ impl Path {
 }
 
 /// Whether an acquire of `wanted` is taken in shadow mode: the client is in shadow, or
-/// a bucket it names is, as this client last saw its row (an acquire on a bucket not yet
-/// seen goes the enforcing way first, and only a refusal brings it here: a grant there is
-/// one a shadow bucket would grant too).
+/// a bucket it names is, as this client last saw its row.
 pub(crate) fn in_shadow(core: &Core, wanted: &[Wanted]) -> bool {
     core.config.mode == crate::Mode::Shadow
         || wanted.iter().any(|w| bucket_in_shadow(core, &w.dimension))
 }
 
-/// Reads the rows of `wanted` this client never saw, in one call, so that the first
-/// acquire of a bucket in shadow is taken in shadow (an enforcing write would leave the
-/// row's shadow ledger behind). The acquire would read them first anyway (a row seen and
-/// forgotten since, in an outage, is not read here). A failure is the acquire's answer (an unknown dimension, a store that cannot
+/// What an acquire of `wanted` learns before it runs, with one look at each dimension's
+/// memory: whether it is taken in shadow mode, and the rows this client never saw, read
+/// first (one call for them all) so that the first acquire of a bucket in shadow is taken
+/// in shadow (an enforcing write would leave the row's shadow ledger behind). The acquire
+/// would read them first anyway; a row seen and forgotten since (in an outage) is not read
+/// here, and callers of one process meeting a row at once read it once. A failed read is
+/// the acquire's answer (an unknown dimension, a store that cannot
 /// answer: the acquire would have met it reading, after as long again), except
 /// back-pressure, which the acquire's own path answers with a short RetryIn.
-pub(crate) async fn learn_unseen(core: &Core, wanted: &[Wanted]) -> Result<(), Error> {
-    if core.config.mode == crate::Mode::Shadow {
-        return Ok(());
+pub(crate) async fn look_before(core: &Core, wanted: &[Wanted]) -> Result<bool, Error> {
+    let client = core.config.mode == crate::Mode::Shadow;
+    let mut shadow = client;
+    let mut unseen = Vec::new();
+    for w in wanted {
+        let lane = core.lane(&w.dimension);
+        let memory = lane.memory();
+        match memory.row() {
+            Some(row) => shadow |= row.bucket.mode() == crate::Mode::Shadow,
+            None if memory.seen() => shadow |= core.turns.was_shadow(&w.dimension),
+            None if !client => unseen.push(w.dimension.clone()),
+            None => {}
+        }
     }
-    let unseen: Vec<crate::dimension::Dimension> = wanted
-        .iter()
-        .filter(|w| !core.lane(&w.dimension).memory().seen())
-        .map(|w| w.dimension.clone())
-        .collect();
     if unseen.is_empty() {
-        return Ok(());
+        return Ok(shadow);
+    }
+    // Many callers of one process meeting a dimension at once read it once: the others
+    // wait for that read (they would wait for their lane's) and find the row seen.
+    let _turn = core.turns.take(&unseen[0]).await;
+    unseen.retain(|d| !core.lane(d).memory().seen());
+    if unseen.is_empty() {
+        return Ok(shadow || wanted.iter().any(|w| bucket_in_shadow(core, &w.dimension)));
     }
     match core.read_rows(&unseen).await {
-        Err(Error::Store(e)) if e.is_back_pressure() => Ok(()),
-        read => read.map(drop),
+        Ok(rows) => Ok(shadow || rows.iter().any(|r| r.bucket.mode() == crate::Mode::Shadow)),
+        Err(Error::Store(e)) if e.is_back_pressure() => Ok(shadow),
+        Err(e) => Err(e),
     }
 }
 

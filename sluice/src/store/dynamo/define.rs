@@ -23,6 +23,22 @@ enum Refused {
     Store(StoreError),
 }
 
+/// The bucket attributes a whole row leaves out when they hold their default (see
+/// [`row::bucket_item`]).
+const OPTIONAL: [&str; 11] = [
+    row::LEAN,
+    row::RESERVES,
+    row::BURST,
+    row::REFILL_AMOUNT,
+    row::REFILL_PERIOD,
+    row::REFILL_CARRY,
+    row::WRITE_ID,
+    row::MODE,
+    row::SCHEDULE,
+    row::SHADOW_OWED,
+    row::SHADOW_REFUSED,
+];
+
 impl DynamoStore {
     /// Every bucket row sluice can read, by dimension (a row it cannot read is skipped
     /// with a warning).
@@ -107,6 +123,17 @@ impl DynamoStore {
         item: Item,
     ) -> Result<Option<ConsumedCapacity>, Refused> {
         let (condition, mut values, mut names) = row::same_row(expected);
+        // Every attribute a definition may leave out that this one does is removed, so
+        // that nothing of the old definition outlives it.
+        let mut removes = Vec::new();
+        for (i, attribute) in OPTIONAL
+            .iter()
+            .filter(|a| !item.contains_key(**a))
+            .enumerate()
+        {
+            names.insert(format!("#o{i}"), (*attribute).to_owned());
+            removes.push(format!("#o{i}"));
+        }
         let mut sets = Vec::new();
         for (i, (name, value)) in item.into_iter().filter(|(k, _)| k != row::KEY).enumerate() {
             names.insert(format!("#d{i}"), name);
@@ -114,45 +141,6 @@ impl DynamoStore {
             sets.push(format!("#d{i} = :d{i}"));
         }
         let mut update = format!("SET {}", sets.join(", "));
-        let mut removes = Vec::new();
-        if state.bucket.keeps_leases() {
-            names.insert("#lean".to_owned(), row::LEAN.to_owned());
-            removes.push("#lean");
-        }
-        if state.bucket.reserves().is_empty() {
-            names.insert("#res".to_owned(), row::RESERVES.to_owned());
-            removes.push("#res");
-        }
-        if state.burst.is_none() {
-            names.insert("#burst".to_owned(), row::BURST.to_owned());
-            removes.push("#burst");
-        }
-        if state.bucket.refill_rate().stored_decimal().1 {
-            names.insert("#ramount".to_owned(), row::REFILL_AMOUNT.to_owned());
-            names.insert("#rperiod".to_owned(), row::REFILL_PERIOD.to_owned());
-            removes.extend(["#ramount", "#rperiod"]);
-        }
-        if state.refill_carry.is_zero() {
-            names.insert("#rcarry".to_owned(), row::REFILL_CARRY.to_owned());
-            removes.push("#rcarry");
-        }
-        if state.write_id.is_none() {
-            names.insert("#wid".to_owned(), row::WRITE_ID.to_owned());
-            removes.push("#wid");
-        }
-        if state.bucket.mode() == crate::bucket::Mode::Enforce {
-            names.insert("#mode".to_owned(), row::MODE.to_owned());
-            removes.push("#mode");
-        }
-        if state.bucket.schedule().is_none() {
-            names.insert("#sched".to_owned(), row::SCHEDULE.to_owned());
-            removes.push("#sched");
-        }
-        if state.shadow.is_empty() {
-            names.insert("#so".to_owned(), row::SHADOW_OWED.to_owned());
-            names.insert("#sr".to_owned(), row::SHADOW_REFUSED.to_owned());
-            removes.extend(["#so", "#sr"]);
-        }
         if !removes.is_empty() {
             update.push_str(" REMOVE ");
             update.push_str(&removes.join(", "));
