@@ -48,15 +48,15 @@ mod tests {
     use crate::RefillRate;
 
     const FILE: &str = r#"
-["openai#rpm"]
+["anthropic#rpm"]
 type = "requests"
-refill = "500/min"
-capacity = 500
+refill = "50/min"
+capacity = 50
 
-["openai#tpm"]
+["anthropic#tpm"]
 type = "tokens"
-refill = "2000000/min"
-cost_per_call = "1000"
+refill = "400000/min"
+cost_per_call = "500"
 lean = true
 shards = 4
 reserves = [{ priority = "interactive", reserve = "20%" }, { priority = "standard", reserve = 100000 }]
@@ -78,15 +78,15 @@ capacity = 10
                 .clone()
         };
         assert_eq!(
-            get("openai#rpm"),
-            Bucket::requests(RefillRate::per_minute(500)).with_capacity(500)
+            get("anthropic#rpm"),
+            Bucket::requests(RefillRate::per_minute(50)).with_capacity(50)
         );
         assert_eq!(
-            get("openai#tpm"),
-            Bucket::tokens(RefillRate::per_minute(2_000_000))
-                .with_cost_per_call(1000)
+            get("anthropic#tpm"),
+            Bucket::tokens(RefillRate::per_minute(400_000))
+                .with_cost_per_call(500)
                 .lean()
-                .with_reserve("interactive".parse().unwrap(), 400_000)
+                .with_reserve("interactive".parse().unwrap(), 80_000)
                 .with_reserve("standard".parse().unwrap(), 100_000)
                 .with_shards(crate::ShardLimit::Pinned(4))
         );

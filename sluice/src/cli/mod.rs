@@ -68,97 +68,66 @@ mod tests {
         .unwrap();
         assert_eq!(tpm.floor_for(Some(&p("standard"))), Tokens::new(250_000));
         assert_eq!(tpm.floor_for(Some(&p("batch"))), Tokens::new(350_000));
-        let too_much = bucket(
-            LimitType::Concurrent,
-            Some(Tokens::new(4)),
-            None,
-            None,
-            false,
-            &[
-                (p("a"), Amount::Percent(Tokens::new(60))),
-                (p("b"), Amount::Percent(Tokens::new(60))),
-            ],
-        );
+        let slots = |n: i64, shares: &[(&str, i64)]| {
+            let percent =
+                |(name, share): &(&str, i64)| (p(name), Amount::Percent(Tokens::new(*share)));
+            let reserves: Vec<_> = shares.iter().map(percent).collect();
+            bucket(
+                LimitType::Concurrent,
+                Some(Tokens::new(n)),
+                None,
+                None,
+                false,
+                &reserves,
+            )
+        };
+        let too_much = slots(4, &[("a", 60), ("b", 60)]);
         assert!(too_much.unwrap_err().contains("more than the capacity"));
         // A quarter of 10 slots is 3 slots kept free, not 2.5.
-        let voice = bucket(
-            LimitType::Concurrent,
-            Some(Tokens::new(10)),
-            None,
-            None,
-            false,
-            &[(p("live"), Amount::Percent(Tokens::new(25)))],
-        )
-        .unwrap();
+        let voice = slots(10, &[("live", 25)]).unwrap();
         assert_eq!(voice.reserved(), Tokens::new(3));
+    }
+
+    /// A bucket from flags, without reserves; the error's text when refused.
+    fn flags(
+        kind: LimitType,
+        capacity: Option<i64>,
+        refill: Option<RefillRate>,
+        cost: Option<i64>,
+        lean: bool,
+    ) -> Result<Bucket, String> {
+        let tokens = |t: Option<i64>| t.map(Tokens::new);
+        bucket(kind, tokens(capacity), refill, tokens(cost), lean, &[])
     }
 
     #[test]
     fn definitions_say_what_is_missing() {
-        let rpm = RefillRate::per_minute(500);
+        use LimitType::{Concurrent, Requests};
+        let per_minute = RefillRate::per_minute(500);
+        let rpm = Some(per_minute);
+        let refused = |b: Result<Bucket, String>, why: &str| {
+            assert!(b.as_ref().unwrap_err().contains(why), "{b:?}: {why}");
+        };
         assert_eq!(
-            bucket(LimitType::Requests, None, Some(rpm), None, false, &[]),
-            Ok(Bucket::requests(rpm))
+            flags(Requests, None, rpm, None, false),
+            Ok(Bucket::requests(per_minute))
         );
         assert_eq!(
-            bucket(
-                LimitType::Concurrent,
-                Some(Tokens::new(5)),
-                None,
-                None,
-                false,
-                &[]
-            ),
+            flags(Concurrent, Some(5), None, None, false),
             Ok(Bucket::concurrent(5))
         );
-        assert!(
-            bucket(LimitType::Requests, None, None, None, false, &[])
-                .unwrap_err()
-                .contains("refill rate")
+        refused(flags(Requests, None, None, None, false), "refill rate");
+        refused(flags(Concurrent, None, None, None, false), "capacity");
+        refused(
+            flags(Concurrent, Some(5), rpm, None, false),
+            "does not refill",
         );
-        assert!(
-            bucket(LimitType::Concurrent, None, None, None, false, &[])
-                .unwrap_err()
-                .contains("capacity")
-        );
-        assert!(
-            bucket(
-                LimitType::Concurrent,
-                Some(Tokens::new(5)),
-                Some(rpm),
-                None,
-                false,
-                &[]
-            )
-            .unwrap_err()
-            .contains("does not refill")
-        );
-        assert!(
-            bucket(
-                LimitType::Requests,
-                Some(Tokens::new(2)),
-                Some(rpm),
-                Some(Tokens::new(3)),
-                false,
-                &[]
-            )
-            .is_err()
-        );
-        assert_eq!(
-            bucket(LimitType::Requests, None, Some(rpm), None, true, &[]),
-            Ok(Bucket::requests(rpm).lean())
-        );
-        assert!(
-            bucket(
-                LimitType::Concurrent,
-                Some(Tokens::new(5)),
-                None,
-                None,
-                true,
-                &[]
-            )
-            .unwrap_err()
-            .contains("cannot be lean")
+        assert!(flags(Requests, Some(2), rpm, Some(3), false).is_err());
+        let lean = Bucket::requests(per_minute).lean();
+        assert_eq!(flags(Requests, None, rpm, None, true), Ok(lean));
+        refused(
+            flags(Concurrent, Some(5), None, None, true),
+            "cannot be lean",
         );
     }
 }

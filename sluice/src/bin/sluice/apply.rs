@@ -11,10 +11,20 @@ use sluice::{Bucket, BucketState, Dimension, LimitType, ShardLimit, Sluice};
 use crate::{Failure, exit, show};
 
 /// How `apply` runs and speaks.
+#[derive(Debug, clap::Args)]
 pub(crate) struct How {
+    /// Show what would change and change nothing.
+    #[arg(long)]
     pub(crate) dry_run: bool,
+    /// Also delete buckets that are not in the file.
+    #[arg(long)]
     pub(crate) prune: bool,
+    /// With --dry-run: exit 2 when changes are pending, 0 when none are (and 1 on any
+    /// failure, bad input included).
+    #[arg(long, requires = "dry_run")]
     pub(crate) detailed_exitcode: bool,
+    /// The plan (and what was applied) as one JSON object.
+    #[arg(long)]
     pub(crate) json: bool,
 }
 
@@ -271,44 +281,17 @@ impl fmt::Display for Change {
                 from,
                 to,
             } => {
+                let field = |name, show: fn(&Bucket) -> String| (name, show(from), show(to));
                 let fields = [
-                    (
-                        "type",
-                        from.limit_type().to_string(),
-                        to.limit_type().to_string(),
-                    ),
-                    (
-                        "capacity",
-                        from.capacity().to_string(),
-                        to.capacity().to_string(),
-                    ),
-                    (
-                        "refill",
-                        from.refill_rate().to_string(),
-                        to.refill_rate().to_string(),
-                    ),
-                    (
-                        "cost per call",
-                        from.cost_per_call().to_string(),
-                        to.cost_per_call().to_string(),
-                    ),
-                    (
-                        "lean",
-                        (!from.keeps_leases()).to_string(),
-                        (!to.keeps_leases()).to_string(),
-                    ),
-                    (
-                        "reserves",
-                        Reserves(from).to_string(),
-                        Reserves(to).to_string(),
-                    ),
-                    ("rows", rows(from), rows(to)),
-                    ("mode", from.mode().to_string(), to.mode().to_string()),
-                    (
-                        "schedule",
-                        Windows(from).to_string(),
-                        Windows(to).to_string(),
-                    ),
+                    field("type", |b| b.limit_type().to_string()),
+                    field("capacity", |b| b.capacity().to_string()),
+                    field("refill", |b| b.refill_rate().to_string()),
+                    field("cost per call", |b| b.cost_per_call().to_string()),
+                    field("lean", |b| (!b.keeps_leases()).to_string()),
+                    field("reserves", |b| Reserves(b).to_string()),
+                    field("rows", rows),
+                    field("mode", |b| b.mode().to_string()),
+                    field("schedule", |b| Windows(b).to_string()),
                 ];
                 let diffs: Vec<String> = fields
                     .iter()

@@ -52,19 +52,8 @@ pub(crate) enum Command {
     Apply {
         /// The file: one `["vendor#metric"]` table per bucket.
         file: PathBuf,
-        /// Show what would change and change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Also delete buckets that are not in the file.
-        #[arg(long)]
-        prune: bool,
-        /// With --dry-run: exit 2 when changes are pending, 0 when none are (and 1 on any
-        /// failure, bad input included).
-        #[arg(long, requires = "dry_run")]
-        detailed_exitcode: bool,
-        /// The plan (and what was applied) as one JSON object.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        how: crate::apply::How,
     },
     /// Every bucket (or the named ones) right now: type, capacity, available, refill,
     /// live leases, time to full.

@@ -90,7 +90,10 @@ fn main() -> ExitCode {
     let detailed = matches!(
         cli.command,
         Command::Apply {
-            detailed_exitcode: true,
+            how: apply::How {
+                detailed_exitcode: true,
+                ..
+            },
             ..
         }
     );
@@ -200,21 +203,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Bucket(command) => bucket(&sluice, command).await,
-        Command::Apply {
-            file,
-            dry_run,
-            prune,
-            detailed_exitcode,
-            json,
-        } => {
-            let how = apply::How {
-                dry_run,
-                prune,
-                detailed_exitcode,
-                json,
-            };
-            apply::run(&sluice, &file, how).await
-        }
+        Command::Apply { file, how } => apply::run(&sluice, &file, how).await,
         Command::Status {
             dimensions,
             json,

@@ -259,18 +259,18 @@ pub(crate) fn status_table(snapshots: &[Snapshot]) -> String {
         "LEASES",
         "TIME TO FULL",
     ];
-    if rows_column {
-        header.push("ROWS");
-    }
-    if mode_column {
-        header.push("MODE");
-    }
-    if schedule_column {
-        header.push("NEXT CHANGE");
-    }
-    if by_priority_column {
-        header.push("BY PRIORITY");
-    }
+    let optional = [
+        (rows_column, "ROWS"),
+        (mode_column, "MODE"),
+        (schedule_column, "NEXT CHANGE"),
+        (by_priority_column, "BY PRIORITY"),
+    ];
+    header.extend(
+        optional
+            .iter()
+            .filter(|(shown, _)| *shown)
+            .map(|(_, name)| name),
+    );
     table(&header, &rows)
 }
 

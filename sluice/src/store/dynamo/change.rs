@@ -1,18 +1,17 @@
 //! A [`BucketChange`] as one `UpdateItem`: `ADD` to the stored tokens (or `SET` them, for
-//! a fill), `ADD` one to the version, on the change's conditions; new lease rows as
-//! `BatchWriteItem` puts.
+//! a fill), `ADD` one to the version, on the change's conditions.
 
-use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    PutRequest, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
-    WriteRequest,
+    ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
 
+use super::error::ConditionFailed;
+use super::parts::Conditional;
 use super::row::{self, Expr};
-use super::{BATCH_WRITE_MAX, DynamoStore, EXISTS, Units, build_error};
+use super::{DynamoStore, EXISTS, Units};
 use crate::bucket::{BucketState, Commute, Condition, MAX_VERSION, TokensOp};
-use crate::store::{BucketChange, ChangeError, LeaseKey, LeaseRecord, StoreError};
+use crate::store::{BucketChange, ChangeError, LeaseKey, StoreError};
 
 /// A call's configuration that sends it once: what adds to a row must not be resent after
 /// an answer that was lost (it may have applied), and throttling is answered above the
@@ -165,31 +164,20 @@ impl DynamoStore {
         change: BucketChange,
     ) -> Result<BucketState, ChangeError> {
         let (update, e) = update_of(&change);
-        let condition = e.condition();
-        self.count_call();
-        let sent = self
-            .client
-            .update_item()
-            .table_name(self.table.as_ref())
-            .set_key(Some(row::key(change.dimension.as_str())))
-            .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(e.names))
-            .set_expression_attribute_values(Some(e.values))
+        let u = Conditional::new(change.dimension.as_str(), update, e.into_parts());
+        let request = conditional!(self.client.update_item(), self.table.as_ref(), u)
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .customize()
             .config_override(once())
-            .send()
-            .await;
-        match sent {
+            .send();
+        match self.billed(Units::Write, request).await {
             Ok(out) => {
-                self.count_capacity(Units::Write, out.consumed_capacity());
                 // Per dimension (see the metrics table in `crate::metrics`).
                 let units = out
                     .consumed_capacity()
-                    .map_or(0, super::capacity_milliunits);
+                    .map_or(0, super::billed::capacity_milliunits);
                 ::metrics::counter!(
                     "sluice_bucket_write_units_total",
                     "dimension" => change.dimension.as_str().to_owned()
@@ -213,47 +201,22 @@ impl DynamoStore {
     /// Deletes the lease row `key` if it exists, never resent by the SDK; whether this call
     /// deleted it.
     pub(super) async fn end_lease_row(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-        self.count_call();
-        let sent = self
-            .client
-            .delete_item()
-            .table_name(self.table.as_ref())
-            .set_key(Some(row::key(key.as_str())))
-            .condition_expression(EXISTS)
+        let request = lease_delete!(self.client.delete_item(), self.table.as_ref(), key)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .customize()
             .config_override(once())
-            .send()
-            .await;
-        match sent {
-            Ok(out) => {
-                self.count_capacity(Units::Write, out.consumed_capacity());
-                Ok(true)
+            .send();
+        match self.billed(Units::Write, request).await {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .and_then(ConditionFailed::item)
+                    .is_some() =>
+            {
+                Ok(false)
             }
-            Err(e) => match e.as_service_error() {
-                Some(DeleteItemError::ConditionalCheckFailedException(_)) => Ok(false),
-                _ => Err(self.err(e)),
-            },
+            Err(e) => Err(self.err(e)),
         }
-    }
-
-    /// Writes new lease rows, 25 per `BatchWriteItem`, resending what DynamoDB leaves
-    /// unprocessed.
-    pub(super) async fn put_lease_rows(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
-        for chunk in leases.chunks(BATCH_WRITE_MAX) {
-            let requests: Vec<WriteRequest> = chunk
-                .iter()
-                .map(|r| {
-                    PutRequest::builder()
-                        .set_item(Some(row::lease_item(r)))
-                        .build()
-                        .map(|p| WriteRequest::builder().put_request(p).build())
-                        .map_err(build_error)
-                })
-                .collect::<Result<_, _>>()?;
-            self.write_batch(requests).await?;
-        }
-        Ok(())
     }
 }
 

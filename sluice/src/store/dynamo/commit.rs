@@ -2,17 +2,19 @@
 //! touching several a `TransactWriteItems`. Both are built from the same descriptions of
 //! each write, and their failures map to the same [`ConditionFailure`]s.
 
-use std::collections::HashMap;
+use std::future::Future;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, ConsumedCapacity, Delete, Put, ReturnConsumedCapacity,
-    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    CancellationReason, Delete, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 
+use super::billed::Billed;
 use super::error::{Cancelled, cancelled};
+use super::parts::Conditional;
 use super::row::{self, Item};
 use super::{DynamoStore, EXISTS, NOT_EXISTS, Unanswered, Units, build_error};
 use crate::bucket::WriteOutcome;
@@ -26,13 +28,7 @@ const SET_COST: &str = "SET #cost = :cost";
 /// but no common type: each write is described once, here.
 macro_rules! bucket_update {
     ($builder:expr, $table:expr, $u:expr) => {
-        $builder
-            .table_name($table)
-            .set_key(Some($u.key))
-            .update_expression($u.update)
-            .condition_expression($u.condition)
-            .set_expression_attribute_names(Some($u.names))
-            .set_expression_attribute_values(Some($u.values))
+        conditional!($builder, $table, $u)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
     };
 }
@@ -44,16 +40,6 @@ macro_rules! lease_create {
             .table_name($table)
             .set_item(Some(row::lease_item($record)))
             .condition_expression(NOT_EXISTS)
-    };
-}
-
-/// See [`bucket_update`]: a lease row's delete, on condition that it still exists.
-macro_rules! lease_delete {
-    ($builder:expr, $table:expr, $key:expr) => {
-        $builder
-            .table_name($table)
-            .set_key(Some(row::key($key.as_str())))
-            .condition_expression(EXISTS)
     };
 }
 
@@ -70,15 +56,6 @@ macro_rules! lease_set_cost {
     };
 }
 
-/// The parts of a bucket write's `UpdateItem`.
-struct BucketUpdate {
-    key: Item,
-    update: String,
-    condition: String,
-    names: HashMap<String, String>,
-    values: HashMap<String, AttributeValue>,
-}
-
 /// The condition a lease write failed on, whichever way it was sent.
 fn lease_failure(w: &LeaseWrite) -> ConditionFailure {
     match w {
@@ -93,7 +70,7 @@ impl DynamoStore {
     /// The parts of a bucket write's `UpdateItem`: key, update, condition (the stored row
     /// is exactly the expected one), names and values. A write whose row would not be
     /// valid is refused before anything is sent.
-    fn bucket_update(w: &BucketWrite) -> Result<BucketUpdate, StoreError> {
+    fn bucket_update(w: &BucketWrite) -> Result<Conditional, StoreError> {
         let key = w.dimension().as_str();
         StoreError::check_write(w)?;
         let (condition, mut values, mut names) = row::same_row(&w.expected);
@@ -155,13 +132,7 @@ impl DynamoStore {
             update.push_str(" REMOVE ");
             update.push_str(&removes.join(", "));
         }
-        Ok(BucketUpdate {
-            key: row::key(key),
-            update,
-            condition,
-            names,
-            values,
-        })
+        Ok(Conditional::new(key, update, (condition, values, names)))
     }
 
     /// Why `w`'s condition failed, from the row as it stood (`old`): another row.
@@ -186,15 +157,12 @@ impl DynamoStore {
     async fn commit_one_bucket(&self, w: BucketWrite) -> Result<(), CommitError> {
         let u = Self::bucket_update(&w)?;
         let unanswered = Unanswered::default();
-        self.count_call();
-        let sent = bucket_update!(self.client.update_item(), self.table.as_ref(), u)
+        let request = bucket_update!(self.client.update_item(), self.table.as_ref(), u)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .customize()
             .interceptor(unanswered.clone())
-            .send()
-            .await
-            .map(|out| self.count_capacity(Units::Write, out.consumed_capacity()));
-        let Err(e) = sent else {
+            .send();
+        let Err(e) = self.billed(Units::Write, request).await else {
             return Ok(());
         };
         match e.as_service_error() {
@@ -262,37 +230,41 @@ impl DynamoStore {
     }
 
     async fn commit_one_lease(&self, w: LeaseWrite) -> Result<(), CommitError> {
-        self.count_call();
         let table = self.table.as_ref();
-        let failed = |w: &LeaseWrite| Some(lease_failure(w));
-        let consumed: Option<ConsumedCapacity> = match &w {
+        let total = ReturnConsumedCapacity::Total;
+        match &w {
             LeaseWrite::Create(record) => {
-                lease_create!(self.client.put_item(), table, record)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send()
+                let put = lease_create!(self.client.put_item(), table, record);
+                self.lease_write(&w, put.return_consumed_capacity(total).send())
                     .await
-                    .map_err(|e| self.single_item_error(e, failed(&w)))?
-                    .consumed_capacity
             }
             LeaseWrite::Delete(key) => {
-                lease_delete!(self.client.delete_item(), table, key)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send()
+                let delete = lease_delete!(self.client.delete_item(), table, key);
+                self.lease_write(&w, delete.return_consumed_capacity(total).send())
                     .await
-                    .map_err(|e| self.single_item_error(e, failed(&w)))?
-                    .consumed_capacity
             }
             LeaseWrite::SetCost { key, cost } => {
-                lease_set_cost!(self.client.update_item(), table, key, cost)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send()
+                let update = lease_set_cost!(self.client.update_item(), table, key, cost);
+                self.lease_write(&w, update.return_consumed_capacity(total).send())
                     .await
-                    .map_err(|e| self.single_item_error(e, failed(&w)))?
-                    .consumed_capacity
             }
-        };
-        self.count_capacity(Units::Write, consumed.as_ref());
-        Ok(())
+        }
+    }
+
+    /// Sends the single write of lease `w`.
+    async fn lease_write<O: Billed, E, R>(
+        &self,
+        w: &LeaseWrite,
+        request: impl Future<Output = Result<O, SdkError<E, R>>>,
+    ) -> Result<(), CommitError>
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug + Send + Sync + 'static,
+    {
+        match self.billed(Units::Write, request).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.single_item_error(e, Some(lease_failure(w)))),
+        }
     }
 
     /// The transaction item of a bucket write.
@@ -336,22 +308,8 @@ impl DynamoStore {
         for w in &commit.leases {
             items.push(self.lease_item(w)?);
         }
-        self.count_call();
-        let result = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .client_request_token(request_token())
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let e = match result {
-            Ok(out) => {
-                self.count_capacity(Units::Write, out.consumed_capacity());
-                self.count_capacity(Units::TransactionWrite, out.consumed_capacity());
-                return Ok(());
-            }
-            Err(e) => e,
+        let Err(e) = self.transact(items, request_token()).await else {
+            return Ok(());
         };
         let reasons = match e.as_service_error() {
             Some(TransactWriteItemsError::TransactionCanceledException(c)) => {

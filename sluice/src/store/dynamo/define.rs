@@ -2,19 +2,27 @@
 //! keeps stay, holding their tokens); deleting it. A resend of a definition whose answer was lost is
 //! recognised by its own write id.
 
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use std::collections::HashMap;
+use std::future::Future;
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
-    ConsumedCapacity, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
 
-use std::collections::HashMap;
-
+use super::billed::Billed;
+use super::error::ConditionFailed;
+use super::parts::Conditional;
 use super::row::{self, Item};
 use super::{DynamoStore, NOT_EXISTS, Units};
 use crate::bucket::BucketState;
 use crate::dimension::Dimension;
 use crate::store::StoreError;
+
+/// A definition write returns the row as it stood when its condition failed.
+const ALL_OLD: ReturnValuesOnConditionCheckFailure = ReturnValuesOnConditionCheckFailure::AllOld;
+/// Every write reports what it consumed.
+const TOTAL: ReturnConsumedCapacity = ReturnConsumedCapacity::Total;
 
 /// Why a definition write was not applied.
 enum Refused {
@@ -78,16 +86,12 @@ impl DynamoStore {
             recent_writes,
             ..state.clone()
         });
-        self.count_call();
         let sent = match expected {
             None => self.create(item).await,
             Some(expected) => self.redefine(state, expected, item).await,
         };
         match sent {
-            Ok(consumed) => {
-                self.count_capacity(Units::Write, consumed.as_ref());
-                Ok(true)
-            }
+            Ok(()) => Ok(true),
             // A resend of a write that had applied finds the row it wrote.
             Err(Refused::Condition(Some(item))) if wrote(&item, state.write_id) => Ok(true),
             Err(Refused::Condition(_)) => Ok(false),
@@ -95,24 +99,19 @@ impl DynamoStore {
         }
     }
 
-    async fn create(&self, item: Item) -> Result<Option<ConsumedCapacity>, Refused> {
-        let out = self
+    async fn create(&self, item: Item) -> Result<(), Refused> {
+        let put = self
             .client
             .put_item()
             .table_name(self.table.as_ref())
             .set_item(Some(item))
-            .condition_expression(NOT_EXISTS)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .map_err(|e| match e.as_service_error() {
-                Some(PutItemError::ConditionalCheckFailedException(c)) => {
-                    Refused::Condition(c.item().cloned())
-                }
-                _ => Refused::Store(self.err(e)),
-            })?;
-        Ok(out.consumed_capacity)
+            .condition_expression(NOT_EXISTS);
+        self.definition(
+            put.return_values_on_condition_check_failure(ALL_OLD)
+                .return_consumed_capacity(TOTAL)
+                .send(),
+        )
+        .await
     }
 
     /// An update, not a put: attributes sluice does not know (another SDK's) stay.
@@ -121,7 +120,7 @@ impl DynamoStore {
         state: &BucketState,
         expected: &BucketState,
         item: Item,
-    ) -> Result<Option<ConsumedCapacity>, Refused> {
+    ) -> Result<(), Refused> {
         let (condition, mut values, mut names) = row::same_row(expected);
         // Every attribute a definition may leave out that this one does is removed, so
         // that nothing of the old definition outlives it.
@@ -145,26 +144,33 @@ impl DynamoStore {
             update.push_str(" REMOVE ");
             update.push_str(&removes.join(", "));
         }
-        let out = self
-            .client
-            .update_item()
-            .table_name(self.table.as_ref())
-            .set_key(Some(row::key(state.dimension.as_str())))
-            .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .map_err(|e| match e.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                    Refused::Condition(c.item().cloned())
-                }
-                _ => Refused::Store(self.err(e)),
-            })?;
-        Ok(out.consumed_capacity)
+        let u = Conditional::new(state.dimension.as_str(), update, (condition, values, names));
+        let update = conditional!(self.client.update_item(), self.table.as_ref(), u);
+        self.definition(
+            update
+                .return_values_on_condition_check_failure(ALL_OLD)
+                .return_consumed_capacity(TOTAL)
+                .send(),
+        )
+        .await
+    }
+
+    /// Sends a definition write, telling its refused condition from the store's errors.
+    async fn definition<O: Billed, E, R>(
+        &self,
+        request: impl Future<Output = Result<O, SdkError<E, R>>>,
+    ) -> Result<(), Refused>
+    where
+        E: ConditionFailed + ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug + Send + Sync + 'static,
+    {
+        match self.billed(Units::Write, request).await {
+            Ok(_) => Ok(()),
+            Err(e) => match e.as_service_error().and_then(ConditionFailed::item) {
+                Some(item) => Err(Refused::Condition(item.cloned())),
+                None => Err(Refused::Store(self.err(e))),
+            },
+        }
     }
 
     /// Deletes a bucket row; whether it existed.
@@ -172,18 +178,15 @@ impl DynamoStore {
         &self,
         dimension: &Dimension,
     ) -> Result<bool, StoreError> {
-        self.count_call();
-        let out = self
+        let request = self
             .client
             .delete_item()
             .table_name(self.table.as_ref())
             .set_key(Some(row::key(dimension.as_str())))
             .return_values(ReturnValue::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .map_err(|e| self.err(e))?;
-        self.count_capacity(Units::Write, out.consumed_capacity());
+            .send();
+        let out = self.answer(Units::Write, request).await?;
         Ok(out.attributes().is_some_and(|a| !a.is_empty()))
     }
 }

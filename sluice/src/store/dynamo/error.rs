@@ -1,9 +1,35 @@
 //! Telling DynamoDB's failures apart.
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::{
+    delete_item::DeleteItemError, put_item::PutItemError, update_item::UpdateItemError,
+};
 use aws_sdk_dynamodb::types::CancellationReason;
 
+use super::row::Item;
+
 use crate::store::StoreError;
+
+/// A single-item write's error that may be its condition failing.
+pub(super) trait ConditionFailed {
+    /// When the write's condition failed: the item as it stood, if DynamoDB returned it.
+    fn item(&self) -> Option<Option<&Item>>;
+}
+
+macro_rules! condition_failed {
+    ($($error:ident),*) => {$(
+        impl ConditionFailed for $error {
+            fn item(&self) -> Option<Option<&Item>> {
+                match self {
+                    $error::ConditionalCheckFailedException(c) => Some(c.item()),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+condition_failed!(PutItemError, UpdateItemError, DeleteItemError);
 
 /// Error codes that mean "slow down".
 const THROTTLING: [&str; 5] = [
@@ -76,7 +102,10 @@ where
         }
         _ => {
             let code = err.code().unwrap_or_default().to_owned();
-            let message = err.message().unwrap_or_default().to_owned();
+            let message = match err.message() {
+                Some(m) if !m.is_empty() => format!("{code}: {m}"),
+                _ => code.clone(),
+            };
             match code.as_str() {
                 "ResourceNotFoundException" => StoreError::TableNotFound {
                     table: table.to_owned(),
@@ -92,11 +121,7 @@ where
                 | "AccessDeniedException"
                 | "UnrecognizedClientException"
                 | "SerializationException" => StoreError::Rejected {
-                    message: if message.is_empty() {
-                        code
-                    } else {
-                        format!("{code}: {message}")
-                    },
+                    message,
                     source: Some(Box::new(err)),
                 },
                 "" => StoreError::Service {
@@ -104,11 +129,7 @@ where
                     source: Some(Box::new(err)),
                 },
                 _ => StoreError::Service {
-                    message: if message.is_empty() {
-                        code
-                    } else {
-                        format!("{code}: {message}")
-                    },
+                    message,
                     source: Some(Box::new(err)),
                 },
             }

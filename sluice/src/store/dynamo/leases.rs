@@ -3,10 +3,12 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, DeleteRequest, ReturnConsumedCapacity, WriteRequest,
+    AttributeValue, DeleteRequest, PutRequest, ReturnConsumedCapacity, WriteRequest,
 };
 
+use super::billed::next_round;
 use super::row;
 use super::{BATCH_ROUNDS, BATCH_WRITE_MAX, DynamoStore, Units, build_error, error};
 use crate::dimension::{Dimension, LEASE_PREFIX};
@@ -14,19 +16,34 @@ use crate::retry::Rounds;
 use crate::store::{LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, StoreError};
 
 impl DynamoStore {
+    /// Writes new lease rows, 25 per `BatchWriteItem`, resending what DynamoDB leaves
+    /// unprocessed.
+    pub(super) async fn put_lease_rows(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
+        let put = |r: &LeaseRecord| {
+            let item = PutRequest::builder().set_item(Some(row::lease_item(r)));
+            Ok(WriteRequest::builder().put_request(item.build()?).build())
+        };
+        self.write_rows(leases, put).await
+    }
+
+    /// Deletes lease rows whatever they hold, 25 per `BatchWriteItem`.
     pub(super) async fn delete_lease_rows(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
-        for chunk in keys.chunks(BATCH_WRITE_MAX) {
-            let requests: Vec<WriteRequest> = chunk
-                .iter()
-                .map(|k| {
-                    DeleteRequest::builder()
-                        .set_key(Some(row::key(k.as_str())))
-                        .build()
-                        .map(|d| WriteRequest::builder().delete_request(d).build())
-                        .map_err(build_error)
-                })
-                .collect::<Result<_, _>>()?;
-            self.write_batch(requests).await?;
+        let delete = |k: &LeaseKey| {
+            let key = DeleteRequest::builder().set_key(Some(row::key(k.as_str())));
+            Ok(WriteRequest::builder().delete_request(key.build()?).build())
+        };
+        self.write_rows(keys, delete).await
+    }
+
+    /// Sends the write `request` makes of each of `rows`, 25 per `BatchWriteItem`.
+    async fn write_rows<T>(
+        &self,
+        rows: &[T],
+        request: impl Fn(&T) -> Result<WriteRequest, BuildError>,
+    ) -> Result<(), StoreError> {
+        for chunk in rows.chunks(BATCH_WRITE_MAX) {
+            let requests = chunk.iter().map(&request).collect::<Result<_, _>>();
+            self.write_batch(requests.map_err(build_error)?).await?;
         }
         Ok(())
     }
@@ -37,25 +54,20 @@ impl DynamoStore {
         &self,
         mut requests: Vec<WriteRequest>,
     ) -> Result<(), StoreError> {
+        let table = self.table.as_ref();
         let mut rounds = Rounds::new(BATCH_ROUNDS);
         while !requests.is_empty() {
-            if !rounds.next().await {
-                return Err(StoreError::Throttled { source: None });
-            }
-            self.count_call();
-            let out = self
+            next_round(&mut rounds).await?;
+            let request = self
                 .client
                 .batch_write_item()
-                .request_items(self.table.as_ref(), requests)
+                .request_items(table, requests);
+            let sent = request
                 .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .map_err(|e| self.err(e))?;
-            self.count_capacity(Units::Write, out.consumed_capacity());
-            requests = out
-                .unprocessed_items
-                .and_then(|mut u| u.remove(self.table.as_ref()))
-                .unwrap_or_default();
+                .send();
+            let out = self.answer(Units::Write, sent).await?;
+            let left = out.unprocessed_items.and_then(|mut u| u.remove(table));
+            requests = left.unwrap_or_default();
         }
         Ok(())
     }
@@ -71,21 +83,6 @@ impl DynamoStore {
         keys.iter()
             .map(|k| found.get(k.as_str()).map(row::lease_record).transpose())
             .collect()
-    }
-
-    /// A query of the sparse index [`row::SLOTS_INDEX`]: one page of at most `limit` slot
-    /// lease rows of `dimension`, earliest expiry first, whatever else the table holds. The
-    /// index is eventually consistent (a lease row written or deleted a moment ago may be
-    /// missing or still listed): callers use the answer as a hint and condition every
-    /// write on the rows themselves. A table without the index (created by another tool)
-    /// answers no lease row, with a warning saying how to add it, and is asked again a
-    /// minute later.
-    pub(super) async fn slot_lease_list(
-        &self,
-        dimension: &Dimension,
-        limit: usize,
-    ) -> Result<Vec<LeaseRecord>, StoreError> {
-        self.slot_lease_rows(dimension, limit).await
     }
 
     pub(super) async fn scan_lease_rows(
@@ -142,8 +139,14 @@ impl DynamoStore {
         Ok(scan)
     }
 
-    /// The lease rows holding slots of `dimension`, from the sparse index.
-    pub(super) async fn slot_lease_rows(
+    /// A query of the sparse index [`row::SLOTS_INDEX`]: one page of at most `limit` slot
+    /// lease rows of `dimension`, earliest expiry first, whatever else the table holds. The
+    /// index is eventually consistent (a lease row written or deleted a moment ago may be
+    /// missing or still listed): callers use the answer as a hint and condition every
+    /// write on the rows themselves. A table without the index (created by another tool)
+    /// answers no lease row, with a warning saying how to add it, and is asked again a
+    /// minute later.
+    pub(super) async fn slot_lease_list(
         &self,
         dimension: &Dimension,
         limit: usize,
@@ -151,8 +154,7 @@ impl DynamoStore {
         if self.slots_index_missing() {
             return Ok(Vec::new());
         }
-        self.count_call();
-        let out = self
+        let query = self
             .client
             .query()
             .table_name(self.table.as_ref())
@@ -163,9 +165,8 @@ impl DynamoStore {
             .scan_index_forward(true)
             .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        let out = match out {
+            .send();
+        let out = match self.billed(Units::Read, query).await {
             Ok(out) => out,
             Err(e) => {
                 use aws_sdk_dynamodb::error::ProvideErrorMetadata as _;
@@ -182,7 +183,6 @@ impl DynamoStore {
                 return Err(self.err(e));
             }
         };
-        self.count_capacity(Units::Read, out.consumed_capacity());
         let mut leases = Vec::with_capacity(out.items().len());
         for item in out.items() {
             match row::lease_record(item) {

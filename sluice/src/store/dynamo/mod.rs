@@ -1,5 +1,8 @@
 //! The DynamoDB store: the seed's schema and protocol over `aws-sdk-dynamodb`.
 
+#[macro_use]
+mod parts;
+mod billed;
 mod change;
 mod commit;
 mod define;
@@ -21,11 +24,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, ConsumedCapacity, KeysAndAttributes, ReturnConsumedCapacity,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnConsumedCapacity};
 
-use self::error::{build_error, store_error};
+use self::billed::{Units, next_round};
+use self::error::build_error;
 use self::row::Item;
 use self::unanswered::Unanswered;
 use super::{
@@ -209,21 +211,21 @@ impl DynamoStore {
         }
     }
 
-    fn slots_index_missing(&self) -> bool {
-        let until = self
-            .stats
-            .slots_index_missing_until
+    /// Until when the table is known to lack the slots index.
+    fn slots_index_missing_until(&self) -> std::sync::MutexGuard<'_, Option<std::time::Instant>> {
+        let until = &self.stats.slots_index_missing_until;
+        until
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn slots_index_missing(&self) -> bool {
+        let until = self.slots_index_missing_until();
         until.is_some_and(|t| std::time::Instant::now() < t)
     }
 
     fn note_slots_index_missing(&self) {
-        let mut until = self
-            .stats
-            .slots_index_missing_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut until = self.slots_index_missing_until();
         if until.is_none() {
             tracing::warn!(
                 table = %self.table,
@@ -251,36 +253,6 @@ impl DynamoStore {
         Ok(!active)
     }
 
-    fn count_call(&self) {
-        self.stats.calls.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn count_capacity<'a>(
-        &self,
-        units: Units,
-        consumed: impl IntoIterator<Item = &'a ConsumedCapacity>,
-    ) {
-        let total: u64 = consumed.into_iter().map(capacity_milliunits).sum();
-        let counter = match units {
-            Units::Read => &self.stats.read_milliunits,
-            Units::Write => &self.stats.write_milliunits,
-            Units::TransactionWrite => &self.stats.transaction_write_milliunits,
-        };
-        counter.fetch_add(total, Ordering::Relaxed);
-    }
-
-    fn err<E, R>(&self, e: aws_sdk_dynamodb::error::SdkError<E, R>) -> StoreError
-    where
-        E: aws_sdk_dynamodb::error::ProvideErrorMetadata
-            + std::error::Error
-            + Send
-            + Sync
-            + 'static,
-        R: fmt::Debug + Send + Sync + 'static,
-    {
-        store_error(e, &self.table)
-    }
-
     async fn batch_get(&self, keys: Vec<String>) -> Result<HashMap<String, Item>, StoreError> {
         let mut found = HashMap::with_capacity(keys.len());
         for chunk in keys.chunks(BATCH_GET_MAX) {
@@ -291,26 +263,20 @@ impl DynamoStore {
                     .build()
                     .map_err(build_error)?,
             );
+            let table = self.table.as_ref();
             let mut rounds = Rounds::new(BATCH_ROUNDS);
-            while let Some(request) = pending.take() {
-                // DynamoDB hands back the keys it could not read now (throughput): read
-                // only those again, after a pause, and give up after a bound.
-                if !rounds.next().await {
-                    return Err(StoreError::Throttled { source: None });
-                }
-                self.count_call();
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(self.table.as_ref(), request)
+            // DynamoDB hands back the keys it could not read now (throughput): read only
+            // those again.
+            while let Some(batch) = pending.take() {
+                next_round(&mut rounds).await?;
+                let request = self.client.batch_get_item().request_items(table, batch);
+                let sent = request
                     .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send()
-                    .await
-                    .map_err(|e| self.err(e))?;
-                self.count_capacity(Units::Read, out.consumed_capacity());
+                    .send();
+                let out = self.answer(Units::Read, sent).await?;
                 for item in out
                     .responses()
-                    .and_then(|r| r.get(self.table.as_ref()))
+                    .and_then(|r| r.get(table))
                     .into_iter()
                     .flatten()
                 {
@@ -318,11 +284,8 @@ impl DynamoStore {
                         found.insert(k.clone(), item.clone());
                     }
                 }
-                pending = out
-                    .unprocessed_keys()
-                    .and_then(|u| u.get(self.table.as_ref()))
-                    .filter(|k| !k.keys().is_empty())
-                    .cloned();
+                let left = out.unprocessed_keys().and_then(|u| u.get(table));
+                pending = left.filter(|k| !k.keys().is_empty()).cloned();
             }
         }
         Ok(found)
@@ -337,8 +300,7 @@ impl DynamoStore {
         let mut items = Vec::new();
         let mut start: Option<Item> = None;
         loop {
-            self.count_call();
-            let out = self
+            let request = self
                 .client
                 .scan()
                 .table_name(self.table.as_ref())
@@ -348,10 +310,8 @@ impl DynamoStore {
                 .set_expression_attribute_names((!names.is_empty()).then(|| names.clone()))
                 .set_exclusive_start_key(start.take())
                 .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .map_err(|e| self.err(e))?;
-            self.count_capacity(Units::Read, out.consumed_capacity());
+                .send();
+            let out = self.answer(Units::Read, request).await?;
             items.extend(out.items().iter().cloned());
             match out.last_evaluated_key() {
                 Some(k) if !k.is_empty() => start = Some(k.clone()),
@@ -359,25 +319,6 @@ impl DynamoStore {
             }
         }
     }
-}
-
-/// Consumed capacity in thousandths of a unit (statistics only, never accounting).
-#[allow(
-    clippy::float_arithmetic,
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss
-)]
-fn capacity_milliunits(c: &ConsumedCapacity) -> u64 {
-    c.capacity_units()
-        .map_or(0, |v| (v * 1_000.0).round().max(0.0) as u64)
-}
-
-#[derive(Clone, Copy)]
-enum Units {
-    Read,
-    Write,
-    /// Also counted as `Write`.
-    TransactionWrite,
 }
 
 #[async_trait::async_trait]
@@ -395,18 +336,15 @@ impl Store for DynamoStore {
         dimensions: &[Dimension],
     ) -> Result<Vec<Option<BucketState>>, StoreError> {
         if let [only] = dimensions {
-            self.count_call();
-            let out = self
+            let request = self
                 .client
                 .get_item()
                 .table_name(self.table.as_ref())
                 .set_key(Some(row::key(only.as_str())))
                 .consistent_read(true)
                 .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .map_err(|e| self.err(e))?;
-            self.count_capacity(Units::Read, out.consumed_capacity());
+                .send();
+            let out = self.answer(Units::Read, request).await?;
             return Ok(vec![out.item().map(row::bucket_state).transpose()?]);
         }
         let mut unique: Vec<String> = dimensions.iter().map(|d| d.as_str().to_owned()).collect();

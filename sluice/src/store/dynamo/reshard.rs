@@ -5,28 +5,30 @@
 //! [`Store::respread_buckets`](crate::store::Store::respread_buckets)).
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{Delete, Put, ReturnConsumedCapacity, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
 
 use super::error::{Cancelled, cancelled};
+use super::parts::Conditional;
 use super::row;
-use super::{DynamoStore, NOT_EXISTS, Units, build_error as build};
+use super::{DynamoStore, NOT_EXISTS, build_error as build};
 use crate::bucket::{BucketState, Commute};
 use crate::store::{BucketChange, StoreError};
 
-/// The attributes of a row's definition and count, with the names the definition's
-/// condition gives them (see `row::same_definition`) or new ones.
-const DEFINITION: [(&str, &str); 11] = [
-    (row::CAPACITY, "#c"),
-    (row::REFILL_RATE, "#r"),
-    (row::REFILL_AMOUNT, "#ra"),
-    (row::REFILL_PERIOD, "#rp"),
-    (row::COST_PER_CALL, "#p"),
-    (row::LIMIT_TYPE, "#k"),
-    (row::LEAN, "#lean"),
-    (row::RESERVES, "#res"),
-    (row::SHARDS, "#sh"),
-    (row::BURST, "#b"),
-    (row::SHARD_LIMIT, "#sl"),
+/// The attributes of a row's definition and count, set (or removed) on a moved row.
+const DEFINITION: [&str; 13] = [
+    row::CAPACITY,
+    row::REFILL_RATE,
+    row::REFILL_AMOUNT,
+    row::REFILL_PERIOD,
+    row::COST_PER_CALL,
+    row::LIMIT_TYPE,
+    row::LEAN,
+    row::RESERVES,
+    row::SHARDS,
+    row::BURST,
+    row::SHARD_LIMIT,
+    row::MODE,
+    row::SCHEDULE,
 ];
 
 /// The update that moves the row `read` (of a bucket over `read.shards` rows) to `new` by
@@ -40,8 +42,6 @@ fn moved(
 ) -> Result<Update, StoreError> {
     let (mut e, mut c) = super::change::parts_of(&BucketChange::of(read, commute.clone()));
     e.name("#sh", row::SHARDS)
-        .name("#ra", row::REFILL_AMOUNT)
-        .name("#rp", row::REFILL_PERIOD)
         .value(":shn", row::n(read.shards.max(1)));
     if read.shards > 1 {
         e.and("#sh = :shn");
@@ -49,25 +49,19 @@ fn moved(
         e.and("(attribute_not_exists(#sh) OR #sh = :shn)");
     }
     let item = row::bucket_item(new);
-    for (i, (attribute, name)) in DEFINITION.iter().enumerate() {
+    for (i, attribute) in DEFINITION.iter().enumerate() {
+        let name = format!("#d{i}");
+        e.name(&name, attribute);
         match item.get(*attribute) {
             Some(value) => {
-                let placeholder = format!(":d{i}");
-                e.value(&placeholder, value.clone());
-                c.sets.push(format!("{name} = {placeholder}"));
+                e.value(&format!(":d{i}"), value.clone());
+                c.sets.push(format!("{name} = :d{i}"));
             }
-            None => c.removes.push((*name).to_owned()),
+            None => c.removes.push(name),
         }
     }
-    let update = c.expression();
-    let (condition, values, names) = e.into_parts();
-    Update::builder()
-        .table_name(table)
-        .set_key(Some(row::key(new.dimension.as_str())))
-        .update_expression(update)
-        .condition_expression(condition)
-        .set_expression_attribute_names(Some(names))
-        .set_expression_attribute_values(Some(values))
+    let u = Conditional::new(new.dimension.as_str(), c.expression(), e.into_parts());
+    conditional!(Update::builder(), table, u)
         .build()
         .map_err(build)
 }
@@ -130,21 +124,8 @@ impl DynamoStore {
         moves: &[Option<Commute>],
     ) -> Result<bool, StoreError> {
         let items = items(self.table.as_ref(), expected, rows, moves)?;
-        self.count_call();
-        let sent = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .client_request_token(crate::ids::new_unique())
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        match sent {
-            Ok(out) => {
-                self.count_capacity(Units::Write, out.consumed_capacity());
-                self.count_capacity(Units::TransactionWrite, out.consumed_capacity());
-                Ok(true)
-            }
+        match self.transact(items, crate::ids::new_unique()).await {
+            Ok(_) => Ok(true),
             Err(e) => match e.as_service_error() {
                 Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
                     match cancelled(c.cancellation_reasons()) {

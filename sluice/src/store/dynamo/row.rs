@@ -228,6 +228,16 @@ impl<'a> Reader<'a> {
             .ok_or_else(|| self.corrupt(format!("missing attribute `{name}`")))
     }
 
+    /// The whole number ≥ 0 `text`, the value of `name`.
+    fn count(&self, name: &str, text: &str) -> Result<u64, StoreError> {
+        decimal::parse(text, 0, Rounding::Exact)
+            .ok()
+            .and_then(|v| u64::try_from(v).ok())
+            .ok_or_else(|| {
+                self.corrupt(format!("`{name}` must be a whole number ≥ 0, found {text}"))
+            })
+    }
+
     fn tokens(&self, name: &str, rounding: Rounding) -> Result<Tokens, StoreError> {
         self.tokens_text(name, self.required_number(name)?, rounding)
     }
@@ -273,15 +283,7 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
         LAST_REFILL_AT,
         Rounding::Ceil,
     )?;
-    let version_text = r.required_number(VERSION)?;
-    let version = decimal::parse(version_text, 0, Rounding::Exact)
-        .ok()
-        .and_then(|v| u64::try_from(v).ok())
-        .ok_or_else(|| {
-            r.corrupt(format!(
-                "`{VERSION}` must be a whole number ≥ 0, found {version_text}"
-            ))
-        })?;
+    let version = r.count(VERSION, r.required_number(VERSION)?)?;
     let lean = match item.get(LEAN) {
         None => false,
         Some(AttributeValue::Bool(b)) => *b,

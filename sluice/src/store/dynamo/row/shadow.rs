@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{Item, Reader, n, s};
 use crate::bucket::{Mode, ShadowLedger};
-use crate::decimal::{self, Rounding};
+use crate::decimal::Rounding;
 use crate::store::StoreError;
 use crate::tokens::Tokens;
 
@@ -56,14 +56,7 @@ pub(super) fn read_ledger(r: &Reader<'_>) -> Result<ShadowLedger, StoreError> {
         )));
     }
     let refused = match r.number(SHADOW_REFUSED)? {
-        Some(text) => decimal::parse(text, 0, Rounding::Exact)
-            .ok()
-            .and_then(|v| u64::try_from(v).ok())
-            .ok_or_else(|| {
-                r.corrupt(format!(
-                    "`{SHADOW_REFUSED}` must be a whole number ≥ 0, found {text}"
-                ))
-            })?,
+        Some(text) => r.count(SHADOW_REFUSED, text)?,
         None => 0,
     };
     Ok(ShadowLedger { owed, refused })
