@@ -186,6 +186,28 @@ mod tests {
         }
     }
 
+    /// A row of a requests bucket of up to 1,000 refilling up to 100,000 a minute, holding up
+    /// to its capacity (or in debt), with a learned burst or none.
+    fn any_row() -> impl Strategy<Value = BucketState> {
+        (
+            1i64..1_000,
+            1u64..100_000,
+            -50i64..1_000,
+            proptest::option::of(1i64..1_000),
+        )
+            .prop_map(|(capacity, per_minute, tokens, burst)| {
+                row(capacity, per_minute, tokens.min(capacity), burst)
+            })
+    }
+
+    /// A report of up to 2,000 remaining, full within two minutes, for a request sent up to
+    /// five seconds ago.
+    fn any_report() -> impl Strategy<Value = Report> {
+        (0i64..2_000, 0u64..120_000, 0u64..5_000).prop_map(
+            |(remaining, full_in_ms, sent_ms_ago)| report(remaining, full_in_ms, sent_ms_ago),
+        )
+    }
+
     #[test]
     fn a_per_second_vendor_bounds_a_per_minute_bucket_to_its_second() {
         let full = row(600, 600, 600, None);
@@ -287,20 +309,12 @@ mod tests {
         /// bucket without any report would.
         #[test]
         fn reports_never_loosen_a_bucket(
-            capacity in 1i64..1_000,
-            per_minute in 1u64..100_000,
-            tokens in -50i64..1_000,
-            burst in proptest::option::of(1i64..1_000),
-            remaining in 0i64..2_000,
-            full_in_ms in 0u64..120_000,
-            sent_ms_ago in 0u64..5_000,
+            before in any_row(),
+            report in any_report(),
             later_ms in 0u64..600_000,
         ) {
-            let before = row(capacity, per_minute, tokens.min(capacity), burst);
             let plain = BucketState { burst: None, ..before.clone() };
-            if let Some((level, burst)) =
-                before.reported(&report(remaining, full_in_ms, sent_ms_ago), NOW)
-            {
+            if let Some((level, burst)) = before.reported(&report, NOW) {
                 let mut after = BucketState { burst, ..before.clone() };
                 after.set_level(level);
                 prop_assert!(after.available(NOW) <= before.available(NOW));

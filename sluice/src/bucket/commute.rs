@@ -105,6 +105,20 @@ pub struct Commute {
 }
 
 impl Commute {
+    /// A change that applies on the one set of conditions `when` (no `or_when`).
+    fn on(
+        tokens: TokensOp,
+        refill: Option<(UnixMillis, RefillCarry)>,
+        when: Vec<Condition>,
+    ) -> Self {
+        Commute {
+            tokens,
+            refill,
+            when,
+            or_when: Vec::new(),
+        }
+    }
+
     /// Whether `row` satisfies every condition of `when`, or every one of a set of
     /// `or_when`.
     pub fn holds(&self, row: &BucketState) -> bool {
@@ -180,12 +194,7 @@ pub(crate) fn commute(
             want.need
                 .map(|n| Condition::TokensAtLeast(n - want.restored)),
         );
-        return Some(Commute {
-            or_when: Vec::new(),
-            tokens: TokensOp::Add(net),
-            refill: None,
-            when,
-        });
+        return Some(Commute::on(TokensOp::Add(net), None, when));
     }
     let mut when = vec![Condition::RefilledAt(anchor), at_most];
     when.extend(
@@ -193,19 +202,13 @@ pub(crate) fn commute(
             .map(|n| Condition::TokensAtLeast(n - want.restored - refill)),
     );
     if at.saturating_since(anchor) >= fold_after {
-        return Some(Commute {
-            or_when: Vec::new(),
-            tokens: TokensOp::Add(refill + net),
-            refill: Some((at, carry)),
+        return Some(Commute::on(
+            TokensOp::Add(refill + net),
+            Some((at, carry)),
             when,
-        });
+        ));
     }
-    Some(Commute {
-        or_when: Vec::new(),
-        tokens: TokensOp::Add(net),
-        refill: None,
-        when,
-    })
+    Some(Commute::on(TokensOp::Add(net), None, when))
 }
 
 /// A `concurrent` bucket's change: a take, or a fill when a restore would overflow.
@@ -216,12 +219,11 @@ fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute
         if want.need.is_some_and(|need| want.ceiling < need) {
             return None;
         }
-        return Some(Commute {
-            or_when: Vec::new(),
-            tokens: TokensOp::Set(want.ceiling - want.taken),
-            refill: None,
-            when: vec![Condition::TokensAtLeast(want.ceiling - want.restored)],
-        });
+        return Some(Commute::on(
+            TokensOp::Set(want.ceiling - want.taken),
+            None,
+            vec![Condition::TokensAtLeast(want.ceiling - want.restored)],
+        ));
     }
     if want.need.is_some_and(|need| restored < need) {
         return None;
@@ -234,12 +236,7 @@ fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute
     if want.restored > Tokens::ZERO {
         when.push(Condition::TokensAtMost(want.ceiling - want.restored));
     }
-    Some(Commute {
-        or_when: Vec::new(),
-        tokens: TokensOp::Add(net),
-        refill: None,
-        when,
-    })
+    Some(Commute::on(TokensOp::Add(net), None, when))
 }
 
 /// How many milliseconds back a fill looks for another writer's fill to accept by the

@@ -30,4 +30,6 @@ pub(crate) use state::WriteOutcome;
 pub use state::{BucketState, Take};
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

@@ -144,20 +144,29 @@ mod tests {
         )
     }
 
+    /// A full row of a tokens bucket of up to 50 refilling up to 20 a second, with a burst
+    /// learned from the vendor below its capacity (takes beyond it wait) or none.
+    fn any_full_row() -> impl Strategy<Value = BucketState> {
+        (1u64..50, 0u64..20, prop::option::of(1i64..50)).prop_map(
+            |(capacity, per_second, burst)| {
+                let mut full = row(capacity, per_second);
+                full.burst = burst
+                    .map(Tokens::new)
+                    .filter(|b| *b < full.bucket.capacity());
+                full.tokens = full.holds();
+                full
+            },
+        )
+    }
+
     proptest! {
         /// Shadow takes refuse exactly what an enforcing bucket refuses on the same
         /// schedule, while the row is charged every take.
         #[test]
         fn shadow_refusals_equal_an_enforcing_runs_refusals(
-            capacity in 1u64..50,
-            per_second in 0u64..20,
+            mut enforcing in any_full_row(),
             schedule in prop::collection::vec((0u64..400, 0i64..12), 1..120),
-            burst in prop::option::of(1i64..50),
         ) {
-            let mut enforcing = row(capacity, per_second);
-            // A burst learned from the vendor, below the capacity: takes beyond it wait.
-            enforcing.burst = burst.map(Tokens::new).filter(|b| *b < enforcing.bucket.capacity());
-            enforcing.tokens = enforcing.holds();
             let mut shadow = enforcing.clone();
             let mut refusals = 0u64;
             let mut now = UnixMillis::new(0);

@@ -14,18 +14,10 @@ fn dim() -> Dimension {
 }
 
 fn state(capacity: i64, rate: RefillRate, tokens: Tokens) -> BucketState {
+    let bucket = Bucket::new(LimitType::Requests, capacity, rate);
     BucketState {
-        dimension: dim(),
-        bucket: Bucket::new(LimitType::Requests, capacity, rate),
         tokens,
-        last_refill_at: UnixMillis::new(1_000_000),
-        refill_carry: RefillCarry::ZERO,
-        version: 0,
-        write_id: None,
-        recent_writes: RecentWrites::default(),
-        burst: None,
-        shards: 1,
-        shadow: Default::default(),
+        ..BucketState::full(dim(), bucket, UnixMillis::new(1_000_000))
     }
 }
 
@@ -71,27 +63,20 @@ fn clock_behind_the_stored_timestamp_adds_nothing_and_never_moves_it_back() {
 fn retry_in_is_exact_and_rounded_up_to_the_millisecond() {
     // 3 tokens per second: one token takes 333.33 ms, reported as 334 ms.
     let s = state(10, RefillRate::per_second(3), Tokens::ZERO);
-    let now = s.last_refill_at;
+    let one_after = |ms| {
+        s.take(
+            Tokens::new(1),
+            s.last_refill_at.saturating_add(Duration::from_millis(ms)),
+        )
+    };
     assert_eq!(
-        s.take(Tokens::new(1), now),
+        one_after(0),
         Take::Short {
             wait: Some(Duration::from_millis(334))
         }
     );
-    assert!(matches!(
-        s.take(
-            Tokens::new(1),
-            now.saturating_add(Duration::from_millis(333))
-        ),
-        Take::Short { .. }
-    ));
-    assert!(matches!(
-        s.take(
-            Tokens::new(1),
-            now.saturating_add(Duration::from_millis(334))
-        ),
-        Take::Granted { .. }
-    ));
+    assert!(matches!(one_after(333), Take::Short { .. }));
+    assert!(matches!(one_after(334), Take::Granted { .. }));
 }
 
 #[test]
@@ -175,18 +160,11 @@ fn bucket_definitions_validate() {
 
 /// The deepest valid row: the largest debt, the fastest refill, the last version.
 fn deepest() -> BucketState {
+    let bucket = Bucket::new(LimitType::Tokens, Tokens::MAX, RefillRate::MAX);
     BucketState {
-        dimension: dim(),
-        bucket: Bucket::new(LimitType::Tokens, Tokens::MAX, RefillRate::MAX),
         tokens: -Tokens::MAX,
-        last_refill_at: UnixMillis::EPOCH,
-        refill_carry: RefillCarry::ZERO,
         version: MAX_VERSION,
-        write_id: None,
-        recent_writes: RecentWrites::default(),
-        burst: None,
-        shards: 1,
-        shadow: Default::default(),
+        ..BucketState::full(dim(), bucket, UnixMillis::EPOCH)
     }
 }
 

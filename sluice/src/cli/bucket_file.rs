@@ -97,13 +97,8 @@ capacity = 10
         /// Any rate, written as its text form in a bucket file, reads back as itself.
         #[test]
         fn a_rate_in_a_bucket_file_reads_back_exactly(
-            amount in 1i128..1_000_000_000_000_000,
-            period in 1u64..1_000_000_000_000_000,
+            rate in crate::bucket::testing::any_rate_in_nanos(),
         ) {
-            let rate = RefillRate::new(
-                crate::Tokens::from_nanos(amount),
-                std::time::Duration::from_nanos(period),
-            );
             let file = format!("[\"a#b\"]\ntype = \"tokens\"\ncapacity = 10\nrefill = \"{rate}\"\n");
             let read = parse(&file).unwrap();
             proptest::prop_assert_eq!(read[0].1.refill_rate(), rate, "{}", file);

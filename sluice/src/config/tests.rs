@@ -15,9 +15,20 @@ fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     }
 }
 
+/// The configuration read from an environment holding only `pairs`.
+fn lookup(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    Config::from_lookup(env(pairs))
+}
+
+/// Asserts that an environment holding only `variable=value` is refused, naming `variable`.
+fn assert_refused(variable: &str, value: &str) {
+    let e = lookup(&[(variable, value)]).unwrap_err();
+    assert!(e.to_string().contains(variable), "{e}");
+}
+
 #[test]
 fn defaults_apply_when_nothing_is_set() {
-    let c = Config::from_lookup(env(&[])).unwrap();
+    let c = lookup(&[]).unwrap();
     assert_eq!(c.table_name, None);
     assert_eq!(c.lease_ttl, Duration::from_secs(60));
     assert_eq!(c.max_retries, 5);
@@ -26,7 +37,7 @@ fn defaults_apply_when_nothing_is_set() {
 
 #[test]
 fn every_variable_is_read() {
-    let c = Config::from_lookup(env(&[
+    let c = lookup(&[
         ("SLUICE_TABLE_NAME", "vendor-buckets-pre"),
         ("SLUICE_ENDPOINT_URL", "http://127.0.0.1:8000"),
         ("SLUICE_LEASE_TTL", "30"),
@@ -35,39 +46,39 @@ fn every_variable_is_read() {
         ("SLUICE_PROTOCOL", "seed"),
         ("SLUICE_SLOT_POLL_MS", "150"),
         ("SLUICE_HEAL_SETTLE_MS", "2500"),
-    ]))
+    ])
     .unwrap();
     assert_eq!(c.slot_poll, Duration::from_millis(150));
     assert_eq!(c.heal_settle, Duration::from_millis(2_500));
-    assert!(Config::from_lookup(env(&[("SLUICE_HEAL_SETTLE_MS", "0")])).is_err());
-    assert_eq!(
-        Config::from_lookup(env(&[("SLUICE_LEASE_RECORD_AFTER_MS", "0")]))
-            .unwrap()
-            .lease_record_after,
-        Duration::ZERO
-    );
-    assert_eq!(
-        Config::from_lookup(env(&[("SLUICE_LEASE_RECORD_AFTER_MS", "2500")]))
-            .unwrap()
-            .lease_record_after,
-        Duration::from_millis(2_500)
-    );
-    assert_eq!(
-        Config::from_lookup(env(&[])).unwrap().lease_record_after,
-        crate::DEFAULT_LEASE_RECORD_AFTER
-    );
-    assert!(Config::from_lookup(env(&[("SLUICE_LEASE_RECORD_AFTER_MS", "soon")])).is_err());
-    assert_eq!(
-        Config::from_lookup(env(&[])).unwrap().heal_settle,
-        crate::DEFAULT_HEAL_SETTLE
-    );
-    assert!(Config::from_lookup(env(&[("SLUICE_SLOT_POLL_MS", "0")])).is_err());
-    assert_eq!(
-        Config::from_lookup(env(&[])).unwrap().slot_poll,
-        DEFAULT_SLOT_POLL
-    );
     assert_eq!(c.protocol, Protocol::Seed);
-    assert!(Config::from_lookup(env(&[("SLUICE_PROTOCOL", "turbo")])).is_err());
+    for (millis, after) in [
+        ("0", Duration::ZERO),
+        ("2500", Duration::from_millis(2_500)),
+    ] {
+        let c = lookup(&[("SLUICE_LEASE_RECORD_AFTER_MS", millis)]).unwrap();
+        assert_eq!(c.lease_record_after, after, "{millis}");
+    }
+    let defaults = lookup(&[]).unwrap();
+    assert_eq!(
+        (
+            defaults.lease_record_after,
+            defaults.heal_settle,
+            defaults.slot_poll
+        ),
+        (
+            crate::DEFAULT_LEASE_RECORD_AFTER,
+            crate::DEFAULT_HEAL_SETTLE,
+            DEFAULT_SLOT_POLL
+        )
+    );
+    for refused in [
+        ("SLUICE_HEAL_SETTLE_MS", "0"),
+        ("SLUICE_LEASE_RECORD_AFTER_MS", "soon"),
+        ("SLUICE_SLOT_POLL_MS", "0"),
+        ("SLUICE_PROTOCOL", "turbo"),
+    ] {
+        assert!(lookup(&[refused]).is_err(), "{refused:?}");
+    }
     assert_eq!(c.table_name.as_deref(), Some("vendor-buckets-pre"));
     assert_eq!(c.endpoint_url.as_deref(), Some("http://127.0.0.1:8000"));
     assert_eq!(c.lease_ttl, Duration::from_secs(30));
@@ -77,30 +88,30 @@ fn every_variable_is_read() {
 
 #[test]
 fn lambda_function_name_is_the_default_caller() {
-    let c = Config::from_lookup(env(&[("AWS_LAMBDA_FUNCTION_NAME", "stats-service")])).unwrap();
+    let c = lookup(&[("AWS_LAMBDA_FUNCTION_NAME", "stats-service")]).unwrap();
     assert_eq!(c.caller, "stats-service");
 }
 
 #[test]
 fn bad_values_are_named_in_the_error() {
-    let e = Config::from_lookup(env(&[("SLUICE_LEASE_TTL", "1m")])).unwrap_err();
+    let e = lookup(&[("SLUICE_LEASE_TTL", "1m")]).unwrap_err();
     assert!(e.to_string().contains("SLUICE_LEASE_TTL=\"1m\""), "{e}");
-    assert!(Config::from_lookup(env(&[("SLUICE_LEASE_TTL", "0")])).is_err());
-    assert!(Config::from_lookup(env(&[("SLUICE_MAX_RETRIES", "-1")])).is_err());
+    assert!(lookup(&[("SLUICE_LEASE_TTL", "0")]).is_err());
+    assert!(lookup(&[("SLUICE_MAX_RETRIES", "-1")]).is_err());
 }
 
 #[test]
 fn store_timeouts_come_from_the_environment_and_are_validated() {
-    let c = Config::from_lookup(env(&[])).unwrap();
+    let c = lookup(&[]).unwrap();
     assert_eq!(
         (c.store_timeout, c.store_attempt_timeout),
         (DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_ATTEMPT_TIMEOUT)
     );
     assert_eq!(c.validate(), Ok(()));
-    let c = Config::from_lookup(env(&[
+    let c = lookup(&[
         ("SLUICE_STORE_TIMEOUT_MS", "800"),
         ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "250"),
-    ]))
+    ])
     .unwrap();
     assert_eq!(c.store_timeout, Duration::from_millis(800));
     assert_eq!(c.store_attempt_timeout, Duration::from_millis(250));
@@ -109,14 +120,13 @@ fn store_timeouts_come_from_the_environment_and_are_validated() {
         ("SLUICE_STORE_TIMEOUT_MS", "soon"),
         ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "-1"),
     ] {
-        let e = Config::from_lookup(env(&[(variable, value)])).unwrap_err();
-        assert!(e.to_string().contains(variable), "{e}");
+        assert_refused(variable, value);
     }
     // An attempt may not outlast the whole call.
-    let c = Config::from_lookup(env(&[
+    let c = lookup(&[
         ("SLUICE_STORE_TIMEOUT_MS", "500"),
         ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "900"),
-    ]))
+    ])
     .unwrap();
     let e = c.validate().unwrap_err();
     assert!(
@@ -127,7 +137,7 @@ fn store_timeouts_come_from_the_environment_and_are_validated() {
 
 #[test]
 fn the_failure_policy_comes_from_the_environment_and_is_validated() {
-    let c = Config::from_lookup(env(&[])).unwrap();
+    let c = lookup(&[]).unwrap();
     assert_eq!(c.failure_policy, FailurePolicy::Closed);
     assert!(!c.may_fail_open());
     for (value, policy) in [
@@ -136,12 +146,11 @@ fn the_failure_policy_comes_from_the_environment_and_is_validated() {
         (" open:25% ", FailurePolicy::Open { percent: 25 }),
         ("open:100", FailurePolicy::Open { percent: 100 }),
     ] {
-        let c = Config::from_lookup(env(&[("SLUICE_FAILURE_POLICY", value)])).unwrap();
+        let c = lookup(&[("SLUICE_FAILURE_POLICY", value)]).unwrap();
         assert_eq!(c.failure_policy, policy, "{value}");
     }
     for value in ["opened", "open:0", "open:101", "open:ten", "half"] {
-        let e = Config::from_lookup(env(&[("SLUICE_FAILURE_POLICY", value)])).unwrap_err();
-        assert!(e.to_string().contains("SLUICE_FAILURE_POLICY"), "{e}");
+        assert_refused("SLUICE_FAILURE_POLICY", value);
     }
     // Set from code: validated when the client is built.
     let d: Dimension = "openai#rpm".parse().unwrap();
@@ -163,22 +172,18 @@ fn the_failure_policy_comes_from_the_environment_and_is_validated() {
 
 #[test]
 fn the_clock_skew_comes_from_the_environment_and_may_be_zero() {
-    assert_eq!(
-        Config::from_lookup(env(&[])).unwrap().clock_skew,
-        DEFAULT_CLOCK_SKEW
-    );
-    let c = Config::from_lookup(env(&[("SLUICE_CLOCK_SKEW_MS", "2500")])).unwrap();
+    assert_eq!(lookup(&[]).unwrap().clock_skew, DEFAULT_CLOCK_SKEW);
+    let c = lookup(&[("SLUICE_CLOCK_SKEW_MS", "2500")]).unwrap();
     assert_eq!(c.clock_skew, Duration::from_millis(2_500));
-    let c = Config::from_lookup(env(&[("SLUICE_CLOCK_SKEW_MS", "0")])).unwrap();
+    let c = lookup(&[("SLUICE_CLOCK_SKEW_MS", "0")]).unwrap();
     assert_eq!(c.clock_skew, Duration::ZERO);
-    let e = Config::from_lookup(env(&[("SLUICE_CLOCK_SKEW_MS", "600001")]))
+    let e = lookup(&[("SLUICE_CLOCK_SKEW_MS", "600001")])
         .unwrap()
         .validate()
         .unwrap_err();
     assert!(e.to_string().contains("SLUICE_CLOCK_SKEW_MS"), "{e}");
     for bad in ["-1", "2s", "1.5"] {
-        let e = Config::from_lookup(env(&[("SLUICE_CLOCK_SKEW_MS", bad)])).unwrap_err();
-        assert!(e.to_string().contains("SLUICE_CLOCK_SKEW_MS"), "{e}");
+        assert_refused("SLUICE_CLOCK_SKEW_MS", bad);
     }
 }
 
@@ -199,21 +204,16 @@ fn a_slot_is_reclaimable_after_the_skew_and_a_requests_lease_after_the_grace_too
 
 #[test]
 fn the_default_priority_comes_from_the_environment_and_is_checked() {
-    assert_eq!(Config::from_lookup(env(&[])).unwrap().priority, None);
-    let c = Config::from_lookup(env(&[("SLUICE_PRIORITY", " batch ")])).unwrap();
+    assert_eq!(lookup(&[]).unwrap().priority, None);
+    let c = lookup(&[("SLUICE_PRIORITY", " batch ")]).unwrap();
     assert_eq!(c.priority.as_ref().map(|p| p.as_str()), Some("batch"));
-    let e = Config::from_lookup(env(&[("SLUICE_PRIORITY", "batch jobs")])).unwrap_err();
-    assert!(e.to_string().contains("SLUICE_PRIORITY"), "{e}");
+    assert_refused("SLUICE_PRIORITY", "batch jobs");
 }
 
 #[test]
 fn shadow_mode_comes_from_the_environment_and_is_checked() {
-    assert_eq!(
-        Config::from_lookup(env(&[])).unwrap().mode,
-        crate::Mode::Enforce
-    );
-    let c = Config::from_lookup(env(&[("SLUICE_MODE", " shadow ")])).unwrap();
+    assert_eq!(lookup(&[]).unwrap().mode, crate::Mode::Enforce);
+    let c = lookup(&[("SLUICE_MODE", " shadow ")]).unwrap();
     assert_eq!(c.mode, crate::Mode::Shadow);
-    let e = Config::from_lookup(env(&[("SLUICE_MODE", "lenient")])).unwrap_err();
-    assert!(e.to_string().contains("SLUICE_MODE"), "{e}");
+    assert_refused("SLUICE_MODE", "lenient");
 }

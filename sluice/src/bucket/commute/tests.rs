@@ -59,12 +59,37 @@ fn stale_writers_fill_one_bucket_several_times_within_one_millisecond() {
 
 /// One token taken from a bucket holding `ceiling`.
 fn want_one(ceiling: i64) -> Want {
+    take(1, ceiling)
+}
+
+/// `taken` tokens taken (and needed) from a bucket holding `ceiling`, nothing given back.
+fn take(taken: i64, ceiling: i64) -> Want {
     Want {
         restored: Tokens::ZERO,
-        taken: Tokens::new(1),
-        need: Some(Tokens::new(1)),
+        taken: Tokens::new(taken),
+        need: Some(Tokens::new(taken)),
         ceiling: Tokens::new(ceiling),
     }
+}
+
+/// A requests bucket of `capacity` refilling `per_second`, the row a writer remembers of it
+/// (`tokens` as of `at(0)`), and a take of `taken` from it.
+fn requests(
+    per_second: u64,
+    capacity: u64,
+    tokens: i64,
+    taken: i64,
+) -> (Bucket, BucketState, Want) {
+    let bucket = Bucket::requests(RefillRate::per_second(per_second)).with_capacity(capacity);
+    let remembered = row(bucket.clone(), tokens, 0);
+    let ceiling = i64::try_from(capacity).unwrap();
+    (bucket, remembered, take(taken, ceiling))
+}
+
+/// The change doing `want` to `row` at `now` by a clock of milliseconds, folding an anchor
+/// older than a minute.
+fn change(row: &BucketState, want: &Want, now: UnixMillis) -> Option<Commute> {
+    commute(row, want, ms(now), Duration::from_secs(60))
 }
 
 fn exact(actual: &BucketState, want: &Want, now: UnixMillis) -> (Level, bool) {
@@ -120,15 +145,8 @@ fn same_carry(a: RefillCarry, b: RefillCarry) -> bool {
 
 #[test]
 fn a_take_from_stored_tokens_needs_no_anchor_and_commutes_with_other_takes() {
-    let b = Bucket::requests(RefillRate::per_second(10)).with_capacity(100);
-    let remembered = row(b.clone(), 50, 0);
-    let want = Want {
-        restored: Tokens::ZERO,
-        taken: Tokens::new(5),
-        need: Some(Tokens::new(5)),
-        ceiling: Tokens::new(100),
-    };
-    let c = commute(&remembered, &want, ms(at(1_000)), Duration::from_secs(60)).unwrap();
+    let (b, remembered, want) = requests(10, 100, 50, 5);
+    let c = change(&remembered, &want, at(1_000)).unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(-5)));
     assert_eq!(c.refill, None);
     // Another writer took 20 meanwhile: still right.
@@ -143,11 +161,9 @@ fn a_take_from_stored_tokens_needs_no_anchor_and_commutes_with_other_takes() {
 #[test]
 fn a_full_bucket_is_filled_and_another_writers_earlier_fill_does_not_fail_it() {
     // 1,000 a second: one token refills in a millisecond.
-    let b = Bucket::requests(RefillRate::per_second(1_000)).with_capacity(1_000);
-    let remembered = row(b.clone(), 1_000, 0);
-    let want = want_one(1_000);
+    let (b, remembered, want) = requests(1_000, 1_000, 1_000, 1);
     let now = at(5_000);
-    let c = commute(&remembered, &want, ms(now), Duration::from_secs(60)).unwrap();
+    let c = change(&remembered, &want, now).unwrap();
     assert_eq!(c.tokens, TokensOp::Set(Tokens::new(999)));
     assert_eq!(c.refill, Some((now, RefillCarry::ZERO)));
     // Another writer filled it 2 ms ago, taking one: full again now, and accepted.
@@ -160,9 +176,7 @@ fn a_full_bucket_is_filled_and_another_writers_earlier_fill_does_not_fail_it() {
 fn fills_within_one_millisecond_count_refill_to_the_microsecond() {
     // A million a second: a token refills every microsecond, so two fills of one token
     // within the same millisecond are right as far apart as the refill covers.
-    let b = Bucket::requests(RefillRate::per_second(1_000_000)).with_capacity(1_000);
-    let remembered = row(b.clone(), 1_000, 0);
-    let want = want_one(1_000);
+    let (b, remembered, want) = requests(1_000_000, 1_000, 1_000, 1);
     let now = at(5_000);
     let c = commute(
         &remembered,
@@ -195,22 +209,15 @@ fn fills_within_one_millisecond_count_refill_to_the_microsecond() {
     // A row refilled after this millisecond (a clock ahead): refused.
     assert!(!c.holds(&row(b.clone(), 1_000, 5_001)));
     // A clock of milliseconds: two fills in one millisecond never both apply.
-    let c = commute(&remembered, &want, ms(now), Duration::from_secs(60)).unwrap();
+    let c = change(&remembered, &want, now).unwrap();
     assert_eq!(c.tokens, TokensOp::Set(Tokens::new(999)));
     assert!(!c.holds(&row(b, 999, 5_000)));
 }
 
 #[test]
 fn a_credit_needs_the_anchor_it_counted_refill_from() {
-    let b = Bucket::requests(RefillRate::per_second(10)).with_capacity(100);
-    let remembered = row(b.clone(), 0, 0);
-    let want = Want {
-        restored: Tokens::ZERO,
-        taken: Tokens::new(5),
-        need: Some(Tokens::new(5)),
-        ceiling: Tokens::new(100),
-    };
-    let c = commute(&remembered, &want, ms(at(1_000)), Duration::from_secs(60)).unwrap();
+    let (b, remembered, want) = requests(10, 100, 0, 5);
+    let c = change(&remembered, &want, at(1_000)).unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(-5)));
     assert!(c.when.contains(&Condition::RefilledAt(at(0))));
     // Other credits on the same anchor: still right while the bucket has them.
@@ -232,30 +239,15 @@ fn a_credit_needs_the_anchor_it_counted_refill_from() {
 
 #[test]
 fn a_short_bucket_has_no_change() {
-    let b = Bucket::requests(RefillRate::per_second(10)).with_capacity(100);
-    let want = Want {
-        restored: Tokens::ZERO,
-        taken: Tokens::new(20),
-        need: Some(Tokens::new(20)),
-        ceiling: Tokens::new(100),
-    };
-    assert_eq!(
-        commute(&row(b, 0, 0), &want, ms(at(1_000)), Duration::from_secs(60)),
-        None
-    );
+    let (_, remembered, want) = requests(10, 100, 0, 20);
+    assert_eq!(change(&remembered, &want, at(1_000)), None);
 }
 
 #[test]
 fn concurrent_slots_are_taken_and_given_back_by_addition() {
     let b = Bucket::concurrent(4);
     let take = want_one(4);
-    let c = commute(
-        &row(b.clone(), 2, 0),
-        &take,
-        ms(at(1)),
-        Duration::from_secs(60),
-    )
-    .unwrap();
+    let c = change(&row(b.clone(), 2, 0), &take, at(1)).unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(-1)));
     assert!(c.holds(&row(b.clone(), 1, 0)));
     assert!(!c.holds(&row(b.clone(), 0, 0)));
@@ -265,13 +257,7 @@ fn concurrent_slots_are_taken_and_given_back_by_addition() {
         need: None,
         ceiling: Tokens::new(4),
     };
-    let c = commute(
-        &row(b.clone(), 2, 0),
-        &back,
-        ms(at(1)),
-        Duration::from_secs(60),
-    )
-    .unwrap();
+    let c = change(&row(b.clone(), 2, 0), &back, at(1)).unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(1)));
     assert!(!c.holds(&row(b, 4, 0)), "never above the capacity");
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::Level;
-use crate::bucket::{Bucket, BucketState, LimitType, RecentWrites, RefillCarry, Take, refill};
+use crate::bucket::{Bucket, BucketState, LimitType, Take, refill};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::rate::RefillRate;
@@ -25,6 +25,17 @@ fn any_period_ms() -> impl Strategy<Value = u64> {
         Just(604_800_000),
         1_000u64..=604_800_000,
     ]
+}
+
+/// The instants of other clients' writes: each of `offsets` from `t0`, modulo `span_ms`, in
+/// order.
+fn writes_within(t0: UnixMillis, span_ms: u64, offsets: &[u64]) -> Vec<UnixMillis> {
+    let mut writes: Vec<UnixMillis> = offsets
+        .iter()
+        .map(|w| t0.saturating_add(Duration::from_millis(w % span_ms)))
+        .collect();
+    writes.sort();
+    writes
 }
 
 /// A bucket `row`, refilled and written back at each of the instants `writes` (other
@@ -64,24 +75,14 @@ proptest! {
         prop_assert_eq!(level.tokens, Tokens::ZERO);
         row.set_level(level);
         let end = t0.saturating_add(period * k);
-        let span = period_ms * u64::from(k);
-        let mut writes: Vec<UnixMillis> = writes
-            .iter()
-            .map(|w| t0.saturating_add(Duration::from_millis(w % span)))
-            .collect();
-        writes.sort();
+        let writes = writes_within(t0, period_ms * u64::from(k), &writes);
         let expected = Tokens::from(n * u64::from(k)).min(Tokens::from(capacity));
         let level = written_at(row.clone(), &writes, end);
         prop_assert_eq!(level.tokens, expected);
         // One more token than that: exact, if the bucket is not full.
         if expected < Tokens::from(capacity) {
             let mut at_end = row.clone();
-            for &t in &writes {
-                let l = at_end.refilled(t);
-                at_end.set_level(l);
-            }
-            let l = at_end.refilled(end);
-            at_end.set_level(l);
+            at_end.set_level(level);
             let wait = match at_end.take(expected + Tokens::new(1), end) {
                 Take::Short { wait: Some(wait) } => wait,
                 other => panic!("{other:?}"),
@@ -119,11 +120,7 @@ proptest! {
         let mut row = BucketState::full(dim(), Bucket::tokens(rate).with_capacity(Tokens::MAX), t0);
         row.tokens = Tokens::ZERO;
         let span_ms = (period * periods).as_millis() as u64;
-        let mut writes: Vec<UnixMillis> = writes
-            .iter()
-            .map(|w| t0.saturating_add(Duration::from_millis(w % span_ms.max(1))))
-            .collect();
-        writes.sort();
+        let writes = writes_within(t0, span_ms.max(1), &writes);
         let end = t0.saturating_add(period * periods);
         let level = written_at(row, &writes, end);
         prop_assert_eq!(level.tokens, Tokens::from_nanos(amount.as_nanos() * i128::from(periods)));
@@ -157,6 +154,23 @@ fn arb_rate() -> impl Strategy<Value = RefillRate> {
     ]
 }
 
+/// A stored row of `limit_type` (version 3) refilling at any rate, of a capacity below
+/// 100,000, holding `tokens_pct` percent of it (negative: in debt).
+fn any_row(
+    limit_type: LimitType,
+    tokens_pct: impl Strategy<Value = i64>,
+) -> impl Strategy<Value = BucketState> {
+    (arb_rate(), 1i64..100_000, tokens_pct).prop_map(move |(rate, capacity, pct)| {
+        let cap = Tokens::new(capacity);
+        let bucket = Bucket::new(limit_type, cap, rate);
+        BucketState {
+            tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(pct) / 100),
+            version: 3,
+            ..BucketState::full(dim(), bucket, UnixMillis::new(1_700_000_000_000))
+        }
+    })
+}
+
 proptest! {
     #[test]
     fn many_small_refill_steps_equal_one_large_step(
@@ -187,23 +201,11 @@ proptest! {
 
     #[test]
     fn retry_in_is_the_first_millisecond_with_enough_tokens(
-        rate in arb_rate(),
-        capacity in 1i64..100_000,
-        tokens_pct in -100i64..100,
+        s in any_row(LimitType::Tokens, -100i64..100),
         cost_pct in 1i64..=100,
         offset in 0i64..3_000,
     ) {
-        let cap = Tokens::new(capacity);
-        let s = BucketState {
-            dimension: dim(),
-            bucket: Bucket::new(LimitType::Tokens, cap, rate),
-            tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
-            last_refill_at: UnixMillis::new(1_700_000_000_000),
-            refill_carry: RefillCarry::ZERO,
-            version: 3, write_id: None, recent_writes: RecentWrites::default(), burst: None,
-            shards: 1,
-            shadow: Default::default(),
-        };
+        let cap = s.bucket.capacity();
         let cost = Tokens::from_nanos((cap.as_nanos() * i128::from(cost_pct) / 100).max(1));
         let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
         match s.take(cost, now) {
@@ -225,23 +227,10 @@ proptest! {
 
     #[test]
     fn a_pause_grants_nothing_before_it_ends_and_never_loosens(
-        rate in arb_rate(),
-        capacity in 1i64..100_000,
-        tokens_pct in -100i64..=100,
+        s in any_row(LimitType::Requests, -100i64..=100),
         offset in 0i64..3_000,
         pause_ms in 0u64..120_000,
     ) {
-        let cap = Tokens::new(capacity);
-        let s = BucketState {
-            dimension: dim(),
-            bucket: Bucket::new(LimitType::Requests, cap, rate),
-            tokens: Tokens::from_nanos(cap.as_nanos() * i128::from(tokens_pct) / 100),
-            last_refill_at: UnixMillis::new(1_700_000_000_000),
-            refill_carry: RefillCarry::ZERO,
-            version: 3, write_id: None, recent_writes: RecentWrites::default(), burst: None,
-            shards: 1,
-            shadow: Default::default(),
-        };
         let now = UnixMillis::new(s.last_refill_at.as_millis() + offset);
         let pause = Duration::from_millis(pause_ms);
         let ends = now.saturating_add(pause);

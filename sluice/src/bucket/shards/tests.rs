@@ -16,6 +16,49 @@ fn one_row(bucket: Bucket, tokens: i128) -> Vec<BucketState> {
     vec![row]
 }
 
+/// `whole` in one row holding `start` tokens, or its capacity when that is less.
+fn holding(whole: &Bucket, start: i64) -> Vec<BucketState> {
+    let capacity = whole.capacity().as_nanos() / NANOS_PER_TOKEN;
+    one_row(
+        whole.clone(),
+        i128::from(start).min(capacity) * NANOS_PER_TOKEN,
+    )
+}
+
+/// Drains each of `rows` by its percent of `drains` (taken in turn) of what it holds at `now`.
+fn drain(rows: &mut [BucketState], drains: &[u8], now: UnixMillis) {
+    for (r, pct) in rows.iter_mut().zip(drains.iter().cycle()) {
+        let level = r.refilled(now);
+        let take = Tokens::from_nanos(level.tokens.as_nanos().max(0) * i128::from(*pct) / 100);
+        r.set_level(crate::bucket::Level {
+            tokens: level.tokens - take,
+            ..level
+        });
+    }
+}
+
+/// A requests or tokens bucket of 100 to a million, refilling 60 to a million a minute, and
+/// the tokens it starts with (up to a million: see [`holding`]).
+fn any_whole() -> impl Strategy<Value = (Bucket, i64)> {
+    (
+        60u64..1_000_000,
+        100i64..1_000_000,
+        prop::bool::ANY,
+        0i64..1_000_000,
+    )
+        .prop_map(|(per_minute, capacity, requests, start)| {
+            let make = if requests {
+                Bucket::requests
+            } else {
+                Bucket::tokens
+            };
+            (
+                make(RefillRate::per_minute(per_minute)).with_capacity(capacity),
+                start,
+            )
+        })
+}
+
 fn total(rows: &[BucketState], now: UnixMillis) -> Tokens {
     rows.iter()
         .fold(Tokens::ZERO, |s, r| s.saturating_add(r.available(now)))
@@ -110,15 +153,10 @@ proptest! {
     /// whole's rate up to the whole's capacity.
     #[test]
     fn resharding_makes_and_loses_no_token(
-        per_minute in 60u64..1_000_000,
-        capacity in 100i64..1_000_000,
-        start in 0i64..1_000_000,
+        (whole, start) in any_whole(),
         steps in prop::collection::vec((1u16..=32, 0u64..5_000, prop::collection::vec(0u8..=100, 1..32)), 1..6),
-        kind in prop::bool::ANY,
     ) {
-        let make = if kind { Bucket::requests } else { Bucket::tokens };
-        let whole = make(RefillRate::per_minute(per_minute)).with_capacity(capacity);
-        let mut rows = one_row(whole.clone(), i128::from(start.min(capacity)) * 1_000_000_000);
+        let mut rows = holding(&whole, start);
         let mut now = at(0);
         for (to, gap, drains) in steps {
             now = now.saturating_add(std::time::Duration::from_millis(gap));
@@ -131,11 +169,7 @@ proptest! {
             }
             rows = next;
             // Uneven takes: each row loses the given percent of what it holds now.
-            for (r, pct) in rows.iter_mut().zip(drains.iter().cycle()) {
-                let level = r.refilled(now);
-                let take = Tokens::from_nanos(level.tokens.as_nanos().max(0) * i128::from(*pct) / 100);
-                r.set_level(crate::bucket::Level { tokens: level.tokens - take, ..level });
-            }
+            drain(&mut rows, &drains, now);
         }
         prop_assert!(rows.iter().all(|r| r.bucket.limit_type() != LimitType::Concurrent));
     }
@@ -150,17 +184,8 @@ fn spread_and_drained(
     drains: &[u8],
     drained: UnixMillis,
 ) -> Vec<BucketState> {
-    let capacity = whole.capacity().as_nanos() / NANOS_PER_TOKEN;
-    let start = i128::from(start).min(capacity) * NANOS_PER_TOKEN;
-    let mut rows = reshard(&one_row(whole.clone(), start), first, at(0)).unwrap();
-    for (r, pct) in rows.iter_mut().zip(drains.iter().cycle()) {
-        let level = r.refilled(drained);
-        let take = Tokens::from_nanos(level.tokens.as_nanos().max(0) * i128::from(*pct) / 100);
-        r.set_level(crate::bucket::Level {
-            tokens: level.tokens - take,
-            ..level
-        });
-    }
+    let mut rows = reshard(&holding(whole, start), first, at(0)).unwrap();
+    drain(&mut rows, drains, drained);
     rows
 }
 
@@ -190,19 +215,14 @@ proptest! {
     /// included), each within its new bounds.
     #[test]
     fn moves_keep_the_whole_whatever_other_writers_did(
-        per_minute in 60u64..1_000_000,
-        capacity in 100i64..1_000_000,
-        start in 0i64..1_000_000,
+        (whole, start) in any_whole(),
         first in 1u16..=32,
         to in 1u16..=32,
         gaps in (0u64..5_000, 0u64..5_000),
         drains in prop::collection::vec(0u8..=100, 1..32),
         others in prop::collection::vec(-2_000i64..2_000, 1..32),
-        kind in prop::bool::ANY,
         raced in prop::bool::ANY,
     ) {
-        let make = if kind { Bucket::requests } else { Bucket::tokens };
-        let whole = make(RefillRate::per_minute(per_minute)).with_capacity(capacity);
         let drained = at(0).saturating_add(std::time::Duration::from_millis(gaps.0));
         let rows = spread_and_drained(&whole, start, first, &drains, drained);
         let now = drained.saturating_add(std::time::Duration::from_millis(gaps.1));

@@ -1,4 +1,5 @@
 use super::*;
+use crate::bucket::testing::any_rate_in_nanos;
 use crate::bucket::{RecentWrites, RefillCarry};
 
 fn seed_row() -> Item {
@@ -54,10 +55,7 @@ fn reads_the_seed_example_row_exactly() {
     ] {
         bytes.extend_from_slice(&word.to_be_bytes());
     }
-    assert_eq!(
-        item[RECENT_WRITES],
-        AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(bytes))
-    );
+    assert_eq!(item[RECENT_WRITES], blob(bytes));
     assert_eq!(bucket_state(&item).unwrap(), remembering);
     // Only a forgotten time (every listed write dropped by another writer): kept too.
     let forgetting = BucketState {
@@ -198,12 +196,10 @@ proptest::proptest! {
     /// Any rate, and any level refill leaves a bucket at, reads back from the row exactly.
     #[test]
     fn rates_and_levels_round_trip_through_the_row(
-        amount in 1i128..1_000_000_000_000_000,
-        period in 1u64..1_000_000_000_000_000,
+        rate in any_rate_in_nanos(),
         tokens in -1_000_000i64..1_000_000,
         elapsed in 0u64..100_000_000,
     ) {
-        let rate = RefillRate::new(Tokens::from_nanos(amount), std::time::Duration::from_nanos(period));
         let mut b = bucket_state(&seed_row()).unwrap();
         b.bucket = Bucket::tokens(rate).with_capacity(Tokens::MAX);
         b.tokens = Tokens::new(tokens);
@@ -214,6 +210,18 @@ proptest::proptest! {
 }
 
 type Mutation = Box<dyn Fn(&mut Item)>;
+
+/// A mutation that sets `attribute` to `value`.
+fn setting(attribute: &'static str, value: AttributeValue) -> Mutation {
+    Box::new(move |r| {
+        r.insert(attribute.to_owned(), value.clone());
+    })
+}
+
+/// A binary attribute of these bytes.
+fn blob(bytes: Vec<u8>) -> AttributeValue {
+    AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(bytes))
+}
 
 /// Each mutated seed row is refused as corrupt, naming the attribute and the reason.
 fn assert_named(cases: Vec<(&str, Mutation)>) {
@@ -243,39 +251,24 @@ fn malformed_rows_are_named_with_the_reason() {
         ),
         (
             "`capacity` must be a number (N), found a string (S)",
-            Box::new(|r| {
-                r.insert(CAPACITY.to_owned(), s("100"));
-            }),
+            setting(CAPACITY, s("100")),
         ),
-        (
-            "`capacity` must be positive",
-            Box::new(|r| {
-                r.insert(CAPACITY.to_owned(), n("-5"));
-            }),
-        ),
+        ("`capacity` must be positive", setting(CAPACITY, n("-5"))),
         (
             "unknown limit type `bursty`",
-            Box::new(|r| {
-                r.insert(LIMIT_TYPE.to_owned(), s("bursty"));
-            }),
+            setting(LIMIT_TYPE, s("bursty")),
         ),
         (
             "`version` must be a whole number",
-            Box::new(|r| {
-                r.insert(VERSION.to_owned(), n("4.5"));
-            }),
+            setting(VERSION, n("4.5")),
         ),
         (
             "`tokens`: `abc` is not a decimal number",
-            Box::new(|r| {
-                r.insert(TOKENS.to_owned(), n("abc"));
-            }),
+            setting(TOKENS, n("abc")),
         ),
         (
             "`refill_rate` must not be negative",
-            Box::new(|r| {
-                r.insert(REFILL_RATE.to_owned(), n("-1"));
-            }),
+            setting(REFILL_RATE, n("-1")),
         ),
     ];
     assert_named(cases);
@@ -285,9 +278,7 @@ fn malformed_rows_are_named_with_the_reason() {
 fn a_burst_that_is_not_positive_is_named_with_the_reason() {
     assert_named(vec![(
         "`burst`: a learned burst must be positive",
-        Box::new(|r| {
-            r.insert(BURST.to_owned(), n("0"));
-        }),
+        setting(BURST, n("0")),
     )]);
 }
 
@@ -296,15 +287,11 @@ fn a_shard_limit_that_is_not_one_is_named_with_the_reason() {
     assert_named(vec![
         (
             "a shard limit is `=N` (pinned) or `<=N` (at most)",
-            Box::new(|r| {
-                r.insert(SHARD_LIMIT.to_owned(), s("<=64"));
-            }),
+            setting(SHARD_LIMIT, s("<=64")),
         ),
         (
             "`shard_limit` must be a string (S)",
-            Box::new(|r| {
-                r.insert(SHARD_LIMIT.to_owned(), n("4"));
-            }),
+            setting(SHARD_LIMIT, n("4")),
         ),
     ]);
 }
@@ -314,9 +301,7 @@ fn rows_beyond_a_buckets_bounds_are_named_with_the_reason() {
     let cases: Vec<(&str, Mutation)> = vec![
         (
             "`refill_rate`: a `requests` bucket needs a positive refill rate",
-            Box::new(|r| {
-                r.insert(REFILL_RATE.to_owned(), n("0"));
-            }),
+            setting(REFILL_RATE, n("0")),
         ),
         (
             "`lean`: a `concurrent` bucket cannot be lean",
@@ -328,60 +313,35 @@ fn rows_beyond_a_buckets_bounds_are_named_with_the_reason() {
         ),
         (
             "`version`: version must be at most 9007199254740991",
-            Box::new(|r| {
-                r.insert(VERSION.to_owned(), n("18446744073709551615"));
-            }),
+            setting(VERSION, n("18446744073709551615")),
         ),
         (
             "`tokens`: tokens must be between",
-            Box::new(|r| {
-                r.insert(TOKENS.to_owned(), n("-2000000000000000000"));
-            }),
+            setting(TOKENS, n("-2000000000000000000")),
         ),
         (
             "`capacity`: capacity must be positive and at most 10^18",
-            Box::new(|r| {
-                r.insert(CAPACITY.to_owned(), n("2e18"));
-            }),
+            setting(CAPACITY, n("2e18")),
         ),
         (
             "`recent_writes` must be 8 bytes and at most 8 writes of 16, found 9 bytes",
-            Box::new(|r| {
-                r.insert(
-                    RECENT_WRITES.to_owned(),
-                    AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![0u8; 9])),
-                );
-            }),
+            setting(RECENT_WRITES, blob(vec![0u8; 9])),
         ),
         (
             "`recent_writes` must be 8 bytes and at most 8 writes of 16, found 536 bytes",
-            Box::new(|r| {
-                r.insert(
-                    RECENT_WRITES.to_owned(),
-                    AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![0u8; 536])),
-                );
-            }),
+            setting(RECENT_WRITES, blob(vec![0u8; 536])),
         ),
         (
             "`recent_writes`: a timestamp out of range",
-            Box::new(|r| {
-                r.insert(
-                    RECENT_WRITES.to_owned(),
-                    AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![0xff; 8])),
-                );
-            }),
+            setting(RECENT_WRITES, blob(vec![0xff; 8])),
         ),
         (
             "`recent_writes` must be binary (B), found a string (S)",
-            Box::new(|r| {
-                r.insert(RECENT_WRITES.to_owned(), s("00"));
-            }),
+            setting(RECENT_WRITES, s("00")),
         ),
         (
             "`write_id` must be 16 hex digits",
-            Box::new(|r| {
-                r.insert(WRITE_ID.to_owned(), s("xyz"));
-            }),
+            setting(WRITE_ID, s("xyz")),
         ),
     ];
     assert_named(cases);
@@ -419,36 +379,32 @@ fn reserves_read_back_exactly_or_the_row_is_named_corrupt() {
     let cases: Vec<(&str, Mutation)> = vec![
         (
             "`reserves`: an entry holds `note`",
-            Box::new(move |r| {
-                r.insert(RESERVES.to_owned(), entry(vec![("note", s("x"))]));
-            }),
+            setting(RESERVES, entry(vec![("note", s("x"))])),
         ),
         (
             "`reserves`: `tokens`",
-            Box::new(|r| {
-                let e = reserves_of(&[("priority", s("a")), ("tokens", n("0.0000000005"))]);
-                r.insert(RESERVES.to_owned(), e);
-            }),
+            setting(
+                RESERVES,
+                reserves_of(&[("priority", s("a")), ("tokens", n("0.0000000005"))]),
+            ),
         ),
         (
             "`reserves`: priority `a b` contains ` `",
-            Box::new(|r| {
-                let e = reserves_of(&[("priority", s("a b")), ("tokens", n("1"))]);
-                r.insert(RESERVES.to_owned(), e);
-            }),
+            setting(
+                RESERVES,
+                reserves_of(&[("priority", s("a b")), ("tokens", n("1"))]),
+            ),
         ),
         (
             "`reserves` must be a list (L)",
-            Box::new(|r| {
-                r.insert(RESERVES.to_owned(), s("interactive=1"));
-            }),
+            setting(RESERVES, s("interactive=1")),
         ),
         (
             "the reserves add up to 200, more than the capacity 100",
-            Box::new(|r| {
-                let e = reserves_of(&[("priority", s("a")), ("tokens", n("200"))]);
-                r.insert(RESERVES.to_owned(), e);
-            }),
+            setting(
+                RESERVES,
+                reserves_of(&[("priority", s("a")), ("tokens", n("200"))]),
+            ),
         ),
     ];
     assert_named(cases);
