@@ -44,8 +44,10 @@ use std::time::Duration;
 use crate::acquire::Wanted;
 use crate::clock::UnixMillis;
 use crate::config::Protocol;
+use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::grant::Grant;
+use crate::retry::Budget;
 use crate::shared::Core;
 
 /// The path an acquire takes, chosen once from the configured protocol and the number of
@@ -167,4 +169,18 @@ pub(crate) async fn acquire(
                 .await
         }
     }
+}
+
+/// Counts a write lost to another writer against `budget` and backs off before the next
+/// attempt; the contention error on `dimension` once the budget is spent.
+pub(crate) async fn lost_race(budget: &mut Budget, dimension: &Dimension) -> Result<(), Error> {
+    if !budget.lose() {
+        return Err(Error::Contention {
+            dimension: dimension.clone(),
+            attempts: budget.lost(),
+        });
+    }
+    let lost = budget.lost();
+    budget.back_off(lost).await;
+    Ok(())
 }
