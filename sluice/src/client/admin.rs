@@ -155,14 +155,7 @@ impl Sluice {
                     };
                 }
             }
-            if !budget.lose() {
-                return Err(Error::Contention {
-                    dimension,
-                    attempts: budget.lost(),
-                });
-            }
-            let lost = budget.lost();
-            budget.back_off(lost).await;
+            crate::protocol::lost_race(&mut budget, &dimension).await?;
         }
     }
 

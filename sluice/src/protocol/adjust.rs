@@ -2,21 +2,22 @@
 //! fast path, a change of the bucket row (which commutes with other writers') and an update
 //! of the lease row, one after the other; on the seed's, both in one transaction.
 
-use crate::bucket::{BucketState, Want, WriteOutcome, commute};
+use crate::bucket::{BucketState, WriteOutcome};
 use crate::clock::UnixMillis;
 use crate::config::Protocol;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::grant::{Kept, LeasePart};
-use crate::retry::{Backoff, Budget};
+use crate::retry::Budget;
 use crate::shared::Core;
 use crate::store::{
-    BucketChange, BucketWrite, ChangeError, Commit, CommitError, ConditionFailure, LeaseWrite,
-    StoreError, WriteProbe,
+    BucketWrite, Commit, CommitError, ConditionFailure, LeaseWrite, StoreError, WriteProbe,
 };
 use crate::tokens::Tokens;
 
 use super::batch::MAX_FRESH_RETRIES;
+use super::ending::{bucket_change, change_remembered};
+use super::lost_race;
 
 /// An adjustment whose write lost its answer (a timeout, a lost connection): it may have
 /// applied. Kept by the lease until the next adjustment of its dimension settles it.
@@ -145,59 +146,26 @@ async fn set_lease_cost(core: &Core, part: &LeasePart, cost: Tokens) -> Result<(
 }
 
 /// Charges `delta` more to `part`'s bucket (a negative one refunds, capped at what it
-/// holds), in one change computed from the row this client remembers; the bucket may go
-/// into debt.
+/// holds), in one change computed from the row this client remembers (see
+/// [`change_remembered`]); the bucket may go into debt.
 pub(crate) async fn charge(core: &Core, part: &LeasePart, delta: Tokens) -> Result<(), Error> {
     if spread_charge(core, &part.dimension, delta).await? {
         return Ok(());
     }
-    let mut backoff = Backoff::new();
-    let mut throttled: u32 = 0;
-    let mut dimension = part.dimension.clone();
-    for _ in 0..=MAX_FRESH_RETRIES {
-        let row = match core.remembered_row(&dimension).await {
-            Err(Error::UnknownDimension { .. }) if dimension.shard_index() > 0 => {
-                // A shard gathered away: its bucket's row that took its place.
-                match core.moved_shard(&dimension).await? {
-                    Some(moved) => {
-                        dimension = moved;
-                        continue;
-                    }
-                    None => return Err(core.unknown(&dimension)),
-                }
-            }
-            row => row?,
-        };
-        let now = core.now();
-        let change = charging(core, &row, delta, now)
-            .ok_or_else(|| StoreError::service("a charge found no change to make"))?;
-        match core.change(change).await {
-            Ok(after) => {
-                core.lanes.learn_written(after, now);
-                return Ok(());
-            }
-            Err(ChangeError::Condition(Some(current))) => core.lanes.learn(*current, now),
-            Err(ChangeError::Condition(None)) => {
-                core.lanes.forget(&dimension);
-                match core.moved_shard(&dimension).await? {
-                    Some(moved) => dimension = moved,
-                    None => return Err(core.unknown(&dimension)),
-                }
-            }
-            Err(ChangeError::Store(e)) if e.is_back_pressure() => {
-                throttled += 1;
-                backoff.sleep(throttled.min(8)).await;
-            }
-            Err(ChangeError::Store(e)) => {
-                core.lanes.forget(&dimension);
-                return Err(e.into());
-            }
-        }
-    }
-    Err(Error::Contention {
-        dimension,
-        attempts: MAX_FRESH_RETRIES + 1,
-    })
+    change_remembered(
+        core,
+        &part.dimension,
+        MAX_FRESH_RETRIES,
+        |gone| Err(core.unknown(gone)),
+        |row, now| {
+            // A negative delta refunds.
+            let refund = (-delta).max(Tokens::ZERO);
+            let change = bucket_change(core, row, refund, delta.max(Tokens::ZERO), now)
+                .ok_or_else(|| StoreError::service("a charge found no change to make"))?;
+            Ok(Some(change))
+        },
+    )
+    .await
 }
 
 /// A charge on one row of a sharded bucket that the row cannot cover on its own, taken
@@ -274,23 +242,6 @@ fn spread(rows: &[BucketState], k: usize, delta: Tokens, now: UnixMillis) -> Vec
     parts
 }
 
-/// The change that charges `delta` to `row`'s bucket at `now` (a negative one refunds).
-fn charging(
-    core: &Core,
-    row: &BucketState,
-    delta: Tokens,
-    now: UnixMillis,
-) -> Option<BucketChange> {
-    let want = Want {
-        restored: (-delta).max(Tokens::ZERO),
-        taken: delta.max(Tokens::ZERO),
-        need: None,
-        ceiling: row.holds(),
-    };
-    commute(row, &want, (now, core.now_micros()), core.config.fold_after)
-        .map(|c| BucketChange::of(row, c))
-}
-
 /// The commit that changes `part`'s cost to `actual` over `row` at `now`, the row it
 /// leaves, and what settles it should its answer be lost.
 fn adjustment(
@@ -347,12 +298,7 @@ async fn adjust_in_transaction(
             }
             Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {
                 core.lanes.forget(&part.dimension);
-                if !budget.lose() {
-                    return Err(Error::Contention {
-                        dimension: part.dimension.clone(),
-                        attempts: budget.lost(),
-                    });
-                }
+                lost_race(&mut budget, &part.dimension).await?;
             }
             Err(CommitError::Store(e)) => {
                 core.lanes.forget(&part.dimension);
@@ -362,7 +308,5 @@ async fn adjust_in_transaction(
                 return Err(e.into());
             }
         }
-        let lost = budget.lost();
-        budget.back_off(lost).await;
     }
 }

@@ -183,19 +183,40 @@ pub(crate) async fn end_leases(
 }
 
 /// Gives `amount` back to `dimension`'s bucket (capped at what it holds), in one change
-/// computed from the row this client remembers; a lost race is computed again at once from
-/// the row the failure hands back. A bucket that is gone has nothing to give back to.
-/// A change whose answer was lost is not sent again: giving back twice could grant what the
-/// bucket does not hold.
+/// computed from the row this client remembers (see [`change_remembered`]). A bucket that
+/// is gone has nothing to give back to. A change whose answer was lost is not sent again:
+/// giving back twice could grant what the bucket does not hold.
 pub(crate) async fn restore(
     core: &Core,
     dimension: &Dimension,
     amount: Tokens,
 ) -> Result<(), Error> {
+    change_remembered(
+        core,
+        dimension,
+        MAX_FRESH_RETRIES,
+        |_| Ok(()),
+        |row, now| Ok(bucket_change(core, row, amount, Tokens::ZERO, now)),
+    )
+    .await
+}
+
+/// Makes one change of `dimension`'s bucket, computed by `compute` from the row this
+/// client remembers at `now` (`None`: nothing to change). A lost race is computed again at
+/// once from the row the failure hands back, a shard gathered away is followed to its
+/// bucket's row that took its place, back-pressure is waited out; at most
+/// `max_fresh_retries` + 1 changes. A bucket gone with no row in its place answers `gone`.
+pub(super) async fn change_remembered(
+    core: &Core,
+    dimension: &Dimension,
+    max_fresh_retries: u32,
+    gone: impl Fn(&Dimension) -> Result<(), Error>,
+    compute: impl Fn(&BucketState, UnixMillis) -> Result<Option<BucketChange>, Error>,
+) -> Result<(), Error> {
     let mut backoff = Backoff::new();
     let mut throttled: u32 = 0;
     let mut dimension = dimension.clone();
-    for _ in 0..=MAX_FRESH_RETRIES {
+    for _ in 0..=max_fresh_retries {
         let row = match core.remembered_row(&dimension).await {
             Ok(row) => row,
             Err(Error::UnknownDimension { .. }) => match core.moved_shard(&dimension).await? {
@@ -204,12 +225,12 @@ pub(crate) async fn restore(
                     dimension = moved;
                     continue;
                 }
-                None => return Ok(()),
+                None => return gone(&dimension),
             },
             Err(e) => return Err(e),
         };
         let now = core.now();
-        let Some(change) = restoring(core, &row, amount, now) else {
+        let Some(change) = compute(&row, now)? else {
             return Ok(());
         };
         match core.change(change).await {
@@ -222,7 +243,7 @@ pub(crate) async fn restore(
                 core.lanes.forget(&dimension);
                 match core.moved_shard(&dimension).await? {
                     Some(moved) => dimension = moved,
-                    None => return Ok(()),
+                    None => return gone(&dimension),
                 }
             }
             Err(ChangeError::Store(e)) if e.is_back_pressure() => {
@@ -237,20 +258,22 @@ pub(crate) async fn restore(
     }
     Err(Error::Contention {
         dimension,
-        attempts: MAX_FRESH_RETRIES + 1,
+        attempts: max_fresh_retries + 1,
     })
 }
 
-/// The change that gives `amount` back to `row`'s bucket at `now`.
-fn restoring(
+/// The change that gives `restored` back to `row`'s bucket (capped at what it holds) and
+/// takes `taken` from it (into debt if need be) at `now`.
+pub(super) fn bucket_change(
     core: &Core,
     row: &BucketState,
-    amount: Tokens,
+    restored: Tokens,
+    taken: Tokens,
     now: UnixMillis,
 ) -> Option<BucketChange> {
     let want = Want {
-        restored: amount,
-        taken: Tokens::ZERO,
+        restored,
+        taken,
         need: None,
         ceiling: row.holds(),
     };

@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::grant::Grant;
 use crate::shared::Core;
 use crate::shared::lanes::{
-    AcquireJob, Dequeue, Job, Lane, MAX_BATCH, MAX_RELEASES, Queued, ReleaseJob, lock,
+    AcquireJob, Dequeue, Job, Lane, Queued, ReleaseJob, lock, sort_into_write,
 };
 use crate::store::StoreError;
 
@@ -58,9 +58,9 @@ impl<T: Unanswered> Drop for Answer<'_, T> {
 
 /// Queues `job` on `lane` and waits for its answer: either an earlier writer takes the
 /// job along, or this caller becomes the writer, as many times as it takes (a write
-/// carries at most [`MAX_BATCH`] acquires; the rest wait for the next turn). Waiting for
-/// the answer and for the writer's turn at once keeps callers whose job is already done
-/// out of the writers' line.
+/// carries at most [`MAX_BATCH`](crate::shared::lanes::MAX_BATCH) acquires; the rest wait
+/// for the next turn). Waiting for the answer and for the writer's turn at once keeps
+/// callers whose job is already done out of the writers' line.
 pub(super) async fn on_lane<T: Unanswered>(
     core: &Arc<Core>,
     lane: &Arc<Lane>,
@@ -159,16 +159,9 @@ async fn enqueue(lane: &Lane, job: Job) -> Result<Dequeue<'_>, Error> {
 async fn commit_jobs(core: &Arc<Core>, lane: &Lane, jobs: Vec<Queued>) {
     let mut acquires: Vec<AcquireJob> = Vec::new();
     let mut releases: Vec<ReleaseJob> = Vec::new();
+    // The rest wait for the next write.
     let mut later: Vec<Queued> = Vec::new();
-    for Queued { ticket, job, _room } in jobs {
-        match job {
-            Job::Acquire(a) if a.reply.is_closed() => {}
-            Job::Acquire(a) if acquires.len() < MAX_BATCH => acquires.push(a),
-            Job::Release(r) if releases.len() < MAX_RELEASES => releases.push(r),
-            // The rest wait for the next write.
-            job => later.push(Queued { ticket, job, _room }),
-        }
-    }
+    sort_into_write(jobs, &mut acquires, &mut releases, &mut later);
     if !later.is_empty() {
         lock(&lane.queue).extend(later);
     }

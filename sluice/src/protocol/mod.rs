@@ -44,9 +44,13 @@ use std::time::Duration;
 use crate::acquire::Wanted;
 use crate::clock::UnixMillis;
 use crate::config::Protocol;
+use crate::dimension::Dimension;
 use crate::error::Error;
-use crate::grant::Grant;
+use crate::grant::{Grant, Kept, LeasePart};
+use crate::retry::Budget;
 use crate::shared::Core;
+use crate::store::LeaseKey;
+use crate::tokens::Tokens;
 
 /// The path an acquire takes, chosen once from the configured protocol and the number of
 /// dimensions. The caller awaits each path's own future (see [`Path::acquire`]'s callers):
@@ -166,5 +170,37 @@ pub(crate) async fn acquire(
                 .instrument(span.clone())
                 .await
         }
+    }
+}
+
+/// Counts a write lost to another writer against `budget` and backs off before the next
+/// attempt; the contention error on `dimension` once the budget is spent.
+pub(crate) async fn lost_race(budget: &mut Budget, dimension: &Dimension) -> Result<(), Error> {
+    if !budget.lose() {
+        return Err(Error::Contention {
+            dimension: dimension.clone(),
+            attempts: budget.lost(),
+        });
+    }
+    let lost = budget.lost();
+    budget.back_off(lost).await;
+    Ok(())
+}
+
+/// A lease part with no lease row that gives nothing back, kept as `kept` says: a grant
+/// from tokens taken ahead, from the local buckets, or in shadow mode without a lease.
+pub(crate) fn rowless_part(
+    dimension: &Dimension,
+    unique: &str,
+    cost: Tokens,
+    kept: Kept,
+) -> LeasePart {
+    LeasePart {
+        key: LeaseKey::new(dimension, unique),
+        dimension: dimension.clone(),
+        cost,
+        restores: false,
+        kept,
+        recording: None,
     }
 }

@@ -38,6 +38,16 @@ use super::sharded;
 /// already under pressure.
 const BACK_PRESSURE_RETRIES: u32 = 8;
 
+/// What every take of one request is asked with: the lease's time to live, since when a
+/// denial must be fresh (see [`fast::acquire`](super::fast::acquire)), and when the
+/// request's leases expire at the latest (what is held is given back as of then).
+#[derive(Clone, Copy)]
+struct Terms {
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+    expires_by: UnixMillis,
+}
+
 /// One dimension taken for a request not yet granted whole.
 struct Taken {
     holding: Holding,
@@ -119,6 +129,11 @@ pub(crate) async fn acquire(
         return Err(refused(core, &wanted, &[], now, wait, fresh_after));
     }
     let expires_by = now.saturating_add(ttl);
+    let terms = Terms {
+        ttl,
+        fresh_after,
+        expires_by,
+    };
     let mut takes = Takes {
         taken: (0..wanted.len()).map(|_| None).collect(),
         refusal: None,
@@ -128,27 +143,18 @@ pub(crate) async fn acquire(
     // bottleneck refuses before anything is taken); the others are taken together.
     let (first, together) = order(core, &wanted, now);
     for &i in &first {
-        let outcome = take_one(core, &wanted[i], ttl, fresh_after, expires_by).await;
+        let outcome = take_one(core, &wanted[i], terms).await;
         if !takes.record(core, i, outcome) {
             break;
         }
     }
     if takes.refusal.is_none() {
-        take_together(
-            core,
-            &wanted,
-            &together,
-            &mut takes,
-            ttl,
-            fresh_after,
-            expires_by,
-        )
-        .await;
+        take_together(core, &wanted, &together, &mut takes, terms).await;
     }
-    ask_again_under_pressure(core, &wanted, &mut takes, ttl, fresh_after, expires_by).await;
+    ask_again_under_pressure(core, &wanted, &mut takes, terms).await;
     let took: Vec<bool> = takes.taken.iter().map(Option::is_some).collect();
     if let Some(error) = takes.refusal.take() {
-        return Err(refuse(core, &wanted, takes, &took, error, expires_by, fresh_after).await);
+        return Err(refuse(core, &wanted, takes, &took, error, terms).await);
     }
     Ok(granted(&wanted, takes.taken, now, expires_by))
 }
@@ -160,9 +166,7 @@ async fn ask_again_under_pressure(
     core: &Arc<Core>,
     wanted: &[Wanted],
     takes: &mut Takes,
-    ttl: Duration,
-    fresh_after: Option<UnixMillis>,
-    expires_by: UnixMillis,
+    terms: Terms,
 ) {
     for _ in 0..BACK_PRESSURE_RETRIES {
         let Some(Error::RetryIn(wait)) = takes.refusal else {
@@ -176,7 +180,7 @@ async fn ask_again_under_pressure(
             let recall = core
                 .lane(&w.dimension)
                 .memory()
-                .recall(w, core.now(), fresh_after);
+                .recall(w, core.now(), terms.fresh_after);
             matches!(recall, Recall::Denied(_))
         });
         if denied || takes.taken.iter().all(Option::is_none) {
@@ -185,7 +189,7 @@ async fn ask_again_under_pressure(
         tokio::time::sleep(wait).await;
         takes.refusal = None;
         takes.retry_at = core.now();
-        take_together(core, wanted, &left, takes, ttl, fresh_after, expires_by).await;
+        take_together(core, wanted, &left, takes, terms).await;
     }
 }
 
@@ -213,16 +217,11 @@ async fn take_together(
     wanted: &[Wanted],
     together: &[usize],
     takes: &mut Takes,
-    ttl: Duration,
-    fresh_after: Option<UnixMillis>,
-    expires_by: UnixMillis,
+    terms: Terms,
 ) {
-    let outcomes = futures::future::join_all(
-        together
-            .iter()
-            .map(|&i| take_one(core, &wanted[i], ttl, fresh_after, expires_by)),
-    )
-    .await;
+    let outcomes =
+        futures::future::join_all(together.iter().map(|&i| take_one(core, &wanted[i], terms)))
+            .await;
     let mut refused_for_now = Vec::new();
     for (&i, outcome) in together.iter().zip(outcomes) {
         let for_now = matches!(outcome, Err(Error::RetryIn(_)));
@@ -251,8 +250,7 @@ async fn refuse(
     mut takes: Takes,
     took: &[bool],
     error: Error,
-    expires_by: UnixMillis,
-    fresh_after: Option<UnixMillis>,
+    terms: Terms,
 ) -> Error {
     let parts: Vec<LeasePart> = takes
         .taken
@@ -264,7 +262,7 @@ async fn refuse(
         // It finishes even if the caller goes away meanwhile.
         let core = core.clone();
         crate::detach::Detached::new(async move {
-            give_back_parts(&core, parts, expires_by).await;
+            give_back_parts(&core, parts, terms.expires_by).await;
         })
         .await;
     }
@@ -272,7 +270,7 @@ async fn refuse(
         Error::RetryIn(_) => {
             let now = core.now();
             let wait = retry_in(takes.retry_at.saturating_since(now));
-            refused(core, wanted, took, now, wait, fresh_after)
+            refused(core, wanted, took, now, wait, terms.fresh_after)
         }
         other => other,
     }
@@ -308,14 +306,8 @@ fn granted(
 
 /// One dimension of a several-dimension acquire, held (given back if dropped) from the
 /// moment it is granted.
-async fn take_one(
-    core: &Arc<Core>,
-    wanted: &Wanted,
-    ttl: Duration,
-    fresh_after: Option<UnixMillis>,
-    expires_by: UnixMillis,
-) -> Result<Taken, Error> {
-    let grant = sharded::acquire(core, wanted.clone(), ttl, fresh_after, false).await?;
+async fn take_one(core: &Arc<Core>, wanted: &Wanted, terms: Terms) -> Result<Taken, Error> {
+    let grant = sharded::acquire(core, wanted.clone(), terms.ttl, terms.fresh_after, false).await?;
     Ok(Taken {
         attempts: grant.attempts,
         created_at: grant.created_at,
@@ -323,7 +315,7 @@ async fn take_one(
         holding: Holding {
             core: core.clone(),
             parts: grant.parts,
-            expires_at: expires_by,
+            expires_at: terms.expires_by,
         },
     })
 }

@@ -9,14 +9,14 @@ use crate::acquire::Wanted as Request;
 use crate::bucket::Bucket;
 use crate::clock::UnixMillis;
 use crate::error::Error;
-use crate::grant::{Grant, Kept, LeasePart};
+use crate::grant::{Grant, Kept};
 use crate::ids::new_unique;
 use crate::shared::Core;
 use crate::shared::fallback::{Local, Wanted};
-use crate::store::{LeaseKey, StoreError};
+use crate::store::StoreError;
 use crate::tokens::Tokens;
 
-use super::Path;
+use super::{Path, rowless_part};
 
 /// Whether the store failed an acquire in a way the `open` policy covers: it could not
 /// answer (no answer in time, unreachable, throttling, failing). A missing table, a
@@ -124,14 +124,7 @@ fn local(core: &Core, wanted: &[Request], ttl: Duration) -> Option<Result<Grant,
                 .zip(costs)
                 .map(|(w, cost)| {
                     crate::metrics::fail_open_grant(w.dimension.as_str());
-                    LeasePart {
-                        key: LeaseKey::new(&w.dimension, &unique),
-                        dimension: w.dimension.clone(),
-                        cost,
-                        restores: false,
-                        kept: Kept::Local,
-                        recording: None,
-                    }
+                    rowless_part(&w.dimension, &unique, cost, Kept::Local)
                 })
                 .collect();
             Some(Ok(Grant::new(parts, now, now.saturating_add(ttl), 0)))

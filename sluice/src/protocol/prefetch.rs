@@ -7,12 +7,13 @@ use std::time::Duration;
 use crate::acquire::Wanted;
 use crate::bucket::{BucketState, Take};
 use crate::clock::UnixMillis;
-use crate::grant::{Grant, Kept, LeasePart};
+use crate::grant::{Grant, Kept};
 use crate::ids::new_unique;
 use crate::shared::Core;
 use crate::shared::remembered::Remembered;
-use crate::store::LeaseKey;
 use crate::tokens::Tokens;
+
+use super::rowless_part;
 
 /// A grant from the tokens this client prefetched for `wanted`'s lean bucket, if they are
 /// fresh and enough.
@@ -23,14 +24,7 @@ pub(super) fn take(
     ttl: Duration,
 ) -> Option<Grant> {
     let cost = memory.take_prefetched(wanted, now)?;
-    let part = LeasePart {
-        key: LeaseKey::new(&wanted.dimension, &new_unique()),
-        dimension: wanted.dimension.clone(),
-        cost,
-        restores: false,
-        kept: Kept::Nowhere,
-        recording: None,
-    };
+    let part = rowless_part(&wanted.dimension, &new_unique(), cost, Kept::Nowhere);
     Some(Grant::new(vec![part], now, now.saturating_add(ttl), 0))
 }
 

@@ -150,13 +150,21 @@ pub(crate) async fn reconcile(core: &Core) -> Result<ReconcileReport, Error> {
 /// The dimensions of the `concurrent` buckets: their expired leases are slots, given back
 /// after the clock-skew margin alone. A lease whose bucket is gone waits the grace too.
 async fn slot_dimensions(core: &Core) -> Result<HashSet<Dimension>, Error> {
+    Ok(concurrent_buckets(core)
+        .await?
+        .into_iter()
+        .map(|b| b.dimension)
+        .collect())
+}
+
+/// The rows of the `concurrent` buckets, from one listing of every bucket.
+async fn concurrent_buckets(core: &Core) -> Result<Vec<BucketState>, Error> {
     Ok(core
         .store
         .list_buckets()
         .await?
         .into_iter()
         .filter(|b| b.bucket.limit_type() == LimitType::Concurrent)
-        .map(|b| b.dimension)
         .collect())
 }
 
@@ -219,13 +227,7 @@ fn mismatch(row: &BucketState, held: &Held) -> Option<Tokens> {
 ///
 /// [`Config::heal_settle`]: crate::Config::heal_settle
 async fn heal_concurrent(core: &Core, report: &mut ReconcileReport) -> Result<(), Error> {
-    let buckets: Vec<BucketState> = core
-        .store
-        .list_buckets()
-        .await?
-        .into_iter()
-        .filter(|b| b.bucket.limit_type() == LimitType::Concurrent)
-        .collect();
+    let buckets = concurrent_buckets(core).await?;
     if buckets.is_empty() {
         return Ok(());
     }

@@ -13,6 +13,8 @@ use crate::error::Error;
 use crate::retry::Budget;
 use crate::shared::Core;
 
+use super::lost_race;
+
 /// Every row of `base`'s bucket as stored now, shard 0 first: one read of its own row,
 /// then one of the other shards it counts.
 pub(crate) async fn rows_of(core: &Core, base: &Dimension) -> Result<Vec<BucketState>, Error> {
@@ -100,13 +102,6 @@ pub(crate) async fn reshard_from(
             }
             return Ok(next);
         }
-        if !budget.lose() {
-            return Err(Error::Contention {
-                dimension: base.clone(),
-                attempts: budget.lost(),
-            });
-        }
-        let lost = budget.lost();
-        budget.back_off(lost).await;
+        lost_race(&mut budget, base).await?;
     }
 }

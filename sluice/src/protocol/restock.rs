@@ -10,7 +10,7 @@ use crate::shared::Core;
 use crate::store::{BucketWrite, Commit, CommitError, LeaseFilter};
 use crate::tokens::Tokens;
 
-use super::reshard;
+use super::{lost_race, reshard};
 
 /// What a change by hand does to a bucket's tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,17 +117,10 @@ pub(crate) async fn restock(
                     let now_stored = core.read_one(&base).await?.map_or(read, |r| r.version);
                     return Err(changed(&base, read, now_stored));
                 }
-                if !budget.lose() {
-                    return Err(Error::Contention {
-                        dimension: base,
-                        attempts: budget.lost(),
-                    });
-                }
+                lost_race(&mut budget, &base).await?;
             }
             Err(CommitError::Store(e)) => return Err(e.into()),
         }
-        let lost = budget.lost();
-        budget.back_off(lost).await;
     }
 }
 

@@ -15,14 +15,13 @@ use std::time::Duration;
 use crate::acquire::Wanted;
 use crate::bucket::{Mode, shadow_take};
 use crate::error::Error;
-use crate::grant::{Grant, Kept, LeasePart};
+use crate::grant::{Grant, Kept};
 use crate::ids::new_unique;
 use crate::shared::Core;
-use crate::store::LeaseKey;
 
 use super::adjust::charge;
 use super::open::cannot_answer;
-use super::seed;
+use super::{rowless_part, seed};
 
 /// An acquire of `wanted` with its buckets in shadow as they say (all of them with a
 /// client in shadow).
@@ -85,14 +84,7 @@ async fn charged(core: &Core, wanted: &[Wanted], ttl: Duration) -> Result<Grant,
     let mut parts = Vec::with_capacity(wanted.len());
     for (w, row) in wanted.iter().zip(rows) {
         let cost = w.cost(row.bucket.cost_per_call());
-        let part = LeasePart {
-            key: LeaseKey::new(&w.dimension, &unique),
-            dimension: w.dimension.clone(),
-            cost,
-            restores: false,
-            kept: Kept::Nowhere,
-            recording: None,
-        };
+        let part = rowless_part(&w.dimension, &unique, cost, Kept::Nowhere);
         charge(core, &part, cost).await?;
         if shadow_take(&row, cost, w.floor(&row.bucket), now).2 {
             super::seed::would_refuse(w);
@@ -123,14 +115,7 @@ fn unrecorded(core: &Core, wanted: &[Wanted], ttl: Duration) -> Grant {
                     row.bucket.cost_per_call()
                 });
             crate::metrics::shadow_unrecorded(w.dimension.as_str());
-            LeasePart {
-                key: LeaseKey::new(&w.dimension, &unique),
-                dimension: w.dimension.clone(),
-                cost: w.cost(per_call),
-                restores: false,
-                kept: Kept::Nowhere,
-                recording: None,
-            }
+            rowless_part(&w.dimension, &unique, w.cost(per_call), Kept::Nowhere)
         })
         .collect();
     Grant::new(parts, now, now.saturating_add(ttl), 0)

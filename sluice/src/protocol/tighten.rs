@@ -16,6 +16,8 @@ use crate::store::{
 };
 use crate::tokens::Tokens;
 
+use super::lost_race;
+
 /// What the vendor reported about a limit, as a way to make its bucket stricter.
 ///
 /// Tightening never makes a bucket looser: a report that allows more than the bucket holds
@@ -92,17 +94,10 @@ pub(crate) async fn tighten(
             }
             // A lost race or a (vanishingly unlikely) key collision: look again.
             Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {
-                if !budget.lose() {
-                    return Err(Error::Contention {
-                        dimension,
-                        attempts: budget.lost(),
-                    });
-                }
+                lost_race(&mut budget, &dimension).await?;
             }
             Err(CommitError::Store(e)) => return Err(e.into()),
         }
-        let lost = budget.lost();
-        budget.back_off(lost).await;
     }
 }
 

@@ -210,15 +210,26 @@ pub(crate) fn join_queued(
         return;
     }
     let mut stay = Vec::with_capacity(queue.len());
-    for Queued { ticket, job, _room } in queue.drain(..) {
+    sort_into_write(queue.drain(..), acquires, releases, &mut stay);
+    *queue = stay;
+}
+
+/// Sorts `jobs` into one write's batch, as far as it has room: acquires whose caller is
+/// gone are dropped unanswered (never granted), the jobs that do not fit go to `later`.
+pub(crate) fn sort_into_write(
+    jobs: impl IntoIterator<Item = Queued>,
+    acquires: &mut Vec<AcquireJob>,
+    releases: &mut Vec<ReleaseJob>,
+    later: &mut Vec<Queued>,
+) {
+    for Queued { ticket, job, _room } in jobs {
         match job {
             Job::Acquire(a) if a.reply.is_closed() => {}
             Job::Acquire(a) if acquires.len() < MAX_BATCH => acquires.push(a),
             Job::Release(r) if releases.len() < MAX_RELEASES => releases.push(r),
-            job => stay.push(Queued { ticket, job, _room }),
+            job => later.push(Queued { ticket, job, _room }),
         }
     }
-    *queue = stay;
 }
 
 /// Answers each job with the same outcome (a store error copied for each).
