@@ -7,6 +7,8 @@ pub(crate) mod heat;
 pub(crate) mod lanes;
 pub mod remembered;
 pub(crate) mod rows;
+#[cfg(test)]
+pub(crate) mod test_store;
 pub(crate) mod turns;
 
 use std::fmt;

@@ -9,9 +9,9 @@ use crate::clock::{ManualClock, UnixMillis};
 use crate::dimension::Dimension;
 use crate::lease::Lease;
 use crate::shared::lanes::{
-    AcquireJob, Job, MAX_BATCH, MAX_LANES, MAX_QUEUED, Queued, ReleaseJob, lock,
+    AcquireJob, Job, Lane, MAX_BATCH, MAX_LANES, MAX_QUEUED, Queued, ReleaseJob, lock,
 };
-use crate::store::{LeaseFilter, LeaseKey, MemoryStore};
+use crate::store::{LeaseFilter, LeaseKey, LeaseRecord, MemoryStore};
 use crate::tokens::Tokens;
 
 fn acquire_job(dimension: &str) -> (Queued, tokio::sync::oneshot::Receiver<Result<Grant, Error>>) {
@@ -33,15 +33,44 @@ fn release_job(lease: &mut Lease) -> (Queued, tokio::sync::oneshot::Receiver<Res
     (queued(Job::Release(ReleaseJob { part, reply })), answer)
 }
 
-/// A client on a new memory store with a manual clock, and `bucket` on `dim`.
-async fn client_with(dim: &str, bucket: Bucket) -> Sluice {
+/// The dimension most tests use.
+const RPM: &str = "vendor#rpm";
+
+/// A client on a new memory store with a manual clock, and `bucket` on [`RPM`].
+async fn rpm_client(bucket: Bucket) -> Sluice {
     let sluice = Sluice::builder()
         .store(MemoryStore::new())
         .clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000)))
         .build()
         .unwrap();
-    sluice.put_bucket(dim, bucket).await.unwrap();
+    sluice.put_bucket(RPM, bucket).await.unwrap();
     sluice
+}
+
+/// A `requests` bucket refilling one a second, holding `capacity`.
+fn one_per_second(capacity: i64) -> Bucket {
+    Bucket::requests(crate::RefillRate::per_second(1)).with_capacity(capacity)
+}
+
+/// The lane of `dim` on `sluice`.
+fn lane_of(sluice: &Sluice, dim: &str) -> Arc<Lane> {
+    sluice.core().lane(&Dimension::new(dim).unwrap())
+}
+
+/// How many tokens of [`RPM`]'s bucket are taken: its capacity less its stored tokens.
+async fn rpm_taken(sluice: &Sluice) -> Tokens {
+    let row = sluice.bucket(RPM).await.unwrap().unwrap();
+    row.bucket.capacity() - row.tokens
+}
+
+/// `n` tokens.
+fn tokens(n: usize) -> Tokens {
+    Tokens::new(i64::try_from(n).unwrap())
+}
+
+/// Every live lease row on `sluice`'s store.
+async fn live_leases(sluice: &Sluice) -> Vec<LeaseRecord> {
+    sluice.leases(&LeaseFilter::default()).await.unwrap()
 }
 
 fn wrap(sluice: &Sluice, grant: Grant) -> Lease {
@@ -60,26 +89,21 @@ fn queued(job: Job) -> Queued {
 
 #[tokio::test(start_paused = true)]
 async fn a_caller_pushed_back_by_a_full_write_takes_the_writers_turn_again() {
-    let dim = "vendor#rpm";
-    let sluice = client_with(
-        dim,
-        Bucket::requests(crate::RefillRate::per_second(1)).with_capacity(500),
-    )
-    .await;
-    let lane = sluice.core().lane(&Dimension::new(dim).unwrap());
+    let sluice = rpm_client(one_per_second(500)).await;
+    let lane = lane_of(&sluice, RPM);
     lane.tickets
         .fetch_add(1_000, std::sync::atomic::Ordering::Relaxed);
     // More acquires than one write carries are queued ahead of this caller, by callers
     // that are not taking the writer's turn themselves (they wait for their answers).
     let mut ahead = Vec::new();
     for _ in 0..MAX_BATCH + 6 {
-        let (job, answer) = acquire_job(dim);
+        let (job, answer) = acquire_job(RPM);
         lock(&lane.queue).push(job);
         ahead.push(answer);
     }
     // The caller writes the first batch, finds its own job back in the queue, and must
     // write again: no one else will.
-    let lease = tokio::time::timeout(Duration::from_secs(60), sluice.acquire(dim))
+    let lease = tokio::time::timeout(Duration::from_secs(60), sluice.acquire(RPM))
         .await
         .expect("answered without other traffic")
         .unwrap();
@@ -90,25 +114,19 @@ async fn a_caller_pushed_back_by_a_full_write_takes_the_writers_turn_again() {
             .await
             .unwrap();
     }
-    let row = sluice.bucket(dim).await.unwrap().unwrap();
-    assert_eq!(row.tokens, Tokens::new(500 - (MAX_BATCH as i64 + 7)));
+    assert_eq!(rpm_taken(&sluice).await, tokens(MAX_BATCH + 7));
 }
 
 #[tokio::test]
 async fn a_lane_queue_is_bounded_and_drains() {
-    let dim = "vendor#rpm";
-    let sluice = client_with(
-        dim,
-        Bucket::requests(crate::RefillRate::per_second(1)).with_capacity(5_000),
-    )
-    .await;
-    let lane = sluice.core().lane(&Dimension::new(dim).unwrap());
+    let sluice = rpm_client(one_per_second(5_000)).await;
+    let lane = lane_of(&sluice, RPM);
     // A write in flight holds the writer's turn.
     let turn = lane.writer.clone().try_lock_owned().unwrap();
     let tasks: Vec<_> = (0..MAX_QUEUED + 50)
         .map(|_| {
             let sluice = sluice.clone();
-            tokio::spawn(async move { sluice.acquire(dim).await })
+            tokio::spawn(async move { sluice.acquire(RPM).await })
         })
         .collect();
     for _ in 0..20 {
@@ -124,8 +142,7 @@ async fn a_lane_queue_is_bounded_and_drains() {
         task.await.unwrap().unwrap().release().await.unwrap();
     }
     assert!(lock(&lane.queue).is_empty());
-    let row = sluice.bucket(dim).await.unwrap().unwrap();
-    assert_eq!(row.tokens, Tokens::new(5_000 - (MAX_QUEUED as i64 + 50)));
+    assert_eq!(rpm_taken(&sluice).await, tokens(MAX_QUEUED + 50));
 }
 
 #[tokio::test]
@@ -159,7 +176,7 @@ async fn one_write_gives_back_released_slots_once_and_grants_from_them() {
         assert!(sluice.core().store.end_lease(&r.part.key).await.unwrap());
     }
     let (acquire, acquired) = acquire_job(dim);
-    let lane = sluice.core().lane(&Dimension::new(dim).unwrap());
+    let lane = lane_of(&sluice, dim);
     commit_jobs(sluice.core(), &lane, vec![release_b, acquire]).await;
     b_answer.await.unwrap().unwrap();
     let new = wrap(&sluice, acquired.await.unwrap().unwrap());
@@ -167,10 +184,8 @@ async fn one_write_gives_back_released_slots_once_and_grants_from_them() {
     // back twice would show two.
     let row = sluice.bucket(dim).await.unwrap().unwrap();
     assert_eq!(row.tokens, Tokens::new(1));
-    let mut live: Vec<LeaseKey> = sluice
-        .leases(&LeaseFilter::default())
+    let mut live: Vec<LeaseKey> = live_leases(&sluice)
         .await
-        .unwrap()
         .into_iter()
         .map(|r| r.key)
         .collect();
@@ -183,7 +198,7 @@ async fn one_write_gives_back_released_slots_once_and_grants_from_them() {
 #[tokio::test]
 async fn a_client_cycling_through_many_dimensions_keeps_a_bounded_number_of_lanes() {
     let sluice = Sluice::in_memory();
-    let busy = sluice.core().lane(&Dimension::new("vendor#busy").unwrap());
+    let busy = lane_of(&sluice, "vendor#busy");
     for i in 0..MAX_LANES + 10 {
         let dim = format!("vendor{i}#rpm");
         sluice
@@ -207,16 +222,15 @@ async fn a_client_cycling_through_many_dimensions_keeps_a_bounded_number_of_lane
 
 #[tokio::test]
 async fn a_write_grants_at_most_a_batch_and_the_rest_wait() {
-    let dim = "vendor#rpm";
-    let sluice = client_with(dim, Bucket::requests(crate::RefillRate::per_second(1000))).await;
+    let sluice = rpm_client(Bucket::requests(crate::RefillRate::per_second(1000))).await;
     let mut batch = Vec::new();
     let mut answers = Vec::new();
     for _ in 0..MAX_BATCH + 3 {
-        let (job, answer) = acquire_job(dim);
+        let (job, answer) = acquire_job(RPM);
         batch.push(job);
         answers.push(answer);
     }
-    let lane = sluice.core().lane(&Dimension::new(dim).unwrap());
+    let lane = lane_of(&sluice, RPM);
     commit_jobs(sluice.core(), &lane, batch).await;
     // One write grants MAX_BATCH; the rest wait in the queue for the next writer.
     assert_eq!(lock(&lane.queue).len(), 3);
@@ -234,15 +248,7 @@ async fn a_write_grants_at_most_a_batch_and_the_rest_wait() {
     for lease in leases {
         lease.release().await.unwrap();
     }
-    assert!(
-        sluice
-            .leases(&LeaseFilter::default())
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(live_leases(&sluice).await.is_empty());
     // Plain releases give nothing back.
-    let row = sluice.bucket(dim).await.unwrap().unwrap();
-    let granted = i64::try_from(MAX_BATCH + 3).unwrap();
-    assert_eq!(row.tokens, row.bucket.capacity() - Tokens::new(granted));
+    assert_eq!(rpm_taken(&sluice).await, tokens(MAX_BATCH + 3));
 }

@@ -1,45 +1,23 @@
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::*;
-use crate::bucket::BucketState;
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
-use crate::store::{
-    BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseRecord, LeaseScan,
-    LeaseWrite, MemoryStore,
-};
+use crate::shared::test_store::{Hooked, Hooks};
+use crate::store::{Commit, LeaseFilter, LeaseWrite};
 use crate::tokens::Tokens;
 
-/// A store whose lease deletes wait for a gate while `held`, and count.
+/// Lease deletes that wait for a gate, count, and fail while `fail`.
 #[derive(Debug)]
 struct Held {
-    inner: MemoryStore,
     calls: AtomicU32,
     gate: tokio::sync::Semaphore,
-    fail: std::sync::atomic::AtomicBool,
+    fail: AtomicBool,
 }
 
 #[async_trait::async_trait]
-impl Store for Held {
-    async fn read_buckets(
-        &self,
-        dimensions: &[Dimension],
-    ) -> Result<Vec<Option<BucketState>>, StoreError> {
-        self.inner.read_buckets(dimensions).await
-    }
-    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-        self.inner.commit(commit).await
-    }
-    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
-        self.inner.change(change).await
-    }
-    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
-        self.inner.put_leases(leases).await
-    }
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-        self.inner.end_lease(key).await
-    }
+impl Hooks for Held {
     async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let _pass = self.gate.acquire().await.unwrap();
@@ -50,225 +28,191 @@ impl Store for Held {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), keys.len(), "a batch names a row twice");
-        self.inner.delete_leases(keys).await
-    }
-    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
-        self.inner.read_leases(keys).await
-    }
-    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
-        self.inner.scan_leases(filter).await
-    }
-    async fn replace_buckets(
-        &self,
-        expected: &[BucketState],
-        rows: &[BucketState],
-    ) -> Result<bool, StoreError> {
-        self.inner.replace_buckets(expected, rows).await
-    }
-    async fn put_bucket(
-        &self,
-        state: &BucketState,
-        expected: Option<&BucketState>,
-    ) -> Result<bool, StoreError> {
-        self.inner.put_bucket(state, expected).await
-    }
-    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
-        self.inner.list_buckets().await
-    }
-    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
-        self.inner.delete_bucket(dimension).await
+        Ok(())
     }
 }
 
-fn held() -> Arc<Held> {
-    Arc::new(Held {
-        inner: MemoryStore::new(),
-        calls: AtomicU32::new(0),
-        gate: tokio::sync::Semaphore::new(0),
-        fail: std::sync::atomic::AtomicBool::new(false),
-    })
-}
-
-async fn rows(store: &Held, n: usize) -> Vec<LeaseKey> {
-    let d: Dimension = "openai#rpm".parse().unwrap();
-    let keys: Vec<LeaseKey> = (0..n)
-        .map(|i| LeaseKey::new(&d, &format!("k{i}")))
-        .collect();
-    let leases = keys
-        .iter()
-        .map(|key| {
-            LeaseWrite::Create(LeaseRecord {
-                slot: false,
-                key: key.clone(),
-                dimension: d.clone(),
-                cost: Tokens::new(1),
-                created_at: UnixMillis::from_secs(1_700_000_000),
-                expires_at: UnixMillis::from_secs(1_700_000_060),
-                caller: "test".to_owned(),
-            })
-        })
-        .collect();
-    store
-        .inner
-        .commit(Commit {
-            buckets: vec![],
-            leases,
-        })
-        .await
-        .unwrap();
-    keys
-}
-
-async fn left(store: &Held) -> usize {
-    store
-        .inner
-        .list_leases(&LeaseFilter::default())
-        .await
-        .unwrap()
-        .len()
-}
-
-#[tokio::test]
-async fn releases_queued_behind_a_batch_in_flight_go_in_one_batch_after_it() {
-    let store = held();
-    let keys = rows(&store, 21).await;
-    let dyn_store: Arc<dyn Store> = store.clone();
-    let deletes = LeaseRows::default();
-    let first = tokio::spawn({
-        let (d, s, k) = (deletes.clone(), dyn_store.clone(), keys[..1].to_vec());
-        async move { d.delete(&s, k).await }
-    });
-    while store.calls.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
-    // 20 releases while the first batch is in flight, one of them naming a row twice.
-    let queued: Vec<_> = keys[1..]
-        .iter()
-        .map(|k| {
-            let (d, s) = (deletes.clone(), dyn_store.clone());
-            let mut ks = vec![k.clone()];
-            if k == &keys[5] {
-                ks.push(k.clone());
-            }
-            tokio::spawn(async move { d.delete(&s, ks).await })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(store.calls.load(Ordering::SeqCst), 1);
-    store.gate.add_permits(2);
-    first.await.unwrap().unwrap();
-    for q in queued {
-        q.await.unwrap().unwrap();
-    }
-    assert_eq!(
-        store.calls.load(Ordering::SeqCst),
-        2,
-        "one batch for the 20"
-    );
-    assert_eq!(left(&store).await, 0);
-}
-
-#[tokio::test]
-async fn a_failed_batch_fails_each_release_in_it_and_the_next_one_is_sent() {
-    let store = held();
-    let keys = rows(&store, 3).await;
-    let dyn_store: Arc<dyn Store> = store.clone();
-    let deletes = LeaseRows::default();
-    store.fail.store(true, Ordering::SeqCst);
-    store.gate.add_permits(1);
-    let e = deletes.delete(&dyn_store, keys[..2].to_vec()).await;
-    assert!(matches!(e, Err(StoreError::Throttled { .. })), "{e:?}");
-    store.fail.store(false, Ordering::SeqCst);
-    store.gate.add_permits(1);
-    deletes.delete(&dyn_store, keys.clone()).await.unwrap();
-    assert_eq!(left(&store).await, 0);
-}
-
-#[tokio::test]
-async fn a_release_that_stops_waiting_leaves_its_batch_going() {
-    let store = held();
-    let keys = rows(&store, 2).await;
-    let dyn_store: Arc<dyn Store> = store.clone();
-    let deletes = LeaseRows::default();
-    let gone = tokio::spawn({
-        let (d, s, k) = (deletes.clone(), dyn_store.clone(), keys.clone());
-        async move { d.delete(&s, k).await }
-    });
-    while store.calls.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
-    gone.abort();
-    store.gate.add_permits(1);
-    for _ in 0..100 {
-        if left(&store).await == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(left(&store).await, 0);
-    // And the queue is free for the next.
-    store.gate.add_permits(1);
-    deletes.delete(&dyn_store, keys).await.unwrap();
-    assert_eq!(store.calls.load(Ordering::SeqCst), 2);
-}
-
-#[tokio::test]
-async fn nothing_to_delete_sends_nothing() {
-    let store = held();
-    let dyn_store: Arc<dyn Store> = store.clone();
-    LeaseRows::default()
-        .delete(&dyn_store, Vec::new())
-        .await
-        .unwrap();
-    assert_eq!(store.calls.load(Ordering::SeqCst), 0);
-}
-
-#[tokio::test]
-async fn rows_written_and_deleted_meanwhile_go_in_the_next_batch_together() {
-    let store = held();
-    let keys = rows(&store, 3).await;
-    let dyn_store: Arc<dyn Store> = store.clone();
-    let batcher = LeaseRows::default();
-    let first = tokio::spawn({
-        let (b, s, k) = (batcher.clone(), dyn_store.clone(), keys[..1].to_vec());
-        async move { b.delete(&s, k).await }
-    });
-    while store.calls.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
-    let d: Dimension = "openai#rpm".parse().unwrap();
-    let new = LeaseRecord {
+/// A lease row of one token on `d`, named `unique`.
+fn lease(d: &Dimension, unique: &str) -> LeaseRecord {
+    LeaseRecord {
         slot: false,
-        key: LeaseKey::new(&d, "new"),
+        key: LeaseKey::new(d, unique),
         dimension: d.clone(),
         cost: Tokens::new(1),
         created_at: UnixMillis::from_secs(1_700_000_000),
         expires_at: UnixMillis::from_secs(1_700_000_060),
         caller: "test".to_owned(),
-    };
+    }
+}
+
+/// The batcher under test, on a store whose lease deletes are held, with lease rows.
+struct Rig {
+    store: Arc<Hooked<Held>>,
+    /// The same store, as the batcher sees it.
+    shared: Arc<dyn Store>,
+    batcher: LeaseRows,
+    /// The keys of the lease rows written at the start.
+    keys: Vec<LeaseKey>,
+}
+
+impl Rig {
+    /// A held store with `n` lease rows on one dimension, and a new batcher.
+    async fn new(n: usize) -> Rig {
+        let store = Arc::new(Hooked::new(Held {
+            calls: AtomicU32::new(0),
+            gate: tokio::sync::Semaphore::new(0),
+            fail: AtomicBool::new(false),
+        }));
+        let d: Dimension = "openai#rpm".parse().unwrap();
+        let leases: Vec<LeaseRecord> = (0..n).map(|i| lease(&d, &format!("k{i}"))).collect();
+        let keys = leases.iter().map(|l| l.key.clone()).collect();
+        if n > 0 {
+            let leases = leases.into_iter().map(LeaseWrite::Create).collect();
+            let commit = Commit {
+                buckets: vec![],
+                leases,
+            };
+            store.inner.commit(commit).await.unwrap();
+        }
+        let shared: Arc<dyn Store> = store.clone();
+        Rig {
+            store,
+            shared,
+            batcher: LeaseRows::default(),
+            keys,
+        }
+    }
+
+    /// Deletes `keys` through the batcher on a task of its own.
+    fn spawn_delete(&self, keys: &[LeaseKey]) -> tokio::task::JoinHandle<Result<(), StoreError>> {
+        let (batcher, store, keys) = (self.batcher.clone(), self.shared.clone(), keys.to_vec());
+        tokio::spawn(async move { batcher.delete(&store, keys).await })
+    }
+
+    /// Deletes `keys` through the batcher and waits for the answer.
+    async fn delete(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        self.batcher.delete(&self.shared, keys.to_vec()).await
+    }
+
+    /// How many lease deletes reached the store.
+    fn calls(&self) -> u32 {
+        self.store.hooks.calls.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the first lease delete reached the store.
+    async fn until_sent(&self) {
+        while self.calls() == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Lets `n` more lease deletes through.
+    fn open(&self, n: usize) {
+        self.store.hooks.gate.add_permits(n);
+    }
+
+    /// Makes the lease deletes let through fail, or not.
+    fn fail(&self, fail: bool) {
+        self.store.hooks.fail.store(fail, Ordering::SeqCst);
+    }
+
+    /// The lease rows in the store.
+    async fn leases(&self) -> Vec<LeaseRecord> {
+        let inner = &self.store.inner;
+        inner.list_leases(&LeaseFilter::default()).await.unwrap()
+    }
+
+    /// How many lease rows are left in the store.
+    async fn left(&self) -> usize {
+        self.leases().await.len()
+    }
+}
+
+#[tokio::test]
+async fn releases_queued_behind_a_batch_in_flight_go_in_one_batch_after_it() {
+    let rig = Rig::new(21).await;
+    let first = rig.spawn_delete(&rig.keys[..1]);
+    rig.until_sent().await;
+    // 20 releases while the first batch is in flight, one of them naming a row twice.
+    let queued: Vec<_> = rig.keys[1..]
+        .iter()
+        .map(|k| {
+            let mut ks = vec![k.clone()];
+            if k == &rig.keys[5] {
+                ks.push(k.clone());
+            }
+            rig.spawn_delete(&ks)
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(rig.calls(), 1);
+    rig.open(2);
+    first.await.unwrap().unwrap();
+    for q in queued {
+        q.await.unwrap().unwrap();
+    }
+    assert_eq!(rig.calls(), 2, "one batch for the 20");
+    assert_eq!(rig.left().await, 0);
+}
+
+#[tokio::test]
+async fn a_failed_batch_fails_each_release_in_it_and_the_next_one_is_sent() {
+    let rig = Rig::new(3).await;
+    rig.fail(true);
+    rig.open(1);
+    let e = rig.delete(&rig.keys[..2]).await;
+    assert!(matches!(e, Err(StoreError::Throttled { .. })), "{e:?}");
+    rig.fail(false);
+    rig.open(1);
+    rig.delete(&rig.keys).await.unwrap();
+    assert_eq!(rig.left().await, 0);
+}
+
+#[tokio::test]
+async fn a_release_that_stops_waiting_leaves_its_batch_going() {
+    let rig = Rig::new(2).await;
+    let gone = rig.spawn_delete(&rig.keys);
+    rig.until_sent().await;
+    gone.abort();
+    rig.open(1);
+    for _ in 0..100 {
+        if rig.left().await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(rig.left().await, 0);
+    // And the queue is free for the next.
+    rig.open(1);
+    rig.delete(&rig.keys).await.unwrap();
+    assert_eq!(rig.calls(), 2);
+}
+
+#[tokio::test]
+async fn nothing_to_delete_sends_nothing() {
+    let rig = Rig::new(0).await;
+    rig.delete(&[]).await.unwrap();
+    assert_eq!(rig.calls(), 0);
+}
+
+#[tokio::test]
+async fn rows_written_and_deleted_meanwhile_go_in_the_next_batch_together() {
+    let rig = Rig::new(3).await;
+    let first = rig.spawn_delete(&rig.keys[..1]);
+    rig.until_sent().await;
+    let new = lease(&"openai#rpm".parse().unwrap(), "new");
     let put = tokio::spawn({
-        let (b, s) = (batcher.clone(), dyn_store.clone());
+        let (b, s) = (rig.batcher.clone(), rig.shared.clone());
         async move { b.put(&s, vec![new]).await }
     });
-    let deleted = tokio::spawn({
-        let (b, s, k) = (batcher.clone(), dyn_store.clone(), keys[1..].to_vec());
-        async move { b.delete(&s, k).await }
-    });
+    let deleted = rig.spawn_delete(&rig.keys[1..]);
     tokio::time::sleep(Duration::from_millis(20)).await;
-    store.gate.add_permits(2);
+    rig.open(2);
     first.await.unwrap().unwrap();
     put.await.unwrap().unwrap();
     deleted.await.unwrap().unwrap();
-    assert_eq!(
-        store.calls.load(Ordering::SeqCst),
-        2,
-        "one batch of deletes after the first"
-    );
-    let left = store
-        .inner
-        .list_leases(&LeaseFilter::default())
-        .await
-        .unwrap();
+    assert_eq!(rig.calls(), 2, "one batch of deletes after the first");
+    let left = rig.leases().await;
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].key.unique(), "new");
 }

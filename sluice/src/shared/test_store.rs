@@ -1,0 +1,84 @@
+//! A memory store with hooks, for unit tests that hold, count or refuse some of a store's
+//! calls and leave the rest to [`MemoryStore`].
+
+use crate::bucket::BucketState;
+use crate::dimension::Dimension;
+use crate::store::{
+    BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
+    MemoryStore, Store, StoreError,
+};
+
+/// What a test does with a store's calls before the memory store answers them.
+#[async_trait::async_trait]
+pub(crate) trait Hooks: Send + Sync + std::fmt::Debug + 'static {
+    /// Before a bucket change: an error refuses it.
+    fn change(&self, _change: &BucketChange) -> Result<(), ChangeError> {
+        Ok(())
+    }
+
+    /// Before a lease row is ended.
+    fn end_lease(&self, _key: &LeaseKey) {}
+
+    /// Before lease rows are deleted without condition: an error refuses the delete.
+    async fn delete_leases(&self, _keys: &[LeaseKey]) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// A [`MemoryStore`] whose calls go through `hooks` first.
+#[derive(Debug, Default)]
+pub(crate) struct Hooked<H> {
+    pub(crate) inner: MemoryStore,
+    pub(crate) hooks: H,
+}
+
+impl<H> Hooked<H> {
+    /// A new, empty memory store behind `hooks`.
+    pub(crate) fn new(hooks: H) -> Self {
+        Hooked {
+            inner: MemoryStore::new(),
+            hooks,
+        }
+    }
+}
+
+/// Implements [`Store`] for [`Hooked`]: the methods written out, then those listed after
+/// `passed`, which go to the memory store unchanged.
+macro_rules! hooked_store {
+    ({ $($hooked:tt)* } passed { $($name:ident($($arg:ident: $ty:ty),*) -> $out:ty;)* }) => {
+        #[async_trait::async_trait]
+        impl<H: Hooks> Store for Hooked<H> {
+            $($hooked)*
+            $(
+                async fn $name(&self, $($arg: $ty),*) -> $out {
+                    self.inner.$name($($arg),*).await
+                }
+            )*
+        }
+    };
+}
+
+hooked_store!({
+    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
+        self.hooks.change(&change)?;
+        self.inner.change(change).await
+    }
+    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+        self.hooks.end_lease(key);
+        self.inner.end_lease(key).await
+    }
+    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        self.hooks.delete_leases(keys).await?;
+        self.inner.delete_leases(keys).await
+    }
+} passed {
+    read_buckets(dimensions: &[Dimension]) -> Result<Vec<Option<BucketState>>, StoreError>;
+    commit(commit: Commit) -> Result<(), CommitError>;
+    put_leases(leases: &[LeaseRecord]) -> Result<(), StoreError>;
+    read_leases(keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError>;
+    scan_leases(filter: &LeaseFilter) -> Result<LeaseScan, StoreError>;
+    replace_buckets(expected: &[BucketState], rows: &[BucketState]) -> Result<bool, StoreError>;
+    put_bucket(state: &BucketState, expected: Option<&BucketState>) -> Result<bool, StoreError>;
+    list_buckets() -> Result<Vec<BucketState>, StoreError>;
+    delete_bucket(dimension: &Dimension) -> Result<bool, StoreError>;
+});
