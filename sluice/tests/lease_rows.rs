@@ -60,12 +60,13 @@ impl Store for Counting {
         self.deletes.fetch_add(1, Ordering::SeqCst);
         self.inner.end_lease(key).await
     }
-    async fn replace_buckets(
+    async fn respread_buckets(
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
+        moves: &[Option<sluice::Commute>],
     ) -> Result<bool, StoreError> {
-        self.inner.replace_buckets(expected, rows).await
+        self.inner.respread_buckets(expected, rows, moves).await
     }
     async fn put_bucket(
         &self,

@@ -325,13 +325,14 @@ impl Store for Remote {
         self.run(|s| async move { s.end_lease(&k).await }).await
     }
 
-    async fn replace_buckets(
+    async fn respread_buckets(
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
+        moves: &[Option<sluice::Commute>],
     ) -> Result<bool, StoreError> {
-        let (expected, rows) = (expected.to_vec(), rows.to_vec());
-        self.run(|s| async move { s.replace_buckets(&expected, &rows).await })
+        let (expected, rows, moves) = (expected.to_vec(), rows.to_vec(), moves.to_vec());
+        self.run(|s| async move { s.respread_buckets(&expected, &rows, &moves).await })
             .await
     }
     async fn put_bucket(
@@ -424,13 +425,14 @@ impl Store for ClientStore {
         self.inner.end_lease(key).await
     }
 
-    async fn replace_buckets(
+    async fn respread_buckets(
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
+        moves: &[Option<sluice::Commute>],
     ) -> Result<bool, StoreError> {
         self.enter().await;
-        self.inner.replace_buckets(expected, rows).await
+        self.inner.respread_buckets(expected, rows, moves).await
     }
     async fn put_bucket(
         &self,

@@ -106,14 +106,6 @@ impl Store for Counted {
         self.count();
         self.inner.change(change).await
     }
-    async fn replace_buckets(
-        &self,
-        old: &[BucketState],
-        new: &[BucketState],
-    ) -> Result<bool, StoreError> {
-        self.count();
-        self.inner.replace_buckets(old, new).await
-    }
     async fn respread_buckets(
         &self,
         old: &[BucketState],

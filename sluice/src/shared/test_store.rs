@@ -1,7 +1,7 @@
 //! A memory store with hooks, for unit tests that hold, count or refuse some of a store's
 //! calls and leave the rest to [`MemoryStore`].
 
-use crate::bucket::BucketState;
+use crate::bucket::{BucketState, Commute};
 use crate::dimension::Dimension;
 use crate::store::{
     BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
@@ -77,7 +77,7 @@ hooked_store!({
     put_leases(leases: &[LeaseRecord]) -> Result<(), StoreError>;
     read_leases(keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError>;
     scan_leases(filter: &LeaseFilter) -> Result<LeaseScan, StoreError>;
-    replace_buckets(expected: &[BucketState], rows: &[BucketState]) -> Result<bool, StoreError>;
+    respread_buckets(expected: &[BucketState], rows: &[BucketState], moves: &[Option<Commute>]) -> Result<bool, StoreError>;
     put_bucket(state: &BucketState, expected: Option<&BucketState>) -> Result<bool, StoreError>;
     list_buckets() -> Result<Vec<BucketState>, StoreError>;
     delete_bucket(dimension: &Dimension) -> Result<bool, StoreError>;

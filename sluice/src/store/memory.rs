@@ -236,14 +236,6 @@ impl Store for MemoryStore {
         Ok(true)
     }
 
-    async fn replace_buckets(
-        &self,
-        expected: &[BucketState],
-        rows: &[BucketState],
-    ) -> Result<bool, StoreError> {
-        self.respread_buckets(expected, rows, &[]).await
-    }
-
     async fn respread_buckets(
         &self,
         expected: &[BucketState],

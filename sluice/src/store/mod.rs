@@ -126,11 +126,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// `expected` that `rows` does not name; all or nothing. Returns `false` when a
     /// condition failed (or, on DynamoDB, another transaction held a row), with nothing
     /// written.
+    ///
+    /// Provided: [`respread_buckets`](Store::respread_buckets) with no moves.
     async fn replace_buckets(
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool, StoreError> {
+        self.respread_buckets(expected, rows, &[]).await
+    }
 
     /// Replaces the rows of one bucket at once as [`replace_buckets`](Store::replace_buckets)
     /// does, except that a row `expected` and `rows` both have, at index `k`, with
@@ -141,17 +145,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// version one more. So a reshard lands on rows that other writers change meanwhile,
     /// keeping what they did. All or nothing; `false` when a condition failed.
     ///
-    /// The default replaces every row on condition that it is as read: also right, only
-    /// refused more often.
+    /// A store may ignore `moves` and condition every row on being as read: also right,
+    /// only refused more often.
     async fn respread_buckets(
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
         moves: &[Option<crate::bucket::Commute>],
-    ) -> Result<bool, StoreError> {
-        let _ = moves;
-        self.replace_buckets(expected, rows).await
-    }
+    ) -> Result<bool, StoreError>;
 
     /// Applies `change` to its bucket row when the row satisfies its conditions (see
     /// [`BucketChange`]), atomically; returns the row as the change left it. A failed

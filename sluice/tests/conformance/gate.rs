@@ -124,13 +124,6 @@ impl Store for Gate {
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
         self.inner.scan_leases(filter).await
     }
-    async fn replace_buckets(
-        &self,
-        expected: &[BucketState],
-        rows: &[BucketState],
-    ) -> Result<bool, StoreError> {
-        self.respread_buckets(expected, rows, &[]).await
-    }
     async fn respread_buckets(
         &self,
         expected: &[BucketState],

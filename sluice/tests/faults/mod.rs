@@ -99,15 +99,6 @@ impl Store for Switch {
         self.inner.end_lease(key).await
     }
 
-    async fn replace_buckets(
-        &self,
-        expected: &[BucketState],
-        rows: &[BucketState],
-    ) -> Result<bool, StoreError> {
-        self.check()?;
-        self.inner.replace_buckets(expected, rows).await
-    }
-
     async fn respread_buckets(
         &self,
         expected: &[BucketState],

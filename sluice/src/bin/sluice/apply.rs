@@ -163,12 +163,8 @@ impl Change {
             Change::Create(d, b) => {
                 json!({"dimension": d.as_str(), "action": "create", "to": show::definition_json(b)})
             }
-            Change::Update {
-                dimension,
-                from,
-                to,
-            } => json!({
-                "dimension": dimension.as_str(),
+            Change::Update { from, to, .. } => json!({
+                "dimension": self.dimension().as_str(),
                 "action": "update",
                 "from": show::definition_json(from),
                 "to": show::definition_json(to),
@@ -178,6 +174,14 @@ impl Change {
                 "dimension": dimension.as_str(),
                 "action": if *delete { "delete" } else { "not_in_file" },
             }),
+        }
+    }
+
+    /// The dimension it changes.
+    fn dimension(&self) -> &Dimension {
+        match self {
+            Change::Create(d, _) | Change::Unchanged(d) => d,
+            Change::Update { dimension, .. } | Change::Extra { dimension, .. } => dimension,
         }
     }
 
@@ -276,11 +280,8 @@ impl fmt::Display for Change {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Change::Create(d, b) => write!(f, "+ create    {d}: {}", Describe(b)),
-            Change::Update {
-                dimension,
-                from,
-                to,
-            } => {
+            Change::Update { from, to, .. } => {
+                let dimension = self.dimension();
                 let field = |name, show: fn(&Bucket) -> String| (name, show(from), show(to));
                 let fields = [
                     field("type", |b| b.limit_type().to_string()),

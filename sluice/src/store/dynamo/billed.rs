@@ -30,6 +30,9 @@ pub(super) async fn next_round(rounds: &mut Rounds) -> Result<(), StoreError> {
     }
 }
 
+/// Every request asks DynamoDB what it consumed.
+pub(super) const TOTAL: ReturnConsumedCapacity = ReturnConsumedCapacity::Total;
+
 /// Which counter an answered request's consumed capacity goes to.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Units {
@@ -99,7 +102,7 @@ impl DynamoStore {
             .transact_write_items()
             .set_transact_items(Some(items))
             .client_request_token(token)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .return_consumed_capacity(TOTAL)
             .send();
         self.billed(Units::TransactionWrite, request).await
     }

@@ -2,10 +2,9 @@
 //! a fill), `ADD` one to the version, on the change's conditions.
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{
-    ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
-};
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 
+use super::billed::TOTAL;
 use super::error::ConditionFailed;
 use super::parts::Conditional;
 use super::row::{self, Expr};
@@ -19,6 +18,17 @@ use crate::store::{BucketChange, ChangeError, LeaseKey, StoreError};
 fn once() -> aws_sdk_dynamodb::config::Builder {
     aws_sdk_dynamodb::config::Builder::default()
         .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+}
+
+/// Sends a built request once (see [`once`]), asking what it consumed.
+macro_rules! send_once {
+    ($builder:expr) => {
+        $builder
+            .return_consumed_capacity(TOTAL)
+            .customize()
+            .config_override(once())
+            .send()
+    };
 }
 
 /// The update and condition expressions of `change`, with their names and values.
@@ -165,13 +175,10 @@ impl DynamoStore {
     ) -> Result<BucketState, ChangeError> {
         let (update, e) = update_of(&change);
         let u = Conditional::new(change.dimension.as_str(), update, e.into_parts());
-        let request = conditional!(self.client.update_item(), self.table.as_ref(), u)
+        let update = conditional!(self.client.update_item(), self.table.as_ref(), u)
             .return_values(ReturnValue::AllNew)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .customize()
-            .config_override(once())
-            .send();
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let request = send_once!(update);
         match self.billed(Units::Write, request).await {
             Ok(out) => {
                 // Per dimension (see the metrics table in `crate::metrics`).
@@ -201,11 +208,8 @@ impl DynamoStore {
     /// Deletes the lease row `key` if it exists, never resent by the SDK; whether this call
     /// deleted it.
     pub(super) async fn end_lease_row(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-        let request = lease_delete!(self.client.delete_item(), self.table.as_ref(), key)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .customize()
-            .config_override(once())
-            .send();
+        let delete = lease_delete!(self.client.delete_item(), self.table.as_ref(), key);
+        let request = send_once!(delete);
         match self.billed(Units::Write, request).await {
             Ok(_) => Ok(true),
             Err(e)

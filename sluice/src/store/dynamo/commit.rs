@@ -8,11 +8,11 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    CancellationReason, Delete, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem, Update,
+    CancellationReason, Delete, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 
 use super::billed::Billed;
+use super::billed::TOTAL;
 use super::error::{Cancelled, cancelled};
 use super::parts::Conditional;
 use super::row::{self, Item};
@@ -158,7 +158,7 @@ impl DynamoStore {
         let u = Self::bucket_update(&w)?;
         let unanswered = Unanswered::default();
         let request = bucket_update!(self.client.update_item(), self.table.as_ref(), u)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .return_consumed_capacity(TOTAL)
             .customize()
             .interceptor(unanswered.clone())
             .send();
@@ -231,21 +231,20 @@ impl DynamoStore {
 
     async fn commit_one_lease(&self, w: LeaseWrite) -> Result<(), CommitError> {
         let table = self.table.as_ref();
-        let total = ReturnConsumedCapacity::Total;
         match &w {
             LeaseWrite::Create(record) => {
                 let put = lease_create!(self.client.put_item(), table, record);
-                self.lease_write(&w, put.return_consumed_capacity(total).send())
+                self.lease_write(&w, put.return_consumed_capacity(TOTAL).send())
                     .await
             }
             LeaseWrite::Delete(key) => {
                 let delete = lease_delete!(self.client.delete_item(), table, key);
-                self.lease_write(&w, delete.return_consumed_capacity(total).send())
+                self.lease_write(&w, delete.return_consumed_capacity(TOTAL).send())
                     .await
             }
             LeaseWrite::SetCost { key, cost } => {
                 let update = lease_set_cost!(self.client.update_item(), table, key, cost);
-                self.lease_write(&w, update.return_consumed_capacity(total).send())
+                self.lease_write(&w, update.return_consumed_capacity(TOTAL).send())
                     .await
             }
         }

@@ -6,11 +6,10 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_dynamodb::types::{
-    ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
-};
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::billed::Billed;
+use super::billed::TOTAL;
 use super::error::ConditionFailed;
 use super::parts::Conditional;
 use super::row::{self, Item};
@@ -21,11 +20,9 @@ use crate::store::StoreError;
 
 /// A definition write returns the row as it stood when its condition failed.
 const ALL_OLD: ReturnValuesOnConditionCheckFailure = ReturnValuesOnConditionCheckFailure::AllOld;
-/// Every write reports what it consumed.
-const TOTAL: ReturnConsumedCapacity = ReturnConsumedCapacity::Total;
 
 /// Why a definition write was not applied.
-enum Refused {
+pub(super) enum Refused {
     /// Its condition did not hold; the row as it stood, when returned.
     Condition(Option<Item>),
     Store(StoreError),
@@ -69,37 +66,7 @@ impl DynamoStore {
         Ok(buckets)
     }
 
-    /// Writes `state` over `expected` (`None`: a row that must not exist yet); whether it
-    /// applied.
-    pub(super) async fn define(
-        &self,
-        state: &BucketState,
-        expected: Option<&BucketState>,
-    ) -> Result<bool, StoreError> {
-        StoreError::check_row(state)?;
-        // The row remembers the write that defines it, so that a resend recognises it.
-        let recent_writes = match state.write_id {
-            Some(id) if !state.wrote(id) => state.recent_after(id, state.last_refill_at),
-            _ => state.recent_writes.clone(),
-        };
-        let item = row::bucket_item(&BucketState {
-            recent_writes,
-            ..state.clone()
-        });
-        let sent = match expected {
-            None => self.create(item).await,
-            Some(expected) => self.redefine(state, expected, item).await,
-        };
-        match sent {
-            Ok(()) => Ok(true),
-            // A resend of a write that had applied finds the row it wrote.
-            Err(Refused::Condition(Some(item))) if wrote(&item, state.write_id) => Ok(true),
-            Err(Refused::Condition(_)) => Ok(false),
-            Err(Refused::Store(e)) => Err(e),
-        }
-    }
-
-    async fn create(&self, item: Item) -> Result<(), Refused> {
+    pub(super) async fn create(&self, item: Item) -> Result<(), Refused> {
         let put = self
             .client
             .put_item()
@@ -115,7 +82,7 @@ impl DynamoStore {
     }
 
     /// An update, not a put: attributes sluice does not know (another SDK's) stay.
-    async fn redefine(
+    pub(super) async fn redefine(
         &self,
         state: &BucketState,
         expected: &BucketState,
@@ -184,7 +151,7 @@ impl DynamoStore {
             .table_name(self.table.as_ref())
             .set_key(Some(row::key(dimension.as_str())))
             .return_values(ReturnValue::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .return_consumed_capacity(TOTAL)
             .send();
         let out = self.answer(Units::Write, request).await?;
         Ok(out.attributes().is_some_and(|a| !a.is_empty()))
@@ -192,6 +159,6 @@ impl DynamoStore {
 }
 
 /// Whether `item` is a bucket row that remembers the write `write_id`.
-fn wrote(item: &Item, write_id: Option<u64>) -> bool {
+pub(super) fn wrote(item: &Item, write_id: Option<u64>) -> bool {
     write_id.is_some_and(|id| row::bucket_state(item).is_ok_and(|row| row.wrote(id)))
 }

@@ -4,14 +4,13 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::BuildError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, DeleteRequest, PutRequest, ReturnConsumedCapacity, WriteRequest,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, WriteRequest};
 
+use super::billed::TOTAL;
 use super::billed::next_round;
 use super::row;
-use super::{BATCH_ROUNDS, BATCH_WRITE_MAX, DynamoStore, Units, build_error, error};
-use crate::dimension::{Dimension, LEASE_PREFIX};
+use super::{BATCH_ROUNDS, BATCH_WRITE_MAX, DynamoStore, Units, build_error};
+use crate::dimension::LEASE_PREFIX;
 use crate::retry::Rounds;
 use crate::store::{LeaseFilter, LeaseKey, LeaseRecord, LeaseScan, StoreError};
 
@@ -62,9 +61,7 @@ impl DynamoStore {
                 .client
                 .batch_write_item()
                 .request_items(table, requests);
-            let sent = request
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send();
+            let sent = request.return_consumed_capacity(TOTAL).send();
             let out = self.answer(Units::Write, sent).await?;
             let left = out.unprocessed_items.and_then(|mut u| u.remove(table));
             requests = left.unwrap_or_default();
@@ -76,10 +73,7 @@ impl DynamoStore {
         &self,
         keys: &[LeaseKey],
     ) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
-        let mut wanted: Vec<String> = keys.iter().map(|k| k.as_str().to_owned()).collect();
-        wanted.sort();
-        wanted.dedup();
-        let found = self.batch_get(wanted).await?;
+        let found = self.batch_get(keys.iter().map(LeaseKey::as_str)).await?;
         keys.iter()
             .map(|k| found.get(k.as_str()).map(row::lease_record).transpose())
             .collect()
@@ -137,60 +131,5 @@ impl DynamoStore {
             }
         }
         Ok(scan)
-    }
-
-    /// A query of the sparse index [`row::SLOTS_INDEX`]: one page of at most `limit` slot
-    /// lease rows of `dimension`, earliest expiry first, whatever else the table holds. The
-    /// index is eventually consistent (a lease row written or deleted a moment ago may be
-    /// missing or still listed): callers use the answer as a hint and condition every
-    /// write on the rows themselves. A table without the index (created by another tool)
-    /// answers no lease row, with a warning saying how to add it, and is asked again a
-    /// minute later.
-    pub(super) async fn slot_lease_list(
-        &self,
-        dimension: &Dimension,
-        limit: usize,
-    ) -> Result<Vec<LeaseRecord>, StoreError> {
-        if self.slots_index_missing() {
-            return Ok(Vec::new());
-        }
-        let query = self
-            .client
-            .query()
-            .table_name(self.table.as_ref())
-            .index_name(row::SLOTS_INDEX)
-            .key_condition_expression("#d = :d")
-            .expression_attribute_names("#d", row::SLOT_DIMENSION)
-            .expression_attribute_values(":d", row::s(dimension.as_str()))
-            .scan_index_forward(true)
-            .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send();
-        let out = match self.billed(Units::Read, query).await {
-            Ok(out) => out,
-            Err(e) => {
-                use aws_sdk_dynamodb::error::ProvideErrorMetadata as _;
-                // A query of an index still being built fails on DynamoDB Local with an
-                // internal failure: the index's status says whether that is the cause.
-                let unbuilt = error::is_missing_index(&e)
-                    || (matches!(e.code(), Some("InternalFailure" | "InternalServerError"))
-                        && self.slots_index_building().await?);
-                if unbuilt {
-                    tracing::debug!(error = %e, "the slots index cannot be queried (yet)");
-                    self.note_slots_index_missing();
-                    return Ok(Vec::new());
-                }
-                return Err(self.err(e));
-            }
-        };
-        let mut leases = Vec::with_capacity(out.items().len());
-        for item in out.items() {
-            match row::lease_record(item) {
-                Ok(lease) if lease.dimension == *dimension => leases.push(lease),
-                Ok(_) => {}
-                Err(e) => tracing::debug!(error = %e, "a slot lease row sluice cannot read"),
-            }
-        }
-        Ok(leases)
     }
 }

@@ -11,6 +11,7 @@ mod leases;
 mod record;
 mod reshard;
 mod row;
+mod store;
 mod unanswered;
 
 pub use row::{SLOTS_INDEX, TTL_GRACE_SECS};
@@ -24,21 +25,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 
-use self::billed::{Units, next_round};
+use self::billed::{TOTAL, Units, next_round};
 use self::error::build_error;
 use self::row::Item;
 use self::unanswered::Unanswered;
-use super::{
-    BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
-    Store, StoreError,
-};
-use crate::bucket::BucketState;
+use super::StoreError;
 use crate::config::Config;
-use crate::dimension::Dimension;
 use crate::retry::Rounds;
-use crate::role::{self, Role};
 
 /// BatchGetItem reads at most 100 keys per request.
 const BATCH_GET_MAX: usize = 100;
@@ -253,7 +248,14 @@ impl DynamoStore {
         Ok(!active)
     }
 
-    async fn batch_get(&self, keys: Vec<String>) -> Result<HashMap<String, Item>, StoreError> {
+    /// The rows of `keys` (each read once, however often named), by key.
+    async fn batch_get(
+        &self,
+        keys: impl Iterator<Item = &str>,
+    ) -> Result<HashMap<String, Item>, StoreError> {
+        let mut keys: Vec<&str> = keys.collect();
+        keys.sort_unstable();
+        keys.dedup();
         let mut found = HashMap::with_capacity(keys.len());
         for chunk in keys.chunks(BATCH_GET_MAX) {
             let mut pending = Some(
@@ -270,9 +272,7 @@ impl DynamoStore {
             while let Some(batch) = pending.take() {
                 next_round(&mut rounds).await?;
                 let request = self.client.batch_get_item().request_items(table, batch);
-                let sent = request
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send();
+                let sent = request.return_consumed_capacity(TOTAL).send();
                 let out = self.answer(Units::Read, sent).await?;
                 for item in out
                     .responses()
@@ -309,7 +309,7 @@ impl DynamoStore {
                 .set_expression_attribute_values(Some(values.clone()))
                 .set_expression_attribute_names((!names.is_empty()).then(|| names.clone()))
                 .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .return_consumed_capacity(TOTAL)
                 .send();
             let out = self.answer(Units::Read, request).await?;
             items.extend(out.items().iter().cloned());
@@ -318,112 +318,5 @@ impl DynamoStore {
                 _ => return Ok(items),
             }
         }
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for DynamoStore {
-    fn describe(&self) -> String {
-        format!("DynamoDB table `{}`", self.table())
-    }
-
-    fn item_write_ceiling(&self) -> Option<u32> {
-        Some(1_000)
-    }
-
-    async fn read_buckets(
-        &self,
-        dimensions: &[Dimension],
-    ) -> Result<Vec<Option<BucketState>>, StoreError> {
-        if let [only] = dimensions {
-            let request = self
-                .client
-                .get_item()
-                .table_name(self.table.as_ref())
-                .set_key(Some(row::key(only.as_str())))
-                .consistent_read(true)
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send();
-            let out = self.answer(Units::Read, request).await?;
-            return Ok(vec![out.item().map(row::bucket_state).transpose()?]);
-        }
-        let mut unique: Vec<String> = dimensions.iter().map(|d| d.as_str().to_owned()).collect();
-        unique.sort();
-        unique.dedup();
-        let found = self.batch_get(unique).await?;
-        dimensions
-            .iter()
-            .map(|d| found.get(d.as_str()).map(row::bucket_state).transpose())
-            .collect()
-    }
-
-    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-        self.commit_writes(commit).await
-    }
-
-    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
-        self.delete_lease_rows(keys).await
-    }
-
-    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
-        self.read_lease_rows(keys).await
-    }
-
-    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
-        self.change_row(change).await
-    }
-
-    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
-        self.put_lease_rows(leases).await
-    }
-
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-        self.end_lease_row(key).await
-    }
-
-    async fn slot_leases(
-        &self,
-        dimension: &Dimension,
-        limit: usize,
-    ) -> Result<Vec<LeaseRecord>, StoreError> {
-        self.slot_lease_list(dimension, limit).await
-    }
-
-    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
-        // Table-wide scans are the reconciler's (and the operator's, who scopes its own).
-        role::within(Role::Reconciler, self.scan_lease_rows(filter)).await
-    }
-
-    async fn put_bucket(
-        &self,
-        state: &BucketState,
-        expected: Option<&BucketState>,
-    ) -> Result<bool, StoreError> {
-        role::within(Role::Operator, self.define(state, expected)).await
-    }
-
-    async fn replace_buckets(
-        &self,
-        expected: &[BucketState],
-        rows: &[BucketState],
-    ) -> Result<bool, StoreError> {
-        self.replace_rows(expected, rows, &[]).await
-    }
-
-    async fn respread_buckets(
-        &self,
-        expected: &[BucketState],
-        rows: &[BucketState],
-        moves: &[Option<crate::bucket::Commute>],
-    ) -> Result<bool, StoreError> {
-        self.replace_rows(expected, rows, moves).await
-    }
-
-    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
-        role::within(Role::Operator, self.bucket_rows()).await
-    }
-
-    async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
-        role::within(Role::Operator, self.delete_bucket_row(dimension)).await
     }
 }

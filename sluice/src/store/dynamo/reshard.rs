@@ -4,7 +4,11 @@
 //! has a commuting move is updated by it instead (see
 //! [`Store::respread_buckets`](crate::store::Store::respread_buckets)).
 
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::{
+    TransactWriteItemsError, TransactWriteItemsOutput,
+};
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
 
 use super::error::{Cancelled, cancelled};
@@ -68,7 +72,7 @@ fn moved(
 
 /// The transaction's items: each row of `rows` put whole (on the row read, or on none
 /// existing) or moved by its commuting move; each row `rows` drops deleted as read.
-fn items(
+pub(super) fn items(
     table: &str,
     expected: &[BucketState],
     rows: &[BucketState],
@@ -117,31 +121,31 @@ fn items(
 }
 
 impl DynamoStore {
-    pub(super) async fn replace_rows(
+    /// What a reshard's transaction answered: whether it applied (`false`: a condition
+    /// failed or another transaction held a row, nothing written).
+    pub(super) fn resharded(
         &self,
-        expected: &[BucketState],
-        rows: &[BucketState],
-        moves: &[Option<Commute>],
+        sent: Result<TransactWriteItemsOutput, SdkError<TransactWriteItemsError, HttpResponse>>,
     ) -> Result<bool, StoreError> {
-        let items = items(self.table.as_ref(), expected, rows, moves)?;
-        match self.transact(items, crate::ids::new_unique()).await {
-            Ok(_) => Ok(true),
-            Err(e) => match e.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
-                    match cancelled(c.cancellation_reasons()) {
-                        Cancelled::Condition(_) | Cancelled::Conflict => Ok(false),
-                        Cancelled::Throttled => Err(StoreError::Throttled {
-                            source: Some(Box::new(e)),
-                        }),
-                        Cancelled::Other(why) => Err(StoreError::Service {
-                            message: format!("reshard cancelled: {why}"),
-                            source: Some(Box::new(e)),
-                        }),
-                    }
+        let e = match sent {
+            Ok(_) => return Ok(true),
+            Err(e) => e,
+        };
+        match e.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                match cancelled(c.cancellation_reasons()) {
+                    Cancelled::Condition(_) | Cancelled::Conflict => Ok(false),
+                    Cancelled::Throttled => Err(StoreError::Throttled {
+                        source: Some(Box::new(e)),
+                    }),
+                    Cancelled::Other(why) => Err(StoreError::Service {
+                        message: format!("reshard cancelled: {why}"),
+                        source: Some(Box::new(e)),
+                    }),
                 }
-                Some(TransactWriteItemsError::TransactionInProgressException(_)) => Ok(false),
-                _ => Err(self.err(e)),
-            },
+            }
+            Some(TransactWriteItemsError::TransactionInProgressException(_)) => Ok(false),
+            _ => Err(self.err(e)),
         }
     }
 }
