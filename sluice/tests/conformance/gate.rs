@@ -28,6 +28,9 @@ pub struct Gate {
     pub throttling: AtomicU32,
     /// While set, definitions of the gated row (`put_bucket`) are held too.
     pub holds_definitions: std::sync::atomic::AtomicBool,
+    /// While set, a reshard's moves are dropped: every row is conditioned on being as
+    /// read, as a store may do (see `Store::respread_buckets`).
+    pub ignores_moves: std::sync::atomic::AtomicBool,
 }
 
 impl Gate {
@@ -42,6 +45,7 @@ impl Gate {
             reshards: AtomicU32::new(0),
             throttling: AtomicU32::new(0),
             holds_definitions: std::sync::atomic::AtomicBool::new(false),
+            ignores_moves: std::sync::atomic::AtomicBool::new(false),
         });
         (gate, open)
     }
@@ -134,6 +138,10 @@ impl Store for Gate {
         if expected.iter().any(|r| r.dimension == self.gated) {
             self.wait().await?;
         }
+        let moves = match self.ignores_moves.load(Ordering::SeqCst) {
+            true => &[],
+            false => moves,
+        };
         self.inner.respread_buckets(expected, rows, moves).await
     }
     async fn put_bucket(

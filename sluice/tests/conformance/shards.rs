@@ -478,6 +478,55 @@ pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env)
     drop((held, rest));
 }
 
+/// A store may ignore a reshard's moves (see `Store::respread_buckets`): then a reshard
+/// whose rows other clients took from meanwhile is refused as a whole, reads the rows
+/// again and lands; what the others took stays taken, and no token is made.
+pub async fn a_store_that_ignores_moves_still_reshards_exactly(env: Env) {
+    let d = env
+        .define(
+            "rpm",
+            Bucket::requests(RefillRate::per_second(10)).with_capacity(1_000),
+        )
+        .await;
+    let first = env
+        .sluice
+        .acquire(Acquire::with_cost(&d, 100))
+        .await
+        .unwrap();
+    let (gate, open) = super::Gate::new(&env, "rpm");
+    gate.ignores_moves
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let resharder = gate.client(&env);
+    let resharding = tokio::spawn({
+        let d = d.clone();
+        async move { resharder.reshard(&d, 8).await }
+    });
+    // The reshard has read the row and its write is held: another client takes from it
+    // meanwhile (the clock stands still: nothing refills).
+    gate.arrived.notified().await;
+    let other = env.client("other");
+    let mut taken = 0;
+    let mut held = Vec::new();
+    for cost in [7, 9, 11] {
+        held.push(other.acquire(Acquire::with_cost(&d, cost)).await.unwrap());
+        taken += cost;
+    }
+    open.send(true).unwrap();
+    let rows = resharding.await.unwrap().unwrap();
+    assert_eq!(rows.len(), 8);
+    assert_eq!(
+        gate.reshards.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "refused once (its rows moved), then landed"
+    );
+    assert_eq!(
+        whole_available(&env, "rpm").await,
+        Tokens::new(1_000 - 100 - taken),
+        "every token the others took stays taken, none is made"
+    );
+    drop((first, held));
+}
+
 /// A bucket whose definition pins or caps its rows: defining it spreads it, a reshard by
 /// hand outside the bound is refused, a new bound moves it, and automatic sharding stays
 /// within it whatever the load.
