@@ -1,7 +1,7 @@
 //! Vendor rate-limit headers (`sluice_reqwest::VendorLimits::from_headers`).
 //!
 //! Input: text, one header per line, `name: value`. A first line `@N` picks the `now` the
-//! headers are read at from [`NOWS`] (extremes included). A name that is not one of the
+//! headers are read at from [`nows`] (extremes included). A name that is not one of the
 //! real ones is mostly replaced by one of them (picked by its hash), so mutations keep
 //! reaching the parsers of values; values are any bytes a header value may hold.
 
