@@ -415,11 +415,20 @@ pub async fn several_dimensions_and_priorities_on_sharded_buckets(env: Env) {
     drop((taken, reserved));
 }
 
-/// A reshard reads every row, then writes them in one transaction: on a hot bucket the
-/// rows change in between. The rows that stay are moved by what they give or take, so the
-/// reshard lands at its first attempt, and what the other clients took meanwhile stays
-/// taken.
-pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env) {
+/// A reshard to 8 rows of a requests bucket of 1,000 with 100 taken, whose write a gate
+/// holds while another client takes `costs` (the clock stands still: nothing refills),
+/// then lets go.
+struct RacedReshard {
+    d: String,
+    /// The 100 taken before, and what the other client holds.
+    held: Vec<sluice::Lease>,
+    /// What the other client took while the reshard was held.
+    taken: i64,
+    rows: usize,
+    gate: std::sync::Arc<super::Gate>,
+}
+
+async fn reshard_raced(env: &Env, ignores_moves: bool, costs: &[i64]) -> RacedReshard {
     let d = env
         .define(
             "rpm",
@@ -428,32 +437,53 @@ pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env)
         .await;
     // Not full: a full row's level does not depend on what it stores while the refill
     // covers the takes, and here the clock stands still.
-    let first = env
-        .sluice
-        .acquire(Acquire::with_cost(&d, 100))
-        .await
-        .unwrap();
-    let (gate, open) = super::Gate::new(&env, "rpm");
-    let resharder = gate.client(&env);
+    let mut held = vec![
+        env.sluice
+            .acquire(Acquire::with_cost(&d, 100))
+            .await
+            .unwrap(),
+    ];
+    let (gate, open) = super::Gate::new(env, "rpm");
+    gate.ignores_moves
+        .store(ignores_moves, std::sync::atomic::Ordering::SeqCst);
+    let resharder = gate.client(env);
     let resharding = tokio::spawn({
         let d = d.clone();
         async move { resharder.reshard(&d, 8).await }
     });
     // The reshard has read the row and its write is held: another client takes from it
-    // meanwhile (the clock stands still: nothing refills).
+    // meanwhile.
     gate.arrived.notified().await;
     let other = env.client("other");
     let mut taken = 0;
-    let mut held = Vec::new();
-    for cost in [7, 9, 11, 13, 15, 17, 19, 21] {
+    for &cost in costs {
         held.push(other.acquire(Acquire::with_cost(&d, cost)).await.unwrap());
         taken += cost;
     }
     open.send(true).unwrap();
-    let rows = resharding.await.unwrap().unwrap();
-    assert_eq!(rows.len(), 8);
+    let rows = resharding.await.unwrap().unwrap().len();
+    RacedReshard {
+        d,
+        held,
+        taken,
+        rows,
+        gate,
+    }
+}
+
+/// A reshard reads every row, then writes them in one transaction: on a hot bucket the
+/// rows change in between. The rows that stay are moved by what they give or take, so the
+/// reshard lands at its first attempt, and what the other clients took meanwhile stays
+/// taken.
+pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env) {
+    let raced = reshard_raced(&env, false, &[7, 9, 11, 13, 15, 17, 19, 21]).await;
+    let (d, taken) = (&raced.d, raced.taken);
+    assert_eq!(raced.rows, 8);
     assert_eq!(
-        gate.reshards.load(std::sync::atomic::Ordering::SeqCst),
+        raced
+            .gate
+            .reshards
+            .load(std::sync::atomic::Ordering::SeqCst),
         1,
         "the reshard landed at its first attempt"
     );
@@ -465,14 +495,15 @@ pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env)
     // A client goes on with the new rows: the rest is granted whole, then refused. (On
     // the fast protocol: the seed protocol's clients see shard 0 alone, as the seed's
     // other SDKs do.)
-    drop(first);
+    let mut held = raced.held;
+    drop(held.remove(0));
     let fast = env.fast_client("fast");
     let rest = fast
-        .acquire(Acquire::with_cost(&d, 1_000 - 100 - taken))
+        .acquire(Acquire::with_cost(d, 1_000 - 100 - taken))
         .await
         .unwrap();
     assert!(matches!(
-        fast.acquire(Acquire::new(&d)).await,
+        fast.acquire(Acquire::new(d)).await,
         Err(Error::RetryIn(_))
     ));
     drop((held, rest));
@@ -482,49 +513,21 @@ pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env)
 /// whose rows other clients took from meanwhile is refused as a whole, reads the rows
 /// again and lands; what the others took stays taken, and no token is made.
 pub async fn a_store_that_ignores_moves_still_reshards_exactly(env: Env) {
-    let d = env
-        .define(
-            "rpm",
-            Bucket::requests(RefillRate::per_second(10)).with_capacity(1_000),
-        )
-        .await;
-    let first = env
-        .sluice
-        .acquire(Acquire::with_cost(&d, 100))
-        .await
-        .unwrap();
-    let (gate, open) = super::Gate::new(&env, "rpm");
-    gate.ignores_moves
-        .store(true, std::sync::atomic::Ordering::SeqCst);
-    let resharder = gate.client(&env);
-    let resharding = tokio::spawn({
-        let d = d.clone();
-        async move { resharder.reshard(&d, 8).await }
-    });
-    // The reshard has read the row and its write is held: another client takes from it
-    // meanwhile (the clock stands still: nothing refills).
-    gate.arrived.notified().await;
-    let other = env.client("other");
-    let mut taken = 0;
-    let mut held = Vec::new();
-    for cost in [7, 9, 11] {
-        held.push(other.acquire(Acquire::with_cost(&d, cost)).await.unwrap());
-        taken += cost;
-    }
-    open.send(true).unwrap();
-    let rows = resharding.await.unwrap().unwrap();
-    assert_eq!(rows.len(), 8);
+    let raced = reshard_raced(&env, true, &[7, 9, 11]).await;
+    assert_eq!(raced.rows, 8);
     assert_eq!(
-        gate.reshards.load(std::sync::atomic::Ordering::SeqCst),
+        raced
+            .gate
+            .reshards
+            .load(std::sync::atomic::Ordering::SeqCst),
         2,
         "refused once (its rows moved), then landed"
     );
     assert_eq!(
         whole_available(&env, "rpm").await,
-        Tokens::new(1_000 - 100 - taken),
+        Tokens::new(1_000 - 100 - raced.taken),
         "every token the others took stays taken, none is made"
     );
-    drop((first, held));
 }
 
 /// A bucket whose definition pins or caps its rows: defining it spreads it, a reshard by
