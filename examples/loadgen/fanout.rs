@@ -29,6 +29,11 @@ pub(crate) const FLOOR: (&str, &str) = ("UpdateItem floor", "fan-floor");
 /// The slots of the `concurrent` bucket.
 pub(crate) const SLOTS: u64 = 64;
 const FLOOR_KEY: &str = "loadgen#fan-floor";
+/// How long a `fan-wait` caller waits for a grant at most.
+pub(crate) const WAIT_AT_MOST: Duration = Duration::from_secs(10);
+/// How late past its deadline a wait may return before it counts as over it: the time
+/// of one answer from the store.
+const WAIT_LATE_BY: Duration = Duration::from_millis(50);
 
 /// What one fan-out worker process measured.
 #[derive(Debug, Default)]
@@ -45,6 +50,12 @@ pub(crate) struct FanReport {
     /// Write units the store reported, in thousandths (all rows; DynamoDB Local reports one
     /// per write).
     pub(crate) write_milliunits: u64,
+    /// Calls the store sent.
+    pub(crate) calls: u64,
+    /// Waits that returned after their deadline (`fan-wait`).
+    pub(crate) over_deadline: u64,
+    /// Each wait, from the first ask to the grant (`fan-wait`), microseconds.
+    pub(crate) waits_us: Vec<u64>,
     pub(crate) latencies_us: Vec<u64>,
     /// Each grant: when it was heard (unix ms) and how long its acquire took (ms).
     pub(crate) granted_at: Vec<(i64, u64)>,
@@ -72,12 +83,15 @@ impl FanReport {
     pub(crate) fn line(&self) -> String {
         let errors: Vec<(String, u64)> = self.errors.iter().map(|(k, v)| (k.clone(), *v)).collect();
         format!(
-            "fan {} {} {} {} {} {} {} {} {}",
+            "fan {} {} {} {} {} {} {} {} {} {} {} {}",
             self.grants,
             self.tokens,
             self.late_tokens,
             self.retry_ins,
             self.write_milliunits,
+            self.calls,
+            self.over_deadline,
+            list(&self.waits_us, u64::to_string),
             list(&errors, |(k, v)| format!("{}={v}", k.replace(' ', "_"))),
             list(&self.latencies_us, u64::to_string),
             list(&self.granted_at, |(t, l)| format!("{t}:{l}")),
@@ -88,8 +102,13 @@ impl FanReport {
     pub(crate) fn parse(line: &str) -> Option<FanReport> {
         let mut f = line.strip_prefix("fan ")?.split(' ');
         let mut num = || f.next()?.parse::<u64>().ok();
-        let (grants, tokens, late_tokens, retry_ins, write_milliunits) =
-            (num()?, num()?, num()?, num()?, num()?);
+        let (grants, tokens, late_tokens, retry_ins, write_milliunits, calls, over_deadline) =
+            (num()?, num()?, num()?, num()?, num()?, num()?, num()?);
+        let waits_us = f
+            .next()?
+            .split(',')
+            .filter_map(|v| v.parse().ok())
+            .collect();
         let errors = f
             .next()?
             .split(',')
@@ -115,6 +134,9 @@ impl FanReport {
             retry_ins,
             errors,
             write_milliunits,
+            calls,
+            over_deadline,
+            waits_us,
             latencies_us,
             granted_at,
             held,
@@ -127,6 +149,9 @@ impl FanReport {
         self.late_tokens += other.late_tokens;
         self.retry_ins += other.retry_ins;
         self.write_milliunits += other.write_milliunits;
+        self.calls += other.calls;
+        self.over_deadline += other.over_deadline;
+        self.waits_us.extend(other.waits_us);
         for (k, v) in other.errors {
             *self.errors.entry(k).or_default() += v;
         }
@@ -136,10 +161,12 @@ impl FanReport {
     }
 
     pub(crate) fn percentile(&self, p: usize) -> Duration {
-        let mut l = self.latencies_us.clone();
-        l.sort_unstable();
-        l.get((l.len().saturating_sub(1)) * p / 100)
-            .map_or(Duration::ZERO, |us| Duration::from_micros(*us))
+        percentile(&self.latencies_us, p)
+    }
+
+    /// The `p`th percentile of the waits (`fan-wait`).
+    pub(crate) fn wait_percentile(&self, p: usize) -> Duration {
+        percentile(&self.waits_us, p)
     }
 
     /// The most slots held at once, by the intervals from grant to release.
@@ -175,6 +202,14 @@ impl FanReport {
         }
         worst
     }
+}
+
+/// The `p`th percentile of `micros`.
+fn percentile(micros: &[u64], p: usize) -> Duration {
+    let mut l = micros.to_vec();
+    l.sort_unstable();
+    l.get((l.len().saturating_sub(1)) * p / 100)
+        .map_or(Duration::ZERO, |us| Duration::from_micros(*us))
 }
 
 /// What a caller heard, as a kind for the table.
@@ -241,7 +276,20 @@ pub(crate) async fn child(args: Args, kind_of_run: String) {
                     Acquire::new(rpm.as_str())
                 };
                 let started = Instant::now();
-                match sluice.acquire(request).await {
+                let answer = if kind_of_run == "fan-wait" {
+                    let answer = sluice.acquire_within(request, WAIT_AT_MOST).await;
+                    let waited = started.elapsed();
+                    if waited > WAIT_AT_MOST + WAIT_LATE_BY {
+                        r.over_deadline += 1;
+                    }
+                    if answer.is_ok() {
+                        r.waits_us.push(waited.as_micros() as u64);
+                    }
+                    answer
+                } else {
+                    sluice.acquire(request).await
+                };
+                match answer {
                     Ok(lease) => {
                         let took = started.elapsed();
                         let granted = SystemClock.now().as_millis();
@@ -280,7 +328,9 @@ pub(crate) async fn child(args: Args, kind_of_run: String) {
     for t in tasks {
         total.merge(t.await.expect("task"));
     }
-    total.write_milliunits = store.stats().write_milliunits;
+    let stats = store.stats();
+    total.write_milliunits = stats.write_milliunits;
+    total.calls = stats.calls;
     println!("{}", total.line());
 }
 

@@ -19,6 +19,10 @@ pub(crate) struct Target {
     pub(crate) endpoint: Option<String>,
     /// The proxy's endpoint and its per-item write ceiling, when behind it.
     pub(crate) fidelity: Option<(String, f64)>,
+    /// How the workers start: all at once after a barrier, each told the proxy's ceiling
+    /// (the benchmark's world), or one after another as they are spawned, told nothing
+    /// (a fleet's).
+    pub(crate) fleet: bool,
 }
 
 /// One fan-out run: its shape and what it measured.
@@ -28,6 +32,8 @@ pub(crate) struct Run {
     pub(crate) started: UnixMillis,
     /// The proxy's counters over the run.
     pub(crate) stats: Option<Stats>,
+    /// Each worker process's grants, in the order they were spawned.
+    pub(crate) per_process: Vec<u64>,
 }
 
 /// Runs `kind` in `processes` workers of `callers` callers each holding `hold_ms`.
@@ -60,34 +66,42 @@ pub(crate) async fn run(
                 "--seconds",
                 &seconds.to_string(),
             ])
-            .args(["--hold-ms", &hold_ms.to_string()])
-            .args(["--start-ms", &started.as_millis().to_string()]);
+            .args(["--hold-ms", &hold_ms.to_string()]);
+        // A fleet has no start barrier: each process starts when it is spawned.
+        if !target.fleet {
+            cmd.args(["--start-ms", &started.as_millis().to_string()]);
+        }
         if let Some(e) = &target.endpoint {
             cmd.args(["--endpoint", e]);
         }
-        // Behind the proxy, the clients know its per-item ceiling, as they would know
-        // real DynamoDB's.
-        if let Some((_, ceiling)) = &target.fidelity {
+        // Behind the proxy, the benchmark's clients know its per-item ceiling; a fleet's
+        // are not told.
+        if let Some((_, ceiling)) = target.fidelity.as_ref().filter(|_| !target.fleet) {
             cmd.args(["--item-ceiling", &(*ceiling as u32).to_string()]);
         }
         if args.shard_pin > 0 {
             cmd.args(["--max-shards", "1"]);
         }
+        if args.log {
+            cmd.arg("--log");
+        }
         cmd.stdout(Stdio::piped()).spawn().expect("spawn a worker")
     };
     let children: Vec<_> = (0..processes).map(spawn).collect();
-    let report = tokio::task::spawn_blocking(move || {
+    let (report, per_process) = tokio::task::spawn_blocking(move || {
         let mut total = FanReport::default();
+        let mut per_process = Vec::new();
         for mut child in children {
             let out = BufReader::new(child.stdout.take().expect("stdout"));
             for line in out.lines() {
                 if let Some(r) = FanReport::parse(&line.expect("a worker's line")) {
+                    per_process.push(r.grants);
                     total.merge(r);
                 }
             }
             assert!(child.wait().expect("a worker").success(), "a worker failed");
         }
-        total
+        (total, per_process)
     })
     .await
     .expect("workers");
@@ -100,6 +114,7 @@ pub(crate) async fn run(
         seconds,
         started,
         stats,
+        per_process,
     }
 }
 

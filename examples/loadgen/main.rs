@@ -90,10 +90,11 @@ pub(crate) struct Args {
     /// Shapes to run at the limit.
     #[arg(long, default_value = "1x16,4x8", value_delimiter = ',')]
     pub(crate) limit_shapes: Vec<String>,
-    /// What to run: `throughput`, `limit`, `fanout`, comma-separated (all by default).
+    /// What to run: `throughput`, `limit`, `fanout`, `fleet`, `sharding`, comma-separated
+    /// (all by default).
     #[arg(
         long,
-        default_value = "throughput,limit,fanout,sharding",
+        default_value = "throughput,limit,fanout,fleet,sharding",
         value_delimiter = ','
     )]
     pub(crate) only: Vec<String>,
@@ -137,6 +138,9 @@ pub(crate) struct Args {
     /// store's own).
     #[arg(long, hide = true, default_value_t = 0)]
     pub(crate) item_ceiling: u32,
+    /// Log sluice's debug events to standard error (in worker processes too).
+    #[arg(long)]
+    pub(crate) log: bool,
     /// Internal: how long a fan-out caller holds each grant, milliseconds.
     #[arg(long, hide = true, default_value_t = 0)]
     pub(crate) hold_ms: u64,
@@ -144,6 +148,7 @@ pub(crate) struct Args {
 
 mod fanout;
 mod fanrun;
+mod fleet;
 mod report;
 mod sharding;
 mod worker;
@@ -158,6 +163,12 @@ use worker::{
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
+    if args.log {
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     if let Some(kind) = args.child.clone() {
         if kind.starts_with("fan-") {
             fanout::child(args, kind).await;
@@ -231,6 +242,9 @@ async fn main() {
     if runs("fanout") {
         fanout(&args, &sluice).await;
     }
+    if runs("fleet") {
+        fleet(&args, &sluice).await;
+    }
     if runs("sharding")
         && let Some(proxy) = &args.fidelity
     {
@@ -246,6 +260,7 @@ async fn fanout(args: &Args, sluice: &Sluice) {
         label: "plain DynamoDB Local".to_owned(),
         endpoint: args.endpoint.clone(),
         fidelity: None,
+        fleet: false,
     }];
     if let Some(proxy) = &args.fidelity {
         dynamodb_fidelity::set_ceilings(proxy, args.fidelity_ceiling, 3.0 * args.fidelity_ceiling)
@@ -258,11 +273,46 @@ async fn fanout(args: &Args, sluice: &Sluice) {
             ),
             endpoint: Some(proxy.clone()),
             fidelity: Some((proxy.clone(), args.fidelity_ceiling)),
+            fleet: false,
         });
     }
     for target in &targets {
         fanrun::ample(args, target, sluice).await;
         fanrun::at_limit(args, target, sluice).await;
+    }
+}
+
+/// The fleet-start tables (see `fleet.rs`): on plain DynamoDB Local, and behind the proxy
+/// at its ceiling and at half of it, the clients told neither.
+async fn fleet(args: &Args, sluice: &Sluice) {
+    fanout::create_floor(store(args).await.client(), &args.table).await;
+    let mut targets = vec![(
+        fanrun::Target {
+            label: "plain DynamoDB Local".to_owned(),
+            endpoint: args.endpoint.clone(),
+            fidelity: None,
+            fleet: true,
+        },
+        None,
+    )];
+    if let Some(proxy) = &args.fidelity {
+        for ceiling in [args.fidelity_ceiling, args.fidelity_ceiling / 2.0] {
+            let target = fanrun::Target {
+                label: format!("behind dynamodb-fidelity, {ceiling} write units/s per item"),
+                endpoint: Some(proxy.clone()),
+                fidelity: Some((proxy.clone(), ceiling)),
+                fleet: true,
+            };
+            targets.push((target, Some(ceiling)));
+        }
+    }
+    for (target, ceiling) in &targets {
+        if let (Some(proxy), Some(ceiling)) = (&args.fidelity, ceiling) {
+            dynamodb_fidelity::set_ceilings(proxy, *ceiling, 3.0 * ceiling)
+                .await
+                .expect("set the proxy's ceilings");
+        }
+        fleet::tables(args, target, sluice).await;
     }
 }
 

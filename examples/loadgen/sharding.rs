@@ -46,6 +46,7 @@ pub(crate) async fn run(args: &Args, sluice: &Sluice, proxy: &str) {
         ),
         endpoint: Some(proxy.to_owned()),
         fidelity: Some((proxy.to_owned(), args.shard_ceiling)),
+        fleet: false,
     };
     ample(args, sluice, &target).await;
     at_limit(args, sluice, &target).await;

@@ -36,6 +36,8 @@ use super::refusals;
 
 mod plan;
 mod record;
+#[cfg(test)]
+mod tests;
 
 use self::plan::{Plan, jobs_of};
 use self::record::{record_in_background, record_leases};
@@ -75,6 +77,12 @@ pub(super) struct Write<'a> {
     pub(super) fresh: bool,
     /// Whether the last attempt's condition failed (the row was not as remembered).
     lost: bool,
+    /// The refill timestamp of the row that beat the last attempt, when it was later than
+    /// that attempt's instant: another writer's fill, stamped after this one was computed,
+    /// landed first (see [`Write::instant`]).
+    beaten_at: Option<UnixMillis>,
+    /// The instant the attempt in flight was computed at.
+    at: UnixMillis,
 }
 
 /// Writes `acquires` and `releases`, all on one dimension, retrying until each is
@@ -103,6 +111,8 @@ pub(super) async fn write(
         looked_again: 0,
         fresh: false,
         lost: false,
+        beaten_at: None,
+        at: UnixMillis::new(0),
     };
     while let Next::Again = write.attempt().await {}
 }
@@ -119,7 +129,8 @@ impl Write<'_> {
         };
         let now = self.core.now();
         let acquires = std::mem::take(&mut self.acquires);
-        let mut plan = plan::plan(&row, acquires, &self.releases, now);
+        let (at, mut plan) = self.instant(&row, acquires, now);
+        self.at = at;
         if plan.granted.is_empty() && self.releases.is_empty() {
             // Nothing to write: only refusals.
             return self.refuse(&row, plan.refused, now).await;
@@ -127,18 +138,46 @@ impl Write<'_> {
         if plan.granted.iter().any(|(a, _)| a.alone) {
             plan.prefetched = super::prefetch::ride(self.core, &row, &mut plan.after, now);
         }
-        let Some(change) = plan::change(
-            &row,
-            &plan,
-            (now, self.core.now_micros()),
-            self.core.config.fold_after,
-        ) else {
+        let micros = if at < now {
+            at.as_millis().saturating_mul(1_000)
+        } else {
+            self.core.now_micros()
+        };
+        let Some(change) = plan::change(&row, &plan, (at, micros), self.core.config.fold_after)
+        else {
             // The remembered row cannot do what it was planned to (a rounding edge): decide
             // again from the store's row.
             self.acquires = jobs_of(plan.granted, plan.refused);
             return self.look_at_row().await;
         };
         self.commit(change, plan, now).await
+    }
+
+    /// The instant the attempt's change is computed at, and its plan. Usually `now`. After
+    /// a race lost to a fill stamped later than the lost attempt (another process's clock
+    /// read after this one's, its write landing first), the instant is that fill's refill
+    /// timestamp: the change is then a take on that row's level as it stands (its refill
+    /// timestamp or a later one, no refill counted), which commutes with every other take
+    /// and is accepted by later fills too, where a fill computed at a fresh `now` would be
+    /// stamped later and race the next fill again. A grant taken at that instant is taken
+    /// no earlier than the lost attempt's `now`, so no earlier than it would have been.
+    /// When anything would be refused at that instant, the plan is made at `now` instead,
+    /// so that a RetryIn stays exact.
+    fn instant(
+        &mut self,
+        row: &BucketState,
+        acquires: Vec<AcquireJob>,
+        now: UnixMillis,
+    ) -> (UnixMillis, Plan) {
+        if let Some(at) = self.beaten_at.take().filter(|at| *at < now) {
+            let plan = plan::plan(row, acquires, &self.releases, at);
+            if plan.refused.is_empty() {
+                return (at, plan);
+            }
+            let acquires = jobs_of(plan.granted, plan.refused);
+            return (now, plan::plan(row, acquires, &self.releases, now));
+        }
+        (now, plan::plan(row, acquires, &self.releases, now))
     }
 
     /// The row to write from: the remembered one, or read. Else what comes next: the write
@@ -247,6 +286,10 @@ impl Write<'_> {
                 tracing::debug!(dimension = %self.dimension, attempts = self.attempts, "the row was not as remembered: computing the write again from it");
                 crate::metrics::contention_retry(self.dimension.as_str());
                 self.lost = true;
+                self.beaten_at = current
+                    .as_ref()
+                    .map(|c| c.last_refill_at)
+                    .filter(|at| *at > self.at);
                 match current {
                     Some(current) => {
                         self.lane.memory().learn(*current, now);

@@ -1,0 +1,142 @@
+//! A lane write's retries after a lost race.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::Sluice;
+use crate::bucket::{Bucket, BucketState, Condition, TokensOp};
+use crate::clock::{ManualClock, UnixMillis};
+use crate::rate::RefillRate;
+use crate::shared::test_store::{Hooked, Hooks};
+use crate::store::{BucketChange, ChangeError, Store};
+use crate::tokens::Tokens;
+
+const RPM: &str = "vendor#rpm";
+
+/// Records every bucket change; the first one after [`Recorder::arm`] also moves `clock`
+/// to `to` (the time a lost race takes).
+#[derive(Debug, Default)]
+struct Recorder {
+    changes: Mutex<Vec<BucketChange>>,
+    armed: Mutex<Option<(ManualClock, UnixMillis)>>,
+}
+
+impl Recorder {
+    fn arm(&self, clock: &ManualClock, to: UnixMillis) {
+        *self.armed.lock().unwrap() = Some((clock.clone(), to));
+    }
+
+    fn changes(&self) -> Vec<BucketChange> {
+        self.changes.lock().unwrap().clone()
+    }
+}
+
+impl Hooks for Recorder {
+    fn change(&self, change: &BucketChange) -> Result<(), ChangeError> {
+        self.changes.lock().unwrap().push(change.clone());
+        if let Some((clock, to)) = self.armed.lock().unwrap().take() {
+            clock.set(to);
+        }
+        Ok(())
+    }
+}
+
+fn client(store: Arc<dyn Store>, clock: &ManualClock) -> Sluice {
+    Sluice::builder()
+        .store_arc(store)
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+fn at(ms: i64) -> UnixMillis {
+    UnixMillis::new(1_700_000_000_000 + ms)
+}
+
+/// 100 a second (one every 10 ms), holding 100: full again 10 ms after a take of one.
+fn bucket() -> Bucket {
+    Bucket::requests(RefillRate::per_second(100)).with_capacity(100)
+}
+
+/// `row` with its level set: `tokens` stored, refilled at `last`.
+fn with_level(row: &BucketState, tokens: i64, last: UnixMillis) -> BucketState {
+    let mut row = row.clone();
+    row.tokens = Tokens::new(tokens);
+    row.last_refill_at = last;
+    row
+}
+
+#[tokio::test]
+async fn a_race_lost_to_a_later_fill_is_retried_as_a_take_at_that_fill_not_as_another_fill() {
+    let store = Arc::new(Hooked::new(Recorder::default()));
+    let (mine, theirs) = (ManualClock::new(at(0)), ManualClock::new(at(0)));
+    let sluice = client(store.clone(), &mine);
+    let other = client(store.clone(), &theirs);
+    sluice.put_bucket(RPM, bucket()).await.unwrap();
+    // This client fills the full bucket at 0 and remembers that row.
+    sluice.acquire(RPM).await.unwrap().release().await.unwrap();
+    // Another process, its clock read later (110 ms), fills it first.
+    theirs.set(at(110));
+    other.acquire(RPM).await.unwrap().release().await.unwrap();
+    // This client's clock read 100 ms when it computed its fill; its write lands after the
+    // other's, and the answer comes back at 130 ms, when the bucket is full again.
+    mine.set(at(100));
+    store.hooks.arm(&mine, at(130));
+    let before = store.hooks.changes().len();
+    sluice.acquire(RPM).await.unwrap().release().await.unwrap();
+
+    let changes = store.hooks.changes();
+    assert_eq!(
+        changes.len() - before,
+        2,
+        "one lost race, then one write that applies"
+    );
+    let retry = &changes[before + 1].commute;
+    assert_eq!(retry.tokens, TokensOp::Add(Tokens::new(-1)));
+    assert_eq!(retry.refill, None, "a take moves no refill timestamp");
+    assert!(retry.when.contains(&Condition::RefilledSince(at(110))));
+    // The row keeps the other process's refill timestamp, with both of its takes.
+    let row = sluice.bucket(RPM).await.unwrap().unwrap();
+    assert_eq!(row.last_refill_at, at(110));
+    assert_eq!(row.tokens, Tokens::new(98));
+    // The take commutes: a later fill landing first would not make it fail, where a fill
+    // computed at 130 ms would have.
+    let later = with_level(&row, 99, at(125));
+    assert!(changes[before + 1].holds(&later));
+}
+
+#[tokio::test]
+async fn after_a_lost_race_a_request_the_later_fills_level_cannot_serve_is_decided_at_now() {
+    let store = Arc::new(Hooked::new(Recorder::default()));
+    let (mine, theirs) = (ManualClock::new(at(0)), ManualClock::new(at(0)));
+    let sluice = client(store.clone(), &mine);
+    let other = client(store.clone(), &theirs);
+    // Two a second, holding two.
+    let slow = Bucket::requests(RefillRate::per_second(2)).with_capacity(2);
+    sluice.put_bucket(RPM, slow).await.unwrap();
+    sluice.acquire(RPM).await.unwrap().release().await.unwrap();
+    // The bucket is full again by 500 ms; another process takes both at 1,100 ms.
+    theirs.set(at(1_100));
+    other.acquire(RPM).await.unwrap().release().await.unwrap();
+    other.acquire(RPM).await.unwrap().release().await.unwrap();
+    // This client computed a fill at 1,000 ms; its answer comes back at 1,700 ms, when one
+    // token has come back: granted, which the empty bucket at 1,100 ms could not do.
+    mine.set(at(1_000));
+    store.hooks.arm(&mine, at(1_700));
+    let before = store.hooks.changes().len();
+    sluice.acquire(RPM).await.unwrap().release().await.unwrap();
+    let retry = &store.hooks.changes()[before + 1..];
+    assert_eq!(retry.len(), 1, "granted by the write after the lost race");
+    // Counting the refill from 1,100 ms to 1,700 ms.
+    assert!(
+        retry[0]
+            .commute
+            .when
+            .contains(&Condition::RefilledAt(at(1_100)))
+    );
+    let row = sluice.bucket(RPM).await.unwrap().unwrap();
+    assert_eq!(row.available(at(1_700)), Tokens::from_nanos(200_000_000));
+    // Nothing is owed past what refilled: the next token is back at 2,100 ms.
+    let refused = sluice.acquire(RPM).await.unwrap_err();
+    assert_eq!(refused.retry_in(), Some(Duration::from_millis(400)));
+}
