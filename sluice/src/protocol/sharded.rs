@@ -142,18 +142,23 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
         return;
     };
     let sharding = &core.config.sharding;
-    let limit = sharding
+    let told = sharding
         .item_write_ceiling
         .or_else(|| core.store.item_write_ceiling());
     let now = core.now();
-    let (Some(limit), true) = (limit, refills) else {
+    if !refills {
         return;
-    };
+    }
     // Decided on a fresh measure only; the throttles since the last one count with it.
     let Some(per_row) = core.heat.observe(&row, version, shards, learned_at) else {
         return;
     };
-    let throttled = lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) > 0;
+    let throttles = lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed);
+    let throttled = throttles > 0;
+    // The ceiling told, or the one the store's throttles showed (see `Heat::ceiling`).
+    let Some(limit) = core.heat.ceiling(base, told, (per_row, throttles)) else {
+        return;
+    };
     let cool = core.heat.cool(base, n, Sharding::cool(per_row, limit));
     let hot = throttled && Sharding::throttled_hot(per_row, limit);
     let target = sharding.target(n, per_row, limit, hot, cool);
@@ -457,22 +462,4 @@ pub(super) fn wait_for(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_whole_bucket_sends_an_acquire_to_another_row_than_the_one_tried() {
-        let free = |t: &[i64]| t.iter().map(|t| Tokens::new(*t)).collect::<Vec<_>>();
-        let rows = free(&[5, 5, 0, 5]);
-        let mut seen = [0; 4];
-        for _ in 0..400 {
-            seen[serving(&rows, Tokens::new(2), 0).unwrap()] += 1;
-        }
-        // Never the row tried, nor one short; each of the others about as often.
-        assert_eq!((seen[0], seen[2]), (0, 0), "{seen:?}");
-        assert!(seen[1] > 100 && seen[3] > 100, "{seen:?}");
-        // The row tried when no other can serve; none when no row can.
-        assert_eq!(serving(&free(&[5, 1, 0]), Tokens::new(2), 0), Some(0));
-        assert_eq!(serving(&free(&[1, 1]), Tokens::new(2), 0), None);
-    }
-}
+mod tests;

@@ -30,6 +30,9 @@ pub(crate) struct Heat {
     /// Per bucket: when this client last read its first row to learn whether it was
     /// spread, its only row as this client knew it being throttled.
     looked: Mutex<HashMap<Dimension, UnixMillis>>,
+    /// Per bucket: the writes a second one of its rows took while the store throttled it,
+    /// the most a row took as the store says (see [`Heat::ceiling`]).
+    throttled_at: Mutex<HashMap<Dimension, u32>>,
 }
 
 impl Heat {
@@ -107,6 +110,30 @@ impl Heat {
         due
     }
 
+    /// The writes a second one row of `base`'s bucket takes at most: `told` (configured,
+    /// or the store's own), or less when the store said so. A row the store throttled
+    /// took what it could, so its measure then (`per_row` thousandths of a write a second,
+    /// over a window with `throttles` throttled writes; two at least, so that one
+    /// throttled burst teaches nothing) is its ceiling as the store enforces it: a spread
+    /// then needs no hint, at whatever ceiling the table has. The last such measure
+    /// stands, so a ceiling learned low is raised by a later one.
+    pub(crate) fn ceiling(
+        &self,
+        base: &Dimension,
+        told: Option<u32>,
+        (per_row, throttles): (u64, u32),
+    ) -> Option<u32> {
+        let mut learned = lock(&self.throttled_at);
+        if throttles >= 2 && per_row > 0 {
+            let rate = u32::try_from(per_row.div_ceil(1_000)).unwrap_or(u32::MAX);
+            learned.insert(base.clone(), rate);
+        }
+        match (told, learned.get(base).copied()) {
+            (Some(told), Some(learned)) => Some(told.min(learned)),
+            (told, learned) => told.or(learned),
+        }
+    }
+
     /// Ends this client's reshard of `base` at `now`.
     pub(crate) fn done(&self, base: &Dimension, now: UnixMillis) {
         lock(&self.moved).insert(base.clone(), (now, false));
@@ -173,5 +200,24 @@ mod tests {
             (heat.hot(&base, 16, true), heat.hot(&base, 16, true)),
             (1, 2)
         );
+    }
+
+    #[test]
+    fn a_rows_ceiling_is_what_it_took_while_throttled_unless_told_lower() {
+        let heat = Heat::default();
+        let base: Dimension = "openai#rpm".parse().unwrap();
+        // Nothing told, nothing throttled: no ceiling known.
+        assert_eq!(heat.ceiling(&base, None, (80_000, 0)), None);
+        // One throttled write in a window teaches nothing; two do.
+        assert_eq!(heat.ceiling(&base, None, (80_000, 1)), None);
+        assert_eq!(heat.ceiling(&base, None, (80_500, 2)), Some(81));
+        // Learned, it stays without throttles; a told ceiling below it wins.
+        assert_eq!(heat.ceiling(&base, Some(1_000), (10_000, 0)), Some(81));
+        assert_eq!(heat.ceiling(&base, Some(50), (10_000, 0)), Some(50));
+        // A later throttled measure replaces it, higher or lower.
+        assert_eq!(heat.ceiling(&base, Some(1_000), (400_000, 3)), Some(400));
+        // Other buckets learn their own.
+        let other: Dimension = "openai#tpm".parse().unwrap();
+        assert_eq!(heat.ceiling(&other, Some(1_000), (0, 0)), Some(1_000));
     }
 }

@@ -1,0 +1,96 @@
+//! The sharded path: which row serves, and when a bucket spreads itself.
+
+use super::*;
+
+#[test]
+fn the_whole_bucket_sends_an_acquire_to_another_row_than_the_one_tried() {
+    let free = |t: &[i64]| t.iter().map(|t| Tokens::new(*t)).collect::<Vec<_>>();
+    let rows = free(&[5, 5, 0, 5]);
+    let mut seen = [0; 4];
+    for _ in 0..400 {
+        seen[serving(&rows, Tokens::new(2), 0).unwrap()] += 1;
+    }
+    // Never the row tried, nor one short; each of the others about as often.
+    assert_eq!((seen[0], seen[2]), (0, 0), "{seen:?}");
+    assert!(seen[1] > 100 && seen[3] > 100, "{seen:?}");
+    // The row tried when no other can serve; none when no row can.
+    assert_eq!(serving(&free(&[5, 1, 0]), Tokens::new(2), 0), Some(0));
+    assert_eq!(serving(&free(&[1, 1]), Tokens::new(2), 0), None);
+}
+
+/// Throttles every write of the row `hot#rpm` past `per_second` in one second of `clock`,
+/// as a store with that per-item ceiling would, and tells nobody the ceiling.
+#[derive(Debug)]
+struct ItemCeiling {
+    clock: crate::clock::ManualClock,
+    per_second: u32,
+    /// The second, and the writes that landed in it.
+    landed: std::sync::Mutex<(i64, u32)>,
+}
+
+impl crate::shared::test_store::Hooks for ItemCeiling {
+    fn change(&self, change: &crate::store::BucketChange) -> Result<(), crate::store::ChangeError> {
+        if change.dimension.as_str() != "hot#rpm" {
+            return Ok(());
+        }
+        let second = self.clock.now().as_millis().div_euclid(1_000);
+        let mut landed = self.landed.lock().unwrap();
+        if landed.0 != second {
+            *landed = (second, 0);
+        }
+        if landed.1 >= self.per_second {
+            return Err(crate::store::StoreError::Throttled { source: None }.into());
+        }
+        landed.1 += 1;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_bucket_whose_row_the_store_throttles_spreads_with_no_ceiling_told() {
+    use crate::clock::ManualClock;
+    let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    let store = Arc::new(crate::shared::test_store::Hooked::new(ItemCeiling {
+        clock: clock.clone(),
+        per_second: 20,
+        landed: std::sync::Mutex::new((0, 0)),
+    }));
+    assert_eq!(
+        crate::store::Store::item_write_ceiling(store.as_ref()),
+        None,
+        "the store tells no ceiling"
+    );
+    let sluice = crate::Sluice::builder()
+        .store_arc(store)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert_eq!(sluice.config().sharding.item_write_ceiling, None);
+    let ample =
+        crate::Bucket::requests(crate::RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
+    sluice.put_bucket("hot#rpm", ample).await.unwrap();
+    // 100 acquires a second on a row that takes 20: the store throttles the rest.
+    let (mut granted, mut throttled) = (0u32, 0u32);
+    for _ in 0..400 {
+        match sluice.acquire("hot#rpm").await {
+            Ok(lease) => {
+                granted += 1;
+                drop(lease);
+            }
+            Err(Error::RetryIn(_)) => throttled += 1,
+            Err(e) => panic!("{e}"),
+        }
+        clock.advance(Duration::from_millis(10));
+    }
+    let row = sluice.bucket("hot#rpm").await.unwrap().unwrap();
+    assert!(row.shards >= 8, "spread over {} rows", row.shards);
+    assert!(
+        throttled > 0 && granted > 100,
+        "{granted} granted, {throttled} throttled"
+    );
+    // Spread, the bucket serves the whole demand: every acquire of the next second.
+    for _ in 0..100 {
+        drop(sluice.acquire("hot#rpm").await.unwrap());
+        clock.advance(Duration::from_millis(10));
+    }
+}
