@@ -33,6 +33,18 @@ pub async fn set_ceilings(endpoint: &str, write: f64, read: f64) -> Result<(), E
         .map(drop)
 }
 
+/// Sets the time the proxy at `endpoint` adds to every DynamoDB call
+/// (`POST /_fidelity/latency`).
+pub async fn set_latency(endpoint: &str, latency: crate::Latency) -> Result<(), Error> {
+    let micros = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let body =
+        serde_json::json!({ "base_us": micros(latency.base), "tail_us": micros(latency.tail) })
+            .to_string();
+    call(endpoint, Method::POST, "latency", Bytes::from(body))
+        .await
+        .map(drop)
+}
+
 fn failed(endpoint: &str, source: Box<dyn std::error::Error + Send + Sync>) -> Error {
     Error::Fetch {
         endpoint: endpoint.to_owned(),

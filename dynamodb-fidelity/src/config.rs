@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::bucket::Rate;
 use crate::error::Error;
+use crate::latency::Latency;
 use crate::ledger::Limits;
 
 /// Which throttling error the proxy answers with, as a table's capacity mode would.
@@ -40,11 +41,13 @@ pub struct Config {
     pub transaction_hold: Duration,
     /// The throttling error to answer with.
     pub throttle_as: ThrottleAs,
+    /// The time added to every DynamoDB call (none by default).
+    pub latency: Latency,
 }
 
 impl Default for Config {
     /// DynamoDB Local's usual port, any free loopback port, real DynamoDB's per-partition
-    /// ceilings, a second of burst, no hold, provisioned-mode errors.
+    /// ceilings, a second of burst, no hold, provisioned-mode errors, no added latency.
     fn default() -> Self {
         Config {
             upstream: "http://127.0.0.1:8000".to_owned(),
@@ -54,6 +57,7 @@ impl Default for Config {
             burst: Duration::from_secs(1),
             transaction_hold: Duration::ZERO,
             throttle_as: ThrottleAs::default(),
+            latency: Latency::default(),
         }
     }
 }

@@ -1,5 +1,8 @@
 //! The proxy's own endpoints, under a path DynamoDB's API (`POST /`) never uses:
-//! `GET /_fidelity/stats`, `POST /_fidelity/reset`, `POST /_fidelity/ceilings`.
+//! `GET /_fidelity/stats`, `POST /_fidelity/reset`, `POST /_fidelity/ceilings`,
+//! `POST /_fidelity/latency`.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -19,6 +22,13 @@ pub(crate) const PREFIX: &str = "/_fidelity/";
 struct Ceilings {
     write: f64,
     read: f64,
+}
+
+/// The body of `POST /_fidelity/latency`.
+#[derive(Debug, Deserialize)]
+struct Latency {
+    base_us: u64,
+    tail_us: u64,
 }
 
 pub(crate) fn answer(proxy: &Proxy, parts: &Parts, body: &Bytes) -> Response<Full<Bytes>> {
@@ -49,9 +59,24 @@ pub(crate) fn answer(proxy: &Proxy, parts: &Parts, body: &Bytes) -> Response<Ful
                 Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
             }
         }
-        (_, "stats" | "reset" | "ceilings") => error(
+        (&Method::POST, "latency") => match serde_json::from_slice::<Latency>(body) {
+            Ok(l) => {
+                proxy.set_latency(crate::Latency {
+                    base: Duration::from_micros(l.base_us),
+                    tail: Duration::from_micros(l.tail_us),
+                });
+                reply::json(StatusCode::OK, &json!({}))
+            }
+            Err(e) => error(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "expected {{\"base_us\": <microseconds>, \"tail_us\": <microseconds>}}: {e}"
+                ),
+            ),
+        },
+        (_, "stats" | "reset" | "ceilings" | "latency") => error(
             StatusCode::METHOD_NOT_ALLOWED,
-            "GET /_fidelity/stats, POST /_fidelity/reset, POST /_fidelity/ceilings",
+            "GET /_fidelity/stats, POST /_fidelity/reset, POST /_fidelity/ceilings, POST /_fidelity/latency",
         ),
         _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
     }

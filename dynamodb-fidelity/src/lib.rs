@@ -32,7 +32,9 @@
 //! Counters per item and in total are in [`Running::stats`], or over HTTP at
 //! `GET /_fidelity/stats` (read it with [`fetch_stats`]); `POST /_fidelity/reset` zeroes
 //! them ([`reset_stats`]) and `POST /_fidelity/ceilings` (`{"write": 1000, "read": 3000}`;
-//! [`set_ceilings`]) changes the ceilings. These paths never collide with DynamoDB's API, which is `POST /`.
+//! [`set_ceilings`]) changes the ceilings, `POST /_fidelity/latency` (`{"base_us": 3000,
+//! "tail_us": 2000}`; [`set_latency`]) the time added to every call ([`Latency`]: none by
+//! default). These paths never collide with DynamoDB's API, which is `POST /`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -75,6 +77,7 @@ mod control;
 mod crc;
 mod error;
 mod item;
+mod latency;
 mod ledger;
 mod locks;
 mod number;
@@ -94,9 +97,10 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use client::{fetch_stats, reset_stats, set_ceilings};
+pub use client::{fetch_stats, reset_stats, set_ceilings, set_latency};
 pub use config::{Config, ThrottleAs};
 pub use error::Error;
+pub use latency::Latency;
 pub use stats::{ItemStats, Stats};
 
 use proxy::Proxy;
@@ -170,6 +174,11 @@ impl Running {
     /// (buckets keep what they hold, up to the new burst).
     pub fn set_ceilings(&self, write: f64, read: f64) -> Result<(), Error> {
         self.proxy.set_ceilings(write, read)
+    }
+
+    /// Sets the time added to every DynamoDB call from now on (see [`Latency`]).
+    pub fn set_latency(&self, latency: Latency) {
+        self.proxy.set_latency(latency);
     }
 
     /// Stops it and waits until it no longer listens.

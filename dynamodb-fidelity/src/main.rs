@@ -36,6 +36,14 @@ struct Args {
     /// How long a transaction keeps holding its items after the upstream has answered it.
     #[arg(long, default_value_t = 0)]
     transaction_hold_ms: u64,
+    /// Milliseconds added to every DynamoDB call (half before forwarding it, half before
+    /// answering).
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// The mean, in milliseconds, of a random part added to every call besides (an
+    /// exponential draw: a tail).
+    #[arg(long, default_value_t = 0)]
+    latency_tail_ms: u64,
     /// The throttling error: a provisioned table's or an on-demand table's.
     #[arg(long, value_enum, default_value_t = Mode::Provisioned)]
     throttle_as: Mode,
@@ -92,6 +100,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         throttle_as: match args.throttle_as {
             Mode::Provisioned => ThrottleAs::ProvisionedThroughputExceeded,
             Mode::OnDemand => ThrottleAs::Throttling,
+        },
+        latency: dynamodb_fidelity::Latency {
+            base: Duration::from_millis(args.latency_ms),
+            tail: Duration::from_millis(args.latency_tail_ms),
         },
     })
     .await?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::config::{self, Config, ThrottleAs};
 use crate::error::Error;
+use crate::latency::Latency;
 use crate::ledger::Ledger;
 use crate::locks::Locks;
 use crate::schema::Schemas;
@@ -21,6 +22,7 @@ pub(crate) struct Proxy {
     pub(crate) transaction_hold: Duration,
     burst: Duration,
     ledger: Mutex<Ledger>,
+    latency: Mutex<Latency>,
 }
 
 impl Proxy {
@@ -35,12 +37,24 @@ impl Proxy {
             transaction_hold: config.transaction_hold,
             burst: config.burst,
             ledger: Mutex::new(Ledger::new(limits)),
+            latency: Mutex::new(config.latency),
         })
     }
 
     /// The accounts, locked (never across an await).
     pub(crate) fn ledger(&self) -> MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The time to add to one call, drawn now.
+    pub(crate) fn delay(&self) -> Duration {
+        let latency = *self.latency.lock().unwrap_or_else(|p| p.into_inner());
+        latency.draw(&mut rand::rng())
+    }
+
+    /// The time added to every call from now on.
+    pub(crate) fn set_latency(&self, latency: Latency) {
+        *self.latency.lock().unwrap_or_else(|p| p.into_inner()) = latency;
     }
 
     /// New per-item ceilings from now on, in units per second.

@@ -64,7 +64,19 @@ async fn route(proxy: Arc<Proxy>, request: Request<Incoming>) -> Response<Full<B
         return control::answer(&proxy, &parts, &body);
     }
     // A task of its own: once forwarded, a write is billed even if its client goes away.
-    match tokio::spawn(async move { ops::answer(&proxy, parts, body).await }).await {
+    // The added latency, half on the way there and half on the way back.
+    let answered = tokio::spawn(async move {
+        let delay = proxy.delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay / 2).await;
+        }
+        let response = ops::answer(&proxy, parts, body).await;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay - delay / 2).await;
+        }
+        response
+    });
+    match answered.await {
         Ok(response) => response,
         Err(error) => {
             tracing::error!(%error, "answering a request failed");

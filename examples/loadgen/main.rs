@@ -138,6 +138,9 @@ pub(crate) struct Args {
     /// store's own).
     #[arg(long, hide = true, default_value_t = 0)]
     pub(crate) item_ceiling: u32,
+    /// Milliseconds the proxy adds to every call in the last fleet-start run behind it.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) fleet_latency_ms: u64,
     /// Log sluice's debug events to standard error (in worker processes too).
     #[arg(long)]
     pub(crate) log: bool,
@@ -283,36 +286,58 @@ async fn fanout(args: &Args, sluice: &Sluice) {
 }
 
 /// The fleet-start tables (see `fleet.rs`): on plain DynamoDB Local, and behind the proxy
-/// at its ceiling and at half of it, the clients told neither.
+/// at its ceiling, at half of it, and at its ceiling with `--fleet-latency-ms` added to
+/// every call, the clients told none of it.
 async fn fleet(args: &Args, sluice: &Sluice) {
     fanout::create_floor(store(args).await.client(), &args.table).await;
-    let mut targets = vec![(
-        fanrun::Target {
-            label: "plain DynamoDB Local".to_owned(),
-            endpoint: args.endpoint.clone(),
-            fidelity: None,
-            fleet: true,
-        },
-        None,
-    )];
+    let plain = fanrun::Target {
+        label: "plain DynamoDB Local".to_owned(),
+        endpoint: args.endpoint.clone(),
+        fidelity: None,
+        fleet: true,
+    };
+    let mut targets = vec![(plain, None, Duration::ZERO)];
     if let Some(proxy) = &args.fidelity {
-        for ceiling in [args.fidelity_ceiling, args.fidelity_ceiling / 2.0] {
+        let latency = Duration::from_millis(args.fleet_latency_ms);
+        let full = args.fidelity_ceiling;
+        for (ceiling, latency) in [
+            (full, Duration::ZERO),
+            (full / 2.0, Duration::ZERO),
+            (full, latency),
+        ] {
+            let added = if latency.is_zero() {
+                String::new()
+            } else {
+                format!(", {} ms added to every call", latency.as_millis())
+            };
             let target = fanrun::Target {
-                label: format!("behind dynamodb-fidelity, {ceiling} write units/s per item"),
+                label: format!("behind dynamodb-fidelity, {ceiling} write units/s per item{added}"),
                 endpoint: Some(proxy.clone()),
                 fidelity: Some((proxy.clone(), ceiling)),
                 fleet: true,
             };
-            targets.push((target, Some(ceiling)));
+            targets.push((target, Some(ceiling), latency));
         }
     }
-    for (target, ceiling) in &targets {
+    for (target, ceiling, latency) in &targets {
         if let (Some(proxy), Some(ceiling)) = (&args.fidelity, ceiling) {
             dynamodb_fidelity::set_ceilings(proxy, *ceiling, 3.0 * ceiling)
                 .await
                 .expect("set the proxy's ceilings");
+            let latency = dynamodb_fidelity::Latency {
+                base: *latency,
+                tail: Duration::ZERO,
+            };
+            dynamodb_fidelity::set_latency(proxy, latency)
+                .await
+                .expect("set the proxy's latency");
         }
         fleet::tables(args, target, sluice).await;
+    }
+    if let Some(proxy) = &args.fidelity {
+        dynamodb_fidelity::set_latency(proxy, dynamodb_fidelity::Latency::default())
+            .await
+            .expect("set the proxy's latency");
     }
 }
 

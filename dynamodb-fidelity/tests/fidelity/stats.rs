@@ -1,5 +1,5 @@
 //! The counters over HTTP: `GET /_fidelity/stats`, `POST /_fidelity/reset`,
-//! `POST /_fidelity/ceilings`.
+//! `POST /_fidelity/ceilings`, `POST /_fidelity/latency`.
 
 use bytes::Bytes;
 use dynamodb_fidelity::{Config, fetch_stats};
@@ -148,6 +148,51 @@ async fn the_client_functions_reset_and_set_the_ceilings() {
         assert!(
             matches!(unreachable, Err(dynamodb_fidelity::Error::Endpoint(_))),
             "{unreachable:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_takes_at_least_the_latency_set_and_none_is_added_once_unset() {
+    use std::time::{Duration, Instant};
+    with_proxy(Config::default(), |h| async move {
+        h.put_sized("slow", 100).await;
+        let get = || async {
+            let started = Instant::now();
+            h.client
+                .get_item()
+                .table_name(&h.table)
+                .set_key(Some(key("slow")))
+                .send()
+                .await
+                .unwrap();
+            started.elapsed()
+        };
+        // Only a lower bound is checked: how much more a loaded machine adds is its own.
+        let base = Duration::from_millis(40);
+        dynamodb_fidelity::set_latency(
+            &h.proxy.endpoint(),
+            dynamodb_fidelity::Latency {
+                base,
+                tail: Duration::ZERO,
+            },
+        )
+        .await
+        .unwrap();
+        for _ in 0..3 {
+            assert!(get().await >= base);
+        }
+        h.proxy.set_latency(dynamodb_fidelity::Latency::default());
+        let quickest = futures::future::join_all((0..5).map(|_| get())).await;
+        assert!(quickest.iter().any(|d| *d < base), "{quickest:?}");
+        // A body that is not a latency is refused, and says what it expects.
+        let url = format!("{}/_fidelity/latency", h.proxy.endpoint());
+        let (status, json) = call(Method::POST, url, "{\"base\": 1}").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(
+            json["message"].as_str().unwrap().contains("base_us"),
+            "{json}"
         );
     })
     .await;
