@@ -131,6 +131,17 @@ pub(crate) fn items(stats: &Stats, table: &str, keys: &[&str]) -> ItemStats {
     sum
 }
 
+/// The sum of the counters of the rows of the buckets of `dimensions`: each one's own and,
+/// once it spread itself, its shards'.
+pub(crate) fn bucket_rows(stats: &Stats, table: &str, dimensions: &[&str]) -> ItemStats {
+    let rows: Vec<String> = dimensions
+        .iter()
+        .flat_map(|d| crate::sharding::keys(d))
+        .collect();
+    let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+    items(stats, table, &rows)
+}
+
 pub(crate) fn ratio(value: f64, of: f64) -> String {
     if of <= 0.0 {
         "-".to_owned()
@@ -273,16 +284,7 @@ fn row(
     let all = (rep.grants + rep.late_tokens).max(1) as f64;
     let (ceiling, item, all_rows) = match (&r.stats, &target.fidelity) {
         (Some(stats), Some((_, ceiling))) => {
-            // A bucket's rows: its own and, once it spread itself, its shards'.
-            let rows: Vec<String> = bucket_items
-                .iter()
-                .flat_map(|d| {
-                    std::iter::once((*d).to_owned())
-                        .chain((1..sluice::MAX_SHARDS).map(move |k| format!("{d}#{k}")))
-                })
-                .collect();
-            let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
-            let s = items(stats, table, &rows);
+            let s = bucket_rows(stats, table, bucket_items);
             (
                 ratio(per_second, *ceiling),
                 [

@@ -14,7 +14,7 @@ use sluice::{Bucket, Clock as _, RefillRate, Sluice, SystemClock};
 
 use crate::Args;
 use crate::fanout::{FLOOR, WAIT_AT_MOST, floor_key};
-use crate::fanrun::{Run, Target, errors, items, ratio, run};
+use crate::fanrun::{Run, Target, bucket_rows, errors, ratio, run};
 use crate::report::{latency, shape};
 
 /// The waiting shape's bucket: capacity 10 refilling 20 a second.
@@ -128,11 +128,7 @@ async fn ample(args: &Args, target: &Target, sluice: &Sluice) {
         let mut keys = vec![dimension];
         keys.extend(second);
         let (ceiling, wu, failed) = bucket_columns(&r, target, &keys, all, &args.table);
-        let calls = if kind == "fan-floor" {
-            "1.00".to_owned()
-        } else {
-            format!("{:.2}", r.report.calls as f64 / all)
-        };
+        let calls = format!("{:.2}", r.report.calls as f64 / all);
         println!(
             "| {name} | {writer} | {p}x{t}, {} ms | {} | {} | {wu} | {failed} | {calls} | {} | {} | {} |",
             args.fan_hold_ms,
@@ -157,15 +153,7 @@ fn bucket_columns(
     let (Some(stats), Some((_, ceiling))) = (&r.stats, &target.fidelity) else {
         return (0.0, "-".to_owned(), "-".to_owned());
     };
-    let rows: Vec<String> = dimensions
-        .iter()
-        .flat_map(|d| {
-            std::iter::once((*d).to_owned())
-                .chain((1..sluice::MAX_SHARDS).map(move |k| format!("{d}#{k}")))
-        })
-        .collect();
-    let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
-    let s = items(stats, table, &rows);
+    let s = bucket_rows(stats, table, dimensions);
     (
         *ceiling,
         format!("{:.2}", s.write_units as f64 / grants),

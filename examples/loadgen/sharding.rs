@@ -28,7 +28,7 @@ async fn rows_of(sluice: &Sluice, dimension: &str) -> Vec<BucketState> {
 }
 
 /// Every key a bucket of `dimension` may have rows under.
-fn keys(dimension: &str) -> Vec<String> {
+pub(crate) fn keys(dimension: &str) -> Vec<String> {
     std::iter::once(dimension.to_owned())
         .chain((1..sluice::MAX_SHARDS).map(|k| format!("{dimension}#{k}")))
         .collect()

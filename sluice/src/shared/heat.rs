@@ -32,7 +32,7 @@ pub(crate) struct Heat {
     looked: Mutex<HashMap<Dimension, UnixMillis>>,
     /// Per bucket: the writes a second one of its rows took while the store throttled it,
     /// the most a row took as the store says (see [`Heat::ceiling`]).
-    throttled_at: Mutex<HashMap<Dimension, u32>>,
+    learned_ceilings: Mutex<HashMap<Dimension, u32>>,
 }
 
 impl Heat {
@@ -123,7 +123,7 @@ impl Heat {
         told: Option<u32>,
         (per_row, throttles): (u64, u32),
     ) -> Option<u32> {
-        let mut learned = lock(&self.throttled_at);
+        let mut learned = lock(&self.learned_ceilings);
         if throttles >= 2 && per_row > 0 {
             let rate = u32::try_from(per_row.div_ceil(1_000)).unwrap_or(u32::MAX);
             learned.insert(base.clone(), rate);

@@ -25,6 +25,18 @@ pub(crate) trait Hooks: Send + Sync + std::fmt::Debug + 'static {
     }
 }
 
+/// A client of `store` reading `clock`.
+pub(crate) fn client(
+    store: std::sync::Arc<dyn Store>,
+    clock: &crate::clock::ManualClock,
+) -> crate::Sluice {
+    crate::Sluice::builder()
+        .store_arc(store)
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
 /// A [`MemoryStore`] whose calls go through `hooks` first.
 #[derive(Debug, Default)]
 pub(crate) struct Hooked<H> {

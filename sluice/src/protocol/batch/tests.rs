@@ -3,12 +3,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::Sluice;
 use crate::bucket::{Bucket, BucketState, Condition, TokensOp};
 use crate::clock::{ManualClock, UnixMillis};
 use crate::rate::RefillRate;
-use crate::shared::test_store::{Hooked, Hooks};
-use crate::store::{BucketChange, ChangeError, Store};
+use crate::shared::test_store::{Hooked, Hooks, client};
+use crate::store::{BucketChange, ChangeError};
 use crate::tokens::Tokens;
 
 const RPM: &str = "vendor#rpm";
@@ -39,14 +38,6 @@ impl Hooks for Recorder {
         }
         Ok(())
     }
-}
-
-fn client(store: Arc<dyn Store>, clock: &ManualClock) -> Sluice {
-    Sluice::builder()
-        .store_arc(store)
-        .clock(clock.clone())
-        .build()
-        .unwrap()
 }
 
 fn at(ms: i64) -> UnixMillis {

@@ -8,17 +8,9 @@ use crate::bucket::{Bucket, TokensOp};
 use crate::clock::ManualClock;
 use crate::dimension::Dimension;
 use crate::rate::RefillRate;
-use crate::shared::test_store::{Hooked, Hooks};
+use crate::shared::test_store::{Hooked, Hooks, client};
 use crate::store::{BucketChange, ChangeError, LeaseKey, MemoryStore, Store, StoreError};
 use crate::tokens::Tokens;
-
-fn client(store: Arc<dyn Store>, clock: &ManualClock) -> Sluice {
-    Sluice::builder()
-        .store_arc(store)
-        .clock(clock.clone())
-        .build()
-        .unwrap()
-}
 
 /// A manual clock at the tests' start.
 fn clock() -> ManualClock {
