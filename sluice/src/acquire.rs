@@ -132,6 +132,7 @@ impl Acquire {
                     explicit: cost.unwrap_or(Tokens::ZERO),
                     default_calls: u32::from(cost.is_none()),
                     priority: self.priority.clone(),
+                    queue: Duration::ZERO,
                 }),
             }
         }
@@ -155,6 +156,12 @@ pub(crate) struct Wanted {
     pub(crate) default_calls: u32,
     /// The acquire's priority (`None`: the highest).
     pub(crate) priority: Option<Priority>,
+    /// How long the caller waits for its turn (zero: it does not). A short bucket that
+    /// refills this request within it grants a reservation: the tokens are taken now, the
+    /// level going below the floor by at most what refills in that time (a debt the
+    /// refill repays in order), and the grant is ready once it is repaid (see
+    /// [`Grant::ready_at`](crate::grant::Grant::ready_at)).
+    pub(crate) queue: Duration,
 }
 
 impl Wanted {
@@ -172,13 +179,33 @@ impl Wanted {
         bucket.floor_for(self.priority.as_ref())
     }
 
-    /// Tries to take this dimension's cost from `row` at `now`, at its priority.
+    /// Tries to take this dimension's cost from `row` at `now`, at its priority: granted
+    /// when the bucket serves it now, or, for a caller that waits its turn
+    /// ([`queue`](Self::queue)), when refill serves it within that wait, counting every
+    /// reservation taken before it (the level then goes below the floor, see
+    /// [`allowance`](Self::allowance)).
     pub(crate) fn take_from(&self, row: &BucketState, now: UnixMillis) -> Take {
-        row.take_above(
-            self.cost(row.bucket.cost_per_call()),
-            self.floor(&row.bucket),
-            now,
-        )
+        let cost = self.cost(row.bucket.cost_per_call());
+        let take = row.take_above(cost, self.floor(&row.bucket), now);
+        match take {
+            Take::Short { wait: Some(wait) } if wait <= self.queue => Take::Granted {
+                level: crate::bucket::Level {
+                    tokens: row.refilled(now).tokens - cost,
+                    ..row.refilled(now)
+                },
+            },
+            take => take,
+        }
+    }
+
+    /// How far below its floor a take of this request may leave `row`'s bucket: what the
+    /// bucket refills within the caller's [`queue`](Self::queue) (zero for a caller that
+    /// does not wait, and for a bucket that does not refill), rounded down.
+    pub(crate) fn allowance(&self, row: &BucketState) -> Tokens {
+        if self.queue.is_zero() || row.bucket.effective_rate().per_milli().is_none() {
+            return Tokens::ZERO;
+        }
+        row.bucket.effective_rate().refill_over(self.queue)
     }
 
     /// The error for a cost `row` can never grant at this priority, if it is one.

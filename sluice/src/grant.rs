@@ -250,6 +250,11 @@ pub(crate) struct Grant {
     pub(crate) expires_at: UnixMillis,
     /// How many commits the acquire attempted (0: from prefetched tokens).
     pub(crate) attempts: u32,
+    /// When the grant may be used: `created_at`, or for a reservation (a caller that
+    /// waits its turn, see [`Wanted::queue`](crate::acquire::Wanted::queue)) when the
+    /// refill has repaid the reservations before it and its own. Its tokens are taken,
+    /// and its caller waits until then; one that gives up before gives them back.
+    pub(crate) ready_at: UnixMillis,
 }
 
 impl Grant {
@@ -266,7 +271,14 @@ impl Grant {
             created_at,
             expires_at,
             attempts,
+            ready_at: created_at,
         }
+    }
+
+    /// This grant, ready at `ready_at` (a reservation's turn) if that is later.
+    pub(crate) fn ready_at(mut self, ready_at: UnixMillis) -> Grant {
+        self.ready_at = self.ready_at.max(ready_at);
+        self
     }
 }
 

@@ -34,16 +34,36 @@ pub struct Lease {
     /// Adjustments whose write lost its answer: the next adjustment of the same dimension
     /// learns first what became of them, so a caller's retry never applies one twice.
     unsettled: Vec<adjust::Unsettled>,
+    /// Whether it is a reservation whose turn has not come (see [`Lease::turn`]): dropped
+    /// so, it was never used and all of it is given back.
+    waiting: bool,
 }
 
 impl Lease {
     /// The lease of `grant`, from now on released when dropped.
     pub(crate) fn new(core: Arc<Core>, grant: Grant) -> Lease {
         Lease {
+            waiting: grant.ready_at > grant.created_at,
             core,
             grant,
             unsettled: Vec::new(),
         }
+    }
+
+    /// Waits until the lease may be used: at once, or for a reservation (a caller that
+    /// waits its turn) until the refill has repaid it. Dropped before then, the lease
+    /// gives all it took back.
+    pub(crate) async fn turn(mut self) -> Lease {
+        let wait = self.grant.ready_at.saturating_since(self.core.now());
+        if !wait.is_zero() {
+            tracing::debug!(
+                wait_ms = wait.as_millis() as u64,
+                "waiting for this caller's turn"
+            );
+            tokio::time::sleep(wait).await;
+        }
+        self.waiting = false;
+        self
     }
 
     /// The lease's id.
@@ -289,6 +309,13 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        if self.waiting && !self.grant.parts.is_empty() {
+            // Dropped while waiting its turn: never used, so all of it is given back.
+            tracing::debug!(lease = %self.grant.id, "a reservation dropped before its turn; giving it back");
+            let parts = std::mem::take(&mut self.grant.parts);
+            crate::protocol::ending::give_back_in_background(&self.core, parts);
+            return;
+        }
         let parts = self.take_rows();
         if parts.is_empty() {
             return;

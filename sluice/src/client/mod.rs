@@ -5,13 +5,12 @@ mod admin;
 mod builder;
 mod global;
 mod schedules;
+mod wait;
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-
-use rand::RngExt as _;
 
 pub use builder::SluiceBuilder;
 
@@ -25,9 +24,6 @@ use crate::protocol;
 use crate::protocol::peek::Peek;
 use crate::shared::Core;
 use crate::store::{MemoryStore, Store};
-
-/// The shortest wait of a waiting caller (a RetryIn is at least a millisecond).
-const MIN_NAP: Duration = Duration::from_millis(1);
 
 /// A client of the shared buckets: hands out leases or an exact [`Error::RetryIn`].
 ///
@@ -125,7 +121,8 @@ impl Sluice {
     /// [`Error::RetryIn`]. An acquire dropped by its caller is never granted, or its grant
     /// is given back at once.
     pub async fn acquire(&self, request: impl Into<Acquire>) -> Result<Lease, Error> {
-        self.acquire_after(&request.into(), None).await
+        self.acquire_after(&request.into(), None, Duration::ZERO)
+            .await
     }
 
     /// Whether `request` would be granted now, or its exact RetryIn, without taking
@@ -179,11 +176,13 @@ impl Sluice {
     }
 
     /// An acquire that, with `fresh_after`, takes a denial only from a row learned since
-    /// then (a waiting caller's retry: its wait began at that time).
+    /// then (a waiting caller's retry: its wait began at that time), and that waits its
+    /// turn for up to `queue` on the fast path (see [`Wanted::queue`]).
     pub(crate) async fn acquire_after(
         &self,
         request: &Acquire,
         fresh_after: Option<UnixMillis>,
+        queue: Duration,
     ) -> Result<Lease, Error> {
         let wanted = self.prioritized(request)?;
         let priority = wanted.first().and_then(|w| w.priority.clone());
@@ -205,6 +204,7 @@ impl Sluice {
                 protocol::acquire(&self.core, path, ttl, fresh_after, &span).await
             }
             Ok(false) => {
+                let wanted = wanted.into_iter().map(|w| Wanted { queue, ..w }).collect();
                 self.enforcing(request, wanted, ttl, fresh_after, &span)
                     .await
             }
@@ -327,72 +327,6 @@ impl Sluice {
             .acquire_within(request.into().ttl(timeout), max_wait)
             .await?;
         lease.run(timeout, body()).await
-    }
-
-    /// Like [`acquire`](Self::acquire), but on [`Error::RetryIn`] sleeps the exact delay
-    /// and asks again, as long as the total time slept stays within `max_wait`. The last
-    /// RetryIn is returned when the next wait would go past the bound.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use sluice::{Bucket, RefillRate, Sluice};
-    ///
-    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
-    /// let sluice = Sluice::builder().clock(sluice::TokioClock::starting_at(sluice::UnixMillis::from_secs(1_700_000_000))).build()?;
-    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_second(10)).with_capacity(1)).await?;
-    /// sluice.acquire("openai#rpm").await?.release().await?;
-    /// // The next token is 100 ms away: waiting up to a second gets it.
-    /// let lease = sluice.acquire_within("openai#rpm", Duration::from_secs(1)).await?;
-    /// # lease.release().await?;
-    /// # Ok::<(), sluice::Error>(()) }).unwrap();
-    /// ```
-    pub async fn acquire_within(
-        &self,
-        request: impl Into<Acquire>,
-        max_wait: Duration,
-    ) -> Result<Lease, Error> {
-        let request = request.into();
-        let mut waited = Duration::ZERO;
-        let mut fresh_after = None;
-        loop {
-            match self.acquire_after(&request, fresh_after).await {
-                // Every wait is at least a millisecond: no time left for one.
-                Err(Error::RetryIn(delay)) if waited + MIN_NAP > max_wait => {
-                    return Err(Error::RetryIn(delay));
-                }
-                Err(Error::RetryIn(delay)) => {
-                    // A slot may come back before its RetryIn (released elsewhere): look
-                    // again after at most a jittered poll interval.
-                    let slots = request
-                        .resolve()?
-                        .iter()
-                        .any(|w| self.core.lanes.holds_slots(&w.dimension));
-                    let nap = if slots {
-                        delay.min(self.poll_nap())
-                    } else {
-                        delay
-                    };
-                    if waited + nap > max_wait {
-                        return Err(Error::RetryIn(delay));
-                    }
-                    tracing::debug!(delay_ms = nap.as_millis() as u64, "waiting for capacity");
-                    // What the store says after the wait, not what was remembered before it.
-                    fresh_after = Some(self.now());
-                    tokio::time::sleep(nap).await;
-                    waited += nap;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// A wait of half to all of the slot poll interval, drawn at random so that waiting
-    /// processes do not look at the store all at once.
-    fn poll_nap(&self) -> Duration {
-        let poll = self.core.config.slot_poll;
-        let half = poll / 2;
-        let jitter = rand::rng().random_range(0..=(poll - half).as_micros() as u64);
-        (half + Duration::from_micros(jitter)).max(MIN_NAP)
     }
 
     /// Like [`try_slot`](Self::try_slot), waiting up to `max_wait` for capacity first (see

@@ -71,12 +71,24 @@ pub(crate) enum Path {
 impl Path {
     /// The path of `wanted` on `core`'s protocol (shadow mode is decided before: see
     /// [`look_before`]).
+    /// Only the fast path queues a waiting caller (see [`Wanted::queue`]): the seed's
+    /// protocol grants now or refuses.
     pub(crate) fn of(core: &Core, wanted: Vec<Wanted>) -> Path {
         match (core.config.protocol, <[Wanted; 1]>::try_from(wanted)) {
             (Protocol::Fast, Ok([one])) => Path::Fast(one),
             (Protocol::Fast, Err(many)) => Path::Multi(many),
-            (_, Ok(one)) => Path::Seed(one.into()),
-            (_, Err(many)) => Path::Seed(many),
+            (_, Ok([one])) => Path::Seed(vec![Wanted {
+                queue: Duration::ZERO,
+                ..one
+            }]),
+            (_, Err(many)) => Path::Seed(
+                many.into_iter()
+                    .map(|w| Wanted {
+                        queue: Duration::ZERO,
+                        ..w
+                    })
+                    .collect(),
+            ),
         }
     }
 }

@@ -54,6 +54,7 @@ struct Taken {
     attempts: u32,
     created_at: UnixMillis,
     expires_at: UnixMillis,
+    ready_at: UnixMillis,
 }
 
 /// Parts taken for a request not yet granted whole: given back if it never is, also when
@@ -129,8 +130,11 @@ pub(crate) async fn acquire(
         return Err(refused(core, &wanted, &[], now, wait, fresh_after));
     }
     let expires_by = now.saturating_add(ttl);
+    // A caller waiting its turn may wait it on any dimension: each part's lease row
+    // outlives the longest wait (the grant itself expires its TTL after it is ready).
+    let queue = wanted.iter().map(|w| w.queue).max().unwrap_or_default();
     let terms = Terms {
-        ttl,
+        ttl: ttl.saturating_add(queue),
         fresh_after,
         expires_by,
     };
@@ -156,7 +160,7 @@ pub(crate) async fn acquire(
     if let Some(error) = takes.refusal.take() {
         return Err(refuse(core, &wanted, takes, &took, error, terms).await);
     }
-    Ok(granted(&wanted, takes.taken, now, expires_by))
+    Ok(granted(&wanted, takes.taken, now, ttl))
 }
 
 /// While the dimensions not taken were refused by back-pressure on their rows (no bucket
@@ -276,21 +280,17 @@ async fn refuse(
     }
 }
 
-/// The grant of a request every dimension of which was taken.
-fn granted(
-    wanted: &[Wanted],
-    taken: Vec<Option<Taken>>,
-    now: UnixMillis,
-    expires_by: UnixMillis,
-) -> Grant {
+/// The grant of a request every dimension of which was taken: ready when its last part
+/// is, expiring its `ttl` after that (or with its first part).
+fn granted(wanted: &[Wanted], taken: Vec<Option<Taken>>, now: UnixMillis, ttl: Duration) -> Grant {
     let taken: Vec<Taken> = taken.into_iter().flatten().collect();
     let attempts = taken.iter().map(|t| t.attempts).sum();
     let created_at = taken.iter().map(|t| t.created_at).max().unwrap_or(now);
+    let ready_at = taken.iter().map(|t| t.ready_at).max().unwrap_or(created_at);
     let expires_at = taken
         .iter()
         .map(|t| t.expires_at)
-        .min()
-        .unwrap_or(expires_by);
+        .fold(ready_at.saturating_add(ttl), UnixMillis::min);
     // The parts in the order the request named them.
     let mut parts: Vec<LeasePart> = taken
         .into_iter()
@@ -301,7 +301,7 @@ fn granted(
             .iter()
             .position(|w| w.dimension == p.dimension.base())
     });
-    Grant::new(parts, created_at, expires_at, attempts)
+    Grant::new(parts, created_at, expires_at, attempts).ready_at(ready_at)
 }
 
 /// One dimension of a several-dimension acquire, held (given back if dropped) from the
@@ -312,6 +312,7 @@ async fn take_one(core: &Arc<Core>, wanted: &Wanted, terms: Terms) -> Result<Tak
         attempts: grant.attempts,
         created_at: grant.created_at,
         expires_at: grant.expires_at,
+        ready_at: grant.ready_at,
         holding: Holding {
             core: core.clone(),
             parts: grant.parts,

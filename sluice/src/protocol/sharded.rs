@@ -249,6 +249,9 @@ async fn whole(
             explicit: cost,
             default_calls: 0,
             priority: wanted.priority.clone(),
+            // The whole bucket's answer is a grant or a refusal; a reservation waits its
+            // turn on one row.
+            queue: Duration::ZERO,
         };
         let answer = if let Some(k) = serving(&free, cost, tried) {
             fast::acquire(core, on(k, cost), ttl, None, false).await

@@ -16,6 +16,9 @@ pub(crate) trait Hooks: Send + Sync + std::fmt::Debug + 'static {
         Ok(())
     }
 
+    /// Before a bucket change is sent to the memory store: a slow store's answer.
+    async fn hold_change(&self) {}
+
     /// Before a lease row is ended.
     fn end_lease(&self, _key: &LeaseKey) {}
 
@@ -73,6 +76,7 @@ macro_rules! hooked_store {
 hooked_store!({
     async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
         self.hooks.change(&change)?;
+        self.hooks.hold_change().await;
         self.inner.change(change).await
     }
     async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {

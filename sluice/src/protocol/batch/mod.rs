@@ -377,7 +377,9 @@ impl Write<'_> {
         if !plan.granted.is_empty() {
             crate::metrics::batch(plan.granted.len());
         }
-        let (records, issued) = plan::leases(&self.core.config, &written, &plan.granted, now);
+        let ready = plan::ready(&written, &plan.granted, now);
+        let (records, issued) =
+            plan::leases(&self.core.config, &written, &plan.granted, (now, &ready));
         let restores = written.bucket.limit_type().restores_on_release();
         let parts: Vec<(AcquireJob, LeasePart, UnixMillis)> = plan
             .granted
@@ -403,10 +405,11 @@ impl Write<'_> {
                 Err(e) => self.unrecorded(parts, restores, e).await,
             }
         } else {
-            record_in_background(self.core, records, parts, now)
+            let first = ready.iter().copied().min().unwrap_or(now);
+            record_in_background(self.core, records, parts, (now, first))
         };
-        for (a, part, expires_at) in parts {
-            let grant = Grant::new(vec![part], now, expires_at, self.attempts);
+        for ((a, part, expires_at), ready) in parts.into_iter().zip(ready) {
+            let grant = Grant::new(vec![part], now, expires_at, self.attempts).ready_at(ready);
             if let Err(Ok(grant)) = a.reply.send(Ok(grant)) {
                 // The caller went away while the write was in flight.
                 give_back_in_background(self.core, grant.parts);

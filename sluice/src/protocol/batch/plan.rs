@@ -81,20 +81,46 @@ pub(super) fn change(
     commute(row, &want, now, fold_after).map(|c| BucketChange::of(row, c))
 }
 
+/// When each grant of a write that left `written` is ready, in order: at `now`, or for a
+/// reservation once the refill has brought the level back to the grant's floor, the level
+/// as this write left it with the batch's later grants counted back (the reservations of
+/// other writes that landed before this one are counted: they are ahead in the queue).
+pub(super) fn ready(
+    written: &BucketState,
+    granted: &[(AcquireJob, Tokens)],
+    now: UnixMillis,
+) -> Vec<UnixMillis> {
+    let mut later = Tokens::ZERO;
+    let mut ready = vec![now; granted.len()];
+    for (i, (a, cost)) in granted.iter().enumerate().rev() {
+        if !a.wanted.queue.is_zero() {
+            let mut before = written.clone();
+            before.tokens = before.tokens.saturating_add(later + *cost);
+            let floor = a.wanted.floor(&written.bucket);
+            if let Take::Short { wait: Some(wait) } = before.take_above(*cost, floor, now) {
+                ready[i] = now.saturating_add(wait);
+            }
+        }
+        later += *cost;
+    }
+    ready
+}
+
 /// The lease rows of the grants of a write that applied to `row` (none for a lean bucket),
-/// and for each grant its lease's key, expiry and where it is kept.
+/// each expiring its TTL after it is `ready`, and for each grant its lease's key, expiry
+/// and where it is kept.
 pub(super) fn leases(
     config: &Config,
     row: &BucketState,
     granted: &[(AcquireJob, Tokens)],
-    now: UnixMillis,
+    (now, ready): (UnixMillis, &[UnixMillis]),
 ) -> (Vec<LeaseRecord>, Vec<(LeaseKey, UnixMillis, Kept)>) {
     let lean = !row.bucket.keeps_leases();
     let mut records = Vec::with_capacity(if lean { 0 } else { granted.len() });
     let mut issued = Vec::with_capacity(granted.len());
-    for (a, cost) in granted {
+    for ((a, cost), ready) in granted.iter().zip(ready) {
         let key = LeaseKey::new(&row.dimension, &new_unique());
-        let expires_at = now.saturating_add(a.ttl);
+        let expires_at = ready.saturating_add(a.ttl);
         if lean {
             issued.push((key, expires_at, Kept::Nowhere));
             continue;
@@ -138,14 +164,18 @@ fn take_in_order(
     }
     let mut granted = Vec::with_capacity(acquires.len());
     let mut refused = Vec::new();
-    let (mut taken, mut need) = (Tokens::ZERO, Tokens::ZERO);
+    // The strictest of the grants' needs (only reservations need less than nothing).
+    let (mut taken, mut need) = (Tokens::ZERO, -Tokens::MAX);
     for a in acquires {
         let cost = a.wanted.cost(row.bucket.cost_per_call());
         match a.wanted.take_from(&after, now) {
             Take::Granted { level } => {
                 after.set_level(level);
                 taken += cost;
-                need = need.max(taken + a.wanted.floor(&row.bucket));
+                // A reservation (a caller waiting its turn) may leave the bucket below
+                // its floor by what refills within its wait.
+                let floor = a.wanted.floor(&row.bucket) - a.wanted.allowance(row);
+                need = need.max(taken + floor);
                 granted.push((a, cost));
             }
             _ => refused.push(a),

@@ -34,20 +34,23 @@ pub(super) async fn record_leases(core: &Core, records: &[LeaseRecord]) -> Resul
 /// (at most half their time to live): such a row is only the reconciler's record, should
 /// its holder die, so a lease released sooner never gets one and its grant costs one write
 /// in all. A holder that dies before its row is written is refunded nothing (the quota it
-/// took stays used). Ending or changing a part asks its recording first.
+/// took stays used). Held is counted from `ready`, the first of the grants' turns (a
+/// reservation waiting its turn is not held yet). Ending or changing a part asks its
+/// recording first.
 pub(super) fn record_in_background<T>(
     core: &Arc<Core>,
     records: Vec<LeaseRecord>,
     mut parts: Vec<(T, LeasePart, UnixMillis)>,
-    now: UnixMillis,
+    (now, ready): (UnixMillis, UnixMillis),
 ) -> Vec<(T, LeasePart, UnixMillis)> {
     if records.is_empty() {
         return parts;
     }
     let after = parts
         .iter()
-        .map(|(_, _, expires_at)| expires_at.saturating_since(now) / 2)
-        .fold(core.config.lease_record_after, Duration::min);
+        .map(|(_, _, expires_at)| expires_at.saturating_since(ready) / 2)
+        .fold(core.config.lease_record_after, Duration::min)
+        + ready.saturating_since(now);
     let keys: Vec<LeaseKey> = records.iter().map(|r| r.key.clone()).collect();
     let (recordings, flush) = Recording::batch(records);
     for (_, part, _) in &mut parts {

@@ -52,7 +52,11 @@ async fn a_waiting_callers_pair_takes_no_other_dimensions_window_from_before_its
     // is from before the wait and must not lengthen the answer to 10 s.
     let waited_from = sluice.now();
     let answer = sluice
-        .acquire_after(&Acquire::new("pair#a").and("pair#b"), Some(waited_from))
+        .acquire_after(
+            &Acquire::new("pair#a").and("pair#b"),
+            Some(waited_from),
+            Duration::ZERO,
+        )
         .await
         .unwrap_err();
     assert_eq!(answer.retry_in(), Some(Duration::from_millis(999)));

@@ -1,0 +1,120 @@
+//! Waiting for capacity within a deadline: a caller that waits takes its turn in the
+//! bucket's queue with one write, rather than coming back when everyone else does.
+
+use std::time::Duration;
+
+use rand::RngExt as _;
+use tokio::time::Instant;
+
+use super::Sluice;
+use crate::acquire::Acquire;
+use crate::error::Error;
+use crate::lease::Lease;
+
+/// The shortest wait of a waiting caller (a RetryIn is at least a millisecond); also
+/// what a reservation's turn keeps clear of the deadline, for the rounding of clocks.
+const MIN_NAP: Duration = Duration::from_millis(1);
+
+impl Sluice {
+    /// Like [`acquire`](Self::acquire), but waits up to `max_wait` for capacity: a
+    /// deadline, counted from the call, that the store's answers count against too. It
+    /// returns a lease, or an error by then: the [`Error::RetryIn`] of a bucket that
+    /// cannot serve the request within the time left, or [`Error::Timeout`] when the store
+    /// has not answered by the deadline (the acquire in flight is then dropped: never
+    /// granted, or given back). A `max_wait` of zero is one [`acquire`](Self::acquire).
+    ///
+    /// Waiting is a queue, not a race, across every process sharing the bucket: on the
+    /// fast path, a bucket that refills the request within the time left grants it at once
+    /// as a reservation (its tokens taken in the same conditional write, the level going
+    /// into a debt the refill repays, in the order the reservations landed), and this call
+    /// returns when the refill has repaid it: one write per grant, in about the order the
+    /// callers asked. A caller that gives up before its turn (this future dropped) gives
+    /// the reservation back. Buckets that do not refill (`concurrent`) and the seed's
+    /// protocol ([`Protocol::Seed`](crate::Protocol::Seed)) are asked again after each
+    /// exact RetryIn instead (a `concurrent` slot at most a jittered
+    /// [`slot_poll`](crate::Config::slot_poll) later, as one may come back before then).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, RefillRate, Sluice};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+    /// let sluice = Sluice::builder().clock(sluice::TokioClock::starting_at(sluice::UnixMillis::from_secs(1_700_000_000))).build()?;
+    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_second(10)).with_capacity(1)).await?;
+    /// sluice.acquire("openai#rpm").await?.release().await?;
+    /// // The next token is 100 ms away: waiting up to a second gets it.
+    /// let lease = sluice.acquire_within("openai#rpm", Duration::from_secs(1)).await?;
+    /// # lease.release().await?;
+    /// // The one after is 100 ms further: 50 ms is too short a wait.
+    /// let refused = sluice.acquire_within("openai#rpm", Duration::from_millis(50)).await;
+    /// assert!(matches!(refused, Err(sluice::Error::RetryIn(_))));
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn acquire_within(
+        &self,
+        request: impl Into<Acquire>,
+        max_wait: Duration,
+    ) -> Result<Lease, Error> {
+        let request = request.into();
+        // `None`: a wait too long to count, as good as no deadline.
+        let deadline = Instant::now().checked_add(max_wait);
+        let left = || {
+            deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            })
+        };
+        let mut fresh_after = None;
+        loop {
+            // The turn must come by the deadline, clear of it by a millisecond.
+            let queue = left().saturating_sub(MIN_NAP);
+            let attempt = self.acquire_after(&request, fresh_after, queue);
+            let answer = match deadline.filter(|_| !max_wait.is_zero()) {
+                Some(deadline) => tokio::time::timeout_at(deadline, attempt)
+                    .await
+                    .unwrap_or(Err(Error::Timeout(max_wait))),
+                None => attempt.await,
+            };
+            match answer {
+                Ok(lease) => return Ok(lease.turn().await),
+                Err(Error::RetryIn(delay)) => {
+                    let nap = self.nap(&request, delay)?;
+                    if nap > left() {
+                        return Err(Error::RetryIn(delay));
+                    }
+                    tracing::debug!(delay_ms = nap.as_millis() as u64, "waiting for capacity");
+                    // What the store says after the wait, not what was remembered before it.
+                    fresh_after = Some(self.now());
+                    tokio::time::sleep(nap).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// How long a caller refused for `delay` waits before asking again: the delay, but a
+    /// slot may come back before its RetryIn (released elsewhere), so on a `concurrent`
+    /// bucket at most a jittered poll interval.
+    fn nap(&self, request: &Acquire, delay: Duration) -> Result<Duration, Error> {
+        let slots = request
+            .resolve()?
+            .iter()
+            .any(|w| self.core.lanes.holds_slots(&w.dimension));
+        Ok(if slots {
+            delay.min(self.poll_nap())
+        } else {
+            delay.max(MIN_NAP)
+        })
+    }
+
+    /// A wait of half to all of the slot poll interval, drawn at random so that waiting
+    /// processes do not look at the store all at once.
+    fn poll_nap(&self) -> Duration {
+        let poll = self.core.config.slot_poll;
+        let half = poll / 2;
+        let jitter = rand::rng().random_range(0..=(poll - half).as_micros() as u64);
+        (half + Duration::from_micros(jitter)).max(MIN_NAP)
+    }
+}
+
+#[cfg(test)]
+mod tests;

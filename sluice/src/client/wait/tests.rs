@@ -1,0 +1,139 @@
+//! Waiting callers queue: their turns in order, one write each, the deadline kept, and a
+//! reservation given back by a caller that gives up.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::bucket::Bucket;
+use crate::clock::{TokioClock, UnixMillis};
+use crate::error::Error;
+use crate::rate::RefillRate;
+use crate::shared::test_store::{Hooked, Hooks};
+use crate::store::{BucketChange, ChangeError};
+use crate::{Sluice, Tokens};
+
+const RPM: &str = "vendor#rpm";
+
+/// Counts bucket changes; holds each for an hour while `slow` is set.
+#[derive(Debug, Default)]
+struct Counter {
+    changes: AtomicUsize,
+    slow: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Hooks for Counter {
+    fn change(&self, _: &BucketChange) -> Result<(), ChangeError> {
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn hold_change(&self) {
+        if self.slow.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_secs(3_600)).await;
+        }
+    }
+}
+
+/// A client of `store` (one process of many: each has its own memory of the row) on
+/// tokio's paused clock.
+fn process(store: &Arc<Hooked<Counter>>) -> Sluice {
+    Sluice::builder()
+        .store_arc(store.clone())
+        .clock(TokioClock::starting_at(UnixMillis::from_secs(1_700_000_000)))
+        .build()
+        .unwrap()
+}
+
+/// One token every 100 ms, holding one.
+fn bucket() -> Bucket {
+    Bucket::requests(RefillRate::per_second(10)).with_capacity(1)
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_callers_of_many_processes_take_turns_in_order_with_one_write_each() {
+    let store = Arc::new(Hooked::new(Counter::default()));
+    process(&store).put_bucket(RPM, bucket()).await.unwrap();
+    let started = Instant::now();
+    let mut waiters = Vec::new();
+    for i in 0..8u64 {
+        let sluice = process(&store);
+        waiters.push(tokio::spawn(async move {
+            // Each asks a millisecond after the one before.
+            tokio::time::sleep(Duration::from_millis(i)).await;
+            let lease = sluice
+                .acquire_within(RPM, Duration::from_secs(2))
+                .await
+                .unwrap();
+            let at = started.elapsed();
+            lease.release().await.unwrap();
+            at
+        }));
+    }
+    let mut turns = Vec::new();
+    for w in waiters {
+        turns.push(w.await.unwrap());
+    }
+    // The first takes the token at once; each next one 100 ms after the one before: in the
+    // order they asked, exactly when the refill has repaid the turns before theirs.
+    let expected: Vec<Duration> = (0..8).map(|i| Duration::from_millis(100 * i)).collect();
+    assert_eq!(turns, expected);
+    assert_eq!(
+        store.hooks.changes.load(Ordering::Relaxed),
+        8,
+        "one bucket write per grant, no retry"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_gives_up_before_its_turn_gives_its_reservation_back() {
+    let store = Arc::new(Hooked::new(Counter::default()));
+    let (first, quitter, next) = (process(&store), process(&store), process(&store));
+    first.put_bucket(RPM, bucket()).await.unwrap();
+    let _held = first.acquire(RPM).await.unwrap();
+    // Its turn would come at 100 ms; it gives up at 50.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(50),
+        quitter.acquire_within(RPM, Duration::from_secs(1)),
+    )
+    .await;
+    assert!(gave_up.is_err(), "still waiting its turn when dropped");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // What it reserved is back: the next caller's turn is at 100 ms, not 200.
+    let started = Instant::now();
+    let lease = next
+        .acquire_within(RPM, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(started.elapsed(), Duration::from_millis(40));
+    lease.release().await.unwrap();
+    let row = next.bucket(RPM).await.unwrap().unwrap();
+    assert_eq!(row.available(next.now()), Tokens::ZERO, "two grants in all");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_is_a_deadline_that_counts_the_stores_answers_too() {
+    let store = Arc::new(Hooked::new(Counter::default()));
+    let sluice = process(&store);
+    sluice.put_bucket(RPM, bucket()).await.unwrap();
+    store.hooks.slow.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    let answer = sluice.acquire_within(RPM, Duration::from_secs(1)).await;
+    assert!(matches!(answer, Err(Error::Timeout(t)) if t == Duration::from_secs(1)));
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+    // A turn further away than the time left is refused at once with the bucket's RetryIn.
+    store.hooks.slow.store(false, Ordering::Relaxed);
+    let other = process(&store);
+    let held = other.acquire(RPM).await.unwrap();
+    let started = Instant::now();
+    let refused = other.acquire_within(RPM, Duration::from_millis(99)).await;
+    assert_eq!(
+        refused.unwrap_err().retry_in(),
+        Some(Duration::from_millis(100))
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    held.release().await.unwrap();
+}
