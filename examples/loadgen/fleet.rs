@@ -50,9 +50,11 @@ pub(crate) async fn put_seed_row(
         .expect("a seed-written bucket row");
 }
 
-/// The fleet tables on `target`.
-pub(crate) async fn tables(args: &Args, target: &Target, sluice: &Sluice) {
-    ample(args, target, sluice).await;
+/// The fleet tables on `target` (with `ample` false, only the one at the limit).
+pub(crate) async fn tables(args: &Args, target: &Target, sluice: &Sluice, ample_too: bool) {
+    if ample_too {
+        ample(args, target, sluice).await;
+    }
     waiting(args, target).await;
 }
 

@@ -91,7 +91,7 @@ pub(crate) struct Args {
     #[arg(long, default_value = "1x16,4x8", value_delimiter = ',')]
     pub(crate) limit_shapes: Vec<String>,
     /// What to run: `throughput`, `limit`, `fanout`, `fleet`, `sharding`, comma-separated
-    /// (all by default).
+    /// (all by default); `fleet-wait` runs only the fleet's tables at the limit.
     #[arg(
         long,
         default_value = "throughput,limit,fanout,fleet,sharding",
@@ -245,8 +245,8 @@ async fn main() {
     if runs("fanout") {
         fanout(&args, &sluice).await;
     }
-    if runs("fleet") {
-        fleet(&args, &sluice).await;
+    if runs("fleet") || runs("fleet-wait") {
+        fleet(&args, &sluice, runs("fleet")).await;
     }
     if runs("sharding")
         && let Some(proxy) = &args.fidelity
@@ -288,7 +288,7 @@ async fn fanout(args: &Args, sluice: &Sluice) {
 /// The fleet-start tables (see `fleet.rs`): on plain DynamoDB Local, and behind the proxy
 /// at its ceiling, at half of it, and at its ceiling with `--fleet-latency-ms` added to
 /// every call, the clients told none of it.
-async fn fleet(args: &Args, sluice: &Sluice) {
+async fn fleet(args: &Args, sluice: &Sluice, ample: bool) {
     fanout::create_floor(store(args).await.client(), &args.table).await;
     let plain = fanrun::Target {
         label: "plain DynamoDB Local".to_owned(),
@@ -332,7 +332,7 @@ async fn fleet(args: &Args, sluice: &Sluice) {
                 .await
                 .expect("set the proxy's latency");
         }
-        fleet::tables(args, target, sluice).await;
+        fleet::tables(args, target, sluice, ample).await;
     }
     if let Some(proxy) = &args.fidelity {
         dynamodb_fidelity::set_latency(proxy, dynamodb_fidelity::Latency::default())

@@ -1,6 +1,8 @@
 //! Several clients, one truth: a model-based test of 2 to 4 clients in different modes
 //! (fast path, seed protocol, prefetching on a lean bucket) on one store, running random
-//! sequences of acquires (one or two dimensions), acquires dropped half-way, releases,
+//! sequences of acquires (one or two dimensions), callers waiting their turn in a
+//! bucket's queue (`acquire_within`, see `model/queue.rs`), acquires dropped half-way
+//! (waiting callers too, during their turn), releases,
 //! cost adjustments, bucket redefinitions (capacity and rate up and down), deletes and
 //! re-creations by sluice, raw re-seeds at `version = 0` by another tool, vendor pauses,
 //! reconciler passes and clock steps. The clients run at different priorities (the highest,
@@ -16,7 +18,8 @@
 //!   exactly a slot's cost, an adjustment exactly its difference;
 //! - **no over-grant in any window**: the tokens granted between any two steps stay within
 //!   what the bucket held at the first, plus what came back in between, plus refill at the
-//!   fastest rate defined, plus the documented prefetch bound;
+//!   fastest rate defined, plus the documented prefetch bound, a waiting caller's grant
+//!   counted at its turn;
 //! - **freshness**: a grant without a store call comes only from prefetched tokens; a
 //!   refusal without a call comes only inside the window of an earlier refusal the store
 //!   answered; a refusal the store answered is exact for the true bucket; a
@@ -39,6 +42,8 @@
 //! flight leaves that write to land (as on the real network).
 
 mod dynamo;
+#[path = "model/queue.rs"]
+mod queue;
 
 use std::collections::HashMap;
 use std::pin::pin;
@@ -169,6 +174,16 @@ enum Op {
     },
     Reconcile(usize),
     Advance(u64),
+    /// A caller waiting up to `wait` ms for its turn (`acquire_within`) on `R`, `L` or
+    /// both; with `polls`, dropped after that many polls (before its write, during it, or
+    /// while it waits its turn).
+    Queue {
+        client: usize,
+        target: Target,
+        cost: i64,
+        wait: u64,
+        polls: Option<u8>,
+    },
 }
 
 fn target() -> impl Strategy<Value = Target> {
@@ -200,8 +215,22 @@ fn op() -> impl Strategy<Value = Op> {
         1 => dim().prop_map(Op::Reseed),
         1 => (client.clone(), dim(), 0u64..=2_000)
             .prop_map(|(client, dim, ms)| Op::Pause { client, dim, ms }),
-        1 => client.prop_map(Op::Reconcile),
+        1 => client.clone().prop_map(Op::Reconcile),
         5 => prop_oneof![3 => 0u64..400, 1 => 400u64..3_000].prop_map(Op::Advance),
+        5 => (
+            client,
+            prop_oneof![Just(Target::One(Dim::R)), Just(Target::One(Dim::L)), Just(Target::Both)],
+            1i64..=4,
+            prop_oneof![1 => 1u64..=50, 3 => 50u64..=3_000],
+            proptest::option::weighted(0.3, 0u8..12),
+        )
+            .prop_map(|(client, target, cost, wait, polls)| Op::Queue {
+                client,
+                target,
+                cost,
+                wait,
+                polls,
+            }),
     ]
 }
 
@@ -473,6 +502,8 @@ struct Granted {
     step: usize,
     dim: Dim,
     cost: Tokens,
+    /// When it may be used (a waiting caller's turn; else when it was granted), in ms.
+    ready: i64,
 }
 
 /// One step of the run, as the window check needs it.
@@ -738,16 +769,20 @@ impl World {
                 let mut granted = Tokens::ZERO;
                 let mut came_back = Tokens::ZERO;
                 let mut rate = at_a.rate;
+                // Grants of the window's steps whose turn is still to come: counted once
+                // it has (a reservation is used at its turn, not when it is taken).
+                let mut waiting: Vec<&Granted> = Vec::new();
                 for b in a..self.steps.len() {
                     let (t_b, at_b) = (self.steps[b].ended, self.steps[b].supply[&dim]);
                     came_back += at_b.came_back;
                     rate = rate.max(at_b.rate);
-                    granted += self
-                        .grants
+                    waiting.extend(self.grants.iter().filter(|g| g.step == b && g.dim == dim));
+                    granted += waiting
                         .iter()
-                        .filter(|g| g.step == b && g.dim == dim)
+                        .filter(|g| g.ready <= t_b)
                         .map(|g| g.cost)
                         .sum::<Tokens>();
+                    waiting.retain(|g| g.ready > t_b);
                     let refill = rate.refill_over(Duration::from_millis((t_b - t_a) as u64));
                     let prefetched = if dim == Dim::L {
                         Tokens::new(PREFETCH * prefetchers)
@@ -776,7 +811,9 @@ impl World {
             .collect();
         let now = self.now().as_millis();
         let touched: Vec<Dim> = match &op {
-            Op::Acquire { target, .. } | Op::Drop { target, .. } => target.dims(),
+            Op::Acquire { target, .. } | Op::Drop { target, .. } | Op::Queue { target, .. } => {
+                target.dims()
+            }
             Op::Redefine { dim, .. } | Op::Recreate(dim) | Op::Pause { dim, .. } => vec![*dim],
             Op::Release { .. } | Op::Adjust { .. } | Op::Reconcile(_) => {
                 vec![Dim::R, Dim::L, Dim::C]
@@ -892,6 +929,7 @@ impl World {
                                     step,
                                     dim: d,
                                     cost: Tokens::new(cost),
+                                    ready: now.as_millis(),
                                 });
                                 continue;
                             }
@@ -915,6 +953,7 @@ impl World {
                                 step,
                                 dim: d,
                                 cost: Tokens::new(cost),
+                                ready: now.as_millis(),
                             });
                         }
                         self.clients[client].leases.push(lease);
@@ -1071,6 +1110,7 @@ impl World {
                             step,
                             dim: d,
                             cost: Tokens::new(cost),
+                            ready: now.as_millis(),
                         });
                     }
                     self.clients[client].leases.push(lease);
@@ -1205,6 +1245,21 @@ impl World {
                 prop_assert!(report.errors.is_empty(), "{report}");
             }
             Op::Advance(ms) => self.clock.advance(Duration::from_millis(ms)),
+            Op::Queue {
+                client,
+                target,
+                cost,
+                wait,
+                polls,
+            } => {
+                let asked = queue::Asked {
+                    client: client % count,
+                    target,
+                    cost,
+                    wait: Duration::from_millis(wait),
+                };
+                self.queue(step, asked, polls, &before).await?;
+            }
         }
         settle().await;
         let after = self.truth().await;

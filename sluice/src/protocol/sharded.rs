@@ -125,20 +125,23 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     // The row as last learned, and when: an answer that did not come from this row (a
     // throttle waited out, a refusal from memory, a grant from another row) leaves it as
     // it was, and measures nothing.
+    // A row its refill keeps short (callers queued in its debt, or refused) grants what
+    // the refill brings however many rows the bucket has: its throttles (a burst) teach
+    // no ceiling, and it is not spread (it may be gathered).
     let known = {
         let memory = lane.memory();
         memory.row().map(|r| {
             let refills = r.bucket.limit_type().refills();
+            let short = r.available(core.now()) < r.bucket.cost_per_call();
             (
                 r.dimension.clone(),
-                r.version,
-                r.shards,
-                (refills, r.bucket.shard_limit()),
+                (r.version, r.shards),
+                (refills, r.bucket.shard_limit(), short),
                 memory.learned_at(),
             )
         })
     };
-    let Some((row, version, shards, (refills, bound), learned_at)) = known else {
+    let Some((row, (version, shards), (refills, bound, short), learned_at)) = known else {
         return;
     };
     let sharding = &core.config.sharding;
@@ -153,7 +156,8 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     let Some(per_row) = core.heat.observe(&row, version, shards, learned_at) else {
         return;
     };
-    let throttles = lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed);
+    let throttles =
+        lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) * u32::from(!short);
     let throttled = throttles > 0;
     // The ceiling told, or the one the store's throttles showed (see `Heat::ceiling`).
     let Some(limit) = core.heat.ceiling(base, told, (per_row, throttles)) else {
@@ -179,7 +183,7 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     let heated = core.heat.hot(base, n, spreads);
     let sure =
         (hot && n == 1 && Sharding::at_ceiling(per_row, limit)) || heated >= Sharding::HOT_WINDOWS;
-    let Some(to) = target.filter(|_| !spreads || sure) else {
+    let Some(to) = target.filter(|_| !spreads || (sure && !short)) else {
         return;
     };
     if !core.heat.claim(base, now) {

@@ -43,7 +43,9 @@ impl Hooks for Counter {
 fn process(store: &Arc<Hooked<Counter>>) -> Sluice {
     Sluice::builder()
         .store_arc(store.clone())
-        .clock(TokioClock::starting_at(UnixMillis::from_secs(1_700_000_000)))
+        .clock(TokioClock::starting_at(UnixMillis::from_secs(
+            1_700_000_000,
+        )))
         .build()
         .unwrap()
 }

@@ -94,3 +94,40 @@ async fn a_bucket_whose_row_the_store_throttles_spreads_with_no_ceiling_told() {
         clock.advance(Duration::from_millis(10));
     }
 }
+
+#[tokio::test]
+async fn a_bucket_its_refill_keeps_short_is_not_spread_by_the_stores_throttles() {
+    use crate::clock::ManualClock;
+    let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    let store = Arc::new(crate::shared::test_store::Hooked::new(ItemCeiling {
+        clock: clock.clone(),
+        per_second: 20,
+        landed: std::sync::Mutex::new((0, 0)),
+    }));
+    let sluice = crate::Sluice::builder()
+        .store_arc(store)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    // Ten a second, holding ten: the row takes twice what the refill brings.
+    let short = crate::Bucket::requests(crate::RefillRate::per_second(10)).with_capacity(10);
+    sluice.put_bucket("hot#rpm", short).await.unwrap();
+    // Waiting callers, 100 a second, each taking its turn in the bucket's debt: bursts of
+    // them are throttled, but spread over more rows the bucket would grant no more.
+    let mut throttled = 0u32;
+    for _ in 0..400 {
+        let request = crate::Acquire::new("hot#rpm");
+        match sluice
+            .acquire_after(&request, None, Duration::from_secs(30))
+            .await
+        {
+            Ok(lease) => drop(lease),
+            Err(Error::RetryIn(_)) => throttled += 1,
+            Err(e) => panic!("{e}"),
+        }
+        clock.advance(Duration::from_millis(10));
+    }
+    assert!(throttled > 0, "the store throttled the row");
+    let row = sluice.bucket("hot#rpm").await.unwrap().unwrap();
+    assert_eq!(row.shards, 1, "one row");
+}
