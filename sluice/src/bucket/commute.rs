@@ -148,15 +148,19 @@ impl Commute {
 
 /// What a write asks of a bucket: give `restored` back, then take `taken`, the bucket
 /// holding at least `need` once given back (the grants' costs and the reserves they must
-/// leave; `None`: anything, even debt, as for a charge after the fact). The level is
-/// capped at `ceiling` (what the bucket holds, or more for a take larger than a vendor's
-/// burst: see [`BucketState::take_as`]).
+/// leave, less the debt a waiting caller may leave; `None`: anything, even debt, as for a
+/// charge after the fact). The level is capped at `ceiling` (what the bucket holds, or
+/// more for a take larger than a vendor's burst: see [`BucketState::take_as`]). With
+/// `fill` false, a row the refill since it was remembered would fill is taken from as if
+/// it were not full (the writer last saw it short, so a queue is likely still in its debt):
+/// the change then fails, once, if it is full after all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Want {
     pub(crate) restored: Tokens,
     pub(crate) taken: Tokens,
     pub(crate) need: Option<Tokens>,
     pub(crate) ceiling: Tokens,
+    pub(crate) fill: bool,
 }
 
 /// The change that does `want` to `row`'s bucket at `now` (`now_micros` to the
@@ -177,7 +181,7 @@ pub(crate) fn commute(
     // A clock behind the refill timestamp refills nothing, and never moves it back.
     let at = now.max(anchor);
     let (refill, carry) = earned(row.level(), rate, at);
-    if row.tokens + refill + want.restored >= want.ceiling {
+    if want.fill && row.tokens + refill + want.restored >= want.ceiling {
         return fill(row, want, rate, (at, micros_within(at, now_micros)));
     }
     let level = row.tokens + refill;

@@ -276,6 +276,7 @@ pub(super) fn bucket_change(
         taken,
         need: None,
         ceiling: row.holds(),
+        fill: true,
     };
     let commute = commute(row, &want, (now, core.now_micros()), core.config.fold_after)?;
     Some(BucketChange::of(row, commute))

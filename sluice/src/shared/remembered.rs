@@ -152,6 +152,15 @@ impl Remembered {
         self.learned_at
     }
 
+    /// Whether the row was short of a call when it was learned (callers queued in its
+    /// debt, or refused): then it likely still is, however much refill the time since
+    /// would count, as a queue's callers come back for their next turn.
+    pub(crate) fn seen_short(&self) -> bool {
+        self.row
+            .as_ref()
+            .is_some_and(|r| r.available(self.learned_at) < r.bucket.cost_per_call())
+    }
+
     /// Takes `row`, just learned from the store at `now`, as the truth (whatever its
     /// version). A denial window belongs to the row that opened it.
     pub(crate) fn learn(&mut self, row: BucketState, now: UnixMillis) {

@@ -69,6 +69,7 @@ fn take(taken: i64, ceiling: i64) -> Want {
         taken: Tokens::new(taken),
         need: Some(Tokens::new(taken)),
         ceiling: Tokens::new(ceiling),
+        fill: true,
     }
 }
 
@@ -256,6 +257,7 @@ fn concurrent_slots_are_taken_and_given_back_by_addition() {
         taken: Tokens::ZERO,
         need: None,
         ceiling: Tokens::new(4),
+        fill: true,
     };
     let c = change(&row(b.clone(), 2, 0), &back, at(1)).unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(1)));
@@ -306,16 +308,21 @@ fn any_case() -> impl Strategy<Value = (BucketState, BucketState, Want, i64)> {
             0..=capacity,
             proptest::option::of(0..=capacity),
             0i64..10_000,
+            (0..=capacity, any::<bool>()),
         )
-            .prop_map(move |(remembered, actual, restored, taken, need, now)| {
-                let want = Want {
-                    restored: Tokens::from_nanos(restored / 4),
-                    taken: Tokens::from_nanos(taken / 2),
-                    need: need.map(|n| Tokens::from_nanos(n.max(taken / 2))),
-                    ceiling: remembered.holds(),
-                };
-                (remembered, actual, want, now)
-            })
+            .prop_map(
+                move |(remembered, actual, restored, taken, need, now, (debt, fill))| {
+                    // A waiting caller's need is less by the debt it may leave (below zero).
+                    let want = Want {
+                        restored: Tokens::from_nanos(restored / 4),
+                        taken: Tokens::from_nanos(taken / 2),
+                        need: need.map(|n| Tokens::from_nanos(n.max(taken / 2) - debt / 2)),
+                        ceiling: remembered.holds(),
+                        fill,
+                    };
+                    (remembered, actual, want, now)
+                },
+            )
     })
 }
 
@@ -341,6 +348,7 @@ fn stale_writers(
             taken,
             need: Some(taken),
             ceiling: capacity,
+            fill: true,
         };
         for _ in 0..2 {
             let Some(c) = commute(
@@ -451,7 +459,12 @@ proptest! {
         let (_, served) = exact(&remembered, &want, now);
         let c = commute(&remembered, &want, ms(now), Duration::from_secs(2));
         prop_assert_eq!(c.is_some(), served, "{:?}", c);
-        if let Some(c) = c {
+        // A row the refill fills, taken from as if it were not (`fill` false), is refused
+        // by design: the writer then learns it is full.
+        let rate = remembered.bucket.effective_rate();
+        let full = refill(remembered.level(), Tokens::MAX, rate, now).tokens + want.restored
+            >= want.ceiling;
+        if let Some(c) = c.filter(|_| want.fill || !full) {
             prop_assert!(c.holds(&remembered), "{:?} refused its own row", c);
         }
     }

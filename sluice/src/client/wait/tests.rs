@@ -139,3 +139,36 @@ async fn a_wait_is_a_deadline_that_counts_the_stores_answers_too() {
     assert_eq!(started.elapsed(), Duration::ZERO);
     held.release().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_queues_callers_coming_back_for_their_next_turn_write_once_a_turn() {
+    let store = Arc::new(Hooked::new(Counter::default()));
+    // Ten a second, holding ten; 24 processes of one caller each, each coming back a second
+    // after its turn: the queue is never empty, and each caller's memory of the row is
+    // older than the bucket takes to fill, so that memory says "full" every time.
+    let bucket = Bucket::requests(RefillRate::per_second(10)).with_capacity(10);
+    process(&store).put_bucket(RPM, bucket).await.unwrap();
+    let mut callers = Vec::new();
+    for i in 0..24u64 {
+        let sluice = process(&store);
+        callers.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(i * 3)).await;
+            for _ in 0..5 {
+                let lease = sluice
+                    .acquire_within(RPM, Duration::from_secs(10))
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                lease.release().await.unwrap();
+            }
+        }));
+    }
+    for c in callers {
+        c.await.unwrap();
+    }
+    // Taken from the debt, as last seen, not filled from memory's refill (which would
+    // lose its race every turn): 120 grants, and at most one race lost per process, on
+    // its first write, to the fills of the full bucket it found.
+    let changes = store.hooks.changes.load(Ordering::Relaxed);
+    assert!(changes <= 120 + 24, "{changes} writes for 120 grants");
+}

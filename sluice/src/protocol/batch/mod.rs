@@ -16,9 +16,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
-
-use rand::RngExt as _;
 
 use crate::bucket::BucketState;
 use crate::clock::UnixMillis;
@@ -38,6 +35,7 @@ mod plan;
 mod record;
 #[cfg(test)]
 mod tests;
+mod throttle;
 
 use self::plan::{Plan, jobs_of};
 use self::record::{record_in_background, record_leases};
@@ -46,16 +44,6 @@ use self::record::{record_in_background, record_leases};
 /// change fails only when the bucket is shorter than remembered or another writer moved
 /// its refill timestamp, so a writer loses few in a row.
 pub(crate) const MAX_FRESH_RETRIES: u32 = 256;
-
-/// Throttled attempts of one write's releases before they are answered with the throttle.
-const MAX_THROTTLED: u32 = 16;
-
-/// The first wait after a throttled write, and the longest: each throttle of the lane's
-/// writes doubles it, each write that applies halves it again (so the processes sharing a
-/// throttled row settle near the rate it takes), and a random half to all of it is waited
-/// (or given as the RetryIn).
-const THROTTLE_FIRST: Duration = Duration::from_millis(20);
-const THROTTLE_MOST: Duration = Duration::from_millis(1_000);
 
 /// Whether a write goes on with another attempt.
 pub(super) enum Next {
@@ -143,8 +131,9 @@ impl Write<'_> {
         } else {
             self.core.now_micros()
         };
-        let Some(change) = plan::change(&row, &plan, (at, micros), self.core.config.fold_after)
-        else {
+        let fill = !self.lane.memory().seen_short();
+        let reading = ((at, micros), fill);
+        let Some(change) = plan::change(&row, &plan, reading, self.core.config.fold_after) else {
             // The remembered row cannot do what it was planned to (a rounding edge): decide
             // again from the store's row.
             self.acquires = jobs_of(plan.granted, plan.refused);
@@ -280,10 +269,18 @@ impl Write<'_> {
 
     /// Sends the attempt's change and answers from its outcome.
     async fn commit(&mut self, change: BucketChange, plan: Plan, now: UnixMillis) -> Next {
+        let sent = tracing::enabled!(tracing::Level::DEBUG).then(|| change.commute.clone());
         match self.core.change(change).await {
             Ok(after) => self.written(after, plan, now).await,
             Err(ChangeError::Condition(current)) => {
-                tracing::debug!(dimension = %self.dimension, attempts = self.attempts, "the row was not as remembered: computing the write again from it");
+                let failed = sent.zip(current.as_deref()).map(|(c, row)| {
+                    let when: Vec<_> = c.when.into_iter().filter(|w| !w.holds(row)).collect();
+                    format!(
+                        "{when:?} of {:?} on {} at {}",
+                        c.tokens, row.tokens, row.last_refill_at
+                    )
+                });
+                tracing::debug!(dimension = %self.dimension, attempts = self.attempts, ?failed, "the row was not as remembered: computing the write again from it");
                 crate::metrics::contention_retry(self.dimension.as_str());
                 self.lost = true;
                 self.beaten_at = current
@@ -333,29 +330,6 @@ impl Write<'_> {
                 Next::Done
             }
         }
-    }
-
-    /// A throttled write: back-pressure. Acquires hear a RetryIn of a jittered wait (a
-    /// waiting caller waits it out, within its deadline, and asks again); releases wait it
-    /// out here and are sent again.
-    async fn throttled(&mut self) -> Next {
-        self.throttled += 1;
-        let streak = self.lane.throttled.fetch_add(1, Ordering::Relaxed) + 1;
-        let wait = throttle_wait(streak);
-        answer_each(
-            std::mem::take(&mut self.acquires),
-            |a| a.reply,
-            || Error::RetryIn(wait),
-        );
-        if self.releases.is_empty() {
-            return Next::Done;
-        }
-        if self.throttled > MAX_THROTTLED {
-            self.fail_store(&StoreError::Throttled { source: None });
-            return Next::Done;
-        }
-        tokio::time::sleep(wait).await;
-        Next::Again
     }
 
     /// Answers a write that applied: the row it left, the grants (their lease rows written
@@ -486,14 +460,4 @@ impl Write<'_> {
             error,
         );
     }
-}
-
-/// The wait after the `n`th throttle in a row: half to all of a doubling bound.
-fn throttle_wait(n: u32) -> Duration {
-    let bound = THROTTLE_FIRST
-        .saturating_mul(1 << n.saturating_sub(1).min(10))
-        .min(THROTTLE_MOST);
-    let half = bound / 2;
-    let jitter = rand::rng().random_range(0..=half.as_micros() as u64);
-    half + Duration::from_micros(jitter)
 }

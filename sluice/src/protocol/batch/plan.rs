@@ -53,11 +53,12 @@ pub(super) fn plan(
 }
 
 /// The change that makes `plan` of `row` at `now` (and its microsecond); `None` when the
-/// row cannot serve it.
+/// row cannot serve it. With `fill` false (the row was short when last seen) it is not
+/// filled, however long ago that was (see [`Want`]).
 pub(super) fn change(
     row: &BucketState,
     plan: &Plan,
-    now: (UnixMillis, i64),
+    (now, fill): ((UnixMillis, i64), bool),
     fold_after: Duration,
 ) -> Option<BucketChange> {
     let granted = plan
@@ -77,6 +78,7 @@ pub(super) fn change(
         taken,
         need: (taken > Tokens::ZERO).then_some(need),
         ceiling: row.holds().max(need.min(capacity)),
+        fill,
     };
     commute(row, &want, now, fold_after).map(|c| BucketChange::of(row, c))
 }
