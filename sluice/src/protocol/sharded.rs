@@ -125,23 +125,16 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     // The row as last learned, and when: an answer that did not come from this row (a
     // throttle waited out, a refusal from memory, a grant from another row) leaves it as
     // it was, and measures nothing.
-    // A row its refill keeps short (callers queued in its debt, or refused) grants what
-    // the refill brings however many rows the bucket has: its throttles (a burst) teach
-    // no ceiling, and it is not spread (it may be gathered).
-    let known = {
-        let memory = lane.memory();
-        memory.row().map(|r| {
-            let refills = r.bucket.limit_type().refills();
-            let short = r.available(core.now()) < r.bucket.cost_per_call();
-            (
-                r.dimension.clone(),
-                (r.version, r.shards),
-                (refills, r.bucket.shard_limit(), short),
-                memory.learned_at(),
-            )
-        })
-    };
-    let Some((row, (version, shards), (refills, bound, short), learned_at)) = known else {
+    let Some(Seen {
+        row,
+        version,
+        shards,
+        refills,
+        bound,
+        short,
+        learned_at,
+    }) = remembered(core, lane)
+    else {
         return;
     };
     let sharding = &core.config.sharding;
@@ -178,11 +171,13 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     // where a row takes few writes (and a spread costs every client a failed write per
     // row), and over several rows picked at random one row takes a burst now and then,
     // while a lone row at its ceiling and throttled takes every client's writes and
-    // refuses demand every second it stays so.
+    // refuses demand every second it stays so. A ceiling only learned (no hint) is the
+    // measure itself, at its ceiling by definition: a burst (a fleet starting) teaches one,
+    // so it takes two measures.
     let spreads = target.is_some_and(|to| to > n);
     let heated = core.heat.hot(base, n, spreads);
-    let sure =
-        (hot && n == 1 && Sharding::at_ceiling(per_row, limit)) || heated >= Sharding::HOT_WINDOWS;
+    let at_ceiling = told.is_some() && Sharding::at_ceiling(per_row, limit);
+    let sure = (hot && n == 1 && at_ceiling) || heated >= Sharding::HOT_WINDOWS;
     let Some(to) = target.filter(|_| !spreads || (sure && !short)) else {
         return;
     };
@@ -199,6 +194,33 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
         Err(e) => tracing::warn!(dimension = %base, error = %e, "resharding a bucket failed"),
     }
     core.heat.done(base, core.now());
+}
+
+/// What `lane` remembers of its row, as [`watch`] measures it.
+struct Seen {
+    row: Dimension,
+    version: u64,
+    shards: u16,
+    refills: bool,
+    bound: Option<crate::bucket::ShardLimit>,
+    /// A row its refill keeps short (callers queued in its debt, or refused) grants what
+    /// the refill brings however many rows the bucket has: its throttles (a burst) teach
+    /// no ceiling, and it is not spread (it may be gathered).
+    short: bool,
+    learned_at: UnixMillis,
+}
+
+fn remembered(core: &Core, lane: &Lane) -> Option<Seen> {
+    let memory = lane.memory();
+    memory.row().map(|r| Seen {
+        row: r.dimension.clone(),
+        version: r.version,
+        shards: r.shards,
+        refills: r.bucket.limit_type().refills(),
+        bound: r.bucket.shard_limit(),
+        short: r.available(core.now()) < r.bucket.cost_per_call(),
+        learned_at: memory.learned_at(),
+    })
 }
 
 /// Notes how many rows the bucket of `base` has, as the row of `lane` just told; the count.
