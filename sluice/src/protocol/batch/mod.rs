@@ -65,12 +65,13 @@ pub(super) struct Write<'a> {
     pub(super) fresh: bool,
     /// Whether the last attempt's condition failed (the row was not as remembered).
     lost: bool,
-    /// The refill timestamp of the row that beat the last attempt, when it was later than
-    /// that attempt's instant: another writer's fill, stamped after this one was computed,
-    /// landed first (see [`Write::instant`]).
+    /// The refill timestamp of the row that beat the last attempt, when another writer
+    /// moved it since the row that attempt was computed from, to an instant since this
+    /// write began: a fill (or fold) landed first (see [`Write::instant`]).
     beaten_at: Option<UnixMillis>,
-    /// The instant the attempt in flight was computed at.
-    at: UnixMillis,
+    /// The instant this write began (its first attempt's), the one the attempt in flight
+    /// was computed at, and the refill timestamp of the row it was computed from.
+    at: (UnixMillis, UnixMillis, UnixMillis),
 }
 
 /// Writes `acquires` and `releases`, all on one dimension, retrying until each is
@@ -100,7 +101,7 @@ pub(super) async fn write(
         fresh: false,
         lost: false,
         beaten_at: None,
-        at: UnixMillis::new(0),
+        at: (UnixMillis::new(0), UnixMillis::new(0), UnixMillis::new(0)),
     };
     while let Next::Again = write.attempt().await {}
 }
@@ -118,7 +119,8 @@ impl Write<'_> {
         let now = self.core.now();
         let acquires = std::mem::take(&mut self.acquires);
         let (at, mut plan) = self.instant(&row, acquires, now);
-        self.at = at;
+        let began = if self.attempts == 1 { now } else { self.at.0 };
+        self.at = (began, at, row.last_refill_at);
         if plan.granted.is_empty() && self.releases.is_empty() {
             // Nothing to write: only refusals.
             return self.refuse(&row, plan.refused, now).await;
@@ -143,15 +145,17 @@ impl Write<'_> {
     }
 
     /// The instant the attempt's change is computed at, and its plan. Usually `now`. After
-    /// a race lost to a fill stamped later than the lost attempt (another process's clock
-    /// read after this one's, its write landing first), the instant is that fill's refill
+    /// a race lost to another writer's fill (or fold: the refill timestamp moved since the
+    /// row the lost attempt was computed from), the instant is that fill's refill
     /// timestamp: the change is then a take on that row's level as it stands (its refill
     /// timestamp or a later one, no refill counted), which commutes with every other take
-    /// and is accepted by later fills too, where a fill computed at a fresh `now` would be
-    /// stamped later and race the next fill again. A grant taken at that instant is taken
-    /// no earlier than the lost attempt's `now`, so no earlier than it would have been.
-    /// When anything would be refused at that instant, the plan is made at `now` instead,
-    /// so that a RetryIn stays exact.
+    /// and is accepted by later fills too, where a fill computed at a fresh `now` would
+    /// race the next fill again (many callers draining a bucket faster than it refills,
+    /// each fill taking what the refill since the last one brought). A grant taken at
+    /// that instant is taken within this write's time (no earlier than it began), so
+    /// within its callers' acquires. When anything
+    /// would be refused at that instant, the plan is made at `now` instead, so that a
+    /// RetryIn stays exact.
     fn instant(
         &mut self,
         row: &BucketState,
@@ -286,7 +290,7 @@ impl Write<'_> {
                 self.beaten_at = current
                     .as_ref()
                     .map(|c| c.last_refill_at)
-                    .filter(|at| *at > self.at);
+                    .filter(|at| *at > self.at.2 && *at >= self.at.0);
                 match current {
                     Some(current) => {
                         self.lane.memory().learn(*current, now);
