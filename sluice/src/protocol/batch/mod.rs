@@ -63,8 +63,12 @@ pub(super) struct Write<'a> {
     pub(super) looked_again: u32,
     /// Whether the remembered row was confirmed by the store during this write.
     pub(super) fresh: bool,
-    /// Whether the last attempt's condition failed (the row was not as remembered).
-    lost: bool,
+    /// Races this write lost (an attempt's condition failed: the row was not as
+    /// remembered). The first retry guesses the bucket is being drained, not full: it takes
+    /// rather than fills (see [`Want`](crate::bucket::Want)), which a fill by another
+    /// caller of the same storm does not make fail; if the bucket is full after all, that
+    /// take fails once and the next attempt fills.
+    lost: u32,
     /// The refill timestamp of the row that beat the last attempt, when another writer
     /// moved it since the row that attempt was computed from, to an instant since this
     /// write began: a fill (or fold) landed first (see [`Write::instant`]).
@@ -99,7 +103,7 @@ pub(super) async fn write(
         throttled: 0,
         looked_again: 0,
         fresh: false,
-        lost: false,
+        lost: 0,
         beaten_at: None,
         at: (UnixMillis::new(0), UnixMillis::new(0), UnixMillis::new(0)),
     };
@@ -133,7 +137,7 @@ impl Write<'_> {
         } else {
             self.core.now_micros()
         };
-        let fill = !self.lane.memory().seen_short();
+        let fill = !self.lane.memory().seen_short() && self.lost != 1;
         let reading = ((at, micros), fill);
         let Some(change) = plan::change(&row, &plan, reading, self.core.config.fold_after) else {
             // The remembered row cannot do what it was planned to (a rounding edge): decide
@@ -286,7 +290,7 @@ impl Write<'_> {
                 });
                 tracing::debug!(dimension = %self.dimension, attempts = self.attempts, ?failed, "the row was not as remembered: computing the write again from it");
                 crate::metrics::contention_retry(self.dimension.as_str());
-                self.lost = true;
+                self.lost += 1;
                 self.beaten_at = current
                     .as_ref()
                     .map(|c| c.last_refill_at)
