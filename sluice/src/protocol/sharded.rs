@@ -203,9 +203,9 @@ struct Seen {
     shards: u16,
     refills: bool,
     bound: Option<crate::bucket::ShardLimit>,
-    /// A row its refill keeps short (callers queued in its debt, or refused) grants what
-    /// the refill brings however many rows the bucket has: its throttles (a burst) teach
-    /// no ceiling, and it is not spread (it may be gathered).
+    /// A row its refill keeps short (callers queued in its debt, or refused), as last
+    /// learned or now, grants what the refill brings however many rows the bucket has: its
+    /// throttles (a burst) teach no ceiling, and it is not spread (it may be gathered).
     short: bool,
     learned_at: UnixMillis,
 }
@@ -218,7 +218,7 @@ fn remembered(core: &Core, lane: &Lane) -> Option<Seen> {
         shards: r.shards,
         refills: r.bucket.limit_type().refills(),
         bound: r.bucket.shard_limit(),
-        short: r.available(core.now()) < r.bucket.cost_per_call(),
+        short: memory.seen_short() || r.available(core.now()) < r.bucket.cost_per_call(),
         learned_at: memory.learned_at(),
     })
 }
