@@ -101,7 +101,10 @@ pub enum Error {
         /// What is wrong.
         source: BucketError,
     },
-    /// A slot's body ran past the slot's timeout; its lease was released.
+    /// A deadline passed: a slot's body ran past the slot's timeout (its lease was
+    /// released), or a wait for capacity ([`Sluice::acquire_within`](crate::Sluice::acquire_within)
+    /// and every wait built on it) found the store still not answering at its deadline
+    /// (nothing was taken).
     Timeout(Duration),
     /// Other clients kept winning the race for the same bucket, although it had tokens.
     /// This is contention, not a quota denial; retrying soon is reasonable.
@@ -173,7 +176,7 @@ impl fmt::Display for Error {
             }
             Error::Timeout(timeout) => write!(
                 f,
-                "the slot's body ran past its timeout of {}",
+                "the deadline of {} passed (a slot's body still running, or the store not answering a wait for capacity)",
                 fmt_duration(*timeout)
             ),
             Error::Contention {

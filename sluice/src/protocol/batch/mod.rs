@@ -64,10 +64,12 @@ pub(super) struct Write<'a> {
     /// Whether the remembered row was confirmed by the store during this write.
     pub(super) fresh: bool,
     /// Races this write lost (an attempt's condition failed: the row was not as
-    /// remembered). The first retry guesses the bucket is being drained, not full: it takes
-    /// rather than fills (see [`Want`](crate::bucket::Want)), which a fill by another
-    /// caller of the same storm does not make fail; if the bucket is full after all, that
-    /// take fails once and the next attempt fills.
+    /// remembered). When the row handed back is barely full (its refill since its last
+    /// fill no more than two calls past what it holds: callers draining it as fast as it
+    /// refills), the first retry guesses it is being drained, not full: it takes rather
+    /// than fills (see [`Want`](crate::bucket::Want)), which a fill by another caller of the
+    /// same storm does not make fail; if the bucket is full after all, that take fails once
+    /// and the next attempt fills.
     lost: u32,
     /// The refill timestamp of the row that beat the last attempt, when another writer
     /// moved it since the row that attempt was computed from, to an instant since this
@@ -137,7 +139,8 @@ impl Write<'_> {
         } else {
             self.core.now_micros()
         };
-        let fill = !self.lane.memory().seen_short() && self.lost != 1;
+        let guess = self.lost == 1 && barely_full(&row, at);
+        let fill = !(guess || self.lane.memory().seen_short());
         let reading = ((at, micros), fill);
         let Some(change) = plan::change(&row, &plan, reading, self.core.config.fold_after) else {
             // The remembered row cannot do what it was planned to (a rounding edge): decide
@@ -468,4 +471,10 @@ impl Write<'_> {
             error,
         );
     }
+}
+
+/// Whether `row`'s refill by `at` reaches what it holds by less than two calls.
+fn barely_full(row: &BucketState, at: UnixMillis) -> bool {
+    let two = row.bucket.cost_per_call() + row.bucket.cost_per_call();
+    row.refilled_to(crate::tokens::Tokens::MAX, at).tokens < row.holds() + two
 }
