@@ -15,13 +15,25 @@ use crate::lease::Lease;
 /// what a reservation's turn keeps clear of the deadline, for the rounding of clocks.
 const MIN_NAP: Duration = Duration::from_millis(1);
 
+/// The answer of a wait whose deadline passed with an acquire in flight: the last RetryIn
+/// it heard, counted down (the bucket was short, and nothing since said otherwise), or
+/// [`Error::Timeout`] when the store never answered.
+fn out_of_time(last: Option<(Duration, Instant)>, max_wait: Duration) -> Error {
+    match last {
+        Some((delay, at)) => Error::RetryIn(delay.saturating_sub(at.elapsed()).max(MIN_NAP)),
+        None => Error::Timeout(max_wait),
+    }
+}
+
 impl Sluice {
     /// Like [`acquire`](Self::acquire), but waits up to `max_wait` for capacity: a
     /// deadline, counted from the call, that the store's answers count against too. It
     /// returns a lease, or an error by then: the [`Error::RetryIn`] of a bucket that
-    /// cannot serve the request within the time left, or [`Error::Timeout`] when the store
-    /// has not answered by the deadline (the acquire in flight is then dropped: never
-    /// granted, or given back). A `max_wait` of zero is one [`acquire`](Self::acquire).
+    /// cannot serve the request within the time left (or, when the deadline passes while
+    /// the store is asked again, the last one heard, counted down), or [`Error::Timeout`]
+    /// when the store has not answered at all by the deadline. An acquire in flight at the
+    /// deadline is dropped: never granted, or given back. A `max_wait` of zero is one
+    /// [`acquire`](Self::acquire).
     ///
     /// Waiting is a queue, not a race, across every process sharing the bucket: on the
     /// fast path, a bucket that refills the request within the time left grants it at once
@@ -64,6 +76,9 @@ impl Sluice {
             })
         };
         let mut fresh_after = None;
+        // The last RetryIn, and when it was answered: the answer at the deadline when the
+        // store has not answered the acquire after it.
+        let mut last: Option<(Duration, Instant)> = None;
         loop {
             // The turn must come by the deadline, clear of it by a millisecond.
             let queue = left().saturating_sub(MIN_NAP);
@@ -71,7 +86,7 @@ impl Sluice {
             let answer = match deadline.filter(|_| !max_wait.is_zero()) {
                 Some(deadline) => tokio::time::timeout_at(deadline, attempt)
                     .await
-                    .unwrap_or(Err(Error::Timeout(max_wait))),
+                    .unwrap_or_else(|_| Err(out_of_time(last, max_wait))),
                 None => attempt.await,
             };
             match answer {
@@ -81,6 +96,7 @@ impl Sluice {
                     if nap > left() {
                         return Err(Error::RetryIn(delay));
                     }
+                    last = Some((delay, Instant::now()));
                     tracing::debug!(delay_ms = nap.as_millis() as u64, "waiting for capacity");
                     // What the store says after the wait, not what was remembered before it.
                     fresh_after = Some(self.now());

@@ -48,6 +48,7 @@ impl World {
         let (mode, calls) = (c.mode, c.calls.load(Ordering::SeqCst));
         let now = self.now().as_millis();
         let request = target.request(cost).ttl(TTL);
+        let started = tokio::time::Instant::now();
         let mut answer = None;
         {
             let mut waiting = pin!(c.sluice.acquire_within(request, wait));
@@ -142,7 +143,10 @@ impl World {
                         !servable || target == Target::Both,
                         "the store refused {target:?} x{cost}, servable within {wait:?}"
                     );
+                    // Exact unless it waited and asked again (back-pressure, or a turn a
+                    // millisecond short), and the deadline came first: then counted down.
                     if let Target::One(d) = target
+                        && started.elapsed().is_zero()
                         && let Take::Short { wait: Some(exact) } =
                             self.take(before, d, cost, client)
                     {
