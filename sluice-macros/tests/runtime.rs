@@ -99,9 +99,11 @@ async fn wait_retries_inline_and_gives_up_at_its_bound() {
     let started = tokio::time::Instant::now();
     waits_up_to_600ms(&sluice).await.unwrap();
     assert_eq!(started.elapsed(), Duration::from_millis(500));
-    // Empty again, the next token 500 ms away; but at 250 ms another caller corrects its
-    // lease upward by one token, so at 500 ms another 500 ms are needed: 1,000 ms in all,
-    // past the bound. The call gives up with the RetryIn it was last given.
+    // Empty again, the next token 500 ms away: the call takes its turn for it at once (a
+    // reservation, in the write that would have refused it). At 250 ms another caller
+    // corrects its lease upward by one token: the bucket goes a token further into debt,
+    // but a turn already taken stands, and the call returns at 500 ms; the debt delays
+    // whoever asks next.
     let mut held = sluice.acquire("test#rpm").await;
     assert!(held.is_err(), "the bucket is empty");
     tokio::time::advance(Duration::from_millis(500)).await;
@@ -113,14 +115,18 @@ async fn wait_retries_inline_and_gives_up_at_its_bound() {
         held.release().await.unwrap();
     });
     let started = tokio::time::Instant::now();
-    match waits_up_to_600ms(&sluice).await {
-        Err(AppError::RateLimited(d)) => assert_eq!(d, Duration::from_millis(500)),
-        other => panic!("expected RateLimited after waiting, got {other:?}"),
-    }
+    waits_up_to_600ms(&sluice).await.unwrap();
     assert_eq!(started.elapsed(), Duration::from_millis(500));
     rival.await.unwrap();
-    // A bound shorter than the first wait gives up at once.
+    // The rival's extra token is owed: the next is 1,000 ms away, and a 600 ms bound
+    // gives up at once with that RetryIn.
     let started = tokio::time::Instant::now();
+    match waits_up_to_600ms(&sluice).await {
+        Err(AppError::RateLimited(d)) => assert_eq!(d, Duration::from_millis(1_000)),
+        other => panic!("expected RateLimited at once, got {other:?}"),
+    }
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    // So does a 400 ms one.
     assert!(matches!(
         waits_up_to_400ms(&sluice).await,
         Err(AppError::RateLimited(_))
