@@ -75,9 +75,10 @@ pub(super) struct Write<'a> {
     /// moved it since the row that attempt was computed from, to an instant since this
     /// write began: a fill (or fold) landed first (see [`Write::instant`]).
     beaten_at: Option<UnixMillis>,
-    /// The instant this write began (its first attempt's), the one the attempt in flight
-    /// was computed at, and the refill timestamp of the row it was computed from.
-    at: (UnixMillis, UnixMillis, UnixMillis),
+    /// The instant this write began (its first attempt's).
+    began: UnixMillis,
+    /// The refill timestamp of the row the attempt in flight was computed from.
+    computed_from: UnixMillis,
 }
 
 /// Writes `acquires` and `releases`, all on one dimension, retrying until each is
@@ -107,7 +108,8 @@ pub(super) async fn write(
         fresh: false,
         lost: 0,
         beaten_at: None,
-        at: (UnixMillis::new(0), UnixMillis::new(0), UnixMillis::new(0)),
+        began: UnixMillis::new(0),
+        computed_from: UnixMillis::new(0),
     };
     while let Next::Again = write.attempt().await {}
 }
@@ -125,8 +127,10 @@ impl Write<'_> {
         let now = self.core.now();
         let acquires = std::mem::take(&mut self.acquires);
         let (at, mut plan) = self.instant(&row, acquires, now);
-        let began = if self.attempts == 1 { now } else { self.at.0 };
-        self.at = (began, at, row.last_refill_at);
+        if self.attempts == 1 {
+            self.began = now;
+        }
+        self.computed_from = row.last_refill_at;
         if plan.granted.is_empty() && self.releases.is_empty() {
             // Nothing to write: only refusals.
             return self.refuse(&row, plan.refused, now).await;
@@ -297,7 +301,7 @@ impl Write<'_> {
                 self.beaten_at = current
                     .as_ref()
                     .map(|c| c.last_refill_at)
-                    .filter(|at| *at > self.at.2 && *at >= self.at.0);
+                    .filter(|at| *at > self.computed_from && *at >= self.began);
                 match current {
                     Some(current) => {
                         self.lane.memory().learn(*current, now);
