@@ -93,7 +93,8 @@ impl Sluice {
                 Ok(lease) => return Ok(lease.turn().await),
                 Err(Error::RetryIn(delay)) => {
                     let nap = self.nap(&request, delay)?;
-                    if nap > left() {
+                    // Asked again at the deadline, the store's answer would come after it.
+                    if nap >= left() {
                         return Err(Error::RetryIn(delay));
                     }
                     last = Some((delay, Instant::now()));

@@ -152,6 +152,10 @@ impl World {
                     {
                         prop_assert_eq!(retry, exact, "the RetryIn of {:?} x{}", d, cost);
                     }
+                    // A RetryIn counted down by the wait's own (tokio) time, which the
+                    // model's clock does not follow: memory keeps the store's answer.
+                    let heard = self.longest_wait(before, target, cost, client);
+                    let retry = retry.max(heard.unwrap_or_default());
                     self.refused_until(client, target, now + retry.as_millis() as i64);
                 }
             }
@@ -205,18 +209,29 @@ impl World {
             );
         }
         // Its write may have refused it: memory may answer from that refusal.
-        let longest = target
+        if let Some(w) = self.longest_wait(before, target, cost, client) {
+            self.refused_until(client, target, now + w.as_millis() as i64);
+        }
+        Ok(())
+    }
+
+    /// The longest exact wait the true bucket gives `client` for `cost` on `target`, if
+    /// any of its dimensions is short.
+    fn longest_wait(
+        &self,
+        before: &Truth,
+        target: Target,
+        cost: i64,
+        client: usize,
+    ) -> Option<Duration> {
+        target
             .dims()
             .into_iter()
             .filter_map(|d| match self.take(before, d, cost, client) {
                 Take::Short { wait: Some(w) } => Some(w),
                 _ => None,
             })
-            .max();
-        if let Some(w) = longest {
-            self.refused_until(client, target, now + w.as_millis() as i64);
-        }
-        Ok(())
+            .max()
     }
 
     /// A refusal took nothing from the refilling buckets of `target`.

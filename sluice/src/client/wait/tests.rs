@@ -172,3 +172,25 @@ async fn a_queues_callers_coming_back_for_their_next_turn_write_once_a_turn() {
     let changes = store.hooks.changes.load(Ordering::Relaxed);
     assert!(changes <= 120 + 24, "{changes} writes for 120 grants");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_that_comes_only_at_the_deadline_is_refused_at_once_with_one_call() {
+    let store = Arc::new(Hooked::new(Counter::default()));
+    let first = process(&store);
+    first.put_bucket(RPM, bucket()).await.unwrap();
+    first.acquire(RPM).await.unwrap().release().await.unwrap();
+    // Another process, which remembers nothing of the row: it asks the store.
+    let sluice = process(&store);
+    let before = store.hooks.changes.load(Ordering::Relaxed);
+    let started = Instant::now();
+    // The next token is exactly 100 ms away: a turn must come a millisecond before the
+    // deadline, and asking again at the deadline would be answered after it: no wait.
+    let refused = sluice.acquire_within(RPM, Duration::from_millis(100)).await;
+    assert!(
+        matches!(refused, Err(Error::RetryIn(d)) if d == Duration::from_millis(100)),
+        "{refused:?}"
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    // One look at the store (a read of the row it had not seen, or a refused write).
+    assert!(store.hooks.changes.load(Ordering::Relaxed) - before <= 1);
+}
