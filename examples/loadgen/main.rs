@@ -91,7 +91,8 @@ pub(crate) struct Args {
     #[arg(long, default_value = "1x16,4x8", value_delimiter = ',')]
     pub(crate) limit_shapes: Vec<String>,
     /// What to run: `throughput`, `limit`, `fanout`, `fleet`, `sharding`, comma-separated
-    /// (all by default); `fleet-wait` runs only the fleet's tables at the limit.
+    /// (all by default); `fleet-wait` runs only the fleet's tables at the limit,
+    /// `fleet-proxy` only those behind the proxy.
     #[arg(
         long,
         default_value = "throughput,limit,fanout,fleet,sharding",
@@ -245,8 +246,9 @@ async fn main() {
     if runs("fanout") {
         fanout(&args, &sluice).await;
     }
-    if runs("fleet") || runs("fleet-wait") {
-        fleet(&args, &sluice, runs("fleet")).await;
+    if runs("fleet") || runs("fleet-wait") || runs("fleet-proxy") {
+        let plain = !runs("fleet-proxy");
+        fleet(&args, &sluice, (runs("fleet") || !plain, plain)).await;
     }
     if runs("sharding")
         && let Some(proxy) = &args.fidelity
@@ -288,15 +290,18 @@ async fn fanout(args: &Args, sluice: &Sluice) {
 /// The fleet-start tables (see `fleet.rs`): on plain DynamoDB Local, and behind the proxy
 /// at its ceiling, at half of it, and at its ceiling with `--fleet-latency-ms` added to
 /// every call, the clients told none of it.
-async fn fleet(args: &Args, sluice: &Sluice, ample: bool) {
+async fn fleet(args: &Args, sluice: &Sluice, (ample, plain): (bool, bool)) {
     fanout::create_floor(store(args).await.client(), &args.table).await;
-    let plain = fanrun::Target {
-        label: "plain DynamoDB Local".to_owned(),
-        endpoint: args.endpoint.clone(),
-        fidelity: None,
-        fleet: true,
-    };
-    let mut targets = vec![(plain, None, Duration::ZERO)];
+    let mut targets = Vec::new();
+    if plain {
+        let target = fanrun::Target {
+            label: "plain DynamoDB Local".to_owned(),
+            endpoint: args.endpoint.clone(),
+            fidelity: None,
+            fleet: true,
+        };
+        targets.push((target, None, Duration::ZERO));
+    }
     if let Some(proxy) = &args.fidelity {
         let latency = Duration::from_millis(args.fleet_latency_ms);
         let full = args.fidelity_ceiling;

@@ -12,7 +12,9 @@ use super::ConfigError;
 /// measure is enough for a bucket's only row at 80% or more and throttled), the client
 /// spreads the bucket over enough rows, in powers of two (at least twice as many, four
 /// times when throttled, eight rows for a lone row throttled at 80% or more), for each to
-/// take about 40% of it; when each row takes less than
+/// take about 40% of it (with no ceiling told, one learned from the store's throttles
+/// spreads only a throttled row, and not a bucket refilling within twice that ceiling);
+/// when each row takes less than
 /// 10% of it for [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it
 /// gathers the bucket into half as many rows, one halving at a time. Every client may do
 /// it; one conditional transaction decides, and the others see the new count on their
@@ -51,8 +53,12 @@ impl Default for Sharding {
 
 impl Sharding {
     /// Measurements in a row that must each find a bucket's rows cool before it is
-    /// gathered into fewer: a lull of a second or two does not undo a spread.
-    pub const COOL_WINDOWS: u32 = 5;
+    /// gathered into fewer (half a minute at least): a lull does not undo a spread. A
+    /// gather is never urgent (rows to spare cost an ample bucket nothing per grant), and
+    /// every client measures the same rows at about the same time: one that gathers soon
+    /// after a spread gathers with many others, all but one losing a transaction over
+    /// every row.
+    pub const COOL_WINDOWS: u32 = 30;
 
     /// Measurements in a row that must each find a bucket's rows hot before it is spread
     /// over more: one measure of a row that takes few writes is noisy. One measure is

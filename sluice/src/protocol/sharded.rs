@@ -29,6 +29,7 @@ use crate::shared::remembered::Recall;
 use crate::tokens::Tokens;
 
 use super::{fast, reshard, seed};
+use seen::{Seen, remembered, within_twice};
 
 /// How many times the whole bucket is read again when its rows moved on between the read
 /// and the write that relied on it.
@@ -122,65 +123,10 @@ async fn spread_since(
 /// (see [`Sharding`](crate::Sharding)). A reshard that fails is only logged: the acquire's
 /// answer stands, and the next measure tries again.
 async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
-    // The row as last learned, and when: an answer that did not come from this row (a
-    // throttle waited out, a refusal from memory, a grant from another row) leaves it as
-    // it was, and measures nothing.
-    let Some(Seen {
-        row,
-        version,
-        shards,
-        refills,
-        bound,
-        short,
-        learned_at,
-    }) = remembered(core, lane)
-    else {
+    let Some((to, per_row, throttled)) = decide(core, base, lane, n) else {
         return;
     };
-    let sharding = &core.config.sharding;
-    let told = sharding
-        .item_write_ceiling
-        .or_else(|| core.store.item_write_ceiling());
     let now = core.now();
-    if !refills {
-        return;
-    }
-    // Decided on a fresh measure only; the throttles since the last one count with it.
-    let Some(per_row) = core.heat.observe(&row, version, shards, learned_at) else {
-        return;
-    };
-    let throttles =
-        lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) * u32::from(!short);
-    let throttled = throttles > 0;
-    // The ceiling told, or the one the store's throttles showed (see `Heat::ceiling`).
-    let Some(limit) = core.heat.ceiling(base, told, (per_row, throttles)) else {
-        return;
-    };
-    let cool = core.heat.cool(base, n, Sharding::cool(per_row, limit));
-    let hot = throttled && Sharding::throttled_hot(per_row, limit);
-    let target = sharding.target(n, per_row, limit, hot, cool);
-    // Within the bucket's own bound on its rows; a count outside it (the bound set since)
-    // is moved into it.
-    let target = match bound {
-        Some(bound) if !bound.allows(n) => Some(bound.clamp(n)),
-        Some(bound) => target.map(|to| bound.clamp(to)).filter(|to| *to != n),
-        None => target,
-    };
-    // A spread needs two hot measures in a row, or one of a bucket's only row at its
-    // ceiling that the store throttled: one measure of one row over a second is noisy
-    // where a row takes few writes (and a spread costs every client a failed write per
-    // row), and over several rows picked at random one row takes a burst now and then,
-    // while a lone row at its ceiling and throttled takes every client's writes and
-    // refuses demand every second it stays so. A ceiling only learned (no hint) is the
-    // measure itself, at its ceiling by definition: a burst (a fleet starting) teaches one,
-    // so it takes two measures.
-    let spreads = target.is_some_and(|to| to > n);
-    let heated = core.heat.hot(base, n, spreads);
-    let at_ceiling = told.is_some() && Sharding::at_ceiling(per_row, limit);
-    let sure = (hot && n == 1 && at_ceiling) || heated >= Sharding::HOT_WINDOWS;
-    let Some(to) = target.filter(|_| !spreads || (sure && !short)) else {
-        return;
-    };
     if !core.heat.claim(base, now) {
         return;
     }
@@ -196,31 +142,73 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     core.heat.done(base, core.now());
 }
 
-/// What `lane` remembers of its row, as [`watch`] measures it.
-struct Seen {
-    row: Dimension,
-    version: u64,
-    shards: u16,
-    refills: bool,
-    bound: Option<crate::bucket::ShardLimit>,
-    /// A row its refill keeps short (callers queued in its debt, or refused), as last
-    /// learned or now, grants what the refill brings however many rows the bucket has: its
-    /// throttles (a burst) teach no ceiling, and it is not spread (it may be gathered).
-    short: bool,
-    learned_at: UnixMillis,
-}
-
-fn remembered(core: &Core, lane: &Lane) -> Option<Seen> {
-    let memory = lane.memory();
-    memory.row().map(|r| Seen {
-        row: r.dimension.clone(),
-        version: r.version,
-        shards: r.shards,
-        refills: r.bucket.limit_type().refills(),
-        bound: r.bucket.shard_limit(),
-        short: memory.seen_short() || r.available(core.now()) < r.bucket.cost_per_call(),
-        learned_at: memory.learned_at(),
-    })
+/// What [`watch`] decides for the row of `lane`, on a fresh measure: the rows the bucket
+/// should have, with the measure (writes a second, in thousandths) and whether the store
+/// throttled the row since the last one; `None` to leave it.
+fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u64, bool)> {
+    // The row as last learned, and when: an answer that did not come from this row (a
+    // throttle waited out, a refusal from memory, a grant from another row) leaves it as
+    // it was, and measures nothing.
+    let Seen {
+        row,
+        version,
+        shards,
+        refills,
+        bound,
+        short,
+        learned_at,
+        refill_per_ks,
+        cost,
+    } = remembered(core, lane)?;
+    let sharding = &core.config.sharding;
+    let told = sharding
+        .item_write_ceiling
+        .or_else(|| core.store.item_write_ceiling());
+    if !refills {
+        return None;
+    }
+    // Decided on a fresh measure only; the throttles since the last one count with it.
+    let per_row = core.heat.observe(&row, version, shards, learned_at)?;
+    let throttles =
+        lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) * u32::from(!short);
+    let throttled = throttles > 0;
+    // The ceiling told (configured, or the store's own), or the lower one the store's
+    // throttles showed (see `Heat::ceiling`).
+    let (limit, learned) = core.heat.ceiling(base, told, (per_row, throttles))?;
+    let cool = core.heat.cool(base, n, Sharding::cool(per_row, limit));
+    let hot = throttled && Sharding::throttled_hot(per_row, limit);
+    let target = sharding.target(n, per_row, limit, hot, cool);
+    // Within the bucket's own bound on its rows; a count outside it (the bound set since)
+    // is moved into it.
+    let target = match bound {
+        Some(bound) if !bound.allows(n) => Some(bound.clamp(n)),
+        Some(bound) => target.map(|to| bound.clamp(to)).filter(|to| *to != n),
+        None => target,
+    };
+    // A spread needs two hot measures in a row, or one of a bucket's only row at its
+    // ceiling that the store throttled: one measure of one row over a second is noisy
+    // where a row takes few writes (and a spread costs every client a failed write per
+    // row), and over several rows picked at random one row takes a burst now and then,
+    // while a lone row at its ceiling and throttled takes every client's writes and
+    // refuses demand every second it stays so.
+    // A learned ceiling does not spread a bucket whose refill, in calls, is within twice
+    // that ceiling (or what its row already takes): more rows would raise its grants by
+    // little, and its throttles are the excess of a burst (a fleet starting on a bucket
+    // it soon empties, lost races billed but not counted in the version, which is also
+    // why a learned ceiling is low).
+    let takes = per_row.max(u64::from(limit) * 1_000);
+    let refill_bound = learned && within_twice(refill_per_ks, cost, takes);
+    // Nor does it spread a row the store did not throttle: what one client's measures
+    // taught (a window that straddled a spread, the writes of clients not yet told of it)
+    // says too little of a row's ceiling to spread a row below it.
+    let founded = !learned || throttled;
+    let spreads = target.is_some_and(|to| to > n);
+    let heated = core.heat.hot(base, n, spreads && founded);
+    let at_ceiling = Sharding::at_ceiling(per_row, limit);
+    let sure = (hot && n == 1 && at_ceiling) || heated >= Sharding::HOT_WINDOWS;
+    let spread = founded && sure && !short && !refill_bound;
+    let to = target.filter(|_| !spreads || spread)?;
+    Some((to, per_row, throttled))
 }
 
 /// Notes how many rows the bucket of `base` has, as the row of `lane` just told; the count.
@@ -490,5 +478,6 @@ pub(super) fn wait_for(
     Duration::from_millis(hi)
 }
 
+mod seen;
 #[cfg(test)]
 mod tests;

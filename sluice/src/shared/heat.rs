@@ -115,22 +115,26 @@ impl Heat {
     /// took what it could, so its measure then (`per_row` thousandths of a write a second,
     /// over a window with `throttles` throttled writes; two at least, so that one
     /// throttled burst teaches nothing) is its ceiling as the store enforces it: a spread
-    /// then needs no hint, at whatever ceiling the table has. The last such measure
-    /// stands, so a ceiling learned low is raised by a later one.
+    /// then needs no hint, at whatever ceiling the table has. The highest such measure
+    /// stands: a row throttled while it took less (a burst within the window, or writes
+    /// that failed their condition, billed but not counted in the version) says less of
+    /// the ceiling, not that it fell. Also whether the ceiling is the one learned.
     pub(crate) fn ceiling(
         &self,
         base: &Dimension,
         told: Option<u32>,
         (per_row, throttles): (u64, u32),
-    ) -> Option<u32> {
+    ) -> Option<(u32, bool)> {
         let mut learned = lock(&self.learned_ceilings);
         if throttles >= 2 && per_row > 0 {
             let rate = u32::try_from(per_row.div_ceil(1_000)).unwrap_or(u32::MAX);
-            learned.insert(base.clone(), rate);
+            let highest = learned.entry(base.clone()).or_insert(rate);
+            *highest = (*highest).max(rate);
         }
         match (told, learned.get(base).copied()) {
-            (Some(told), Some(learned)) => Some(told.min(learned)),
-            (told, learned) => told.or(learned),
+            (Some(told), Some(learned)) if learned < told => Some((learned, true)),
+            (Some(told), _) => Some((told, false)),
+            (None, learned) => learned.map(|learned| (learned, true)),
         }
     }
 
@@ -210,14 +214,27 @@ mod tests {
         assert_eq!(heat.ceiling(&base, None, (80_000, 0)), None);
         // One throttled write in a window teaches nothing; two do.
         assert_eq!(heat.ceiling(&base, None, (80_000, 1)), None);
-        assert_eq!(heat.ceiling(&base, None, (80_500, 2)), Some(81));
+        assert_eq!(heat.ceiling(&base, None, (80_500, 2)), Some((81, true)));
         // Learned, it stays without throttles; a told ceiling below it wins.
-        assert_eq!(heat.ceiling(&base, Some(1_000), (10_000, 0)), Some(81));
-        assert_eq!(heat.ceiling(&base, Some(50), (10_000, 0)), Some(50));
-        // A later throttled measure replaces it, higher or lower.
-        assert_eq!(heat.ceiling(&base, Some(1_000), (400_000, 3)), Some(400));
+        assert_eq!(
+            heat.ceiling(&base, Some(1_000), (10_000, 0)),
+            Some((81, true))
+        );
+        assert_eq!(
+            heat.ceiling(&base, Some(50), (10_000, 0)),
+            Some((50, false))
+        );
+        // A later throttled measure raises it, never lowers it.
+        assert_eq!(
+            heat.ceiling(&base, Some(1_000), (400_000, 3)),
+            Some((400, true))
+        );
+        assert_eq!(heat.ceiling(&base, None, (30_000, 5)), Some((400, true)));
         // Other buckets learn their own.
         let other: Dimension = "openai#tpm".parse().unwrap();
-        assert_eq!(heat.ceiling(&other, Some(1_000), (0, 0)), Some(1_000));
+        assert_eq!(
+            heat.ceiling(&other, Some(1_000), (0, 0)),
+            Some((1_000, false))
+        );
     }
 }

@@ -276,10 +276,11 @@ pub async fn a_hot_bucket_spreads_itself_and_gathers_back_when_it_cools(env: Env
         );
         assert_eq!(shards(&env).await, 8);
     }
-    // Cool: one grant per client every 3 s (a tenth of a row's ceiling, even on one row).
-    // After five cool measures, half as many rows, and so on to one row again.
-    for _ in 0..200 {
-        env.advance_ms(3_000);
+    // Cool: one grant per client every 6 s (under a tenth of a row's ceiling, even on one
+    // row, however the clients' picks fall). After enough cool measures in a row
+    // (`Sharding::COOL_WINDOWS`), half as many rows, and so on to one row again.
+    for _ in 0..1_000 {
+        env.advance_ms(6_000);
         for c in &clients {
             c.acquire(Acquire::new(&d))
                 .await

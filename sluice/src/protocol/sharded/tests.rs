@@ -131,3 +131,48 @@ async fn a_bucket_its_refill_keeps_short_is_not_spread_by_the_stores_throttles()
     let row = sluice.bucket("hot#rpm").await.unwrap().unwrap();
     assert_eq!(row.shards, 1, "one row");
 }
+
+#[tokio::test]
+async fn a_learned_ceiling_does_not_spread_a_bucket_refilling_within_twice_its_rows_rate() {
+    use crate::clock::ManualClock;
+    let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    let store = Arc::new(crate::shared::test_store::Hooked::new(ItemCeiling {
+        clock: clock.clone(),
+        per_second: 20,
+        landed: std::sync::Mutex::new((0, 0)),
+    }));
+    let sluice = crate::Sluice::builder()
+        .store_arc(store)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    // Thirty a second, holding plenty (never short in the run): the row already takes
+    // two thirds of what the refill brings, so more rows would add at most a third.
+    let bucket = crate::Bucket::requests(crate::RefillRate::per_second(30)).with_capacity(10_000);
+    sluice.put_bucket("hot#rpm", bucket).await.unwrap();
+    let mut throttled = 0u32;
+    for _ in 0..400 {
+        match sluice.acquire("hot#rpm").await {
+            Ok(lease) => drop(lease),
+            Err(Error::RetryIn(_)) => throttled += 1,
+            Err(e) => panic!("{e}"),
+        }
+        clock.advance(Duration::from_millis(10));
+    }
+    assert!(throttled > 0, "the store throttled the row");
+    let row = sluice.bucket("hot#rpm").await.unwrap().unwrap();
+    assert_eq!(row.shards, 1, "one row");
+}
+
+#[test]
+fn a_refill_is_within_twice_a_rows_rate_in_calls() {
+    let t = Tokens::new;
+    // 30 a second over 1,000 s, calls of 1: within twice 15 a second, not twice 14.9.
+    assert!(within_twice(t(30_000), t(1), 15_000));
+    assert!(!within_twice(t(30_000), t(1), 14_900));
+    // Calls of 100 tokens: 20 calls a second is 2,000 tokens, twice is 4,000.
+    assert!(within_twice(t(4_000_000), t(100), 20_000));
+    assert!(!within_twice(t(4_000_001), t(100), 20_000));
+    // An ample bucket is never within it.
+    assert!(!within_twice(t(1_000_000_000), t(1), 200_000));
+}

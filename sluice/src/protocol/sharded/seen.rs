@@ -1,0 +1,51 @@
+//! What a lane remembers of its row, as the sharded path measures how hot it is.
+
+use std::time::Duration;
+
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::shared::Core;
+use crate::shared::lanes::Lane;
+use crate::tokens::Tokens;
+
+/// What `lane` remembers of its row, as [`watch`](super::watch) measures it.
+pub(super) struct Seen {
+    pub(super) row: Dimension,
+    pub(super) version: u64,
+    pub(super) shards: u16,
+    pub(super) refills: bool,
+    pub(super) bound: Option<crate::bucket::ShardLimit>,
+    /// A row its refill keeps short (callers queued in its debt, or refused), as last
+    /// learned or now, grants what the refill brings however many rows the bucket has: its
+    /// throttles (a burst) teach no ceiling, and it is not spread (it may be gathered).
+    pub(super) short: bool,
+    pub(super) learned_at: UnixMillis,
+    /// What the bucket refills over a thousand seconds, and what one call costs.
+    pub(super) refill_per_ks: Tokens,
+    pub(super) cost: Tokens,
+}
+
+/// Whether a refill of `refill_per_ks` tokens over a thousand seconds is at most twice what
+/// a row taking `per_row` thousandths of a call a second of `cost` each takes.
+pub(super) fn within_twice(refill_per_ks: Tokens, cost: Tokens, per_row: u64) -> bool {
+    let twice = u32::try_from(per_row.saturating_mul(2)).unwrap_or(u32::MAX);
+    refill_per_ks <= cost.checked_mul(twice).unwrap_or(Tokens::MAX)
+}
+
+pub(super) fn remembered(core: &Core, lane: &Lane) -> Option<Seen> {
+    let memory = lane.memory();
+    memory.row().map(|r| Seen {
+        row: r.dimension.clone(),
+        version: r.version,
+        shards: r.shards,
+        refills: r.bucket.limit_type().refills(),
+        bound: r.bucket.shard_limit(),
+        short: memory.seen_short() || r.available(core.now()) < r.bucket.cost_per_call(),
+        learned_at: memory.learned_at(),
+        refill_per_ks: r
+            .bucket
+            .refill_rate()
+            .refill_over(Duration::from_secs(1_000)),
+        cost: r.bucket.cost_per_call(),
+    })
+}
