@@ -242,6 +242,7 @@ impl RefillRate {
 
     /// `amount` billionths of a token per `period` nanoseconds (as a row's extra
     /// attributes store it); `None` for a period that is not positive or parts beyond 10^38.
+    #[cfg(any(feature = "dynamodb", test))]
     pub(crate) fn from_parts(amount: i128, period: i128) -> Option<RefillRate> {
         if period <= 0 {
             return None;
@@ -256,6 +257,7 @@ impl RefillRate {
     /// The interval of decimals a row's `refill_rate` holds when it was read as this rate:
     /// the decimal itself when it is exact, else from it (rounded toward zero) to the next
     /// one up at its last digit.
+    #[cfg(any(feature = "dynamodb", test))]
     pub(crate) fn stored_interval(self) -> (String, String) {
         let (text, exact) = self.stored_decimal();
         if exact {
@@ -311,6 +313,7 @@ impl RefillRate {
 
 /// The decimal `text` (digits, an optional point, no exponent) one unit up at its last
 /// digit, away from zero.
+#[cfg(any(feature = "dynamodb", test))]
 fn next_up(text: &str) -> String {
     let mut bytes = text.as_bytes().to_vec();
     for i in (0..bytes.len()).rev() {
