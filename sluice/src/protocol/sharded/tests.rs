@@ -95,10 +95,10 @@ async fn a_bucket_whose_row_the_store_throttles_spreads_with_no_ceiling_told() {
     }
 }
 
-#[tokio::test]
-async fn a_bucket_its_refill_keeps_short_is_not_spread_by_the_stores_throttles() {
-    use crate::clock::ManualClock;
-    let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+/// A client of a store that throttles `hot#rpm` past 20 writes in a second of the clock
+/// returned with it, telling nobody that ceiling.
+fn throttling_client() -> (crate::clock::ManualClock, crate::Sluice) {
+    let clock = crate::clock::ManualClock::new(UnixMillis::from_secs(1_700_000_000));
     let store = Arc::new(crate::shared::test_store::Hooked::new(ItemCeiling {
         clock: clock.clone(),
         per_second: 20,
@@ -109,24 +109,34 @@ async fn a_bucket_its_refill_keeps_short_is_not_spread_by_the_stores_throttles()
         .clock(clock.clone())
         .build()
         .unwrap();
-    // Ten a second, holding ten: the row takes twice what the refill brings.
-    let short = crate::Bucket::requests(crate::RefillRate::per_second(10)).with_capacity(10);
-    sluice.put_bucket("hot#rpm", short).await.unwrap();
-    // Waiting callers, 100 a second, each taking its turn in the bucket's debt: bursts of
-    // them are throttled, but spread over more rows the bucket would grant no more.
-    let mut throttled = 0u32;
+    (clock, sluice)
+}
+
+/// 400 acquires on `hot#rpm`, 10 ms apart, each waiting up to `queue` for its turn; how
+/// many the store throttled.
+async fn hammer(sluice: &crate::Sluice, clock: &crate::clock::ManualClock, queue: Duration) -> u32 {
+    let mut throttled = 0;
     for _ in 0..400 {
         let request = crate::Acquire::new("hot#rpm");
-        match sluice
-            .acquire_after(&request, None, Duration::from_secs(30))
-            .await
-        {
+        match sluice.acquire_after(&request, None, queue).await {
             Ok(lease) => drop(lease),
             Err(Error::RetryIn(_)) => throttled += 1,
             Err(e) => panic!("{e}"),
         }
         clock.advance(Duration::from_millis(10));
     }
+    throttled
+}
+
+#[tokio::test]
+async fn a_bucket_its_refill_keeps_short_is_not_spread_by_the_stores_throttles() {
+    let (clock, sluice) = throttling_client();
+    // Ten a second, holding ten: the row takes twice what the refill brings.
+    let short = crate::Bucket::requests(crate::RefillRate::per_second(10)).with_capacity(10);
+    sluice.put_bucket("hot#rpm", short).await.unwrap();
+    // Waiting callers, 100 a second, each taking its turn in the bucket's debt: bursts of
+    // them are throttled, but spread over more rows the bucket would grant no more.
+    let throttled = hammer(&sluice, &clock, Duration::from_secs(30)).await;
     assert!(throttled > 0, "the store throttled the row");
     let row = sluice.bucket("hot#rpm").await.unwrap().unwrap();
     assert_eq!(row.shards, 1, "one row");
@@ -134,31 +144,12 @@ async fn a_bucket_its_refill_keeps_short_is_not_spread_by_the_stores_throttles()
 
 #[tokio::test]
 async fn a_learned_ceiling_does_not_spread_a_bucket_refilling_within_twice_its_rows_rate() {
-    use crate::clock::ManualClock;
-    let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
-    let store = Arc::new(crate::shared::test_store::Hooked::new(ItemCeiling {
-        clock: clock.clone(),
-        per_second: 20,
-        landed: std::sync::Mutex::new((0, 0)),
-    }));
-    let sluice = crate::Sluice::builder()
-        .store_arc(store)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let (clock, sluice) = throttling_client();
     // Thirty a second, holding plenty (never short in the run): the row already takes
     // two thirds of what the refill brings, so more rows would add at most a third.
     let bucket = crate::Bucket::requests(crate::RefillRate::per_second(30)).with_capacity(10_000);
     sluice.put_bucket("hot#rpm", bucket).await.unwrap();
-    let mut throttled = 0u32;
-    for _ in 0..400 {
-        match sluice.acquire("hot#rpm").await {
-            Ok(lease) => drop(lease),
-            Err(Error::RetryIn(_)) => throttled += 1,
-            Err(e) => panic!("{e}"),
-        }
-        clock.advance(Duration::from_millis(10));
-    }
+    let throttled = hammer(&sluice, &clock, Duration::ZERO).await;
     assert!(throttled > 0, "the store throttled the row");
     let row = sluice.bucket("hot#rpm").await.unwrap().unwrap();
     assert_eq!(row.shards, 1, "one row");
