@@ -131,3 +131,53 @@ async fn after_a_lost_race_a_request_the_later_fills_level_cannot_serve_is_decid
     let refused = sluice.acquire(RPM).await.unwrap_err();
     assert_eq!(refused.retry_in(), Some(Duration::from_millis(400)));
 }
+
+/// Counts every bucket change sent, refusing the next one as throttled once armed.
+#[derive(Debug, Default)]
+struct Throttles {
+    sent: Mutex<Vec<BucketChange>>,
+    armed: Mutex<bool>,
+}
+
+impl Hooks for Throttles {
+    fn change(&self, change: &BucketChange) -> Result<(), ChangeError> {
+        self.sent.lock().unwrap().push(change.clone());
+        if std::mem::take(&mut *self.armed.lock().unwrap()) {
+            return Err(ChangeError::Store(crate::store::StoreError::Throttled {
+                source: None,
+            }));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn after_a_throttled_write_the_next_is_computed_from_the_row_read_again_not_from_memory() {
+    let store = Arc::new(Hooked::new(Throttles::default()));
+    let (mine, theirs) = (ManualClock::new(at(0)), ManualClock::new(at(0)));
+    let sluice = client(store.clone(), &mine);
+    let other = client(store.clone(), &theirs);
+    sluice.put_bucket(RPM, bucket()).await.unwrap();
+    // This client fills the full bucket at 0 and remembers that row.
+    sluice.acquire(RPM).await.unwrap().release().await.unwrap();
+    // Its next write, at 100 ms, is throttled: back-pressure, a RetryIn.
+    mine.set(at(100));
+    *store.hooks.armed.lock().unwrap() = true;
+    let throttled = sluice.acquire(RPM).await.unwrap_err();
+    assert!(throttled.retry_in().is_some(), "{throttled:?}");
+    // While it waits, another process takes half the bucket at 110 ms.
+    theirs.set(at(110));
+    let half = crate::Acquire::with_cost(RPM, 50);
+    other.acquire(half).await.unwrap().release().await.unwrap();
+    // Asked again at 200 ms, the write is computed from the row as it now stands (50
+    // left at 110 ms, 59 by now): it applies at once. Computed from the row remembered
+    // before the throttle (full by now), it would have been a fill, lost to the other
+    // process's take and billed.
+    mine.set(at(200));
+    let before = store.hooks.sent.lock().unwrap().len();
+    sluice.acquire(RPM).await.unwrap().release().await.unwrap();
+    let sent = store.hooks.sent.lock().unwrap()[before..].to_vec();
+    assert_eq!(sent.len(), 1, "one write, no race lost: {sent:?}");
+    let row = sluice.bucket(RPM).await.unwrap().unwrap();
+    assert_eq!(row.available(at(200)), Tokens::new(58));
+}
