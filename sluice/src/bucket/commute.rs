@@ -153,7 +153,11 @@ impl Commute {
 /// more for a take larger than a vendor's burst: see [`BucketState::take_as`]). With
 /// `fill` false, a row the refill since it was remembered would fill is taken from as if
 /// it were not full (the writer last saw it short, so a queue is likely still in its debt):
-/// the change then fails, once, if it is full after all.
+/// the change then fails, once, if it is full after all. With `short` (the writer last saw
+/// it short), a grant the stored tokens alone would serve is a credit all the same: in a
+/// queue's debt the refill timestamp stands still while every waiter's take lowers the
+/// stored tokens, so a take's floor on them, computed from a row a queue's turn old, fails
+/// where the credit's floor (lower by the refill since the timestamp) holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Want {
     pub(crate) restored: Tokens,
@@ -161,6 +165,7 @@ pub(crate) struct Want {
     pub(crate) need: Option<Tokens>,
     pub(crate) ceiling: Tokens,
     pub(crate) fill: bool,
+    pub(crate) short: bool,
 }
 
 /// The change that does `want` to `row`'s bucket at `now` (`now_micros` to the
@@ -191,7 +196,7 @@ pub(crate) fn commute(
     let at_most = Condition::TokensAtMost(want.ceiling - want.restored - refill);
     let stored_serves = want
         .need
-        .is_none_or(|need| row.tokens + want.restored >= need);
+        .is_none_or(|need| row.tokens + want.restored >= need && !want.short);
     if stored_serves {
         let mut when = vec![at_most, Condition::RefilledSince(anchor)];
         when.extend(

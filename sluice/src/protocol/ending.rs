@@ -277,6 +277,7 @@ pub(super) fn bucket_change(
         need: None,
         ceiling: row.holds(),
         fill: true,
+        short: false,
     };
     let commute = commute(row, &want, (now, core.now_micros()), core.config.fold_after)?;
     Some(BucketChange::of(row, commute))

@@ -144,8 +144,8 @@ impl Write<'_> {
             self.core.now_micros()
         };
         let guess = self.lost == 1 && barely_full(&row, at);
-        let fill = !(guess || self.lane.memory().seen_short());
-        let reading = ((at, micros), fill);
+        let short = self.lane.memory().seen_short();
+        let reading = ((at, micros), !(guess || short), short);
         let Some(change) = plan::change(&row, &plan, reading, self.core.config.fold_after) else {
             // The remembered row cannot do what it was planned to (a rounding edge): decide
             // again from the store's row.

@@ -53,12 +53,13 @@ pub(super) fn plan(
 }
 
 /// The change that makes `plan` of `row` at `now` (and its microsecond); `None` when the
-/// row cannot serve it. With `fill` false (the row was short when last seen) it is not
-/// filled, however long ago that was (see [`Want`]).
+/// row cannot serve it. With `fill` false (the row was short when last seen, or is
+/// guessed drained) it is not filled, however long ago that was; with `short` (it was
+/// short when last seen) its grants are credits, not takes (see [`Want`]).
 pub(super) fn change(
     row: &BucketState,
     plan: &Plan,
-    (now, fill): ((UnixMillis, i64), bool),
+    (now, fill, short): ((UnixMillis, i64), bool, bool),
     fold_after: Duration,
 ) -> Option<BucketChange> {
     let granted = plan
@@ -79,6 +80,7 @@ pub(super) fn change(
         need: (taken > Tokens::ZERO).then_some(need),
         ceiling: row.holds().max(need.min(capacity)),
         fill,
+        short,
     };
     commute(row, &want, now, fold_after).map(|c| BucketChange::of(row, c))
 }
