@@ -109,9 +109,8 @@ async fn spread_since(
             return Err(refused);
         }
     };
-    // The row is not remembered: the throttle is waited out before the next write, which
-    // reads the row as it stands then (see `batch`).
     let shards = row.shards;
+    core.lanes.learn(row, core.now());
     if shards <= 1 {
         return Err(refused);
     }

@@ -329,11 +329,6 @@ impl Write<'_> {
                         .throttles
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                // The row moves on while the throttle is waited out: the next write is
-                // computed from a row read then (reads do not count against the item's
-                // write throughput), not from this one, which would lose its condition
-                // and be billed against that throughput.
-                self.lane.memory().forget();
                 self.acquires = jobs_of(plan.granted, plan.refused);
                 self.throttled().await
             }
