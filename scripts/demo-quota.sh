@@ -8,7 +8,10 @@
 # stopped here too) with a per-item ceiling of WU write units a second (and three times
 # that in read units), as a fleet's table meets real DynamoDB's: e.g.
 # `./scripts/demo-quota.sh --behind-fidelity 100 --processes 48 --modes sluice --seconds 60
-# --chart /tmp/quota.svg --table-out /tmp/quota.md`.
+# --chart /tmp/quota.svg --table-out /tmp/quota.md`. The proxy's count of every row's calls,
+# throttles and failed conditional writes over the whole run is then written to
+# target/demo-quota-fidelity-stats.json. `--log` (with the demo's arguments) writes every
+# worker's limiter decisions and DynamoDB call durations to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/dynamodb-local.sh
@@ -31,3 +34,10 @@ if [ -n "$ceiling" ]; then
     endpoint="$DYNAMODB_FIDELITY_ENDPOINT"
 fi
 ./target/release/examples/shared_quota --endpoint "$endpoint" "$@"
+if [ -n "$ceiling" ]; then
+    if curl -sf "$DYNAMODB_FIDELITY_ENDPOINT/_fidelity/stats" >target/demo-quota-fidelity-stats.json; then
+        echo "wrote target/demo-quota-fidelity-stats.json" >&2
+    else
+        echo "could not read dynamodb-fidelity's stats" >&2
+    fi
+fi

@@ -80,6 +80,9 @@ struct Args {
     /// Where to write the table (Markdown).
     #[arg(long, default_value = "docs/shared-quota.md")]
     table_out: String,
+    /// Debug logs of every worker to stderr (the limiter's decisions).
+    #[arg(long)]
+    log: bool,
     /// Internal: run as worker process INDEX (1-based).
     #[arg(long, hide = true)]
     worker: Option<u64>,
@@ -103,6 +106,7 @@ pub(crate) struct Plan {
     pub(crate) endpoint: Option<String>,
     pub(crate) start_ms: u64,
     pub(crate) seconds: u64,
+    pub(crate) log: bool,
 }
 
 /// The run's timeline, in unix milliseconds.
@@ -142,6 +146,9 @@ impl Plan {
         if let Some(endpoint) = &self.endpoint {
             args.push(format!("--endpoint={endpoint}"));
         }
+        if self.log {
+            args.push("--log".to_owned());
+        }
         args
     }
 }
@@ -180,8 +187,12 @@ async fn main() {
         endpoint: args.endpoint.clone(),
         start_ms,
         seconds: args.seconds,
+        log: args.log,
     };
     if let Some(index) = args.worker {
+        if args.log {
+            log_to_stderr();
+        }
         worker::run(plan(args.mode, args.vendor_port, args.start_ms), index).await;
         return;
     }
@@ -205,6 +216,27 @@ async fn main() {
         std::process::exit(1);
     }
     eprintln!("wrote {} and {}", args.table_out, args.chart);
+}
+
+/// The limiter's debug logs and every DynamoDB call's duration (its span closing), to
+/// stderr; the rest at warnings.
+fn log_to_stderr() {
+    use tracing_subscriber::fmt::format::FmtSpan;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let targets = tracing_subscriber::filter::Targets::new()
+        .with_target("sluice", tracing::Level::DEBUG)
+        .with_target("sluice_reqwest", tracing::Level::DEBUG)
+        .with_target("aws_sdk_dynamodb", tracing::Level::DEBUG)
+        .with_default(tracing::Level::WARN);
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_span_events(FmtSpan::CLOSE),
+        )
+        .with(targets)
+        .init();
 }
 
 fn args_line(args: &Args) -> String {
@@ -249,14 +281,22 @@ async fn fresh_buckets(plan: &Plan) {
             Bucket::tokens(RefillRate::per_minute(plan.tpm)),
         ),
     ] {
-        sluice
-            .delete_bucket(dimension)
-            .await
-            .expect("delete a bucket");
-        sluice
-            .put_bucket(dimension, bucket)
-            .await
-            .expect("put a bucket");
+        // The previous run's last writes may still hold the rows' throughput (behind
+        // dynamodb-fidelity): a throttled call is asked again, for up to half a minute.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let done = async {
+                sluice.delete_bucket(dimension).await?;
+                sluice.put_bucket(dimension, bucket.clone()).await
+            };
+            match done.await {
+                Ok(_) => break,
+                Err(sluice::Error::Store(e)) if e.is_transient() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => panic!("could not write the demo's fresh bucket {dimension}: {e}"),
+            }
+        }
     }
 }
 
