@@ -39,7 +39,11 @@
 //!    waits of slots, `#[rate_limited]` and the layers, all built on it) accepts a denial
 //!    only from a row learned after its wait began, and on a `concurrent` bucket waits at
 //!    most one jittered poll interval at a time.
-//! 7. **A store error forgets the row**: the write may or may not have applied.
+//! 7. **A store error forgets the row**: the write may or may not have applied. A write
+//!    pushed back (the row throttled, or held by a transaction) applied nothing: the row
+//!    is kept for refusals, but the next write is computed from the row read again (others
+//!    wrote it meanwhile, and a write computed from what was remembered would most often
+//!    fail its condition, a billed write on a row already at its ceiling).
 //!
 //! What a RetryIn promises follows from these rules. It is exact for the row it was
 //! computed from: one millisecond earlier that row could not serve the request, at the
@@ -95,6 +99,8 @@ pub(crate) struct Remembered {
     reservoir: Option<Reservoir>,
     /// Whether a row was ever learned here (kept when it is forgotten).
     seen: bool,
+    /// Whether a write of this client was pushed back since the row was learned (rule 7).
+    stale: bool,
 }
 
 /// What the live leases of a short `concurrent` bucket say about when a slot comes back.
@@ -137,9 +143,21 @@ pub(crate) enum Recall {
 }
 
 impl Remembered {
-    /// The remembered row, to compute a conditional write from.
+    /// The remembered row.
     pub(crate) fn row(&self) -> Option<&BucketState> {
         self.row.as_ref()
+    }
+
+    /// The remembered row to compute a conditional write from: none after a write was
+    /// pushed back (rule 7), until the row is learned again.
+    pub(crate) fn row_to_write(&self) -> Option<&BucketState> {
+        self.row.as_ref().filter(|_| !self.stale)
+    }
+
+    /// A write of this client was throttled, or refused while a transaction held the row
+    /// (rule 7).
+    pub(crate) fn pushed_back(&mut self) {
+        self.stale = true;
     }
 
     /// When the remembered row was learned from the store, by the client's clock.
@@ -169,6 +187,7 @@ impl Remembered {
         }
         self.row = Some(row);
         self.seen = true;
+        self.stale = false;
         self.learned_at = now;
         self.windows.clear();
         // A RetryIn ending at this millisecond or before has run out: the bucket could

@@ -19,6 +19,9 @@ pub(crate) trait Hooks: Send + Sync + std::fmt::Debug + 'static {
     /// Before a bucket change is sent to the memory store: a slow store's answer.
     async fn hold_change(&self) {}
 
+    /// Before bucket rows are read.
+    fn read_buckets(&self, _dimensions: &[Dimension]) {}
+
     /// Before a lease row is ended.
     fn end_lease(&self, _key: &LeaseKey) {}
 
@@ -79,6 +82,13 @@ hooked_store!({
         self.hooks.hold_change().await;
         self.inner.change(change).await
     }
+    async fn read_buckets(
+        &self,
+        dimensions: &[Dimension],
+    ) -> Result<Vec<Option<BucketState>>, StoreError> {
+        self.hooks.read_buckets(dimensions);
+        self.inner.read_buckets(dimensions).await
+    }
     async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
         self.hooks.end_lease(key);
         self.inner.end_lease(key).await
@@ -88,7 +98,6 @@ hooked_store!({
         self.inner.delete_leases(keys).await
     }
 } passed {
-    read_buckets(dimensions: &[Dimension]) -> Result<Vec<Option<BucketState>>, StoreError>;
     commit(commit: Commit) -> Result<(), CommitError>;
     put_leases(leases: &[LeaseRecord]) -> Result<(), StoreError>;
     read_leases(keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError>;

@@ -188,7 +188,7 @@ impl Write<'_> {
     /// is over (the bucket is gone, or the read failed; every job is answered), or a
     /// throttled read is waited out.
     async fn row(&mut self) -> Result<BucketState, Next> {
-        let remembered = self.lane.memory().row().cloned();
+        let remembered = self.lane.memory().row_to_write().cloned();
         if let Some(row) = remembered {
             return Ok(row);
         }
@@ -329,6 +329,7 @@ impl Write<'_> {
                         .throttles
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
+                self.lane.memory().pushed_back();
                 self.acquires = jobs_of(plan.granted, plan.refused);
                 self.throttled().await
             }

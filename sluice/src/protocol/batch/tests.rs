@@ -131,3 +131,74 @@ async fn after_a_lost_race_a_request_the_later_fills_level_cannot_serve_is_decid
     let refused = sluice.acquire(RPM).await.unwrap_err();
     assert_eq!(refused.retry_in(), Some(Duration::from_millis(400)));
 }
+
+/// Throttles the next bucket change when armed; counts every change and every read.
+#[derive(Debug, Default)]
+struct Throttler {
+    changes: std::sync::atomic::AtomicU32,
+    reads: std::sync::atomic::AtomicU32,
+    throttle_next: std::sync::atomic::AtomicBool,
+}
+
+impl Hooks for Throttler {
+    fn read_buckets(&self, _dimensions: &[crate::dimension::Dimension]) {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn change(&self, _change: &BucketChange) -> Result<(), ChangeError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.changes.fetch_add(1, SeqCst);
+        if self.throttle_next.swap(false, SeqCst) {
+            return Err(ChangeError::Store(crate::store::StoreError::Throttled {
+                source: None,
+            }));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn after_a_throttled_write_the_next_is_computed_from_the_row_read_again() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let store = Arc::new(Hooked::new(Throttler::default()));
+    let (mine, theirs) = (ManualClock::new(at(0)), ManualClock::new(at(0)));
+    let sluice = client(store.clone(), &mine);
+    let other = client(store.clone(), &theirs);
+    // Ten a second, holding two: this client takes one at 0 ms (not short, as it saw it).
+    let bucket = Bucket::requests(RefillRate::per_second(10)).with_capacity(2);
+    sluice.put_bucket(RPM, bucket).await.unwrap();
+    sluice.acquire(RPM).await.unwrap().release().await.unwrap();
+    // A first throttle at 10 ms: the client reads the row once to learn whether the
+    // bucket was spread since (at most once a second).
+    mine.set(at(10));
+    store.hooks.throttle_next.store(true, SeqCst);
+    assert!(sluice.acquire(RPM).await.unwrap_err().retry_in().is_some());
+    // Another process empties it at 100 ms; this client's write at 150 ms, from the row it
+    // read at 10 ms, is throttled again: a refusal for now, the row kept for refusals.
+    theirs.set(at(100));
+    for _ in 0..2 {
+        other.acquire(RPM).await.unwrap().release().await.unwrap();
+    }
+    mine.set(at(150));
+    store.hooks.throttle_next.store(true, SeqCst);
+    assert!(sluice.acquire(RPM).await.unwrap_err().retry_in().is_some());
+    assert!(
+        sluice
+            .core()
+            .lane(&RPM.parse().unwrap())
+            .memory()
+            .row()
+            .is_some()
+    );
+    let (changes, reads) = (
+        store.hooks.changes.load(SeqCst),
+        store.hooks.reads.load(SeqCst),
+    );
+    // Asked again, the client reads the row first: half a token, refused exactly, with no
+    // write (one computed from the row of 10 ms would fail its condition: a billed write
+    // on a throttled row).
+    let refused = sluice.acquire(RPM).await.unwrap_err();
+    assert_eq!(refused.retry_in(), Some(Duration::from_millis(50)));
+    assert_eq!(store.hooks.changes.load(SeqCst), changes, "no write");
+    assert_eq!(store.hooks.reads.load(SeqCst) - reads, 1, "one read");
+}
