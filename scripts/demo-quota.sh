@@ -35,7 +35,8 @@ if [ -n "$ceiling" ]; then
 fi
 ./target/release/examples/shared_quota --endpoint "$endpoint" "$@"
 if [ -n "$ceiling" ]; then
-    if curl -sf "$DYNAMODB_FIDELITY_ENDPOINT/_fidelity/stats" >target/demo-quota-fidelity-stats.json; then
+    if python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+        "$DYNAMODB_FIDELITY_ENDPOINT/_fidelity/stats" >target/demo-quota-fidelity-stats.json; then
         echo "wrote target/demo-quota-fidelity-stats.json" >&2
     else
         echo "could not read dynamodb-fidelity's stats" >&2

@@ -175,6 +175,8 @@ impl Core {
             }
             Err(ChangeError::Store(e)) if e.is_back_pressure() => {
                 crate::metrics::bucket_throttled(dimension.as_str());
+                // Nothing applied, but the row moves on meanwhile (rule 7 of `remembered`).
+                self.lane(&dimension).memory().pushed_back();
             }
             Err(ChangeError::Store(e)) if e.answer_lost() => {
                 tracing::debug!(%dimension, error = %e, "a change lost its answer");
@@ -267,10 +269,11 @@ impl Core {
             .collect()
     }
 
-    /// The row of `dimension` as this client remembers it, or read when it remembers
-    /// none.
+    /// The row of `dimension` to compute a write from: as this client remembers it, or
+    /// read when it remembers none (or a write of it was pushed back since, rule 7 of
+    /// `remembered`).
     pub(crate) async fn remembered_row(&self, dimension: &Dimension) -> Result<BucketState, Error> {
-        let remembered = self.lane(dimension).memory().row().cloned();
+        let remembered = self.lane(dimension).memory().row_to_write().cloned();
         match remembered {
             Some(row) => Ok(row),
             None => Ok(self

@@ -329,7 +329,6 @@ impl Write<'_> {
                         .throttles
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                self.lane.memory().pushed_back();
                 self.acquires = jobs_of(plan.granted, plan.refused);
                 self.throttled().await
             }
