@@ -49,9 +49,12 @@ pub(crate) async fn give_back(core: &Core, mut parts: Vec<LeasePart>) -> Result<
 const GIVE_BACK_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// [`give_back`] for a grant its caller never received (gone away, or told the write
-/// failed when it may have applied), in a task of its own. A give-back that fails because
-/// the store is down, slow or lost the answer is tried again with backoff when that is
-/// harmless: every part has a lease row, whose ending happens once whatever the attempts.
+/// failed when it may have applied), in a task of its own, one dimension after another.
+/// A dimension's give-back that fails because the store is down or slow is tried again
+/// with backoff only when that cannot give twice: when every part of it has a lease row
+/// (whose ending happens once whatever the attempts), or when nothing was sent. A part
+/// with no row (its row never written) whose give-back lost its answer may have been
+/// given back: it is not sent again, and its tokens count as used.
 pub(crate) fn give_back_in_background(core: &Arc<Core>, parts: Vec<LeasePart>) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
@@ -60,28 +63,40 @@ pub(crate) fn give_back_in_background(core: &Arc<Core>, parts: Vec<LeasePart>) {
         return;
     };
     let core = core.clone();
-    let idempotent = parts.iter().all(LeasePart::is_kept);
     handle.spawn(async move {
-        let mut backoff = Backoff::new();
+        // Whether each part has a row to end is settled once, before any attempt: a row
+        // not yet written never will be.
+        let parts = futures::future::join_all(parts.iter().map(LeasePart::ending)).await;
         let until = tokio::time::Instant::now() + GIVE_BACK_FOR;
-        for attempt in 1u32.. {
-            match give_back(&core, parts.clone()).await {
-                Ok(_) => return,
-                Err(Error::Store(e))
-                    if idempotent
-                        && (e.is_transient() || e.may_have_applied())
-                        && tokio::time::Instant::now() < until =>
-                {
-                    tracing::debug!(error = %e, attempt, "giving back a grant failed; retrying");
-                    backoff.sleep(attempt.min(8)).await;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "giving back a grant failed; its leases expire and are reconciled");
-                    return;
-                }
-            }
+        let grouped = by_dimension(parts.into_iter().map(|p| (p.dimension.clone(), p)));
+        for (_, parts) in grouped {
+            give_back_until(&core, parts, until).await;
         }
     });
+}
+
+/// Gives back `parts`, all of one dimension, trying again while that is harmless and
+/// before `until`.
+async fn give_back_until(core: &Core, parts: Vec<LeasePart>, until: tokio::time::Instant) {
+    let rows = parts.iter().all(LeasePart::is_kept);
+    let mut backoff = Backoff::new();
+    for attempt in 1u32.. {
+        match give_back(core, parts.clone()).await {
+            Ok(_) => return,
+            Err(Error::Store(e))
+                if e.is_transient()
+                    && (rows || !e.may_have_applied())
+                    && tokio::time::Instant::now() < until =>
+            {
+                tracing::debug!(error = %e, attempt, "giving back a grant failed; retrying");
+                backoff.sleep(attempt.min(8)).await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "giving back a grant failed; its leases expire and are reconciled, tokens given back without a lease row count as used");
+                return;
+            }
+        }
+    }
 }
 
 /// Ends expired leases, giving their cost back to their buckets whatever the limit type.

@@ -19,6 +19,12 @@ pub(crate) trait Hooks: Send + Sync + std::fmt::Debug + 'static {
     /// Before a bucket change is sent to the memory store: a slow store's answer.
     async fn hold_change(&self) {}
 
+    /// After a bucket change applied: an error is answered instead (an answer lost after
+    /// the write).
+    fn answered(&self, _change: &BucketChange) -> Result<(), ChangeError> {
+        Ok(())
+    }
+
     /// Before bucket rows are read.
     fn read_buckets(&self, _dimensions: &[Dimension]) {}
 
@@ -80,7 +86,9 @@ hooked_store!({
     async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
         self.hooks.change(&change)?;
         self.hooks.hold_change().await;
-        self.inner.change(change).await
+        let after = self.inner.change(change.clone()).await?;
+        self.hooks.answered(&change)?;
+        Ok(after)
     }
     async fn read_buckets(
         &self,

@@ -116,6 +116,68 @@ async fn a_caller_that_gives_up_before_its_turn_gives_its_reservation_back() {
     assert_eq!(row.available(next.now()), Tokens::ZERO, "two grants in all");
 }
 
+/// Loses the answer of the first bucket change after [`LosesAnswer::arm`], once it applied.
+#[derive(Debug, Default)]
+struct LosesAnswer {
+    armed: AtomicBool,
+    changes: AtomicUsize,
+}
+
+impl Hooks for LosesAnswer {
+    fn change(&self, _: &BucketChange) -> Result<(), ChangeError> {
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn answered(&self, _: &BucketChange) -> Result<(), ChangeError> {
+        if self.armed.swap(false, Ordering::Relaxed) {
+            return Err(ChangeError::Store(crate::store::StoreError::Timeout {
+                source: None,
+            }));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_give_back_that_lost_its_answer_is_not_sent_again() {
+    let store = Arc::new(Hooked::new(LosesAnswer::default()));
+    let client = || {
+        Sluice::builder()
+            .store_arc(store.clone())
+            .clock(TokioClock::starting_at(UnixMillis::from_secs(
+                1_700_000_000,
+            )))
+            .build()
+            .unwrap()
+    };
+    let (first, quitter) = (client(), client());
+    first.put_bucket(RPM, bucket()).await.unwrap();
+    let _held = first.acquire(RPM).await.unwrap();
+    // Its turn would come at 100 ms; it gives up at 50 ms, and the write giving its
+    // reservation back applies but its answer is lost.
+    let mut waiting = Box::pin(quitter.acquire_within(RPM, Duration::from_secs(2)));
+    let reserved = tokio::time::timeout(Duration::from_millis(10), &mut waiting).await;
+    assert!(reserved.is_err(), "waiting its turn");
+    store.hooks.armed.store(true, Ordering::Relaxed);
+    let gave_up = tokio::time::timeout(Duration::from_millis(40), &mut waiting).await;
+    assert!(gave_up.is_err(), "still waiting its turn when dropped");
+    drop(waiting);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(
+        !store.hooks.armed.load(Ordering::Relaxed),
+        "given back once"
+    );
+    let sent = store.hooks.changes.load(Ordering::Relaxed);
+    // Long enough for every retry a background give-back makes.
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    assert_eq!(
+        store.hooks.changes.load(Ordering::Relaxed),
+        sent,
+        "a give-back that may have applied is not sent again"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_wait_is_a_deadline_that_counts_the_stores_answers_too() {
     let store = Arc::new(Hooked::new(Counter::default()));
