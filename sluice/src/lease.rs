@@ -66,6 +66,11 @@ impl Lease {
         self
     }
 
+    /// When the lease may be used (see [`turn`](Self::turn)).
+    pub(crate) fn ready_at(&self) -> UnixMillis {
+        self.grant.ready_at
+    }
+
     /// The lease's id.
     pub fn id(&self) -> &LeaseId {
         &self.grant.id

@@ -52,6 +52,8 @@ use crate::store::{MemoryStore, Store};
 #[derive(Clone)]
 pub struct Sluice {
     core: Arc<Core>,
+    /// Turns reserved by waiting callers for their next ask (see [`wait`]).
+    parked: Arc<wait::Parked>,
 }
 
 impl fmt::Debug for Sluice {
@@ -64,6 +66,7 @@ impl Sluice {
     fn from_core(core: Core) -> Sluice {
         Sluice {
             core: Arc::new(core),
+            parked: Arc::default(),
         }
     }
 

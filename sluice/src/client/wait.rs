@@ -7,9 +7,12 @@ use rand::RngExt as _;
 use tokio::time::Instant;
 
 use super::Sluice;
+
+mod parked;
 use crate::acquire::Acquire;
 use crate::error::Error;
 use crate::lease::Lease;
+pub(crate) use parked::Parked;
 
 /// The shortest wait of a waiting caller (a RetryIn is at least a millisecond); also
 /// what a reservation's turn keeps clear of the deadline, for the rounding of clocks.
@@ -41,7 +44,13 @@ impl Sluice {
     /// into a debt the refill repays, in the order the reservations landed), and this call
     /// returns when the refill has repaid it: one write per grant, in about the order the
     /// callers asked. A caller that gives up before its turn (this future dropped) gives
-    /// the reservation back. Buckets that do not refill (`concurrent`) and the seed's
+    /// the reservation back. When the queue is longer than the wait, the caller still
+    /// reserves its turn, up to 30 s ahead, and is told the [`Error::RetryIn`] until it:
+    /// the client keeps the reservation, and its next `acquire_within` of the same request
+    /// (the same dimensions, costs and priority) that reaches the turn takes it with no
+    /// call. Every caller of a long queue hears its own turn, not the instant all the
+    /// others hear, and costs one write per grant; a turn nobody comes for within a
+    /// second after it is given back. Buckets that do not refill (`concurrent`) and the seed's
     /// protocol ([`Protocol::Seed`](crate::Protocol::Seed)) are asked again after each
     /// exact RetryIn instead (a `concurrent` slot at most a jittered
     /// [`slot_poll`](crate::Config::slot_poll) later, as one may come back before then).
@@ -68,6 +77,7 @@ impl Sluice {
         max_wait: Duration,
     ) -> Result<Lease, Error> {
         let request = request.into();
+        let key = parked::key(&self.prioritized(&request)?);
         // `None`: a wait too long to count, as good as no deadline.
         let deadline = Instant::now().checked_add(max_wait);
         let left = || {
@@ -82,7 +92,18 @@ impl Sluice {
         loop {
             // The turn must come by the deadline, clear of it by a millisecond.
             let queue = left().saturating_sub(MIN_NAP);
-            let attempt = self.acquire_after(&request, fresh_after, queue);
+            let by = self.now().saturating_add(queue);
+            if let Some(lease) = self.parked.claim(&key, by, self.now()) {
+                return Ok(lease.turn().await);
+            }
+            // A caller that waits reserves its turn even past its deadline (kept for its
+            // next ask); one that does not wait only takes what is there.
+            let reach = if max_wait.is_zero() {
+                queue
+            } else {
+                queue.max(parked::PARK_FOR)
+            };
+            let attempt = self.acquire_after(&request, fresh_after, reach);
             let answer = match deadline.filter(|_| !max_wait.is_zero()) {
                 Some(deadline) => tokio::time::timeout_at(deadline, attempt)
                     .await
@@ -90,7 +111,13 @@ impl Sluice {
                 None => attempt.await,
             };
             match answer {
-                Ok(lease) => return Ok(lease.turn().await),
+                Ok(lease)
+                    if lease.ready_at()
+                        <= self.now().saturating_add(left().saturating_sub(MIN_NAP)) =>
+                {
+                    return Ok(lease.turn().await);
+                }
+                Ok(lease) => return Err(self.park(key, lease)),
                 Err(Error::RetryIn(delay)) => {
                     let nap = self.nap(&request, delay)?;
                     // Asked again at the deadline, the store's answer would come after it.
@@ -106,6 +133,22 @@ impl Sluice {
                 other => return other,
             }
         }
+    }
+
+    /// Keeps `lease`, a reservation whose turn comes after its caller's deadline, for the
+    /// caller's next ask; the RetryIn until that turn.
+    fn park(&self, key: parked::Key, lease: Lease) -> Error {
+        let ready_at = lease.ready_at();
+        let wait = ready_at.saturating_since(self.now()).max(MIN_NAP);
+        match self.parked.park(key, lease, ready_at, wait) {
+            Ok(()) => tracing::debug!(
+                turn_ms = wait.as_millis() as u64,
+                "a turn reserved past the deadline, kept for the next ask"
+            ),
+            // No room: given back as it is dropped.
+            Err(lease) => drop(lease),
+        }
+        Error::RetryIn(wait)
     }
 
     /// How long a caller refused for `delay` waits before asking again: the delay, but a

@@ -256,3 +256,69 @@ async fn a_turn_that_comes_only_at_the_deadline_is_refused_at_once_with_one_call
     // One look at the store (a read of the row it had not seen, or a refused write).
     assert!(store.hooks.changes.load(Ordering::Relaxed) - before <= 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn callers_queued_past_their_deadline_hear_their_own_turns_and_take_them_with_no_call() {
+    let store = Arc::new(Hooked::new(Counter::default()));
+    let first = process(&store);
+    first.put_bucket(RPM, bucket()).await.unwrap();
+    let _held = first.acquire(RPM).await.unwrap();
+    let waiters: Vec<Sluice> = (0..3).map(|_| process(&store)).collect();
+    let before = store.hooks.changes.load(Ordering::Relaxed);
+    // Each waits 50 ms at most: the queue is longer. Each reserves its turn all the same,
+    // one write each, and hears its own: 100, 200, 300 ms.
+    let mut turns = Vec::new();
+    for w in &waiters {
+        match w.acquire_within(RPM, Duration::from_millis(50)).await {
+            Err(Error::RetryIn(d)) => turns.push(d),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        turns,
+        [100, 200, 300].map(Duration::from_millis),
+        "each caller its own turn"
+    );
+    assert_eq!(store.hooks.changes.load(Ordering::Relaxed) - before, 3);
+    // Each comes back when told and is granted at once, with no call.
+    let started = Instant::now();
+    for (w, turn) in waiters.iter().zip(turns) {
+        tokio::time::sleep_until(started + turn).await;
+        let lease = w.acquire_within(RPM, Duration::from_millis(50)).await;
+        assert_eq!(started.elapsed(), turn, "granted at its turn");
+        drop(lease.unwrap());
+    }
+    assert_eq!(store.hooks.changes.load(Ordering::Relaxed) - before, 3);
+    // Never more than the bucket gave: one token, then one each 100 ms.
+    let row = first.bucket(RPM).await.unwrap().unwrap();
+    assert!(row.available(first.now()) <= Tokens::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reserved_turn_nobody_comes_for_is_given_back_after_the_grace() {
+    let store = Arc::new(Hooked::new(Counter::default()));
+    let first = process(&store);
+    // One token a second, holding two.
+    let slow = Bucket::requests(RefillRate::per_second(1)).with_capacity(2);
+    first.put_bucket(RPM, slow).await.unwrap();
+    let _held = first
+        .acquire(crate::Acquire::with_cost(RPM, Tokens::new(2)))
+        .await
+        .unwrap();
+    let quitter = process(&store);
+    let refused = quitter.acquire_within(RPM, Duration::from_millis(50)).await;
+    assert!(
+        matches!(refused, Err(Error::RetryIn(d)) if d == Duration::from_secs(1)),
+        "{refused:?}"
+    );
+    assert_eq!(quitter.parked.len(), 1);
+    // Its turn is at 1 s; nobody came by 2 s: given back.
+    tokio::time::sleep(Duration::from_millis(2_010)).await;
+    assert_eq!(quitter.parked.len(), 0);
+    let row = first.bucket(RPM).await.unwrap().unwrap();
+    assert_eq!(
+        row.available(first.now()),
+        Tokens::new(2),
+        "full: the reserved token came back (without it, 1.01)"
+    );
+}

@@ -1,0 +1,157 @@
+//! Turns kept for a waiting caller's next ask. A caller that waits (`acquire_within`)
+//! on a bucket whose queue is longer than its wait still reserves its turn, as far as
+//! [`PARK_FOR`] ahead, in the write that would have refused it; it is told the RetryIn
+//! until that turn, and the reservation is kept here. The client's next wait for the
+//! same request that reaches the turn takes it with no call: each waiting caller costs
+//! one write per grant, and hears its own turn rather than the instant everyone else
+//! hears. A turn nobody comes for within [`GRACE`] after it is given back.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::acquire::Wanted;
+use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
+use crate::lease::Lease;
+use crate::priority::Priority;
+use crate::tokens::Tokens;
+
+/// How far ahead of its deadline a waiting caller reserves its turn: the deepest queue a
+/// bucket takes on for callers that come back (and, should they all vanish, the longest
+/// its other callers wait for tokens nobody uses).
+pub(crate) const PARK_FOR: Duration = Duration::from_secs(30);
+
+/// How long after its turn a kept reservation waits for its caller before it is given
+/// back.
+pub(crate) const GRACE: Duration = Duration::from_secs(1);
+
+/// The most reservations one client keeps; a caller beyond them is refused as before.
+pub(crate) const MAX_PARKED: usize = 1_024;
+
+/// What a kept reservation serves: the same dimensions, costs and priorities.
+pub(crate) type Key = Vec<(Dimension, Tokens, u32, Option<Priority>)>;
+
+/// The key of a request.
+pub(crate) fn key(wanted: &[Wanted]) -> Key {
+    wanted
+        .iter()
+        .map(|w| {
+            (
+                w.dimension.clone(),
+                w.explicit,
+                w.default_calls,
+                w.priority.clone(),
+            )
+        })
+        .collect()
+}
+
+struct Kept {
+    id: u64,
+    key: Key,
+    ready_at: UnixMillis,
+    lease: Lease,
+}
+
+/// One client's kept reservations (shared by its clones).
+#[derive(Default)]
+pub(crate) struct Parked {
+    kept: Mutex<(u64, Vec<Kept>)>,
+}
+
+impl std::fmt::Debug for Parked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parked")
+            .field("kept", &self.lock().1.len())
+            .finish()
+    }
+}
+
+impl Parked {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, Vec<Kept>)> {
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The kept reservation for `key` whose turn comes first, if it comes by `by`; those
+    /// whose caller is late past [`GRACE`] at `now` are given back.
+    pub(crate) fn claim(&self, key: &Key, by: UnixMillis, now: UnixMillis) -> Option<Lease> {
+        let (late, claimed) = {
+            let mut kept = self.lock();
+            let late = take_where(&mut kept.1, |k| k.ready_at.saturating_add(GRACE) < now);
+            let first = kept
+                .1
+                .iter()
+                .enumerate()
+                .filter(|(_, k)| k.key == *key && k.ready_at <= by)
+                .min_by_key(|(_, k)| k.ready_at)
+                .map(|(i, _)| i);
+            (late, first.map(|i| kept.1.swap_remove(i).lease))
+        };
+        // Dropped outside the lock: each gives its reservation back.
+        drop(late);
+        claimed
+    }
+
+    /// Keeps `lease`, a reservation whose turn is at `ready_at` (`wait` from now), for
+    /// `key`; given back if nobody claims it within [`GRACE`] after its turn. `Err`: no
+    /// room, the lease handed back.
+    pub(crate) fn park(
+        self: &Arc<Self>,
+        key: Key,
+        lease: Lease,
+        ready_at: UnixMillis,
+        wait: Duration,
+    ) -> Result<(), Lease> {
+        let id = {
+            let mut kept = self.lock();
+            if kept.1.len() >= MAX_PARKED {
+                return Err(lease);
+            }
+            kept.0 += 1;
+            let id = kept.0;
+            kept.1.push(Kept {
+                id,
+                key,
+                ready_at,
+                lease,
+            });
+            id
+        };
+        let parked: Weak<Parked> = Arc::downgrade(self);
+        // Bounded: one per kept reservation (at most MAX_PARKED), each over by its turn
+        // and the grace after it; it owns nothing but the way back to the reservation.
+        tokio::spawn(async move {
+            tokio::time::sleep(wait.saturating_add(GRACE)).await;
+            if let Some(parked) = parked.upgrade() {
+                let late = take_where(&mut parked.lock().1, |k| k.id == id);
+                if !late.is_empty() {
+                    tracing::debug!("a reserved turn nobody came for is given back");
+                }
+                drop(late);
+            }
+        });
+        Ok(())
+    }
+
+    /// How many reservations are kept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().1.len()
+    }
+}
+
+/// Removes and returns the kept reservations `which` selects.
+fn take_where(kept: &mut Vec<Kept>, which: impl Fn(&Kept) -> bool) -> Vec<Kept> {
+    let mut taken = Vec::new();
+    let mut i = 0;
+    while i < kept.len() {
+        if which(&kept[i]) {
+            taken.push(kept.swap_remove(i));
+        } else {
+            i += 1;
+        }
+    }
+    taken
+}
