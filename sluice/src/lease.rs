@@ -66,6 +66,12 @@ impl Lease {
         self
     }
 
+    /// Marks the lease as never used: dropped before its [`turn`](Self::turn), all of it
+    /// is given back.
+    pub(crate) fn unused(&mut self) {
+        self.waiting = true;
+    }
+
     /// When the lease may be used (see [`turn`](Self::turn)).
     pub(crate) fn ready_at(&self) -> UnixMillis {
         self.grant.ready_at

@@ -10,8 +10,10 @@ use super::Sluice;
 
 mod parked;
 use crate::acquire::Acquire;
+use crate::clock::UnixMillis;
 use crate::error::Error;
 use crate::lease::Lease;
+use crate::store::StoreError;
 pub(crate) use parked::Parked;
 
 /// The shortest wait of a waiting caller (a RetryIn is at least a millisecond); also
@@ -103,12 +105,14 @@ impl Sluice {
             } else {
                 queue.max(parked::PARK_FOR)
             };
-            let attempt = self.acquire_after(&request, fresh_after, reach);
             let answer = match deadline.filter(|_| !max_wait.is_zero()) {
-                Some(deadline) => tokio::time::timeout_at(deadline, attempt)
-                    .await
-                    .unwrap_or_else(|_| Err(out_of_time(last, max_wait))),
-                None => attempt.await,
+                Some(deadline) => {
+                    let attempt = self.attempt_kept(&request, &key, fresh_after, reach);
+                    tokio::time::timeout_at(deadline, attempt)
+                        .await
+                        .unwrap_or_else(|_| Err(out_of_time(last, max_wait)))
+                }
+                None => self.acquire_after(&request, fresh_after, reach).await,
             };
             match answer {
                 Ok(lease)
@@ -135,12 +139,47 @@ impl Sluice {
         }
     }
 
-    /// Keeps `lease`, a reservation whose turn comes after its caller's deadline, for the
-    /// caller's next ask; the RetryIn until that turn.
-    fn park(&self, key: parked::Key, lease: Lease) -> Error {
-        let ready_at = lease.ready_at();
-        let wait = ready_at.saturating_since(self.now()).max(MIN_NAP);
-        match self.parked.park(key, lease, ready_at, wait) {
+    /// One acquire of a waiting caller, in a task of its own: should its caller stop
+    /// waiting for the answer (its deadline passed, or it went away) and the answer be a
+    /// grant, the grant is kept for the caller's next ask like a turn reserved past the
+    /// deadline, rather than given back at once: on a slow store, the next ask of a caller
+    /// told to wait takes what its last one was granted, with no call. Resolves when the
+    /// answer is in.
+    fn attempt_kept(
+        &self,
+        request: &Acquire,
+        key: &parked::Key,
+        fresh_after: Option<UnixMillis>,
+        reach: Duration,
+    ) -> impl std::future::Future<Output = Result<Lease, Error>> + use<> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (sluice, request, key) = (self.clone(), request.clone(), key.clone());
+        // Bounded by the acquire's own store calls; it owns the answer until the caller
+        // takes it, or the kept grant until the caller's next ask or its grace.
+        tokio::spawn(async move {
+            let answer = sluice.acquire_after(&request, fresh_after, reach).await;
+            if let Err(Ok(lease)) = tx.send(answer) {
+                tracing::debug!(
+                    "a grant answered after its caller stopped waiting, kept for its next ask"
+                );
+                drop(sluice.park(key, lease));
+            }
+        });
+        async move {
+            rx.await.unwrap_or_else(|_| {
+                Err(StoreError::service("the acquire was abandoned before it answered").into())
+            })
+        }
+    }
+
+    /// Keeps `lease`, never handed to its caller (a reservation whose turn comes after its
+    /// caller's deadline, or a grant answered after it), for the caller's next ask; the
+    /// RetryIn until its turn.
+    fn park(&self, key: parked::Key, mut lease: Lease) -> Error {
+        lease.unused();
+        let (ready_at, now) = (lease.ready_at(), self.now());
+        let wait = ready_at.saturating_since(now).max(MIN_NAP);
+        match self.parked.park(key, lease, (ready_at, now), wait) {
             Ok(()) => tracing::debug!(
                 turn_ms = wait.as_millis() as u64,
                 "a turn reserved past the deadline, kept for the next ask"

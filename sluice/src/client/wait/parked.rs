@@ -50,6 +50,9 @@ struct Kept {
     id: u64,
     key: Key,
     ready_at: UnixMillis,
+    /// Given back if nobody claimed it by then: [`GRACE`] after its turn, or after it was
+    /// kept when that was later.
+    until: UnixMillis,
     lease: Lease,
 }
 
@@ -79,7 +82,7 @@ impl Parked {
     pub(crate) fn claim(&self, key: &Key, by: UnixMillis, now: UnixMillis) -> Option<Lease> {
         let (late, claimed) = {
             let mut kept = self.lock();
-            let late = take_where(&mut kept.1, |k| k.ready_at.saturating_add(GRACE) < now);
+            let late = take_where(&mut kept.1, |k| k.until < now);
             let first = kept
                 .1
                 .iter()
@@ -94,14 +97,14 @@ impl Parked {
         claimed
     }
 
-    /// Keeps `lease`, a reservation whose turn is at `ready_at` (`wait` from now), for
-    /// `key`; given back if nobody claims it within [`GRACE`] after its turn. `Err`: no
-    /// room, the lease handed back.
+    /// Keeps `lease`, a reservation whose turn is at `ready_at` (`wait` from `now`, zero
+    /// when it has come), for `key`; given back if nobody claims it within [`GRACE`] after
+    /// its turn. `Err`: no room, the lease handed back.
     pub(crate) fn park(
         self: &Arc<Self>,
         key: Key,
         lease: Lease,
-        ready_at: UnixMillis,
+        (ready_at, now): (UnixMillis, UnixMillis),
         wait: Duration,
     ) -> Result<(), Lease> {
         let id = {
@@ -115,6 +118,7 @@ impl Parked {
                 id,
                 key,
                 ready_at,
+                until: ready_at.max(now).saturating_add(GRACE),
                 lease,
             });
             id

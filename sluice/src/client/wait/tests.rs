@@ -322,3 +322,69 @@ async fn a_reserved_turn_nobody_comes_for_is_given_back_after_the_grace() {
         "full: the reserved token came back (without it, 1.01)"
     );
 }
+
+/// Counts bucket changes; answers each `hold` late.
+#[derive(Debug, Default)]
+struct Late {
+    changes: AtomicUsize,
+    hold_ms: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Hooks for Late {
+    fn change(&self, _: &BucketChange) -> Result<(), ChangeError> {
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn hold_change(&self) {
+        let ms = self.hold_ms.load(Ordering::Relaxed) as u64;
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_answered_after_the_deadline_is_kept_for_the_callers_next_ask() {
+    let store = Arc::new(Hooked::new(Late::default()));
+    let sluice = Sluice::builder()
+        .store_arc(store.clone())
+        .clock(TokioClock::starting_at(UnixMillis::from_secs(
+            1_700_000_000,
+        )))
+        .build()
+        .unwrap();
+    sluice.put_bucket(RPM, bucket()).await.unwrap();
+    // The store answers 1.5 s late: the caller waiting a second hears it did not answer.
+    store.hooks.hold_ms.store(1_500, Ordering::Relaxed);
+    let started = Instant::now();
+    let late = sluice.acquire_within(RPM, Duration::from_secs(1)).await;
+    assert!(matches!(late, Err(Error::Timeout(_))), "{late:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+    // Asked again once the write has landed, the grant is there, with no other call.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let lease = sluice.acquire_within(RPM, Duration::from_secs(1)).await;
+    assert_eq!(started.elapsed(), Duration::from_millis(1_600));
+    assert!(lease.is_ok(), "{lease:?}");
+    assert_eq!(store.hooks.changes.load(Ordering::Relaxed), 1);
+    assert_eq!(sluice.parked.len(), 0);
+
+    // Nobody asks again for the next one: it is given back a second after it landed.
+    let late = sluice.acquire_within(RPM, Duration::from_secs(1)).await;
+    assert!(matches!(late, Err(Error::Timeout(_))), "{late:?}");
+    for _ in 0..1_000 {
+        if sluice.parked.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(sluice.parked.len(), 1, "kept once it landed");
+    let landed = store.hooks.changes.load(Ordering::Relaxed);
+    store.hooks.hold_ms.store(0, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(1_020)).await;
+    assert_eq!(sluice.parked.len(), 0);
+    assert_eq!(
+        store.hooks.changes.load(Ordering::Relaxed),
+        landed + 1,
+        "given back"
+    );
+}
