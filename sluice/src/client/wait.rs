@@ -36,8 +36,10 @@ impl Sluice {
     /// returns a lease, or an error by then: the [`Error::RetryIn`] of a bucket that
     /// cannot serve the request within the time left (or, when the deadline passes while
     /// the store is asked again, the last one heard, counted down), or [`Error::Timeout`]
-    /// when the store has not answered at all by the deadline. An acquire in flight at the
-    /// deadline is dropped: never granted, or given back. A `max_wait` of zero is one
+    /// when the store has not answered at all by the deadline. An acquire still in flight
+    /// at the deadline (or when this future is dropped) finishes on its own: a grant it
+    /// brings is kept for this client's next `acquire_within` of the same request for a
+    /// second, then given back, never used by anyone else. A `max_wait` of zero is one
     /// [`acquire`](Self::acquire).
     ///
     /// Waiting is a queue, not a race, across every process sharing the bucket: on the
