@@ -52,7 +52,7 @@ use crate::store::{MemoryStore, Store};
 #[derive(Clone)]
 pub struct Sluice {
     core: Arc<Core>,
-    /// Turns reserved by waiting callers for their next ask (see [`wait`]).
+    /// Grants kept for waiting callers' next ask (see [`wait`]).
     parked: Arc<wait::Parked>,
 }
 

@@ -48,13 +48,7 @@ impl Sluice {
     /// into a debt the refill repays, in the order the reservations landed), and this call
     /// returns when the refill has repaid it: one write per grant, in about the order the
     /// callers asked. A caller that gives up before its turn (this future dropped) gives
-    /// the reservation back. When the queue is longer than the wait, the caller still
-    /// reserves its turn, up to 30 s ahead, and is told the [`Error::RetryIn`] until it:
-    /// the client keeps the reservation, and its next `acquire_within` of the same request
-    /// (the same dimensions, costs and priority) that reaches the turn takes it with no
-    /// call. Every caller of a long queue hears its own turn, not the instant all the
-    /// others hear, and costs one write per grant; a turn nobody comes for within a
-    /// second after it is given back. Buckets that do not refill (`concurrent`) and the seed's
+    /// the reservation back. Buckets that do not refill (`concurrent`) and the seed's
     /// protocol ([`Protocol::Seed`](crate::Protocol::Seed)) are asked again after each
     /// exact RetryIn instead (a `concurrent` slot at most a jittered
     /// [`slot_poll`](crate::Config::slot_poll) later, as one may come back before then).
@@ -100,21 +94,14 @@ impl Sluice {
             if let Some(lease) = self.parked.claim(&key, by, self.now()) {
                 return Ok(lease.turn().await);
             }
-            // A caller that waits reserves its turn even past its deadline (kept for its
-            // next ask); one that does not wait only takes what is there.
-            let reach = if max_wait.is_zero() {
-                queue
-            } else {
-                queue.max(parked::PARK_FOR)
-            };
             let answer = match deadline.filter(|_| !max_wait.is_zero()) {
                 Some(deadline) => {
-                    let attempt = self.attempt_kept(&request, &key, fresh_after, reach);
+                    let attempt = self.attempt_kept(&request, &key, fresh_after, queue);
                     tokio::time::timeout_at(deadline, attempt)
                         .await
                         .unwrap_or_else(|_| Err(out_of_time(last, max_wait)))
                 }
-                None => self.acquire_after(&request, fresh_after, reach).await,
+                None => self.acquire_after(&request, fresh_after, queue).await,
             };
             match answer {
                 Ok(lease)
@@ -143,23 +130,30 @@ impl Sluice {
 
     /// One acquire of a waiting caller, in a task of its own: should its caller stop
     /// waiting for the answer (its deadline passed, or it went away) and the answer be a
-    /// grant, the grant is kept for the caller's next ask like a turn reserved past the
-    /// deadline, rather than given back at once: on a slow store, the next ask of a caller
-    /// told to wait takes what its last one was granted, with no call. Resolves when the
-    /// answer is in.
+    /// grant, the grant is kept for the caller's next ask rather than given back at once:
+    /// on a slow store, the next ask of a caller told to wait takes what its last one was
+    /// granted, with no call. Resolves when the answer is in.
     fn attempt_kept(
         &self,
         request: &Acquire,
         key: &parked::Key,
         fresh_after: Option<UnixMillis>,
-        reach: Duration,
+        queue: Duration,
     ) -> impl std::future::Future<Output = Result<Lease, Error>> + use<> {
+        use futures::FutureExt as _;
+        let (sluice, request) = (self.clone(), request.clone());
+        let mut attempt =
+            Box::pin(async move { sluice.acquire_after(&request, fresh_after, queue).await });
+        // Answered at once (from memory, or prefetched tokens): no task.
+        if let Some(answer) = (&mut attempt).now_or_never() {
+            return futures::future::Either::Left(std::future::ready(answer));
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let (sluice, request, key) = (self.clone(), request.clone(), key.clone());
+        let (sluice, key) = (self.clone(), key.clone());
         // Bounded by the acquire's own store calls; it owns the answer until the caller
         // takes it, or the kept grant until the caller's next ask or its grace.
         tokio::spawn(async move {
-            let answer = sluice.acquire_after(&request, fresh_after, reach).await;
+            let answer = attempt.await;
             if let Err(Ok(lease)) = tx.send(answer) {
                 tracing::debug!(
                     "a grant answered after its caller stopped waiting, kept for its next ask"
@@ -167,16 +161,16 @@ impl Sluice {
                 drop(sluice.park(key, lease));
             }
         });
-        async move {
+        futures::future::Either::Right(async move {
             rx.await.unwrap_or_else(|_| {
                 Err(StoreError::service("the acquire was abandoned before it answered").into())
             })
-        }
+        })
     }
 
-    /// Keeps `lease`, never handed to its caller (a reservation whose turn comes after its
-    /// caller's deadline, or a grant answered after it), for the caller's next ask; the
-    /// RetryIn until its turn.
+    /// Keeps `lease`, never handed to its caller (a grant answered after its caller stopped
+    /// waiting, or a reservation whose turn the time the answer took pushed past the
+    /// deadline), for the caller's next ask; the RetryIn until its turn.
     fn park(&self, key: parked::Key, mut lease: Lease) -> Error {
         lease.unused();
         let (ready_at, now) = (lease.ready_at(), self.now());
@@ -184,7 +178,7 @@ impl Sluice {
         match self.parked.park(key, lease, (ready_at, now), wait) {
             Ok(()) => tracing::debug!(
                 turn_ms = wait.as_millis() as u64,
-                "a turn reserved past the deadline, kept for the next ask"
+                "a grant its caller did not wait for, kept for its next ask"
             ),
             // No room: given back as it is dropped.
             Err(lease) => drop(lease),

@@ -59,14 +59,25 @@ pub(crate) async fn acquire(
         ..wanted.clone()
     };
     let throttles = || lane.throttles.load(std::sync::atomic::Ordering::Relaxed);
-    let before = throttles();
+    let pushes = || lane.pushed_back.load(std::sync::atomic::Ordering::Relaxed);
+    let (before, pushes_before) = (throttles(), pushes());
     let answer = fast::acquire(core, on_shard, ttl, fresh_after, alone).await;
-    let throttled = throttles() > before;
+    let (throttled, pushed) = (throttles() > before, pushes() > pushes_before);
     let known = learn_shards(core, &base, &lane);
     if core.config.sharding.automatic() {
         watch(core, &base, &lane, known).await;
     }
     match answer {
+        // The row pushed back, not short: another row takes it, with no read of them all
+        // (which would press on rows already pressed).
+        Err(Error::RetryIn(_)) if known > 1 && pushed => {
+            let other = base.shard((k + rand::rng().random_range(1..known)) % known);
+            let wanted = Wanted {
+                dimension: other,
+                ..wanted
+            };
+            fast::acquire(core, wanted, ttl, fresh_after, alone).await
+        }
         Err(
             refused @ (Error::RetryIn(_)
             | Error::CostExceedsCapacity { .. }

@@ -154,6 +154,9 @@ pub(crate) struct Lane {
     /// Writes of the lane's row the store throttled for the item's own throughput (not a
     /// transaction holding it), since the row's heat was last measured.
     pub(crate) throttles: std::sync::atomic::AtomicU32,
+    /// Times this lane answered its acquires with a RetryIn because the store pushed back
+    /// (a throttled read or write), not because the bucket was short.
+    pub(crate) pushed_back: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Lane {
@@ -166,6 +169,7 @@ impl Default for Lane {
             writer: Arc::default(),
             throttled: std::sync::atomic::AtomicU32::default(),
             throttles: std::sync::atomic::AtomicU32::default(),
+            pushed_back: std::sync::atomic::AtomicU64::default(),
         }
     }
 }

@@ -1,10 +1,9 @@
-//! Turns kept for a waiting caller's next ask. A caller that waits (`acquire_within`)
-//! on a bucket whose queue is longer than its wait still reserves its turn, as far as
-//! [`PARK_FOR`] ahead, in the write that would have refused it; it is told the RetryIn
-//! until that turn, and the reservation is kept here. The client's next wait for the
-//! same request that reaches the turn takes it with no call: each waiting caller costs
-//! one write per grant, and hears its own turn rather than the instant everyone else
-//! hears. A turn nobody comes for within [`GRACE`] after it is given back.
+//! Grants kept for a waiting caller's next ask. An acquire of a caller that waits
+//! (`acquire_within`) runs on after the caller stops waiting for it (its deadline passed
+//! on a slow store, or it went away); a grant it brings was never handed to anyone, and is
+//! kept here: the client's next wait for the same request takes it with no call, rather
+//! than the grant being given back and taken again (two more writes on a store already
+//! too slow). A grant nobody comes for within [`GRACE`] after its turn is given back.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -16,19 +15,14 @@ use crate::lease::Lease;
 use crate::priority::Priority;
 use crate::tokens::Tokens;
 
-/// How far ahead of its deadline a waiting caller reserves its turn: the deepest queue a
-/// bucket takes on for callers that come back (and, should they all vanish, the longest
-/// its other callers wait for tokens nobody uses).
-pub(crate) const PARK_FOR: Duration = Duration::from_secs(30);
-
-/// How long after its turn a kept reservation waits for its caller before it is given
-/// back.
+/// How long after its turn (or after it was kept, when that is later) a kept grant waits
+/// for its caller before it is given back.
 pub(crate) const GRACE: Duration = Duration::from_secs(1);
 
-/// The most reservations one client keeps; a caller beyond them is refused as before.
+/// The most grants one client keeps; one beyond them is given back at once.
 pub(crate) const MAX_PARKED: usize = 1_024;
 
-/// What a kept reservation serves: the same dimensions, costs and priorities.
+/// What a kept grant serves: the same dimensions, costs and priorities.
 pub(crate) type Key = Vec<(Dimension, Tokens, u32, Option<Priority>)>;
 
 /// The key of a request.
@@ -56,7 +50,7 @@ struct Kept {
     lease: Lease,
 }
 
-/// One client's kept reservations (shared by its clones).
+/// One client's kept grants (shared by its clones).
 #[derive(Default)]
 pub(crate) struct Parked {
     kept: Mutex<(u64, Vec<Kept>)>,
@@ -77,8 +71,8 @@ impl Parked {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The kept reservation for `key` whose turn comes first, if it comes by `by`; those
-    /// whose caller is late past [`GRACE`] at `now` are given back.
+    /// The kept grant for `key` whose turn comes first, if it comes by `by`; those whose
+    /// caller is late past [`GRACE`] at `now` are given back.
     pub(crate) fn claim(&self, key: &Key, by: UnixMillis, now: UnixMillis) -> Option<Lease> {
         let (late, claimed) = {
             let mut kept = self.lock();
@@ -92,14 +86,14 @@ impl Parked {
                 .map(|(i, _)| i);
             (late, first.map(|i| kept.1.swap_remove(i).lease))
         };
-        // Dropped outside the lock: each gives its reservation back.
+        // Dropped outside the lock: each gives its grant back.
         drop(late);
         claimed
     }
 
-    /// Keeps `lease`, a reservation whose turn is at `ready_at` (`wait` from `now`, zero
-    /// when it has come), for `key`; given back if nobody claims it within [`GRACE`] after
-    /// its turn. `Err`: no room, the lease handed back.
+    /// Keeps `lease`, a grant whose turn is at `ready_at` (`wait` from `now`, zero when it
+    /// has come), for `key`; given back if nobody claims it within [`GRACE`] after its
+    /// turn. `Err`: no room, the lease handed back.
     pub(crate) fn park(
         self: &Arc<Self>,
         key: Key,
@@ -124,14 +118,14 @@ impl Parked {
             id
         };
         let parked: Weak<Parked> = Arc::downgrade(self);
-        // Bounded: one per kept reservation (at most MAX_PARKED), each over by its turn
-        // and the grace after it; it owns nothing but the way back to the reservation.
+        // Bounded: one per kept grant (at most MAX_PARKED), each over by its turn
+        // and the grace after it; it owns nothing but the way back to the grant.
         tokio::spawn(async move {
             tokio::time::sleep(wait.saturating_add(GRACE)).await;
             if let Some(parked) = parked.upgrade() {
                 let late = take_where(&mut parked.lock().1, |k| k.id == id);
                 if !late.is_empty() {
-                    tracing::debug!("a reserved turn nobody came for is given back");
+                    tracing::debug!("a kept grant nobody came for is given back");
                 }
                 drop(late);
             }
@@ -139,14 +133,14 @@ impl Parked {
         Ok(())
     }
 
-    /// How many reservations are kept.
+    /// How many grants are kept.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().1.len()
     }
 }
 
-/// Removes and returns the kept reservations `which` selects.
+/// Removes and returns the kept grants `which` selects.
 fn take_where(kept: &mut Vec<Kept>, which: impl Fn(&Kept) -> bool) -> Vec<Kept> {
     let mut taken = Vec::new();
     let mut i = 0;

@@ -29,6 +29,7 @@ impl Write<'_> {
         self.throttled += 1;
         let streak = self.lane.throttled.fetch_add(1, Ordering::Relaxed) + 1;
         let wait = throttle_wait(streak);
+        self.lane.pushed_back.fetch_add(1, Ordering::Relaxed);
         answer_each(
             std::mem::take(&mut self.acquires),
             |a| a.reply,

@@ -167,3 +167,62 @@ fn a_refill_is_within_twice_a_rows_rate_in_calls() {
     // An ample bucket is never within it.
     assert!(!within_twice(t(1_000_000_000), t(1), 200_000));
 }
+
+/// Throttles every write of the row `hot#rpm#1`; counts reads of bucket rows.
+#[derive(Debug, Default)]
+struct HotShard {
+    reads: std::sync::atomic::AtomicU32,
+    throttled: std::sync::atomic::AtomicU32,
+}
+
+impl crate::shared::test_store::Hooks for HotShard {
+    fn change(&self, change: &crate::store::BucketChange) -> Result<(), crate::store::ChangeError> {
+        if change.dimension.as_str() == "hot#rpm#1" {
+            self.throttled
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(crate::store::StoreError::Throttled { source: None }.into());
+        }
+        Ok(())
+    }
+
+    fn read_buckets(&self, _: &[Dimension]) {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[tokio::test]
+async fn a_row_the_store_pushes_back_sends_the_acquire_to_another_row_not_to_a_read_of_all() {
+    let store = Arc::new(crate::shared::test_store::Hooked::new(HotShard::default()));
+    let clock = crate::clock::ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    let sluice = crate::shared::test_store::client(store.clone(), &clock);
+    let ample =
+        crate::Bucket::requests(crate::RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
+    sluice.put_bucket("hot#rpm", ample).await.unwrap();
+    sluice.reshard("hot#rpm", 2).await.unwrap();
+    let reads_before = store.hooks.reads.load(std::sync::atomic::Ordering::Relaxed);
+    // Half the acquires try the throttled row first: each is granted by the other.
+    for _ in 0..40 {
+        drop(sluice.acquire("hot#rpm").await.unwrap());
+        clock.advance(Duration::from_millis(10));
+    }
+    assert!(
+        store
+            .hooks
+            .throttled
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 5,
+        "the throttled row was tried"
+    );
+    let reads = store.hooks.reads.load(std::sync::atomic::Ordering::Relaxed) - reads_before;
+    let throttled = store
+        .hooks
+        .throttled
+        .load(std::sync::atomic::Ordering::Relaxed);
+    // Each row read once as this client first writes it, and the throttled row read again
+    // before each write after a throttle (the row moved on meanwhile): never all the rows.
+    assert!(
+        reads <= throttled + 2,
+        "{reads} reads, {throttled} throttles"
+    );
+}
