@@ -71,12 +71,18 @@ pub(crate) async fn acquire(
         // The row pushed back, not short: another row takes it, with no read of them all
         // (which would press on rows already pressed).
         Err(Error::RetryIn(_)) if known > 1 && pushed => {
-            let other = base.shard((k + rand::rng().random_range(1..known)) % known);
-            let wanted = Wanted {
-                dimension: other,
-                ..wanted
+            let other = (k + rand::rng().random_range(1..known)) % known;
+            let on_other = Wanted {
+                dimension: base.shard(other),
+                ..wanted.clone()
             };
-            fast::acquire(core, wanted, ttl, fresh_after, alone).await
+            match fast::acquire(core, on_other, ttl, fresh_after, alone).await {
+                // Gathered into fewer rows since: ask the bucket.
+                Err(gone @ Error::UnknownDimension { .. }) => {
+                    whole(core, &wanted, ttl, fresh_after, (gone, other)).await
+                }
+                answer => answer,
+            }
         }
         Err(
             refused @ (Error::RetryIn(_)

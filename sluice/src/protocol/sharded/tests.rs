@@ -168,16 +168,19 @@ fn a_refill_is_within_twice_a_rows_rate_in_calls() {
     assert!(!within_twice(t(1_000_000_000), t(1), 200_000));
 }
 
-/// Throttles every write of the row `hot#rpm#1`; counts reads of bucket rows.
+/// Throttles every write of the row `hot` (`hot#rpm#1` unless set); counts reads of bucket
+/// rows.
 #[derive(Debug, Default)]
 struct HotShard {
+    hot: std::sync::Mutex<Option<&'static str>>,
     reads: std::sync::atomic::AtomicU32,
     throttled: std::sync::atomic::AtomicU32,
 }
 
 impl crate::shared::test_store::Hooks for HotShard {
     fn change(&self, change: &crate::store::BucketChange) -> Result<(), crate::store::ChangeError> {
-        if change.dimension.as_str() == "hot#rpm#1" {
+        let hot = self.hot.lock().unwrap().unwrap_or("hot#rpm#1");
+        if change.dimension.as_str() == hot {
             self.throttled
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(crate::store::StoreError::Throttled { source: None }.into());
@@ -225,4 +228,28 @@ async fn a_row_the_store_pushes_back_sends_the_acquire_to_another_row_not_to_a_r
         reads <= throttled + 2,
         "{reads} reads, {throttled} throttles"
     );
+}
+
+#[tokio::test]
+async fn a_row_pushed_back_whose_other_rows_were_gathered_away_asks_the_bucket() {
+    let store = Arc::new(crate::shared::test_store::Hooked::new(HotShard::default()));
+    let clock = crate::clock::ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    let sluice = crate::shared::test_store::client(store.clone(), &clock);
+    let other = crate::shared::test_store::client(store.clone(), &clock);
+    let ample =
+        crate::Bucket::requests(crate::RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
+    sluice.put_bucket("hot#rpm", ample).await.unwrap();
+    sluice.reshard("hot#rpm", 2).await.unwrap();
+    // Another client gathers the bucket back into its first row, which the store then
+    // throttles: this client still believes in two rows.
+    other.reshard("hot#rpm", 1).await.unwrap();
+    *store.hooks.hot.lock().unwrap() = Some("hot#rpm");
+    for _ in 0..20 {
+        match sluice.acquire("hot#rpm").await {
+            Ok(lease) => drop(lease),
+            Err(Error::RetryIn(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+        clock.advance(Duration::from_millis(10));
+    }
 }
