@@ -75,7 +75,6 @@ impl Sluice {
         max_wait: Duration,
     ) -> Result<Lease, Error> {
         let request = request.into();
-        let key = parked::key(&self.prioritized(&request)?);
         // `None`: a wait too long to count, as good as no deadline.
         let deadline = Instant::now().checked_add(max_wait);
         let left = || {
@@ -91,12 +90,15 @@ impl Sluice {
             // The turn must come by the deadline, clear of it by a millisecond.
             let queue = left().saturating_sub(MIN_NAP);
             let by = self.now().saturating_add(queue);
-            if let Some(lease) = self.parked.claim(&key, by, self.now()) {
+            // The request's key is made only when a grant is kept (rarely: a slow store).
+            if !self.parked.is_empty()
+                && let Some(lease) = self.parked.claim(&self.key_of(&request)?, by, self.now())
+            {
                 return Ok(lease.turn().await);
             }
             let answer = match deadline.filter(|_| !max_wait.is_zero()) {
                 Some(deadline) => {
-                    let attempt = self.attempt_kept(&request, &key, fresh_after, queue);
+                    let attempt = self.attempt_kept(&request, fresh_after, queue);
                     tokio::time::timeout_at(deadline, attempt)
                         .await
                         .unwrap_or_else(|_| Err(out_of_time(last, max_wait)))
@@ -110,7 +112,7 @@ impl Sluice {
                 {
                     return Ok(lease.turn().await);
                 }
-                Ok(lease) => return Err(self.park(key, lease)),
+                Ok(lease) => return Err(self.park(&request, lease)),
                 Err(Error::RetryIn(delay)) => {
                     let nap = self.nap(&request, delay)?;
                     // Asked again at the deadline, the store's answer would come after it.
@@ -136,20 +138,19 @@ impl Sluice {
     fn attempt_kept(
         &self,
         request: &Acquire,
-        key: &parked::Key,
         fresh_after: Option<UnixMillis>,
         queue: Duration,
     ) -> impl std::future::Future<Output = Result<Lease, Error>> + use<> {
         use futures::FutureExt as _;
-        let (sluice, request) = (self.clone(), request.clone());
+        let (sluice, asked) = (self.clone(), request.clone());
         let mut attempt =
-            Box::pin(async move { sluice.acquire_after(&request, fresh_after, queue).await });
+            Box::pin(async move { sluice.acquire_after(&asked, fresh_after, queue).await });
         // Answered at once (from memory, or prefetched tokens): no task.
         if let Some(answer) = (&mut attempt).now_or_never() {
             return futures::future::Either::Left(std::future::ready(answer));
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let (sluice, key) = (self.clone(), key.clone());
+        let (sluice, request) = (self.clone(), request.clone());
         // Bounded by the acquire's own store calls; it owns the answer until the caller
         // takes it, or the kept grant until the caller's next ask or its grace.
         tokio::spawn(async move {
@@ -158,7 +159,7 @@ impl Sluice {
                 tracing::debug!(
                     "a grant answered after its caller stopped waiting, kept for its next ask"
                 );
-                drop(sluice.park(key, lease));
+                drop(sluice.park(&request, lease));
             }
         });
         futures::future::Either::Right(async move {
@@ -168,11 +169,20 @@ impl Sluice {
         })
     }
 
+    /// What a kept grant for `request` serves.
+    fn key_of(&self, request: &Acquire) -> Result<parked::Key, Error> {
+        Ok(parked::key(&self.prioritized(request)?))
+    }
+
     /// Keeps `lease`, never handed to its caller (a grant answered after its caller stopped
     /// waiting, or a reservation whose turn the time the answer took pushed past the
     /// deadline), for the caller's next ask; the RetryIn until its turn.
-    fn park(&self, key: parked::Key, mut lease: Lease) -> Error {
+    fn park(&self, request: &Acquire, mut lease: Lease) -> Error {
         lease.unused();
+        // Resolved once already, by the acquire that granted it.
+        let Ok(key) = self.key_of(request) else {
+            return Error::RetryIn(lease.ready_at().saturating_since(self.now()).max(MIN_NAP));
+        };
         let (ready_at, now) = (lease.ready_at(), self.now());
         let wait = ready_at.saturating_since(now).max(MIN_NAP);
         match self.parked.park(key, lease, (ready_at, now), wait) {

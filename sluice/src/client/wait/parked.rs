@@ -133,6 +133,11 @@ impl Parked {
         Ok(())
     }
 
+    /// Whether no grant is kept.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().1.is_empty()
+    }
+
     /// How many grants are kept.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

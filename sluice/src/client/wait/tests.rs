@@ -17,11 +17,12 @@ use crate::{Sluice, Tokens};
 
 const RPM: &str = "vendor#rpm";
 
-/// Counts bucket changes; holds each for an hour while `slow` is set.
+/// Counts bucket changes; holds each for an hour while `slow` is set, else `hold_ms`.
 #[derive(Debug, Default)]
 struct Counter {
     changes: AtomicUsize,
     slow: AtomicBool,
+    hold_ms: AtomicUsize,
 }
 
 #[async_trait::async_trait]
@@ -35,12 +36,14 @@ impl Hooks for Counter {
         if self.slow.load(Ordering::Relaxed) {
             tokio::time::sleep(Duration::from_secs(3_600)).await;
         }
+        let ms = self.hold_ms.load(Ordering::Relaxed) as u64;
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
 
 /// A client of `store` (one process of many: each has its own memory of the row) on
 /// tokio's paused clock.
-fn process(store: &Arc<Hooked<Counter>>) -> Sluice {
+fn process<H: Hooks>(store: &Arc<Hooked<H>>) -> Sluice {
     Sluice::builder()
         .store_arc(store.clone())
         .clock(TokioClock::starting_at(UnixMillis::from_secs(
@@ -142,16 +145,7 @@ impl Hooks for LosesAnswer {
 #[tokio::test(start_paused = true)]
 async fn a_give_back_that_lost_its_answer_is_not_sent_again() {
     let store = Arc::new(Hooked::new(LosesAnswer::default()));
-    let client = || {
-        Sluice::builder()
-            .store_arc(store.clone())
-            .clock(TokioClock::starting_at(UnixMillis::from_secs(
-                1_700_000_000,
-            )))
-            .build()
-            .unwrap()
-    };
-    let (first, quitter) = (client(), client());
+    let (first, quitter) = (process(&store), process(&store));
     first.put_bucket(RPM, bucket()).await.unwrap();
     let _held = first.acquire(RPM).await.unwrap();
     // Its turn would come at 100 ms; it gives up at 50 ms, and the write giving its
@@ -257,36 +251,10 @@ async fn a_turn_that_comes_only_at_the_deadline_is_refused_at_once_with_one_call
     assert!(store.hooks.changes.load(Ordering::Relaxed) - before <= 1);
 }
 
-/// Counts bucket changes; answers each `hold` late.
-#[derive(Debug, Default)]
-struct Late {
-    changes: AtomicUsize,
-    hold_ms: AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl Hooks for Late {
-    fn change(&self, _: &BucketChange) -> Result<(), ChangeError> {
-        self.changes.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    async fn hold_change(&self) {
-        let ms = self.hold_ms.load(Ordering::Relaxed) as u64;
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_grant_answered_after_the_deadline_is_kept_for_the_callers_next_ask() {
-    let store = Arc::new(Hooked::new(Late::default()));
-    let sluice = Sluice::builder()
-        .store_arc(store.clone())
-        .clock(TokioClock::starting_at(UnixMillis::from_secs(
-            1_700_000_000,
-        )))
-        .build()
-        .unwrap();
+    let store = Arc::new(Hooked::new(Counter::default()));
+    let sluice = process(&store);
     sluice.put_bucket(RPM, bucket()).await.unwrap();
     // The store answers 1.5 s late: the caller waiting a second hears it did not answer.
     store.hooks.hold_ms.store(1_500, Ordering::Relaxed);
