@@ -29,20 +29,21 @@ operations=$(cd "$operations" && pwd)
 SLUICE_RECORD_DYNAMODB_OPERATIONS="$operations" \
     cargo test --workspace --features "$features" "$@"
 SLUICE_CHECK_RECORDED_OPERATIONS="$operations" \
-    cargo test --workspace --features "$features" --test iam_policies -- \
-    --exact every_operation_the_suite_sent_is_allowed_by_its_role --nocapture
+    cargo test --workspace --features "$features" --test cli -- \
+    --exact iam_policies::every_operation_the_suite_sent_is_allowed_by_its_role --nocapture
 # Through dynamodb-fidelity: real per-item ceilings (1,000 WU/s, 3,000 RU/s) and a
 # transaction holding its items 5 ms after it is answered, so that single-item writes meet
 # TransactionConflictException as they do on the real service.
 cargo build -q --workspace --features "$features" --bin dynamodb-fidelity
 dynamodb_fidelity_start --transaction-hold-ms 5
 SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
-    cargo test --workspace --features "$features" --test model --test model_shards -- dynamodb
+    cargo test --workspace --features "$features" --test suite -- \
+    model::several_clients_on_dynamodb model_shards::clients_on_a_resharded_bucket_on_dynamodb \
+    dynamo_store:: dynamo_clients:: dynamo_rows::
 SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
-    cargo test --workspace --features "$features" --test dynamo_store --test dynamo_clients \
-    --test dynamo_processes --test dynamo_killed --test dynamo_priorities \
-    --test dynamo_waiters --test dynamo_faults --test dynamo_skew --test dynamo_rows \
-    --test dynamo_shadow_processes
+    cargo test --workspace --features "$features" --test processes -- \
+    dynamo_processes dynamo_killed dynamo_priorities dynamo_waiters dynamo_faults dynamo_skew \
+    dynamo_shadow_processes
 dynamodb_fidelity_stop
 # The shared-quota demo, briefly, end to end: the vendor simulator, every mode's workers (as
 # processes, stopped by PID if they overrun) and the chart. Its numbers are measured by

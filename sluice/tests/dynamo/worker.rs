@@ -1,10 +1,51 @@
-//! Child processes of a multi-process test: the test binary runs itself with `--child`
-//! and talks to each child over its stdin and stdout, one line at a time. A worker that
+//! Child processes of a multi-process test: the test binary runs itself with
+//! `--child TEST` and talks to each child over its stdin and stdout, one line at a time. A worker that
 //! is dropped before it exited (a failed assertion in the parent) is killed by its PID, so
 //! no test leaves a process behind.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
+
+/// The test the binary is running now: its children are started as that test's.
+static CURRENT: Mutex<&str> = Mutex::new("");
+
+/// The arguments that start this test binary as a child of the test running now.
+pub fn child_args() -> [&'static str; 2] {
+    ["--child", *CURRENT.lock().unwrap()]
+}
+
+/// The `main` of a binary of multi-process tests, each a `(name, main)`: started as
+/// `--child NAME …`, runs that test's `main` (which calls [`start`]); with `--list`,
+/// lists them as the test harness would; otherwise runs, one after another, every test
+/// whose name contains one of the arguments that are not flags (all of them if none).
+#[allow(clippy::print_stdout)]
+pub fn dispatch(tests: &[(&'static str, fn())]) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--child") {
+        let name = args.get(1).expect("--child names its test");
+        let (name, main) = tests
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("--child names one of this binary's tests");
+        *CURRENT.lock().unwrap() = name;
+        return main();
+    }
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in tests {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    for (name, main) in tests {
+        if filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())) {
+            println!("running {name}");
+            *CURRENT.lock().unwrap() = name;
+            main();
+        }
+    }
+}
 
 /// One child process.
 pub struct Worker {
@@ -20,7 +61,7 @@ impl Worker {
     pub fn spawn(caller: &str, args: &[&str]) -> Worker {
         let exe = std::env::current_exe().unwrap();
         let mut child = Command::new(exe)
-            .arg("--child")
+            .args(child_args())
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -76,24 +117,17 @@ impl Drop for Worker {
 
 /// How a multi-process test binary was started.
 pub enum Start {
-    /// As a child: the arguments after `--child`.
+    /// As a child: the arguments after `--child TEST`.
     Child(tokio::runtime::Runtime, Vec<String>),
     /// As the test itself.
     Parent(tokio::runtime::Runtime),
-    /// Asked for its test names (`--list`), which `start` answered.
-    Listed,
 }
 
-/// Starts a multi-process test binary whose one test is `test`: the runtime every such
-/// test runs on (two worker threads, as CI has two cores) and what it was started as. A
-/// child logs to stderr at `child_level` (`SLUICE_TEST_DEBUG` turns on debug logs).
-#[allow(clippy::print_stdout)]
-pub fn start(test: &str, child_level: tracing::Level) -> Start {
+/// Starts a multi-process test (from [`dispatch`]): the runtime every such test runs on
+/// (two worker threads, as CI has two cores) and what it was started as. A child logs to
+/// stderr at `child_level` (`SLUICE_TEST_DEBUG` turns on debug logs).
+pub fn start(child_level: tracing::Level) -> Start {
     let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--list") {
-        println!("{test}: test");
-        return Start::Listed;
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -109,7 +143,7 @@ pub fn start(test: &str, child_level: tracing::Level) -> Start {
             .with_writer(std::io::stderr)
             .with_max_level(level)
             .init();
-        return Start::Child(runtime, args[2..].to_vec());
+        return Start::Child(runtime, args[3..].to_vec());
     }
     Start::Parent(runtime)
 }

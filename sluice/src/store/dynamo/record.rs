@@ -1,5 +1,5 @@
 //! Recording the DynamoDB operations each role sends, to check the IAM policies under
-//! `deploy/iam/` against them (`sluice/tests/iam_policies.rs`).
+//! `deploy/iam/` against them (`sluice/tests/cli/iam_policies.rs`).
 //!
 //! When `SLUICE_RECORD_DYNAMODB_OPERATIONS` names a directory, every client a
 //! [`DynamoStore`](super::DynamoStore) is built on gets an interceptor that sees every

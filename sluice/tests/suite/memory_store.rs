@@ -1,7 +1,7 @@
 //! The conformance suite on the embedded in-memory store, plus checks that need many
 //! tasks or many random cases and run fastest in memory.
 
-mod conformance;
+use crate::conformance;
 
 use std::sync::Arc;
 

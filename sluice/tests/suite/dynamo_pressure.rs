@@ -5,7 +5,7 @@
 //! an error: without a deadline it is a RetryIn, within one the caller gets its grant. The
 //! bucket's ledger stays exact: it lost exactly the tokens granted.
 
-mod dynamo;
+use crate::dynamo;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -6,7 +6,7 @@
 
 #![allow(clippy::print_stdout)]
 
-mod dynamo;
+use crate::dynamo;
 
 use dynamo::worker::{self, Start, Worker};
 
@@ -24,13 +24,12 @@ const RUN: Duration = Duration::from_secs(3);
 /// during the run, so the ledger below is never cut short by the cap.
 const BUCKET: (u64, i64, u64) = (1_000, 5, 10);
 
-fn main() {
-    match worker::start("a_mixed_fleet_conserves_tokens", tracing::Level::WARN) {
+pub(crate) fn main() {
+    match worker::start(tracing::Level::WARN) {
         Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3])),
         Start::Parent(runtime) => {
             worker::report("shadow", runtime.block_on(parent()));
         }
-        Start::Listed => {}
     }
 }
 

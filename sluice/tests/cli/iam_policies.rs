@@ -9,7 +9,7 @@
 //! the whole suite, then runs [`every_operation_the_suite_sent_is_allowed_by_its_role`]
 //! over that directory (`SLUICE_CHECK_RECORDED_OPERATIONS`).
 
-mod dynamo;
+use crate::dynamo;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -214,7 +214,7 @@ fn each_role_policy_allows_exactly_what_its_code_sends() {
     let status = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "library_scenario",
+            "iam_policies::library_scenario",
             "--nocapture",
             "--test-threads",
             "1",

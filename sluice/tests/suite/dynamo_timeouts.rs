@@ -5,7 +5,7 @@
 //! tokio's paused time, so the deadlines pass without real waiting. It needs the AWS
 //! credentials `scripts/test.sh` sets for DynamoDB Local, hence the DynamoDB gate.
 
-mod dynamo;
+use crate::dynamo;
 
 use std::time::Duration;
 

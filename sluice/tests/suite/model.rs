@@ -41,8 +41,7 @@
 //! every step before it reads the truth, and an acquire dropped while its write is in
 //! flight leaves that write to land (as on the real network).
 
-mod dynamo;
-#[path = "model/queue.rs"]
+use crate::dynamo;
 mod queue;
 
 use std::collections::HashMap;

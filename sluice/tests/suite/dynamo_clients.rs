@@ -3,7 +3,7 @@
 //! transactions DynamoDB accepts, and the slots index that keeps a short `concurrent`
 //! bucket's lookups independent of the table's size.
 
-mod dynamo;
+use crate::dynamo;
 
 use dynamo::{n, s};
 

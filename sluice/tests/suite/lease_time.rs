@@ -6,7 +6,7 @@
 //! Tokio's time is paused and every clock is a [`TokioClock`] (some moved by a fixed
 //! offset, like hosts whose clocks are off): no test waits.
 
-mod faults;
+use crate::faults;
 
 use std::sync::Arc;
 use std::time::Duration;

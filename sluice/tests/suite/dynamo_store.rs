@@ -1,8 +1,8 @@
 //! The DynamoDB store against DynamoDB Local over the real wire protocol: the conformance
 //! suite, interoperability with the seed's schema, and typed errors for bad input.
 
-mod conformance;
-mod dynamo;
+use crate::conformance;
+use crate::dynamo;
 
 use dynamo::{n, s};
 

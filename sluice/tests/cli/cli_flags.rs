@@ -2,8 +2,7 @@
 //! --detailed-exitcode`, `--json` for `apply` and `acquire`, shell completions, and the bars
 //! of `status --watch` (against DynamoDB Local).
 
-mod cli_harness;
-mod dynamo;
+use crate::cli_harness;
 
 use serde_json::Value;
 

@@ -12,8 +12,8 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod dynamo;
-mod faults;
+use crate::dynamo;
+use crate::faults;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -45,8 +45,8 @@ const RPM_TASKS: usize = 2;
 const RUN: Duration = Duration::from_secs(8);
 const UNPROTECTED_RUN: Duration = Duration::from_secs(4);
 
-fn main() {
-    match worker::start("skewed_clocks_keep_slots_and_rates", tracing::Level::ERROR) {
+pub(crate) fn main() {
+    match worker::start(tracing::Level::ERROR) {
         Start::Child(runtime, a) => {
             let offset_ms = a[4].parse().unwrap();
             let margin = Duration::from_millis(a[5].parse().unwrap());
@@ -55,7 +55,6 @@ fn main() {
         Start::Parent(runtime) => {
             worker::report("skewed clocks", runtime.block_on(parent()));
         }
-        Start::Listed => {}
     }
 }
 

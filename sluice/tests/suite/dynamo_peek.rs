@@ -2,7 +2,7 @@
 //! the way real DynamoDB does: a peek never writes (no write unit, no failed condition),
 //! reads at most once, and inside a denial window not at all.
 
-mod dynamo;
+use crate::dynamo;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 
 #![allow(clippy::print_stderr)]
 
-mod dynamo;
+use crate::dynamo;
 
 use dynamo::{n, s};
 

@@ -1,5 +1,5 @@
 //! The metrics sluice reports through the `metrics` facade, read back from a recorder.
-//! (Its own test binary: a recorder is process-wide state.)
+//! (The recorder is local to the test's thread: each test runs on a current-thread runtime.)
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

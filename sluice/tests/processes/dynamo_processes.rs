@@ -19,7 +19,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod dynamo;
+use crate::dynamo;
 
 use dynamo::worker::{self, Start, Worker};
 
@@ -61,8 +61,8 @@ fn capacity_and_start(mode: &str) -> (u64, u64) {
     }
 }
 
-fn main() {
-    match worker::start("processes_share_one_bucket_exactly", tracing::Level::WARN) {
+pub(crate) fn main() {
+    match worker::start(tracing::Level::WARN) {
         Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3], &a[4])),
         Start::Parent(runtime) => {
             for mode in MODES {
@@ -71,7 +71,6 @@ fn main() {
                 }
             }
         }
-        Start::Listed => {}
     }
 }
 

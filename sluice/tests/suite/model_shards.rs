@@ -21,7 +21,7 @@
 //!
 //! On the in-memory store (many cases) and on DynamoDB (fewer, a table each).
 
-mod dynamo;
+use crate::dynamo;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -19,7 +19,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod dynamo;
+use crate::dynamo;
 
 use std::io::{BufRead, BufReader, Write};
 use std::time::Duration;
@@ -49,8 +49,8 @@ const FAULTS: Faults = Faults {
     reset_per_mille: 20,
 };
 
-fn main() {
-    match worker::start("lost_answers_lose_nothing", tracing::Level::WARN) {
+pub(crate) fn main() {
+    match worker::start(tracing::Level::WARN) {
         Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3])),
         Start::Parent(runtime) => {
             for mode in MODES {
@@ -59,7 +59,6 @@ fn main() {
                 }
             }
         }
-        Start::Listed => {}
     }
 }
 

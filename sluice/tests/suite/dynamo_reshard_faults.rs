@@ -3,7 +3,7 @@
 //! however its client's retries met it, the bucket is whole afterwards (one count on every
 //! row, every token kept) and the next reshard goes on from it.
 
-mod dynamo;
+use crate::dynamo;
 
 use std::time::Duration;
 

@@ -1,8 +1,12 @@
 //! The `sluice` binary against DynamoDB Local: every subcommand, its output, its exit codes,
 //! and a crashed caller's slot given back by `sluice reconcile`.
 
+mod cli_flags;
 mod cli_harness;
+mod cli_modes;
+#[path = "../dynamo/mod.rs"]
 mod dynamo;
+mod iam_policies;
 
 use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;

@@ -10,7 +10,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod dynamo;
+use crate::dynamo;
 
 use dynamo::worker::{self, Start};
 use std::io::{BufRead, BufReader, Write};
@@ -31,16 +31,13 @@ const BOUND: Duration = Duration::from_millis(500);
 /// The longest any worker may take to answer an order.
 const ANSWER: Duration = Duration::from_secs(60);
 
-fn main() {
-    match worker::start(
-        "freed_slots_reach_a_waiting_process_promptly",
-        tracing::Level::ERROR,
+pub(crate) fn main() {
+    match worker::start(tracing::Level::ERROR,
     ) {
         Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3])),
         Start::Parent(runtime) => {
             worker::report("freed slots reach a waiter", runtime.block_on(parent()));
         }
-        Start::Listed => {}
     }
 }
 
@@ -134,7 +131,8 @@ struct Worker {
 impl Worker {
     fn spawn(role: &'static str, endpoint: &str, table: &str, dimension: &str) -> Worker {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--child", role, endpoint, table, dimension])
+            .args(worker::child_args())
+            .args([role, endpoint, table, dimension])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

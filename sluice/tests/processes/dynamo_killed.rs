@@ -6,7 +6,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod dynamo;
+use crate::dynamo;
 
 use std::io::{BufRead, BufReader, Write};
 use std::time::Duration;
@@ -27,13 +27,12 @@ const TASKS: usize = 24;
 const LEASE: Duration = Duration::from_secs(3);
 const RUN: Duration = Duration::from_secs(6);
 
-fn main() {
-    match worker::start("killed_holders_come_back_once", tracing::Level::ERROR) {
+pub(crate) fn main() {
+    match worker::start(tracing::Level::ERROR) {
         Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3], &a[4])),
         Start::Parent(runtime) => {
             worker::report("killed holders", runtime.block_on(parent()));
         }
-        Start::Listed => {}
     }
 }
 

@@ -6,7 +6,7 @@
 //! The store is the in-memory one behind a switch that makes every call time out, and the
 //! client's clock is a manual one: no test waits.
 
-mod faults;
+use crate::faults;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

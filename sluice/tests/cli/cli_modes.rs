@@ -1,8 +1,7 @@
 //! The `sluice` binary against DynamoDB Local: shadow mode and scheduled limits, from a
 //! bucket file to `status`.
 
-mod cli_harness;
-mod dynamo;
+use crate::cli_harness;
 
 use cli_harness::Cli;
 

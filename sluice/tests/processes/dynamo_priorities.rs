@@ -9,7 +9,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod dynamo;
+use crate::dynamo;
 
 use std::io::Write;
 use std::time::Duration;
@@ -29,16 +29,13 @@ const INTERACTIVE_EVERY: Duration = Duration::from_millis(200);
 const BATCH_TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(10);
 
-fn main() {
-    match worker::start(
-        "interactive_is_never_refused_and_batch_takes_the_rest",
-        tracing::Level::ERROR,
+pub(crate) fn main() {
+    match worker::start(tracing::Level::ERROR,
     ) {
         Start::Child(runtime, args) => runtime.block_on(child(&args)),
         Start::Parent(runtime) => {
             worker::report("priorities across processes", runtime.block_on(parent()));
         }
-        Start::Listed => {}
     }
 }
 

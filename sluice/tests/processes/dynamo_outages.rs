@@ -13,7 +13,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod dynamo;
+use crate::dynamo;
 
 use std::io::{BufRead, BufReader, Write};
 use std::time::{Duration, Instant};
@@ -42,8 +42,8 @@ const OPEN_PERCENT: u8 = 25;
 const FREEZE: (u64, u64) = (2_000, 8_000);
 const RUN_MS: u64 = 12_000;
 
-fn main() {
-    match worker::start("the_store_stops", tracing::Level::ERROR) {
+pub(crate) fn main() {
+    match worker::start(tracing::Level::ERROR) {
         Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3], &a[4])),
         Start::Parent(runtime) => {
             for mode in ["closed", "open"] {
@@ -55,7 +55,6 @@ fn main() {
                 worker::report("restarted", Some(outcome));
             }
         }
-        Start::Listed => {}
     }
 }
 
