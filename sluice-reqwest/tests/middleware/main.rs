@@ -2,6 +2,7 @@
 //! names (`reqwest::ClientBuilder::resolve`), so the default routing table is what is tested.
 
 mod vendor;
+mod vendor_sim;
 
 use std::sync::Arc;
 use std::time::Duration;
