@@ -30,8 +30,7 @@ const BATCH_TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(10);
 
 pub(crate) fn main() {
-    match worker::start(tracing::Level::ERROR,
-    ) {
+    match worker::start(tracing::Level::ERROR) {
         Start::Child(runtime, args) => runtime.block_on(child(&args)),
         Start::Parent(runtime) => {
             worker::report("priorities across processes", runtime.block_on(parent()));

@@ -32,8 +32,7 @@ const BOUND: Duration = Duration::from_millis(500);
 const ANSWER: Duration = Duration::from_secs(60);
 
 pub(crate) fn main() {
-    match worker::start(tracing::Level::ERROR,
-    ) {
+    match worker::start(tracing::Level::ERROR) {
         Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2], &a[3])),
         Start::Parent(runtime) => {
             worker::report("freed slots reach a waiter", runtime.block_on(parent()));
