@@ -102,6 +102,15 @@ pub(crate) async fn reshard_from(
             }
             return Ok(next);
         }
+        // A client's own gather that lost its race is not asked again: the rows it would
+        // remove are being written (by takes, or by another client's reshard), and will be
+        // again at once; the client's next gather waits longer (see `Heat::cool`).
+        if from.is_some() && usize::from(to) < now_at {
+            return Err(Error::Contention {
+                dimension: base.clone(),
+                attempts: 1,
+            });
+        }
         lost_race(&mut budget, base).await?;
     }
 }

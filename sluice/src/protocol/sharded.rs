@@ -136,19 +136,19 @@ async fn spread_since(
 }
 
 /// Measures how hot the row of `lane` (of `base`'s bucket, over `n` rows) is, from the
-/// version the row has now as this client knows it, and reshards the bucket when the measure says so
-/// (see [`Sharding`](crate::Sharding)). A reshard that fails is only logged: the acquire's
-/// answer stands, and the next measure tries again.
+/// version the row has now as this client knows it, and reshards the bucket when the
+/// measure says so (see [`Sharding`](crate::Sharding)). A reshard that fails is logged,
+/// the acquire's answer stands, and a later measure tries again (a gather, much later).
 async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     let Some((to, per_row, throttled)) = decide(core, base, lane, n) else {
         return;
     };
-    let now = core.now();
-    if !core.heat.claim(base, now) {
+    if !core.heat.claim(base, core.now()) {
         return;
     }
     tracing::info!(dimension = %base, from = n, to, writes_per_ks = per_row, throttled, "resharding a bucket");
-    match reshard::reshard_from(core, base, Some(n), to).await {
+    let done = reshard::reshard_from(core, base, Some(n), to).await;
+    match &done {
         Ok(rows) => {
             core.lanes
                 .note_shards(base, u16::try_from(rows.len()).unwrap_or(1));
@@ -156,7 +156,7 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
         }
         Err(e) => tracing::warn!(dimension = %base, error = %e, "resharding a bucket failed"),
     }
-    core.heat.done(base, core.now());
+    core.heat.done(base, core.now(), to < n && done.is_err());
 }
 
 /// What [`watch`] decides for the row of `lane`, on a fresh measure: the rows the bucket

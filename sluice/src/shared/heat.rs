@@ -11,6 +11,10 @@ use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::shared::lanes::lock;
 
+/// The most times a client's failed gathers of a bucket in a row halve its cool
+/// measurements (see [`Heat::cool`]): its next gather then waits 32 times as long.
+pub(crate) const MAX_GATHER_BACKOFF: u32 = 5;
+
 /// The shortest span a row's write rate is measured over.
 pub(crate) const WINDOW: Duration = Duration::from_secs(1);
 
@@ -27,6 +31,8 @@ pub(crate) struct Heat {
     /// Per bucket: when this client last resharded it (or saw it resharded), and whether
     /// it is resharding it now.
     moved: Mutex<HashMap<Dimension, (UnixMillis, bool)>>,
+    /// Per bucket: this client's gathers in a row that failed (see [`Heat::cool`]).
+    gathers_failed: Mutex<HashMap<Dimension, u32>>,
     /// Per bucket: when this client last read its first row to learn whether it was
     /// spread, its only row as this client knew it being throttled.
     looked: Mutex<HashMap<Dimension, UnixMillis>>,
@@ -68,8 +74,16 @@ impl Heat {
     /// Counts one more measurement of `base`, over `shards` rows, that found it cool (or
     /// starts again at none); the count. A measure at another count starts again: what
     /// the bucket did over other rows says nothing of it now.
+    ///
+    /// Each gather of this client's that failed in a row (it lost its race: the rows it
+    /// would remove were written meanwhile, by takes or by another client gathering them)
+    /// halves the count, up to [`MAX_GATHER_BACKOFF`] times: every client measures the
+    /// same rows, and a gather is never urgent, while each attempt reads every row and
+    /// sends a transaction over all of them that fails the takes it meets.
     pub(crate) fn cool(&self, base: &Dimension, shards: u16, cool: bool) -> u32 {
-        in_a_row(&self.cool, base, shards, cool)
+        let count = in_a_row(&self.cool, base, shards, cool);
+        let failed = lock(&self.gathers_failed).get(base).copied().unwrap_or(0);
+        count >> failed.min(MAX_GATHER_BACKOFF)
     }
 
     /// Counts one more measurement of `base`, over `shards` rows, that found it hot (or
@@ -138,8 +152,16 @@ impl Heat {
         }
     }
 
-    /// Ends this client's reshard of `base` at `now`.
-    pub(crate) fn done(&self, base: &Dimension, now: UnixMillis) {
+    /// Ends this client's reshard of `base` at `now`. A gather that failed backs this
+    /// client's next one off (see [`Heat::cool`]); any other outcome ends that.
+    pub(crate) fn done(&self, base: &Dimension, now: UnixMillis, failed_gather: bool) {
+        let mut failed = lock(&self.gathers_failed);
+        if failed_gather {
+            *failed.entry(base.clone()).or_insert(0) += 1;
+        } else {
+            failed.remove(base);
+        }
+        drop(failed);
         lock(&self.moved).insert(base.clone(), (now, false));
         lock(&self.cool).remove(base);
         lock(&self.hot).remove(base);
@@ -186,9 +208,23 @@ mod tests {
         let base = row.base();
         assert!(heat.claim(&base, t(8_000)));
         assert!(!heat.claim(&base, t(8_001)));
-        heat.done(&base, t(8_100));
+        heat.done(&base, t(8_100), false);
         assert!(!heat.claim(&base, t(9_000)));
         assert!(heat.claim(&base, t(10_100)));
+        // Each failed gather in a row halves the cool measures, five times at most; any
+        // other reshard ends that.
+        let cool = |n: u32| (0..n).map(|_| heat.cool(&base, 4, true)).last().unwrap();
+        assert_eq!(cool(30), 30);
+        heat.done(&base, t(10_200), true);
+        assert_eq!(heat.cool(&base, 4, false), 0);
+        assert_eq!(cool(30), 15);
+        for _ in 0..9 {
+            heat.done(&base, t(10_300), true);
+        }
+        assert_eq!(cool(64), 2);
+        heat.done(&base, t(10_400), false);
+        assert_eq!(cool(1), 1);
+        assert_eq!(heat.cool(&base, 4, false), 0);
         // A look at the first row: once a window, again after one (or a clock stepped back).
         assert!(heat.look(&base, t(10_000)) && !heat.look(&base, t(10_999)));
         assert!(heat.look(&base, t(11_000)) && heat.look(&base, t(9_000)));

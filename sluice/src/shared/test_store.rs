@@ -25,6 +25,11 @@ pub(crate) trait Hooks: Send + Sync + std::fmt::Debug + 'static {
         Ok(())
     }
 
+    /// Before a reshard's transaction: `false` answers that it lost its race.
+    fn respread(&self) -> bool {
+        true
+    }
+
     /// Before bucket rows are read.
     fn read_buckets(&self, _dimensions: &[Dimension]) {}
 
@@ -90,6 +95,17 @@ hooked_store!({
         self.hooks.answered(&change)?;
         Ok(after)
     }
+    async fn respread_buckets(
+        &self,
+        expected: &[BucketState],
+        rows: &[BucketState],
+        moves: &[Option<Commute>],
+    ) -> Result<bool, StoreError> {
+        if !self.hooks.respread() {
+            return Ok(false);
+        }
+        self.inner.respread_buckets(expected, rows, moves).await
+    }
     async fn read_buckets(
         &self,
         dimensions: &[Dimension],
@@ -110,7 +126,6 @@ hooked_store!({
     put_leases(leases: &[LeaseRecord]) -> Result<(), StoreError>;
     read_leases(keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError>;
     scan_leases(filter: &LeaseFilter) -> Result<LeaseScan, StoreError>;
-    respread_buckets(expected: &[BucketState], rows: &[BucketState], moves: &[Option<Commute>]) -> Result<bool, StoreError>;
     put_bucket(state: &BucketState, expected: Option<&BucketState>) -> Result<bool, StoreError>;
     list_buckets() -> Result<Vec<BucketState>, StoreError>;
     delete_bucket(dimension: &Dimension) -> Result<bool, StoreError>;
