@@ -55,7 +55,9 @@ pub(crate) async fn reshard(
 }
 
 /// [`reshard`], only while the bucket has `from` rows (when given): a client that decided
-/// from what it saw of `from` rows leaves a bucket another client resharded since.
+/// from what it saw of `from` rows leaves a bucket another client resharded since. With
+/// `from` given (a client's own decision, not an operator's), a gather into fewer rows is
+/// sent once: one that lost its race answers [`Error::Contention`] rather than retrying.
 pub(crate) async fn reshard_from(
     core: &Arc<Core>,
     base: &Dimension,
