@@ -29,6 +29,7 @@ fn state() -> BucketState {
         recent_writes: sluice::RecentWrites::default(),
         burst: None,
         shards: 1,
+        write_ceiling: None,
         shadow: Default::default(),
     }
 }

@@ -189,6 +189,7 @@ pub(crate) fn reshard(
         rows.iter()
             .fold(Tokens::ZERO, |s, r| s.saturating_add(r.holds()))
     });
+    let write_ceiling = rows.iter().filter_map(|r| r.write_ceiling).max();
     let mut out = Vec::with_capacity(usize::from(to));
     for k in 0..to {
         let bucket = share(&dimension, &whole, to, k)?;
@@ -211,6 +212,7 @@ pub(crate) fn reshard(
             write_id: Some(write_id),
             recent_writes,
             shards: to,
+            write_ceiling,
             // What shadow acquires left on the rows goes with the first row (where a shadow
             // acquire takes a spread bucket).
             shadow: if k == 0 {

@@ -49,6 +49,12 @@ pub struct BucketState {
     /// definition (see [`Sluice::reshard`](crate::Sluice::reshard)). Other SDKs leave it as
     /// it is.
     pub shards: u16,
+    /// The most writes a second one row of the bucket took while the store throttled it,
+    /// as the client that spread the bucket over its rows learned it (see
+    /// [`Sharding`](crate::Sharding)), on every row; `None` until a client learns it. Every
+    /// client measures the rows against it, so one that never saw the throttles does not
+    /// gather rows that were spread because of them. Other SDKs leave it as it is.
+    pub write_ceiling: Option<u32>,
     /// What shadow acquires left on the row (see [`ShadowLedger`]); empty unless the
     /// bucket, or a client of it, ran in [shadow mode](crate::Mode::Shadow). Other SDKs
     /// leave it as it is.
@@ -106,6 +112,7 @@ impl BucketState {
             recent_writes: RecentWrites::default(),
             burst: None,
             shards: 1,
+            write_ceiling: None,
             shadow: ShadowLedger::default(),
         }
     }
@@ -122,6 +129,7 @@ impl BucketState {
             && self.write_id == other.write_id
             && self.burst == other.burst
             && self.shards == other.shards
+            && self.write_ceiling == other.write_ceiling
             && self.shadow == other.shadow
     }
 

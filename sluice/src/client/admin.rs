@@ -460,6 +460,8 @@ pub(super) fn redefined(
             .filter(|_| cur.bucket.capacity() == bucket.capacity())
             .filter(|_| cur.bucket.refill_rate() == bucket.refill_rate()),
         shards: cur.shards,
+        // What the store allows a row is the table's, not the definition's.
+        write_ceiling: cur.write_ceiling,
         // A new mode starts a new count.
         shadow: if cur.bucket.mode() == bucket.mode() {
             cur.shadow

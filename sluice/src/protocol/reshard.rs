@@ -86,6 +86,13 @@ pub(crate) async fn reshard_from(
             .map(|r| r.last_refill_at)
             .fold(core.now(), UnixMillis::max);
         let mut next = crate::bucket::shards::reshard(&rows, to, now)?;
+        // The ceiling this client learned from the store's throttles goes on every row,
+        // so that clients that never met them measure the rows against it too.
+        if let Some(learned) = core.heat.learned(base) {
+            for row in &mut next {
+                row.write_ceiling = Some(row.write_ceiling.map_or(learned, |c| c.max(learned)));
+            }
+        }
         // Rows that stay are moved by what they give or take, not conditioned on being as
         // read: a hot bucket's rows change between any read and any write.
         let moves = crate::bucket::shards::moves(&rows, &next, now, budget.lost() > 0);

@@ -29,7 +29,7 @@ use crate::shared::remembered::Recall;
 use crate::tokens::Tokens;
 
 use super::{fast, reshard, seed};
-use seen::{Seen, remembered, within_twice};
+use seen::{Seen, learn_shards, remembered, within_twice};
 
 /// How many times the whole bucket is read again when its rows moved on between the read
 /// and the write that relied on it.
@@ -172,6 +172,7 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
         shards,
         refills,
         bound,
+        write_ceiling,
         short,
         learned_at,
         refill_per_ks,
@@ -185,13 +186,16 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
         return None;
     }
     // Decided on a fresh measure only; the throttles since the last one count with it.
-    let per_row = core.heat.observe(&row, version, shards, learned_at)?;
+    let measure = core.heat.observe(&row, version, shards, learned_at)?;
+    let per_row = measure.per_row;
     let throttles =
         lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) * u32::from(!short);
     let throttled = throttles > 0;
     // The ceiling told (configured, or the store's own), or the lower one the store's
     // throttles showed (see `Heat::ceiling`).
-    let (limit, learned) = core.heat.ceiling(base, told, (per_row, throttles))?;
+    let (limit, learned) = core
+        .heat
+        .ceiling(base, told, write_ceiling, (per_row, throttles))?;
     let cool = core.heat.cool(base, n, Sharding::cool(per_row, limit));
     let hot = throttled && Sharding::throttled_hot(per_row, limit);
     let target = sharding.target(n, per_row, limit, hot, cool);
@@ -223,21 +227,11 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     let heated = core.heat.hot(base, n, spreads && founded);
     let at_ceiling = Sharding::at_ceiling(per_row, limit);
     let sure = (hot && n == 1 && at_ceiling) || heated >= Sharding::HOT_WINDOWS;
-    let spread = founded && sure && !short && !refill_bound;
+    // Every writer of the row measured the same heat: about two of them spread it.
+    let drawn = measure.drawn(rand::rng().random());
+    let spread = founded && sure && !short && !refill_bound && drawn;
     let to = target.filter(|_| !spreads || spread)?;
     Some((to, per_row, throttled))
-}
-
-/// Notes how many rows the bucket of `base` has, as the row of `lane` just told; the count.
-fn learn_shards(core: &Core, base: &Dimension, lane: &Lane) -> u16 {
-    let told = lane.memory().row().map(|row| row.shards);
-    match told {
-        Some(n) => {
-            core.lanes.note_shards(base, n);
-            n
-        }
-        None => core.lanes.shards(base),
-    }
 }
 
 /// The acquire answered by the whole bucket: from what this client remembers of every

@@ -18,12 +18,33 @@ pub(crate) const MAX_GATHER_BACKOFF: u32 = 5;
 /// The shortest span a row's write rate is measured over.
 pub(crate) const WINDOW: Duration = Duration::from_secs(1);
 
+/// One window's measure of a row (see [`Heat::observe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Measure {
+    /// The row's writes a second, in thousandths.
+    pub(crate) per_row: u64,
+    /// This client's writes the window saw, and every client's (the versions it moved by).
+    pub(crate) own: u64,
+    pub(crate) all: u64,
+}
+
+impl Measure {
+    /// Whether this client is the one of the row's writers that acts on the window, drawn
+    /// with odds of twice its share of the writes: every writer of a row measures the
+    /// same heat at about the same time, and each reshard that loses its race to
+    /// another's fails an item per row (billed), where about two of them act on each
+    /// window whatever their number.
+    pub(crate) fn drawn(&self, roll: u64) -> bool {
+        roll % self.all.max(1) < self.own.saturating_mul(2)
+    }
+}
+
 /// What this client saw of its rows' versions, and of its own reshards.
 #[derive(Debug, Default)]
 pub(crate) struct Heat {
     /// Per row: a version, the rows its bucket had, and when it was seen: the start of
-    /// the current window.
-    seen: Mutex<HashMap<Dimension, (u64, u16, UnixMillis)>>,
+    /// the current window; and how many of this client's writes it has seen since.
+    seen: Mutex<HashMap<Dimension, (u64, u16, UnixMillis, u64)>>,
     /// Per bucket: the rows it had, and the cool measurements in a row at that count.
     cool: Mutex<HashMap<Dimension, (u16, u32)>>,
     /// Per bucket: the rows it had, and the hot measurements in a row at that count.
@@ -42,33 +63,39 @@ pub(crate) struct Heat {
 }
 
 impl Heat {
-    /// Notes that `row`, of a bucket over `shards` rows, was at `version` at `now`: its
-    /// writes a second since the window began, in thousandths, once at least a [`WINDOW`]
-    /// has passed (the next window begins then). A reshard in between starts the window
-    /// again: it rewrites the rows, and a new row starts at a version of its own.
+    /// Notes that `row`, of a bucket over `shards` rows, was at `version` at `now`, as one
+    /// of this client's writes left it: the row's writes a second since the window began,
+    /// once at least a [`WINDOW`] has passed (the next window begins then). A reshard in
+    /// between starts the window again: it rewrites the rows, and a new row starts at a
+    /// version of its own.
     pub(crate) fn observe(
         &self,
         row: &Dimension,
         version: u64,
         shards: u16,
         now: UnixMillis,
-    ) -> Option<u64> {
+    ) -> Option<Measure> {
         let mut seen = lock(&self.seen);
-        let Some((since, count, at)) = seen.get(row).copied() else {
-            seen.insert(row.clone(), (version, shards, now));
+        let Some((since, count, at, own)) = seen.get(row).copied() else {
+            seen.insert(row.clone(), (version, shards, now, 1));
             return None;
         };
         let span = now.as_millis() - at.as_millis();
         if version < since || span < 0 || count != shards {
             // Resharded, another bucket under the same name, or a clock stepped back.
-            seen.insert(row.clone(), (version, shards, now));
+            seen.insert(row.clone(), (version, shards, now, 1));
             return None;
         }
         if u128::try_from(span).unwrap_or(0) < WINDOW.as_millis() {
+            seen.insert(row.clone(), (since, count, at, own.saturating_add(1)));
             return None;
         }
-        seen.insert(row.clone(), (version, shards, now));
-        Some((version - since).saturating_mul(1_000_000) / span.unsigned_abs())
+        seen.insert(row.clone(), (version, shards, now, 1));
+        Some(Measure {
+            per_row: (version - since).saturating_mul(1_000_000) / span.unsigned_abs(),
+            own,
+            all: version - since,
+        })
     }
 
     /// Counts one more measurement of `base`, over `shards` rows, that found it cool (or
@@ -132,16 +159,20 @@ impl Heat {
     /// then needs no hint, at whatever ceiling the table has. The highest such measure
     /// stands: a row throttled while it took less (a burst within the window, or writes
     /// that failed their condition, billed but not counted in the version) says less of
-    /// the ceiling, not that it fell. Also whether the ceiling is the one learned.
+    /// the ceiling, not that it fell. What the client that spread the bucket learned so
+    /// (`row_says`, carried by its rows) counts as this client's own. Also whether the
+    /// ceiling is the one learned.
     pub(crate) fn ceiling(
         &self,
         base: &Dimension,
         told: Option<u32>,
+        row_says: Option<u32>,
         (per_row, throttles): (u64, u32),
     ) -> Option<(u32, bool)> {
         let mut learned = lock(&self.learned_ceilings);
-        if throttles >= 2 && per_row > 0 {
-            let rate = u32::try_from(per_row.div_ceil(1_000)).unwrap_or(u32::MAX);
+        let measured = (throttles >= 2 && per_row > 0)
+            .then(|| u32::try_from(per_row.div_ceil(1_000)).unwrap_or(u32::MAX));
+        for rate in measured.into_iter().chain(row_says) {
             let highest = learned.entry(base.clone()).or_insert(rate);
             *highest = (*highest).max(rate);
         }
@@ -150,6 +181,12 @@ impl Heat {
             (Some(told), _) => Some((told, false)),
             (None, learned) => learned.map(|learned| (learned, true)),
         }
+    }
+
+    /// The ceiling this client learned for `base`'s rows (see [`Heat::ceiling`]), if any:
+    /// what a spread writes on the rows, for every other client to measure against.
+    pub(crate) fn learned(&self, base: &Dimension) -> Option<u32> {
+        lock(&self.learned_ceilings).get(base).copied()
     }
 
     /// Ends this client's reshard of `base` at `now`. A gather that failed backs this
@@ -195,16 +232,31 @@ mod tests {
         let heat = Heat::default();
         let row: Dimension = "openai#rpm".parse().unwrap();
         let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
-        assert_eq!(heat.observe(&row, 100, 1, t(0)), None);
-        assert_eq!(heat.observe(&row, 150, 1, t(500)), None);
-        assert_eq!(heat.observe(&row, 340, 1, t(1_200)), Some(200_000));
-        assert_eq!(heat.observe(&row, 350, 1, t(3_200)), Some(5_000));
+        assert_eq!(heat.observe(&row, 100, 1, t(0)).map(|m| m.per_row), None);
+        assert_eq!(heat.observe(&row, 150, 1, t(500)).map(|m| m.per_row), None);
+        assert_eq!(
+            heat.observe(&row, 340, 1, t(1_200)).map(|m| m.per_row),
+            Some(200_000)
+        );
+        assert_eq!(
+            heat.observe(&row, 350, 1, t(3_200)).map(|m| m.per_row),
+            Some(5_000)
+        );
         // A version that went down is another bucket: measured afresh.
-        assert_eq!(heat.observe(&row, 7, 1, t(5_000)), None);
-        assert_eq!(heat.observe(&row, 9, 1, t(6_000)), Some(2_000));
+        assert_eq!(heat.observe(&row, 7, 1, t(5_000)).map(|m| m.per_row), None);
+        assert_eq!(
+            heat.observe(&row, 9, 1, t(6_000)).map(|m| m.per_row),
+            Some(2_000)
+        );
         // Resharded since: measured afresh, whatever the versions.
-        assert_eq!(heat.observe(&row, 90_000, 4, t(7_000)), None);
-        assert_eq!(heat.observe(&row, 90_010, 4, t(8_000)), Some(10_000));
+        assert_eq!(
+            heat.observe(&row, 90_000, 4, t(7_000)).map(|m| m.per_row),
+            None
+        );
+        assert_eq!(
+            heat.observe(&row, 90_010, 4, t(8_000)).map(|m| m.per_row),
+            Some(10_000)
+        );
         let base = row.base();
         assert!(heat.claim(&base, t(8_000)));
         assert!(!heat.claim(&base, t(8_001)));
@@ -243,34 +295,83 @@ mod tests {
     }
 
     #[test]
+    fn a_window_counts_this_clients_writes_among_all_and_about_two_writers_act_on_it() {
+        let heat = Heat::default();
+        let row: Dimension = "openai#rpm".parse().unwrap();
+        let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
+        assert_eq!(heat.observe(&row, 0, 1, t(0)), None);
+        for v in 1..5 {
+            assert_eq!(heat.observe(&row, v * 10, 1, t(v as i64 * 100)), None);
+        }
+        let m = heat.observe(&row, 100, 1, t(1_000)).unwrap();
+        assert_eq!((m.per_row, m.own, m.all), (100_000, 5, 100));
+        // Twice its share: 10 of every 100 draws.
+        assert_eq!((0..100).filter(|roll| m.drawn(*roll)).count(), 10);
+        // The next window counts afresh.
+        let next = heat.observe(&row, 300, 1, t(2_000)).unwrap();
+        assert_eq!((next.own, next.all), (1, 200));
+        // A row's only writer always acts, and so does one that wrote half.
+        let alone = Measure {
+            per_row: 3_000,
+            own: 3,
+            all: 3,
+        };
+        let half = Measure {
+            own: 2,
+            all: 4,
+            ..alone
+        };
+        assert!((0..100).all(|roll| alone.drawn(roll) && half.drawn(roll)));
+    }
+
+    #[test]
     fn a_rows_ceiling_is_what_it_took_while_throttled_unless_told_lower() {
         let heat = Heat::default();
         let base: Dimension = "openai#rpm".parse().unwrap();
         // Nothing told, nothing throttled: no ceiling known.
-        assert_eq!(heat.ceiling(&base, None, (80_000, 0)), None);
+        assert_eq!(heat.ceiling(&base, None, None, (80_000, 0)), None);
         // One throttled write in a window teaches nothing; two do.
-        assert_eq!(heat.ceiling(&base, None, (80_000, 1)), None);
-        assert_eq!(heat.ceiling(&base, None, (80_500, 2)), Some((81, true)));
+        assert_eq!(heat.ceiling(&base, None, None, (80_000, 1)), None);
+        assert_eq!(
+            heat.ceiling(&base, None, None, (80_500, 2)),
+            Some((81, true))
+        );
         // Learned, it stays without throttles; a told ceiling below it wins.
         assert_eq!(
-            heat.ceiling(&base, Some(1_000), (10_000, 0)),
+            heat.ceiling(&base, Some(1_000), None, (10_000, 0)),
             Some((81, true))
         );
         assert_eq!(
-            heat.ceiling(&base, Some(50), (10_000, 0)),
+            heat.ceiling(&base, Some(50), None, (10_000, 0)),
             Some((50, false))
         );
         // A later throttled measure raises it, never lowers it.
         assert_eq!(
-            heat.ceiling(&base, Some(1_000), (400_000, 3)),
+            heat.ceiling(&base, Some(1_000), None, (400_000, 3)),
             Some((400, true))
         );
-        assert_eq!(heat.ceiling(&base, None, (30_000, 5)), Some((400, true)));
+        assert_eq!(
+            heat.ceiling(&base, None, None, (30_000, 5)),
+            Some((400, true))
+        );
         // Other buckets learn their own.
         let other: Dimension = "openai#tpm".parse().unwrap();
         assert_eq!(
-            heat.ceiling(&other, Some(1_000), (0, 0)),
+            heat.ceiling(&other, Some(1_000), None, (0, 0)),
             Some((1_000, false))
+        );
+        // What the rows say another client learned counts as learned here, and the
+        // highest still stands.
+        let third: Dimension = "openai#images".parse().unwrap();
+        assert_eq!(heat.learned(&third), None);
+        assert_eq!(
+            heat.ceiling(&third, Some(1_000), Some(120), (10_000, 0)),
+            Some((120, true))
+        );
+        assert_eq!(heat.learned(&third), Some(120));
+        assert_eq!(
+            heat.ceiling(&third, Some(1_000), Some(90), (150_000, 2)),
+            Some((150, true))
         );
     }
 }

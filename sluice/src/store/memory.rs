@@ -261,6 +261,7 @@ impl Store for MemoryStore {
                     after.bucket = row.bucket.clone();
                     after.burst = row.burst;
                     after.shards = row.shards;
+                    after.write_ceiling = row.write_ceiling;
                     StoreError::check_row(&after)?;
                     after
                 }

@@ -15,6 +15,8 @@ pub(super) struct Seen {
     pub(super) shards: u16,
     pub(super) refills: bool,
     pub(super) bound: Option<crate::bucket::ShardLimit>,
+    /// The ceiling the client that spread the bucket learned, as the row carries it.
+    pub(super) write_ceiling: Option<u32>,
     /// A row its refill keeps short (callers queued in its debt, or refused), as last
     /// learned or now, grants what the refill brings however many rows the bucket has: its
     /// throttles (a burst) teach no ceiling, and it is not spread (it may be gathered).
@@ -40,6 +42,7 @@ pub(super) fn remembered(core: &Core, lane: &Lane) -> Option<Seen> {
         shards: r.shards,
         refills: r.bucket.limit_type().refills(),
         bound: r.bucket.shard_limit(),
+        write_ceiling: r.write_ceiling,
         short: memory.seen_short() || r.available(core.now()) < r.bucket.cost_per_call(),
         learned_at: memory.learned_at(),
         refill_per_ks: r
@@ -48,4 +51,16 @@ pub(super) fn remembered(core: &Core, lane: &Lane) -> Option<Seen> {
             .refill_over(Duration::from_secs(1_000)),
         cost: r.bucket.cost_per_call(),
     })
+}
+
+/// Notes how many rows the bucket of `base` has, as the row of `lane` just told; the count.
+pub(super) fn learn_shards(core: &Core, base: &Dimension, lane: &Lane) -> u16 {
+    let told = lane.memory().row().map(|row| row.shards);
+    match told {
+        Some(n) => {
+            core.lanes.note_shards(base, n);
+            n
+        }
+        None => core.lanes.shards(base),
+    }
 }

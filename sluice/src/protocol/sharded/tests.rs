@@ -312,3 +312,61 @@ async fn a_gather_that_lost_its_race_is_not_sent_again_and_the_next_waits_longer
     assert_eq!(store.hooks.respreads.load(Relaxed), 2, "{tried_at:?}");
     assert!(tried_at[1] - tried_at[0] >= 50, "{tried_at:?}");
 }
+
+#[tokio::test]
+async fn a_client_that_never_met_the_throttles_measures_the_rows_against_the_ceiling_they_carry() {
+    let clock = crate::clock::ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    let store = Arc::new(crate::shared::test_store::Hooked::new(ItemCeiling {
+        clock: clock.clone(),
+        per_second: 20,
+        landed: std::sync::Mutex::new((0, 0)),
+    }));
+    let first = crate::Sluice::builder()
+        .store_arc(store.clone())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let ample =
+        crate::Bucket::requests(crate::RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
+    first.put_bucket("hot#rpm", ample).await.unwrap();
+    // 100 acquires a second on a row that takes 20: it spreads, and says what it learned.
+    for _ in 0..400 {
+        drop(first.acquire("hot#rpm").await);
+        clock.advance(Duration::from_millis(10));
+    }
+    let spread = first.bucket("hot#rpm").await.unwrap().unwrap();
+    let ceiling = spread
+        .write_ceiling
+        .expect("the rows carry the ceiling learned");
+    assert!(spread.shards >= 8, "spread over {} rows", spread.shards);
+    assert!((15..=40).contains(&ceiling), "learned {ceiling}");
+    let base: Dimension = "hot#rpm".parse().unwrap();
+    let shards: Vec<Dimension> = (1..spread.shards).map(|k| base.shard(k)).collect();
+    let rows = crate::store::Store::read_buckets(store.as_ref(), &shards)
+        .await
+        .unwrap();
+    for row in rows {
+        assert_eq!(row.unwrap().write_ceiling, Some(ceiling));
+    }
+    // A client started since, told an item takes 1,000 writes a second (as DynamoDB
+    // says), writes 50 a second for a minute: each row takes under a tenth of 1,000, cool
+    // by what that client was told, but not of what the rows say they take.
+    let config = crate::Config {
+        sharding: crate::Sharding {
+            item_write_ceiling: Some(1_000),
+            ..crate::Sharding::default()
+        },
+        ..crate::Config::default()
+    };
+    let later = crate::SluiceBuilder::from_config(config)
+        .store_arc(store)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for i in 0..3_000 {
+        drop(later.acquire("hot#rpm").await.unwrap());
+        clock.advance(Duration::from_millis(20));
+        let row = later.bucket("hot#rpm").await.unwrap().unwrap();
+        assert_eq!(row.shards, spread.shards, "gathered after {i} acquires");
+    }
+}

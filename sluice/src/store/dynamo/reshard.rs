@@ -19,7 +19,7 @@ use crate::bucket::{BucketState, Commute};
 use crate::store::{BucketChange, StoreError};
 
 /// The attributes of a row's definition and count, set (or removed) on a moved row.
-const DEFINITION: [&str; 13] = [
+const DEFINITION: [&str; 14] = [
     row::CAPACITY,
     row::REFILL_RATE,
     row::REFILL_AMOUNT,
@@ -31,6 +31,7 @@ const DEFINITION: [&str; 13] = [
     row::SHARDS,
     row::BURST,
     row::SHARD_LIMIT,
+    row::WRITE_CEILING,
     row::MODE,
     row::SCHEDULE,
 ];

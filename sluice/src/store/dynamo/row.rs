@@ -82,6 +82,10 @@ pub(crate) const SHARDS: &str = "shards";
 /// sluice's extra bucket attribute: the bucket's own bound on the rows it is spread over
 /// ([`ShardLimit`](crate::ShardLimit)), `=N` or `<=N`, on every one of them; absent: none.
 pub(crate) const SHARD_LIMIT: &str = "shard_limit";
+/// sluice's extra bucket attribute: the writes a second one of the bucket's rows takes at
+/// most, as learned from the store's throttles ([`BucketState::write_ceiling`]), on every
+/// row; absent: not learned.
+pub(crate) const WRITE_CEILING: &str = "write_ceiling";
 /// sluice's extra lease attribute on slot leases: the partition key of [`SLOTS_INDEX`].
 pub(crate) const SLOT_DIMENSION: &str = "slot_dimension";
 /// The sparse global secondary index over slot leases: partition key `slot_dimension`,
@@ -133,6 +137,9 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     }
     if let Some(limit) = state.bucket.shard_limit() {
         item.insert(SHARD_LIMIT.to_owned(), s(limit.to_string()));
+    }
+    if let Some(ceiling) = state.write_ceiling {
+        item.insert(WRITE_CEILING.to_owned(), n(ceiling));
     }
     if let Some(burst) = state.burst {
         item.insert(BURST.to_owned(), n(burst));
@@ -319,6 +326,7 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
             .map(|text| r.tokens_text(BURST, text, Rounding::Floor))
             .transpose()?,
         shards,
+        write_ceiling: read_write_ceiling(&r)?,
         shadow: read_ledger(&r)?,
     };
     // A row that cannot be a bucket (a `requests` row that never refills, a lean
@@ -421,7 +429,9 @@ pub(crate) use schedule::SCHEDULE;
 use schedule::read_schedule;
 pub(crate) use shadow::{MODE, SHADOW_OWED, SHADOW_REFUSED, ledger_attributes, mode_value};
 use shadow::{read_ledger, read_mode};
-use writes::{read_recent_writes, read_shard_limit, read_shards, read_write_id};
+use writes::{
+    read_recent_writes, read_shard_limit, read_shards, read_write_ceiling, read_write_id,
+};
 pub(crate) use writes::{recent_writes, write_id};
 
 #[cfg(test)]

@@ -89,6 +89,15 @@ fn reads_the_seed_example_row_exactly() {
     let item = bucket_item(&capped);
     assert_eq!(item[SHARD_LIMIT], s("<=8"));
     assert_eq!(bucket_state(&item).unwrap(), capped);
+    // A ceiling learned from the store's throttles: kept only when there is one.
+    assert!(!item.contains_key(WRITE_CEILING));
+    let ceiling = BucketState {
+        write_ceiling: Some(160),
+        ..capped
+    };
+    let item = bucket_item(&ceiling);
+    assert_eq!(item[WRITE_CEILING], n("160"));
+    assert_eq!(bucket_state(&item).unwrap(), ceiling);
 }
 
 #[test]
@@ -294,6 +303,16 @@ fn a_shard_limit_that_is_not_one_is_named_with_the_reason() {
             setting(SHARD_LIMIT, n("4")),
         ),
     ]);
+}
+
+#[test]
+fn a_write_ceiling_that_is_not_a_positive_whole_number_is_named_with_the_reason() {
+    for bad in ["0", "1.5", "-3", "4294967296"] {
+        assert_named(vec![(
+            "`write_ceiling` must be a whole number from 1 to 4294967295",
+            setting(WRITE_CEILING, n(bad)),
+        )]);
+    }
 }
 
 #[test]

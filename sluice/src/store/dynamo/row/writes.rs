@@ -112,6 +112,25 @@ pub(super) fn read_shards(
         })
 }
 
+/// Reads the writes a second a bucket's row takes at most, as learned (a whole number of
+/// at least 1), if the row says.
+pub(super) fn read_write_ceiling(r: &Reader<'_>) -> Result<Option<u32>, StoreError> {
+    let Some(text) = r.number(super::WRITE_CEILING)? else {
+        return Ok(None);
+    };
+    text.parse::<u32>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .map(Some)
+        .ok_or_else(|| {
+            r.corrupt(format!(
+                "`{}` must be a whole number from 1 to {}, found {text}",
+                super::WRITE_CEILING,
+                u32::MAX
+            ))
+        })
+}
+
 /// Reads a bucket's bound on its rows (`shard_limit` S, `=N` or `<=N`), if it sets one.
 pub(super) fn read_shard_limit(
     r: &Reader<'_>,
