@@ -216,3 +216,44 @@ async fn a_grant_is_one_write_unit_of_the_bucket_row_as_dynamodb_reports_it() {
         Some(1.0)
     );
 }
+
+#[tokio::test]
+async fn the_write_ceiling_a_client_learned_goes_with_every_row_through_reshards() {
+    let Some(store) = dynamo::store().await else {
+        return;
+    };
+    let clock = ManualClock::new(UnixMillis::from_secs(dynamo::future_secs()));
+    let sluice = client(&store, &clock, "worker-0123456789");
+    let dim = format!("{}#rpm", vendor());
+    let bucket = Bucket::requests(RefillRate::per_second(1_000)).with_capacity(10_000);
+    let defined = sluice.put_bucket(&dim, bucket).await.unwrap();
+    // As the client that spread it for the store's throttles leaves it.
+    let learned = sluice::BucketState {
+        write_ceiling: Some(160),
+        version: defined.version + 1,
+        ..defined.clone()
+    };
+    assert!(
+        sluice::store::Store::put_bucket(&store, &learned, Some(&defined))
+            .await
+            .unwrap()
+    );
+    assert_eq!(get_raw(&store, &dim).await["write_ceiling"], n("160"));
+    for (to, takes) in [(4u16, 8), (2, 4), (1, 2)] {
+        sluice.reshard(&dim, to).await.unwrap();
+        for _ in 0..takes {
+            drop(sluice.acquire(dim.as_str()).await.unwrap());
+        }
+        for k in 0..to {
+            let key = if k == 0 {
+                dim.clone()
+            } else {
+                format!("{dim}#{k}")
+            };
+            let row = get_raw(&store, &key).await;
+            assert_eq!(row["write_ceiling"], n("160"), "{key} over {to} rows");
+        }
+    }
+    let row = sluice.bucket(&dim).await.unwrap().unwrap();
+    assert_eq!((row.shards, row.write_ceiling), (1, Some(160)));
+}
