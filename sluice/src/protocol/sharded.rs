@@ -29,7 +29,7 @@ use crate::shared::remembered::Recall;
 use crate::tokens::Tokens;
 
 use super::{fast, reshard, seed};
-use seen::{Seen, learn_shards, remembered, within_twice};
+use seen::{Seen, gathers_short, learn_shards, remembered, within_twice};
 
 /// How many times the whole bucket is read again when its rows moved on between the read
 /// and the write that relied on it.
@@ -196,9 +196,14 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     let (limit, learned) = core
         .heat
         .ceiling(base, told, write_ceiling, (per_row, throttles))?;
-    let cool = core.heat.cool(base, n, Sharding::cool(per_row, limit));
+    // A bucket its refill keeps short is gathered like a cool one (see `gathers_short`).
+    let gather_short = short && n > 1 && gathers_short(n, refill_per_ks, cost, limit);
+    let cool_now = Sharding::cool(per_row, limit) || gather_short;
+    let cool = core.heat.cool(base, n, cool_now);
     let hot = throttled && Sharding::throttled_hot(per_row, limit);
-    let target = sharding.target(n, per_row, limit, hot, cool);
+    let target = (gather_short && cool >= Sharding::COOL_WINDOWS)
+        .then(|| (n / 2).max(1))
+        .or_else(|| sharding.target(n, per_row, limit, hot, cool));
     // Within the bucket's own bound on its rows; a count outside it (the bound set since)
     // is moved into it.
     let target = match bound {

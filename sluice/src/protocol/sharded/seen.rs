@@ -34,6 +34,26 @@ pub(super) fn within_twice(refill_per_ks: Tokens, cost: Tokens, per_row: u64) ->
     refill_per_ks <= cost.checked_mul(twice).unwrap_or(Tokens::MAX)
 }
 
+/// Whether a bucket over `n` rows, each refilling `refill_per_ks` tokens over a thousand
+/// seconds, of calls costing `cost`, fits in half as many rows of `ceiling` writes a
+/// second when its refill keeps it short: two writes per call the refill serves (a take,
+/// and an adjustment or a give-back), each row under 40% of its ceiling. A short bucket
+/// grants what its refill brings however many rows it has; rows beyond what those writes
+/// need only cost it: each is a smaller bucket that refuses sooner, with fills racing on
+/// it, and a refusal reads every row. It is gathered like a cool one, a halving at a time
+/// after as many short measures in a row.
+pub(crate) fn gathers_short(n: u16, refill_per_ks: Tokens, cost: Tokens, ceiling: u32) -> bool {
+    let calls_per_ks = refill_per_ks
+        .as_nanos()
+        .saturating_mul(i128::from(n))
+        .checked_div(cost.as_nanos().max(1))
+        .unwrap_or(i128::MAX);
+    let writes_per_ks = calls_per_ks.saturating_mul(2);
+    // Each of n / 2 rows under 40% of the ceiling, in thousandths of a write a second.
+    let room = i128::from(n / 2) * i128::from(ceiling) * 400;
+    writes_per_ks < room
+}
+
 pub(super) fn remembered(core: &Core, lane: &Lane) -> Option<Seen> {
     let memory = lane.memory();
     memory.row().map(|r| Seen {

@@ -370,3 +370,53 @@ async fn a_client_that_never_met_the_throttles_measures_the_rows_against_the_cei
         assert_eq!(row.shards, spread.shards, "gathered after {i} acquires");
     }
 }
+
+#[test]
+fn a_short_bucket_is_gathered_only_into_rows_enough_for_its_refills_writes() {
+    use super::seen::gathers_short;
+    let per_ks = |per_second: i64| Tokens::new(per_second * 1_000);
+    // Eight rows refilling 1 a second each, of a 1,000-write ceiling: 16 writes a second
+    // fit in four rows, and in one.
+    assert!(gathers_short(8, per_ks(1), Tokens::new(1), 1_000));
+    assert!(gathers_short(2, per_ks(4), Tokens::new(1), 1_000));
+    // Eight rows refilling 5 calls a second each (250 tokens of calls costing 50), of a
+    // 100-write ceiling: 80 writes a second need more than 4 rows at 40 writes each.
+    assert!(!gathers_short(8, per_ks(250), Tokens::new(50), 10));
+    assert!(gathers_short(8, per_ks(250), Tokens::new(50), 100));
+    // A lone row has nothing to gather into.
+    assert!(!gathers_short(1, per_ks(1), Tokens::new(1), 1_000));
+}
+
+#[tokio::test]
+async fn a_spread_bucket_its_refill_keeps_short_is_gathered() {
+    let clock = crate::clock::ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    // A ceiling of 12 writes a second: a row taking one or two is not cool (under 10%).
+    let config = crate::Config {
+        sharding: crate::Sharding {
+            item_write_ceiling: Some(12),
+            ..crate::Sharding::default()
+        },
+        ..crate::Config::default()
+    };
+    let sluice = crate::SluiceBuilder::from_config(config)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    // Eight a second over eight rows, asked 100 times a second: always short.
+    let short = crate::Bucket::requests(crate::RefillRate::per_second(8)).with_capacity(8);
+    sluice.put_bucket("short#rpm", short).await.unwrap();
+    sluice.reshard("short#rpm", 8).await.unwrap();
+    let mut granted = 0;
+    for _ in 0..6_000 {
+        if let Ok(lease) = sluice.acquire("short#rpm").await {
+            granted += 1;
+            drop(lease);
+        }
+        clock.advance(Duration::from_millis(10));
+    }
+    // Its refill's 16 writes a second fit in four rows (under 40% of 12 each), not in two.
+    let row = sluice.bucket("short#rpm").await.unwrap().unwrap();
+    assert_eq!(row.shards, 4);
+    // It granted what the refill brought, however many rows it had.
+    assert!((400..=8 + 8 * 60).contains(&granted), "{granted} granted");
+}

@@ -89,11 +89,16 @@ fn reads_the_seed_example_row_exactly() {
     let item = bucket_item(&capped);
     assert_eq!(item[SHARD_LIMIT], s("<=8"));
     assert_eq!(bucket_state(&item).unwrap(), capped);
-    // A ceiling learned from the store's throttles: kept only when there is one.
+}
+
+#[test]
+fn a_write_ceiling_learned_is_kept_only_when_there_is_one() {
+    let row = bucket_state(&seed_row()).unwrap();
+    let item = bucket_item(&row);
     assert!(!item.contains_key(WRITE_CEILING));
     let ceiling = BucketState {
         write_ceiling: Some(160),
-        ..capped
+        ..row
     };
     let item = bucket_item(&ceiling);
     assert_eq!(item[WRITE_CEILING], n("160"));
