@@ -76,21 +76,23 @@ impl Heat {
         now: UnixMillis,
     ) -> Option<Measure> {
         let mut seen = lock(&self.seen);
-        let Some((since, count, at, own)) = seen.get(row).copied() else {
+        // Updated in place: this runs on every acquire of a spread bucket.
+        let Some(entry) = seen.get_mut(row) else {
             seen.insert(row.clone(), (version, shards, now, 1));
             return None;
         };
+        let (since, count, at, own) = *entry;
         let span = now.as_millis() - at.as_millis();
         if version < since || span < 0 || count != shards {
             // Resharded, another bucket under the same name, or a clock stepped back.
-            seen.insert(row.clone(), (version, shards, now, 1));
+            *entry = (version, shards, now, 1);
             return None;
         }
         if u128::try_from(span).unwrap_or(0) < WINDOW.as_millis() {
-            seen.insert(row.clone(), (since, count, at, own.saturating_add(1)));
+            entry.3 = own.saturating_add(1);
             return None;
         }
-        seen.insert(row.clone(), (version, shards, now, 1));
+        *entry = (version, shards, now, 1);
         Some(Measure {
             per_row: (version - since).saturating_mul(1_000_000) / span.unsigned_abs(),
             own,

@@ -42,7 +42,7 @@ pub(super) fn within_twice(refill_per_ks: Tokens, cost: Tokens, per_row: u64) ->
 /// need only cost it: each is a smaller bucket that refuses sooner, with fills racing on
 /// it, and a refusal reads every row. It is gathered like a cool one, a halving at a time
 /// after as many short measures in a row.
-pub(crate) fn gathers_short(n: u16, refill_per_ks: Tokens, cost: Tokens, ceiling: u32) -> bool {
+pub(super) fn gathers_short(n: u16, refill_per_ks: Tokens, cost: Tokens, ceiling: u32) -> bool {
     let calls_per_ks = refill_per_ks
         .as_nanos()
         .saturating_mul(i128::from(n))
