@@ -213,10 +213,9 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     };
     // A spread needs two hot measures in a row, or one of a bucket's only row at its
     // ceiling that the store throttled: one measure of one row over a second is noisy
-    // where a row takes few writes (and a spread costs every client a failed write per
-    // row), and over several rows picked at random one row takes a burst now and then,
-    // while a lone row at its ceiling and throttled takes every client's writes and
-    // refuses demand every second it stays so.
+    // where a row takes few writes (a spread costs every client a failed write per row),
+    // and over several rows picked at random one row takes a burst now and then, while a
+    // lone row at its ceiling and throttled refuses demand every second it stays so.
     // A learned ceiling does not spread a bucket whose refill, in calls, is within twice
     // that ceiling (or what its row already takes): more rows would raise its grants by
     // little, and its throttles are the excess of a burst (a fleet starting on a bucket
@@ -231,9 +230,11 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     let spreads = target.is_some_and(|to| to > n);
     let heated = core.heat.hot(base, n, spreads && founded);
     let at_ceiling = Sharding::at_ceiling(per_row, limit);
-    let sure = (hot && n == 1 && at_ceiling) || heated >= Sharding::HOT_WINDOWS;
-    // Every writer of the row measured the same heat: about two of them spread it.
-    let drawn = measure.drawn(rand::rng().random());
+    let (lone, windows) = (hot && n == 1 && at_ceiling, Sharding::HOT_WINDOWS);
+    let sure = lone || heated >= windows;
+    // Every writer measured the same heat: about two spread it (see `Measure::drawn`).
+    let passed = heated.saturating_sub(if lone { 1 } else { windows });
+    let drawn = measure.drawn(rand::rng().random(), passed);
     let spread = founded && sure && !short && !refill_bound && drawn;
     let to = target.filter(|_| !spreads || spread)?;
     Some((to, per_row, throttled))

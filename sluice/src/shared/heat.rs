@@ -33,9 +33,12 @@ impl Measure {
     /// with odds of twice its share of the writes: every writer of a row measures the
     /// same heat at about the same time, and each reshard that loses its race to
     /// another's fails an item per row (billed), where about two of them act on each
-    /// window whatever their number.
-    pub(crate) fn drawn(&self, roll: u64) -> bool {
-        roll % self.all.max(1) < self.own.saturating_mul(2)
+    /// window whatever their number. The odds double with each window it was sure of
+    /// before (`passed`) in which nobody acted, so the row is spread within a few windows
+    /// even where every writer's draw failed.
+    pub(crate) fn drawn(&self, roll: u64, passed: u32) -> bool {
+        let odds = 2u64.saturating_pow(passed.saturating_add(1));
+        roll % self.all.max(1) < self.own.saturating_mul(odds)
     }
 }
 
@@ -308,7 +311,11 @@ mod tests {
         let m = heat.observe(&row, 100, 1, t(1_000)).unwrap();
         assert_eq!((m.per_row, m.own, m.all), (100_000, 5, 100));
         // Twice its share: 10 of every 100 draws.
-        assert_eq!((0..100).filter(|roll| m.drawn(*roll)).count(), 10);
+        assert_eq!((0..100).filter(|roll| m.drawn(*roll, 0)).count(), 10);
+        // Twice those odds after a window nobody acted on, and so on.
+        assert_eq!((0..100).filter(|roll| m.drawn(*roll, 1)).count(), 20);
+        assert_eq!((0..100).filter(|roll| m.drawn(*roll, 4)).count(), 100);
+        assert!((0..100).all(|roll| m.drawn(roll, u32::MAX)));
         // The next window counts afresh.
         let next = heat.observe(&row, 300, 1, t(2_000)).unwrap();
         assert_eq!((next.own, next.all), (1, 200));
@@ -323,7 +330,7 @@ mod tests {
             all: 4,
             ..alone
         };
-        assert!((0..100).all(|roll| alone.drawn(roll) && half.drawn(roll)));
+        assert!((0..100).all(|roll| alone.drawn(roll, 0) && half.drawn(roll, 0)));
     }
 
     #[test]

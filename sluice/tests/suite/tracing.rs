@@ -1,6 +1,7 @@
-//! The tracing the client emits. In its own test binary: tracing caches per call site
-//! whether anyone listens, and a test running in parallel without a subscriber would make
-//! the call sites look unwatched.
+//! The tracing the client emits. Each test runs its body in a process of its own (this
+//! binary again, with only that test selected): tracing caches per call site whether
+//! anyone listens, and a test running in parallel without a subscriber, registering a
+//! call site as this test sets its own, can leave the call site looking unwatched.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,8 +55,39 @@ where
     }
 }
 
+/// Set in the process a test runs its body in.
+const ALONE: &str = "SLUICE_TEST_TRACING_ALONE";
+
+/// Whether this is the process of its own that `test` runs in; otherwise runs it there and
+/// checks that it passed.
+fn alone(test: &str) -> bool {
+    if std::env::var_os(ALONE).is_some() {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            &format!("tracing::{test}"),
+            "--test-threads",
+            "1",
+        ])
+        .env(ALONE, "1")
+        .output()
+        .expect("run the test in a process of its own");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
 #[tokio::test]
 async fn acquire_spans_record_dimension_outcome_attempts_and_retry_in() {
+    if !alone("acquire_spans_record_dimension_outcome_attempts_and_retry_in") {
+        return;
+    }
     let spans = Spans::default();
     let subscriber = tracing_subscriber::registry().with(spans.clone());
     let _guard = tracing::subscriber::set_default(subscriber);
