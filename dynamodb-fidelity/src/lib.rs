@@ -14,7 +14,8 @@
 //!   transaction twice per item. A read costs per 4 KB, half if eventually consistent,
 //!   twice in a transaction; a Query or Scan rounds its total once. To know sizes before
 //!   and after, the proxy serializes each item's writes and reads the item itself
-//!   (strongly consistent, unbilled) around each one.
+//!   (strongly consistent, unbilled) around each one; after an update that asks for the
+//!   whole item back (`ReturnValues: ALL_NEW`), its answer is the item after, with no read.
 //! - **Ceilings.** Each item has a write and a read bucket holding
 //!   [`burst`](Config::burst) worth of its ceiling and refilling at it (real DynamoDB: 1,000
 //!   write and 3,000 read units per second, a partition's most). A request to an item whose

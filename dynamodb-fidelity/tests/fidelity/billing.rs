@@ -1,8 +1,8 @@
 //! What each operation costs, per item, as real DynamoDB bills it.
 
 use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, Put, PutRequest, TransactGetItem, TransactWriteItem,
-    WriteRequest,
+    AttributeValue, KeysAndAttributes, Put, PutRequest, ReturnValue, TransactGetItem,
+    TransactWriteItem, WriteRequest,
 };
 use dynamodb_fidelity::Config;
 
@@ -55,6 +55,47 @@ async fn an_update_bills_the_larger_of_the_item_before_and_after() {
         assert_eq!(grows.write_units, 1 + 2);
         assert_eq!(grows.largest_item_size, 1500);
         assert_eq!(grows.successful_writes, 2);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_that_asks_for_the_item_back_is_billed_by_it_and_still_gets_it() {
+    with_proxy(Config::default(), |h| async move {
+        let update = |name: &'static str, expression: &'static str| {
+            h.client
+                .update_item()
+                .table_name(&h.table)
+                .set_key(Some(key(name)))
+                .update_expression(expression)
+                .return_values(ReturnValue::AllNew)
+        };
+        // Growing: 100 bytes before, 1,500 after: 2 units, sized from the answer.
+        h.put_sized("grows", 100).await;
+        let answer = update("grows", "SET payload = :p")
+            .expression_attribute_values(":p", AttributeValue::S("y".repeat(1500 - 28)))
+            .send()
+            .await
+            .unwrap();
+        let returned = answer.attributes().unwrap();
+        assert_eq!(returned.get(KEY), Some(&AttributeValue::S("grows".into())));
+        assert_eq!(returned["payload"].as_s().unwrap().len(), 1500 - 28);
+        let grows = h.item("grows");
+        assert_eq!(grows.write_units, 1 + 2);
+        assert_eq!(grows.largest_item_size, 1500);
+        // Shrinking: 2,500 bytes before, a few after: 3 units, the item before as read.
+        h.put_sized("shrinks", 2500).await;
+        let answer = update("shrinks", "REMOVE payload").send().await.unwrap();
+        assert!(!answer.attributes().unwrap().contains_key("payload"));
+        assert_eq!(h.item("shrinks").write_units, 3 + 3);
+        // A new item made by the update: 1 unit.
+        let answer = update("made", "SET n = :one")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.attributes().unwrap().len(), 2);
+        assert_eq!(h.item("made").write_units, 1);
     })
     .await;
 }
