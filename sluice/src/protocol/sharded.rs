@@ -230,11 +230,11 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     let spreads = target.is_some_and(|to| to > n);
     let heated = core.heat.hot(base, n, spreads && founded);
     let at_ceiling = Sharding::at_ceiling(per_row, limit);
-    let (lone, windows) = (hot && n == 1 && at_ceiling, Sharding::HOT_WINDOWS);
-    let sure = lone || heated >= windows;
+    let lone = hot && n == 1 && at_ceiling;
+    let sure = lone || heated >= Sharding::HOT_WINDOWS;
     // Every writer measured the same heat: about two spread it (see `Measure::drawn`).
-    let passed = heated.saturating_sub(if lone { 1 } else { windows });
-    let drawn = measure.drawn(rand::rng().random(), passed);
+    let first = if lone { 1 } else { Sharding::HOT_WINDOWS };
+    let drawn = measure.drawn(rand::rng().random(), heated.saturating_sub(first));
     let spread = founded && sure && !short && !refill_bound && drawn;
     let to = target.filter(|_| !spreads || spread)?;
     Some((to, per_row, throttled))
