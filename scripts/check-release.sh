@@ -7,22 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 
-# docs.rs documents with nightly and `--cfg docsrs`; RUSTC_BOOTSTRAP lets this stable
-# toolchain take the same path (`doc_cfg`), and warnings (broken links) fail it.
-RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo doc --no-deps --locked \
-    -p sluice-limiter -p sluice-dimension -p sluice-macros -p sluice-tower -p sluice-reqwest \
-    -p sluice-lambda --features sluice-limiter/dynamodb,sluice-limiter/macros,sluice-limiter/serde,sluice-tower/http
-marked() {
-    if ! grep -q "Available on <strong>crate feature <code>$2</code></strong> only" "$target/doc/$1"; then
-        echo "FAILED: $1 does not say it needs the crate feature $2" >&2
-        exit 1
-    fi
-    echo "ok: $1 is marked as needing the feature $2"
-}
-marked sluice_tower/struct.TooManyRequestsLayer.html http
-marked sluice/store/struct.DynamoStore.html dynamodb
-marked sluice/attr.rate_limited.html macros
-
 # Packages crates.io accepts; then their packaged sources, built. `--dry-run` alone builds
 # each package from them one at a time, each resolving features of its own, which compiled
 # the AWS SDK four times over (a third of a cold CI run); here they are checked once,
@@ -57,14 +41,16 @@ CARGO_TARGET_DIR="$target" cargo check --manifest-path "$packaged/Cargo.toml" --
     --lib --bins --all-features
 echo "ok: the packaged sources of $(wc -l <<<"$publishable") crates compile"
 
-# The reconciler function: the binary, as `bootstrap` in a zip. Built here with the dev
-# profile, not `--release` as deploy/README.md has it: what this checks (it links, the glibc
-# it asks for, the zip's layout) does not depend on optimization, and a release build of
-# the AWS SDK was four and a half of a cold CI run's minutes (the dev build: two).
-cargo build --locked -p sluice-lambda --bin sluice-reconciler-lambda
+# The reconciler function: the binary, as `bootstrap` in a zip. The one the test command
+# builds (the dev profile, the tests' features), not `--release` as deploy/README.md has
+# it: what this checks (it links, the glibc it asks for, the zip's layout) does not depend
+# on optimization or on features that only add code, and a build of its own compiled the
+# AWS SDK again (two minutes of a cold CI run; four and a half with `--release`).
+source scripts/built.sh
+bootstrap=$(built_executable bin sluice-reconciler-lambda)
 lambda="$target/lambda-zip"
 rm -rf "$lambda" && mkdir -p "$lambda"
-cp "$target/debug/sluice-reconciler-lambda" "$lambda/bootstrap"
+cp "$bootstrap" "$lambda/bootstrap"
 # The provided.al2023 runtime has glibc 2.34: a binary asking for newer symbols would not
 # start there (build with cargo-lambda instead, as deploy/README.md says).
 glibc=$(objdump -T "$lambda/bootstrap" | { grep -o 'GLIBC_[0-9.]*' || true; } |
@@ -87,3 +73,22 @@ with zipfile.ZipFile(sys.argv[1]) as z:
     assert (info.external_attr >> 16) & stat.S_IXUSR, "bootstrap is not executable in the zip"
 print(f"ok: {sys.argv[1]} holds an executable bootstrap of {info.file_size} bytes")
 PY
+
+# docs.rs documents with nightly and `--cfg docsrs`; RUSTC_BOOTSTRAP lets this stable
+# toolchain take the same path (`doc_cfg`), and warnings (broken links) fail it. Last:
+# build scripts that probe the toolchain (proc-macro2's) run again when RUSTC_BOOTSTRAP
+# changes, and with them everything compiled after them, so every other build of the CI run
+# comes before this one.
+RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo doc --no-deps --locked \
+    -p sluice-limiter -p sluice-dimension -p sluice-macros -p sluice-tower -p sluice-reqwest \
+    -p sluice-lambda --features sluice-limiter/dynamodb,sluice-limiter/macros,sluice-limiter/serde,sluice-tower/http
+marked() {
+    if ! grep -q "Available on <strong>crate feature <code>$2</code></strong> only" "$target/doc/$1"; then
+        echo "FAILED: $1 does not say it needs the crate feature $2" >&2
+        exit 1
+    fi
+    echo "ok: $1 is marked as needing the feature $2"
+}
+marked sluice_tower/struct.TooManyRequestsLayer.html http
+marked sluice/store/struct.DynamoStore.html dynamodb
+marked sluice/attr.rate_limited.html macros

@@ -17,11 +17,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/dynamodb-local.sh
 source scripts/dynamodb-fidelity.sh
+source scripts/built.sh
 
 trap 'dynamodb_fidelity_stop; dynamodb_local_stop' EXIT
 dynamodb_local_start
 export SLUICE_REQUIRE_DYNAMODB=1
-features=sluice-limiter/cli,sluice-examples/dynamodb,sluice-examples/demo,sluice-tower/http
+features=$TEST_FEATURES
 operations="${CARGO_TARGET_DIR:-target}/dynamodb-operations"
 rm -rf "$operations"
 mkdir -p "$operations"
@@ -34,7 +35,7 @@ SLUICE_CHECK_RECORDED_OPERATIONS="$operations" \
 # Through dynamodb-fidelity: real per-item ceilings (1,000 WU/s, 3,000 RU/s) and a
 # transaction holding its items 5 ms after it is answered, so that single-item writes meet
 # TransactionConflictException as they do on the real service.
-cargo build -q --workspace --features "$features" --bin dynamodb-fidelity
+DYNAMODB_FIDELITY_BIN=$(built_executable bin dynamodb-fidelity)
 dynamodb_fidelity_start --transaction-hold-ms 5
 SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
     cargo test --workspace --features "$features" --test suite -- \
@@ -49,8 +50,8 @@ dynamodb_fidelity_stop
 # processes, stopped by PID if they overrun) and the chart. Its numbers are measured by
 # ./scripts/demo-quota.sh and published in the README, never checked here.
 demo="${CARGO_TARGET_DIR:-target}/demo-smoke"
-cargo build -q --workspace --features "$features" --example shared_quota
-"${CARGO_TARGET_DIR:-target}/debug/examples/shared_quota" \
+demo_bin=$(built_executable example shared_quota)
+"$demo_bin" \
     --endpoint "$SLUICE_TEST_DYNAMODB_ENDPOINT" --table sluice-demo-smoke \
     --seconds 6 --processes 3 --chart "$demo/chart.svg" --table-out "$demo/table.md"
 test -s "$demo/chart.svg" && test -s "$demo/table.md"
