@@ -43,6 +43,9 @@ pub(crate) async fn acquire(
     {
         let now = core.now();
         let mut memory = lane.memory();
+        if let Some(row) = memory.row() {
+            lane.costs.note(wanted.cost(row.bucket.cost_per_call()));
+        }
         if alone && let Some(grant) = prefetch::take(&mut memory, &wanted, now, ttl) {
             return Ok(grant);
         }

@@ -157,6 +157,48 @@ pub(crate) struct Lane {
     /// Times this lane answered its acquires with a RetryIn because the store pushed back
     /// (a throttled read or write), not because the bucket was short.
     pub(crate) pushed_back: std::sync::atomic::AtomicU64,
+    /// What the lane's acquires cost, of late.
+    pub(crate) costs: CallCosts,
+}
+
+/// What one acquire of a lane costs, of late: the mean of the costs asked, the older ones
+/// counting for less (halved every [`CallCosts::HALF_LIFE`] acquires). A `tokens` bucket's
+/// calls cost what their requests say (an estimate of a model's tokens), not its
+/// `cost_per_call`: this is how many calls its refill serves.
+#[derive(Debug, Default)]
+pub(crate) struct CallCosts {
+    /// The costs noted, in millionths of a token (each at most `u32::MAX` tokens, so that
+    /// twice [`CallCosts::HALF_LIFE`] of them fit).
+    micros: std::sync::atomic::AtomicU64,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl CallCosts {
+    const HALF_LIFE: u64 = 256;
+
+    /// Notes an acquire of `cost`.
+    pub(crate) fn note(&self, cost: crate::tokens::Tokens) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let micros = u64::try_from(cost.as_nanos().max(0) / 1_000).unwrap_or(u64::MAX);
+        let micros = micros.min(u64::from(u32::MAX) * 1_000_000);
+        // Halved together (near enough, between racing notes: it is a mean, not a count).
+        if self.calls.fetch_add(1, Relaxed) + 1 >= 2 * Self::HALF_LIFE {
+            self.calls.store(Self::HALF_LIFE, Relaxed);
+            let sum = self.micros.load(Relaxed);
+            self.micros.store(sum / 2, Relaxed);
+        }
+        self.micros.fetch_add(micros, Relaxed);
+    }
+
+    /// The mean cost of the acquires noted, if any.
+    pub(crate) fn mean(&self) -> Option<crate::tokens::Tokens> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let calls = self.calls.load(Relaxed);
+        (calls > 0).then(|| {
+            let micros = self.micros.load(Relaxed) / calls;
+            crate::tokens::Tokens::from_nanos(i128::from(micros) * 1_000)
+        })
+    }
 }
 
 impl Default for Lane {
@@ -170,6 +212,7 @@ impl Default for Lane {
             throttled: std::sync::atomic::AtomicU32::default(),
             throttles: std::sync::atomic::AtomicU32::default(),
             pushed_back: std::sync::atomic::AtomicU64::default(),
+            costs: CallCosts::default(),
         }
     }
 }

@@ -22,7 +22,8 @@ pub(super) struct Seen {
     /// throttles (a burst) teach no ceiling, and it is not spread (it may be gathered).
     pub(super) short: bool,
     pub(super) learned_at: UnixMillis,
-    /// What the bucket refills over a thousand seconds, and what one call costs.
+    /// What the bucket refills over a thousand seconds, and what one call costs (of late,
+    /// see [`CallCosts`](crate::shared::lanes::CallCosts)).
     pub(super) refill_per_ks: Tokens,
     pub(super) cost: Tokens,
 }
@@ -56,20 +57,27 @@ pub(super) fn gathers_short(n: u16, refill_per_ks: Tokens, cost: Tokens, ceiling
 
 pub(super) fn remembered(core: &Core, lane: &Lane) -> Option<Seen> {
     let memory = lane.memory();
-    memory.row().map(|r| Seen {
-        row: r.dimension.clone(),
-        version: r.version,
-        shards: r.shards,
-        refills: r.bucket.limit_type().refills(),
-        bound: r.bucket.shard_limit(),
-        write_ceiling: r.write_ceiling,
-        short: memory.seen_short() || r.available(core.now()) < r.bucket.cost_per_call(),
-        learned_at: memory.learned_at(),
-        refill_per_ks: r
-            .bucket
-            .refill_rate()
-            .refill_over(Duration::from_secs(1_000)),
-        cost: r.bucket.cost_per_call(),
+    memory.row().map(|r| {
+        // What a call costs: the mean of the lane's acquires (a `tokens` bucket's calls cost
+        // what their requests say), at least the bucket's `cost_per_call`.
+        let cost = lane.costs.mean().map_or(r.bucket.cost_per_call(), |mean| {
+            mean.max(r.bucket.cost_per_call())
+        });
+        Seen {
+            row: r.dimension.clone(),
+            version: r.version,
+            shards: r.shards,
+            refills: r.bucket.limit_type().refills(),
+            bound: r.bucket.shard_limit(),
+            write_ceiling: r.write_ceiling,
+            short: memory.seen_short() || r.available(core.now()) < cost,
+            learned_at: memory.learned_at(),
+            refill_per_ks: r
+                .bucket
+                .refill_rate()
+                .refill_over(Duration::from_secs(1_000)),
+            cost,
+        }
     })
 }
 

@@ -115,10 +115,20 @@ fn throttling_client() -> (crate::clock::ManualClock, crate::Sluice) {
 /// 400 acquires on `hot#rpm`, 10 ms apart, each waiting up to `queue` for its turn; how
 /// many the store throttled.
 async fn hammer(sluice: &crate::Sluice, clock: &crate::clock::ManualClock, queue: Duration) -> u32 {
+    hammer_with(sluice, clock, &crate::Acquire::new("hot#rpm"), queue).await
+}
+
+/// 400 acquires of `request`, 10 ms apart, each waiting up to `queue` for its turn; how
+/// many the store throttled.
+async fn hammer_with(
+    sluice: &crate::Sluice,
+    clock: &crate::clock::ManualClock,
+    request: &crate::Acquire,
+    queue: Duration,
+) -> u32 {
     let mut throttled = 0;
     for _ in 0..400 {
-        let request = crate::Acquire::new("hot#rpm");
-        match sluice.acquire_after(&request, None, queue).await {
+        match sluice.acquire_after(request, None, queue).await {
             Ok(lease) => drop(lease),
             Err(Error::RetryIn(_)) => throttled += 1,
             Err(e) => panic!("{e}"),
@@ -153,6 +163,41 @@ async fn a_learned_ceiling_does_not_spread_a_bucket_refilling_within_twice_its_r
     assert!(throttled > 0, "the store throttled the row");
     let row = sluice.bucket("hot#rpm").await.unwrap().unwrap();
     assert_eq!(row.shards, 1, "one row");
+}
+
+#[tokio::test]
+async fn a_tokens_bucket_counts_its_calls_by_what_they_cost_not_by_its_cost_per_call() {
+    let (clock, sluice) = throttling_client();
+    // 3,000 tokens a second, of calls costing 100 (a model's tokens): thirty calls a
+    // second, as above, never short in the run. Counted by its cost per call (one token),
+    // it would refill 3,000 calls a second, and be spread.
+    let bucket =
+        crate::Bucket::tokens(crate::RefillRate::per_second(3_000)).with_capacity(1_000_000);
+    sluice.put_bucket("hot#rpm", bucket).await.unwrap();
+    let request = crate::Acquire::with_cost("hot#rpm", 100);
+    let throttled = hammer_with(&sluice, &clock, &request, Duration::ZERO).await;
+    assert!(throttled > 0, "the store throttled the row");
+    let row = sluice.bucket("hot#rpm").await.unwrap().unwrap();
+    assert_eq!(row.shards, 1, "one row");
+}
+
+#[test]
+fn a_lanes_call_cost_is_the_mean_of_late() {
+    let costs = crate::shared::lanes::CallCosts::default();
+    assert_eq!(costs.mean(), None);
+    for cost in [50, 150] {
+        costs.note(Tokens::new(cost));
+    }
+    assert_eq!(costs.mean(), Some(Tokens::new(100)));
+    // Older costs count for less: after a few thousand calls of 10, the mean is near 10.
+    for _ in 0..4_000 {
+        costs.note(Tokens::new(10));
+    }
+    let mean = costs.mean().unwrap();
+    assert!(mean >= Tokens::new(10) && mean < Tokens::new(11), "{mean}");
+    // A cost beyond what it counts is counted as the most it counts, not wrapped.
+    costs.note(Tokens::MAX);
+    assert!(costs.mean().unwrap() > Tokens::new(1_000_000));
 }
 
 #[test]
