@@ -292,6 +292,7 @@ async fn fanout(args: &Args, sluice: &Sluice) {
 /// every call, the clients told none of it.
 async fn fleet(args: &Args, sluice: &Sluice, (ample, plain): (bool, bool)) {
     fanout::create_floor(store(args).await.client(), &args.table).await;
+    fleet::warm_server(args).await;
     let mut targets = Vec::new();
     if plain {
         let target = fanrun::Target {
