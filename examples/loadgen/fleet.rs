@@ -58,7 +58,8 @@ pub(crate) async fn put_seed_row(
 /// first fleet-start row measuring the server compiling the paths of 48 processes'
 /// conditional writes (without it, in ten runs on one machine, the default path's first
 /// row got 0.86 to 0.93 of demand and the row after it 0.90 to 0.97; with it, both rows
-/// 0.97 in two runs).
+/// 0.97 in two runs, then 0.91 and 0.97, 0.96 and 0.90 in two on a fresh clone: the order
+/// no longer decides, the noise of one run remains).
 pub(crate) async fn warm_server(args: &Args) {
     if args.warmup == 0 {
         return;
