@@ -158,6 +158,35 @@ pub(crate) fn errors(r: &FanReport) -> String {
     kinds.join(", ")
 }
 
+/// Unmeasured load for `--warmup` seconds (none at 0): `kind` on `dims` from the fan-out
+/// shape (`args.fan_shape` holding `args.fan_hold_ms`), warming the server to it. The first
+/// shape of this many processes on a fresh server ran slower than the same shape later in
+/// the run, whichever mode it was: a cold DynamoDB Local is a cold JVM, which no deployment
+/// has. The clients measured after it still start cold.
+pub(crate) async fn warm_up(
+    args: &Args,
+    target: &Target,
+    what: &str,
+    kind: &str,
+    dims: (&str, &str),
+) {
+    if args.warmup == 0 {
+        return;
+    }
+    eprintln!("warming up the {what} shape for {} s", args.warmup);
+    let shape = shape(&args.fan_shape);
+    let _ = run(
+        args,
+        target,
+        kind,
+        dims,
+        shape,
+        args.fan_hold_ms,
+        args.warmup,
+    )
+    .await;
+}
+
 /// The fan-out tables for `target`: the floor and each mode at `args.fan_shape` holding
 /// `args.fan_hold_ms`, then the pair at `args.llm_shape` holding `args.llm_hold_ms`.
 pub(crate) async fn ample(args: &Args, target: &Target, sluice: &Sluice) {
@@ -187,22 +216,7 @@ pub(crate) async fn ample(args: &Args, target: &Target, sluice: &Sluice) {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let (p, t) = shape(&args.fan_shape);
-    if args.warmup > 0 {
-        // Unmeasured: the first shape of this many processes on a fresh server ran slower
-        // than the same shape later in the run (DynamoDB Local warming to it), whichever
-        // mode it was.
-        eprintln!("warming up the fan-out shape for {} s", args.warmup);
-        let _ = run(
-            args,
-            target,
-            "fan-fast",
-            (rpm.as_str(), tpm.as_str()),
-            (p, t),
-            args.fan_hold_ms,
-            args.warmup,
-        )
-        .await;
-    }
+    warm_up(args, target, "fan-out", "fan-fast", (&rpm, &tpm)).await;
     let mut floor_p50 = None;
     for (name, kind) in std::iter::once(FLOOR).chain(MODES) {
         let dims = match kind {

@@ -14,7 +14,7 @@ use sluice::{Bucket, Clock as _, RefillRate, Sluice, SystemClock};
 
 use crate::Args;
 use crate::fanout::{FLOOR, WAIT_AT_MOST, floor_key};
-use crate::fanrun::{Run, Target, bucket_rows, errors, ratio, run};
+use crate::fanrun::{Run, Target, bucket_rows, errors, ratio, run, warm_up};
 use crate::report::{latency, shape};
 
 /// The waiting shape's bucket: capacity 10 refilling 20 a second.
@@ -52,15 +52,14 @@ pub(crate) async fn put_seed_row(
         .expect("a seed-written bucket row");
 }
 
-/// Warms the server, not the clients measured after it: the fan-out shape's heaviest mode,
-/// the pair, on seed-written rows of its own, for `--warmup` seconds. A cold DynamoDB Local
-/// is a cold JVM, which no deployment has; the whole run's warm-up (one process) left the
-/// first fleet-start row measuring the server compiling the paths of 48 processes'
-/// conditional writes (without it, in ten runs on one machine, the default path's first
-/// row got 0.86 to 0.93 of demand and the row after it 0.90 to 0.97; with it, both rows
-/// 0.97 in two runs, then 0.91 and 0.97, 0.96 and 0.90 in two on a fresh clone: the order
-/// no longer decides, the noise of one run remains).
-pub(crate) async fn warm_server(args: &Args) {
+/// Warms the server on `local` (plain DynamoDB Local) with the fan-out shape's heaviest
+/// mode, the pair, on seed-written rows of its own (see [`warm_up`]): the whole run's
+/// warm-up (one process) left the first fleet-start row measuring the server compiling the
+/// paths of 48 processes' conditional writes (without it, in ten runs on one machine, the
+/// default path's first row got 0.86 to 0.93 of demand and the row after it 0.90 to 0.97;
+/// with it, both rows 0.97 in two runs, then 0.91 and 0.97, 0.96 and 0.90 in two on a
+/// fresh clone: the order no longer decides, the noise of one run remains).
+pub(crate) async fn warm_server(args: &Args, local: &Target) {
     if args.warmup == 0 {
         return;
     }
@@ -68,26 +67,7 @@ pub(crate) async fn warm_server(args: &Args) {
     let (rpm, tpm) = (format!("warm{suffix}#rpm"), format!("warm{suffix}#tpm"));
     put_seed_row(args, &rpm, AMPLE, AMPLE, "requests").await;
     put_seed_row(args, &tpm, AMPLE, AMPLE, "tokens").await;
-    let target = Target {
-        label: "warm-up".to_owned(),
-        endpoint: args.endpoint.clone(),
-        fidelity: None,
-        fleet: true,
-    };
-    eprintln!(
-        "warming the server with the fleet's shape for {} s",
-        args.warmup
-    );
-    let _ = run(
-        args,
-        &target,
-        "fan-pair",
-        (rpm.as_str(), tpm.as_str()),
-        shape(&args.fan_shape),
-        args.fan_hold_ms,
-        args.warmup,
-    )
-    .await;
+    warm_up(args, local, "fleet", "fan-pair", (&rpm, &tpm)).await;
 }
 
 /// The fleet tables on `target` (with `ample` false, only the one at the limit).

@@ -292,16 +292,16 @@ async fn fanout(args: &Args, sluice: &Sluice) {
 /// every call, the clients told none of it.
 async fn fleet(args: &Args, sluice: &Sluice, (ample, plain): (bool, bool)) {
     fanout::create_floor(store(args).await.client(), &args.table).await;
-    fleet::warm_server(args).await;
+    let local = fanrun::Target {
+        label: "plain DynamoDB Local".to_owned(),
+        endpoint: args.endpoint.clone(),
+        fidelity: None,
+        fleet: true,
+    };
+    fleet::warm_server(args, &local).await;
     let mut targets = Vec::new();
     if plain {
-        let target = fanrun::Target {
-            label: "plain DynamoDB Local".to_owned(),
-            endpoint: args.endpoint.clone(),
-            fidelity: None,
-            fleet: true,
-        };
-        targets.push((target, None, Duration::ZERO));
+        targets.push((local, None, Duration::ZERO));
     }
     if let Some(proxy) = &args.fidelity {
         let latency = Duration::from_millis(args.fleet_latency_ms);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use sluice::{Acquire, Bucket, BucketState, Clock as _, RefillRate, Sluice, SystemClock, Tokens};
 
 use crate::Args;
-use crate::fanrun::{Target, errors, items, ratio, run as fan_run};
+use crate::fanrun::{Target, errors, items, ratio, run as fan_run, warm_up};
 use crate::report::{latency, shape};
 
 /// The rows of `dimension`'s bucket as stored: its own and its shards'.
@@ -106,21 +106,10 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     if args.warmup > 0 {
-        // Unmeasured, as for the fan-out tables: a fresh server warms to the shape.
-        eprintln!("warming up the sharding shape for {} s", args.warmup);
         let warm = format!("shardwarm{}#rpm", crate::rand_suffix());
         let bucket = Bucket::requests(RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
         sluice.put_bucket(&warm, bucket).await.expect("bucket");
-        let _ = fan_run(
-            args,
-            target,
-            "fan-fast",
-            (&warm, &warm),
-            (p, t),
-            args.fan_hold_ms,
-            args.warmup,
-        )
-        .await;
+        warm_up(args, target, "sharding", "fan-fast", (&warm, &warm)).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
     // The workers start 1.5 s after the run is set up (see `fanrun::run`).
