@@ -13,9 +13,13 @@
 //!   after, per 1 KB, at least 1 unit; a failed conditional write the item as it is; a
 //!   transaction twice per item. A read costs per 4 KB, half if eventually consistent,
 //!   twice in a transaction; a Query or Scan rounds its total once. To know sizes before
-//!   and after, the proxy serializes each item's writes and reads the item itself
-//!   (strongly consistent, unbilled) around each one; after an update that asks for the
-//!   whole item back (`ReturnValues: ALL_NEW`), its answer is the item after, with no read.
+//!   and after, the proxy serializes each item's writes and remembers the size its last
+//!   single write of the item left; it reads the item itself (strongly consistent,
+//!   unbilled) only where it does not know it: before the item's first write, after a
+//!   batch, a transaction or an answer lost, and after a write that does not say the item
+//!   after (an update that asks for the whole item back, `ReturnValues: ALL_NEW`, does).
+//!   An item written around the proxy is sized as the proxy last knew it until the proxy
+//!   writes it again.
 //! - **Ceilings.** Each item has a write and a read bucket holding
 //!   [`burst`](Config::burst) worth of its ceiling and refilling at it (real DynamoDB: 1,000
 //!   write and 3,000 read units per second, a partition's most). A request to an item whose

@@ -48,7 +48,8 @@ pub(super) async fn answer(proxy: &Proxy, call: &Call, json: &Value) -> Response
         Ok(admitted) => admitted,
         Err(refusal) => return *refusal,
     };
-    let _locked = proxy.locks.lock_all(&ids).await;
+    let mut locked = proxy.locks.lock_all(&ids).await;
+    locked.forget_sizes();
     let admitted = match admit(proxy, call, &entries, &admitted) {
         Ok(admitted) => admitted,
         Err(refusal) => return *refusal,

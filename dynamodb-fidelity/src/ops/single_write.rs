@@ -1,6 +1,6 @@
 //! PutItem, UpdateItem and DeleteItem: refused at once if a transaction holds the item or
 //! its write capacity is spent; otherwise serialized with the item's other writes, sized
-//! before and after, and billed.
+//! before (as the proxy's last write of it left it, or read) and after, and billed.
 
 use std::time::Instant;
 
@@ -68,16 +68,23 @@ pub(super) async fn answer(
     if let Some(refusal) = refuse(proxy, call, &id) {
         return refusal;
     }
-    let _locked = proxy.locks.lock_all(std::slice::from_ref(&id)).await;
+    let mut locked = proxy.locks.lock_all(std::slice::from_ref(&id)).await;
     // Waiting for the item's previous write may have spent its capacity, or let a
     // transaction take it.
     if let Some(refusal) = refuse(proxy, call, &id) {
         return refusal;
     }
-    let before = size_now(proxy, call, table, &key).await;
+    let before = match locked.size(&id) {
+        Some(size) => size,
+        None => size_now(proxy, call, table, &key).await,
+    };
     let answer = match call.send(proxy, None).await {
         Ok(answer) => answer,
-        Err(response) => return response,
+        Err(response) => {
+            // The write may have been applied: the item's size is not known any more.
+            locked.set_size(&id, None);
+            return response;
+        }
     };
     if answer.is_success() {
         let returned = returns_item
@@ -92,6 +99,7 @@ pub(super) async fn answer(
             Some(size) => size,
             None => size_now(proxy, call, table, &key).await,
         };
+        locked.set_size(&id, Some(after));
         proxy.ledger().bill_write(
             &id,
             write_units(before, after),
@@ -99,12 +107,15 @@ pub(super) async fn answer(
             &[before, after],
         );
     } else if answer.error_name().as_deref() == Some("ConditionalCheckFailedException") {
+        locked.set_size(&id, Some(before));
         proxy.ledger().bill_write(
             &id,
             failed_condition_units(before),
             Outcome::ConditionFailed,
             &[before],
         );
+    } else {
+        locked.set_size(&id, None);
     }
     answer.into_response()
 }

@@ -80,7 +80,8 @@ pub(super) async fn answer(proxy: &Proxy, call: &Call, json: &Value) -> Response
         }
     };
     // Single writes in flight finish first; new ones are refused while the items are held.
-    let locked = proxy.locks.lock_all(&ids).await;
+    let mut locked = proxy.locks.lock_all(&ids).await;
+    locked.forget_sizes();
     if let Some(refusal) = throttle(proxy, call, &mut proxy.ledger(), &ids) {
         return refusal;
     }

@@ -333,3 +333,59 @@ async fn a_scan_bills_its_total_size_rounded_up_once_and_shares_it_among_the_ite
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_is_sized_before_by_what_the_last_write_through_the_proxy_left() {
+    with_proxy(Config::default(), |h| async move {
+        let direct = crate::common::client(&crate::common::endpoint().unwrap());
+        let grow_around = |k: &'static str| {
+            let (direct, table) = (direct.clone(), h.table.clone());
+            async move {
+                direct
+                    .put_item()
+                    .table_name(table)
+                    .set_item(Some(sized_item(k, 2500)))
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        };
+        // Written through the proxy at 500 bytes, then grown to 2,500 around it: the
+        // proxy sized the item from its own write's answer, and does not read it again
+        // before the delete (1 unit, where a read would have found 3).
+        h.put_sized("remembered", 500).await;
+        grow_around("remembered").await;
+        h.client
+            .delete_item()
+            .table_name(&h.table)
+            .set_key(Some(key("remembered")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(h.item("remembered").write_units, 1 + 1);
+        // After a transaction (sized by reads of its own) the size is not remembered: the
+        // next write reads the item.
+        h.put_sized("forgotten", 500).await;
+        let put = Put::builder()
+            .table_name(&h.table)
+            .set_item(Some(sized_item("forgotten", 500)))
+            .build()
+            .unwrap();
+        h.client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .send()
+            .await
+            .unwrap();
+        grow_around("forgotten").await;
+        h.client
+            .delete_item()
+            .table_name(&h.table)
+            .set_key(Some(key("forgotten")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(h.item("forgotten").write_units, 1 + 2 + 3);
+    })
+    .await;
+}
