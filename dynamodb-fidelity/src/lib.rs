@@ -10,16 +10,20 @@
 //!   size is its attribute names plus values (numbers: one byte per two significant digits
 //!   plus one; binary: raw bytes; lists and maps: 3 bytes plus 1 per element; sets: the
 //!   sum of their elements, an assumption). A write costs the larger of the item before and
-//!   after, per 1 KB, at least 1 unit; a failed conditional write the item as it is; a
+//!   after, per 1 KB, at least 1 unit; a failed conditional write the item as it is (as the
+//!   proxy knows it, below); a
 //!   transaction twice per item. A read costs per 4 KB, half if eventually consistent,
 //!   twice in a transaction; a Query or Scan rounds its total once. To know sizes before
 //!   and after, the proxy serializes each item's writes and remembers the size its last
-//!   single write of the item left; it reads the item itself (strongly consistent,
-//!   unbilled) only where it does not know it: before the item's first write, after a
-//!   batch, a transaction or an answer lost, and after a write that does not say the item
-//!   after (an update that asks for the whole item back, `ReturnValues: ALL_NEW`, does).
-//!   An item written around the proxy is sized as the proxy last knew it until the proxy
-//!   writes it again.
+//!   single write of the item left, per caller scope (access key and region: DynamoDB
+//!   Local keeps a database for each); it reads the item itself (strongly consistent,
+//!   unbilled) only where it does not know it: before the item's first single write since
+//!   the proxy started or since its table was created or deleted through it, after a
+//!   batch, a transaction, an error answer or a read that failed, and after a write that
+//!   does not say the item after (an update that asks for the whole item back,
+//!   `ReturnValues: ALL_NEW`, does). An item written around the proxy (directly to
+//!   DynamoDB Local, or by PartiQL, which passes through) is sized as the proxy last knew
+//!   it until the proxy writes it again.
 //! - **Ceilings.** Each item has a write and a read bucket holding
 //!   [`burst`](Config::burst) worth of its ceiling and refilling at it (real DynamoDB: 1,000
 //!   write and 3,000 read units per second, a partition's most). A request to an item whose

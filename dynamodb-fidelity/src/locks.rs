@@ -13,9 +13,13 @@ use tokio::sync::OwnedMutexGuard;
 
 use crate::item::ItemId;
 
-/// The lock of one item, and its size in bytes as the proxy last knew it (`None`: not
-/// known, read it).
-type ItemLock = Arc<tokio::sync::Mutex<Option<u64>>>;
+/// The lock of one item, and its size in bytes as the proxy last knew it, with the caller
+/// scope it is known in (`None`: not known, read it). DynamoDB Local keeps one database
+/// per scope (access key and region), so an item of one table and key may be two items.
+type ItemLock = Arc<tokio::sync::Mutex<Known>>;
+
+/// An item's size in bytes and the caller scope it is known in, if known.
+type Known = Option<(String, u64)>;
 
 /// One async lock per item ever written.
 #[derive(Debug, Default)]
@@ -26,24 +30,25 @@ pub(crate) struct Locks {
 /// Locks held, in the items' order; dropped, they are released.
 #[derive(Debug)]
 pub(crate) struct Locked {
-    guards: Vec<(ItemId, OwnedMutexGuard<Option<u64>>)>,
+    guards: Vec<(ItemId, OwnedMutexGuard<Known>)>,
 }
 
 impl Locked {
-    /// The size of `id` as the proxy's last single write of it left it, if known (and
-    /// `id` is locked here).
-    pub(crate) fn size(&self, id: &ItemId) -> Option<u64> {
+    /// The size of `id` in `scope` as the proxy's last single write of it left it, if
+    /// known (and `id` is locked here).
+    pub(crate) fn size(&self, id: &ItemId, scope: &str) -> Option<u64> {
         self.guards
             .iter()
             .find(|(held, _)| held == id)
-            .and_then(|(_, size)| **size)
+            .and_then(|(_, known)| known.as_ref())
+            .and_then(|(known_in, size)| (known_in == scope).then_some(*size))
     }
 
-    /// Notes the size `id` has now (`None`: not known, as after a write whose answer was
-    /// lost, or one that changed it by a rule the proxy does not evaluate).
-    pub(crate) fn set_size(&mut self, id: &ItemId, size: Option<u64>) {
+    /// Notes the size `id` has now in `scope` (`None`: not known, as after a write whose
+    /// answer was lost, or a read of the item that failed).
+    pub(crate) fn set_size(&mut self, id: &ItemId, scope: &str, size: Option<u64>) {
         if let Some((_, known)) = self.guards.iter_mut().find(|(held, _)| held == id) {
-            **known = size;
+            **known = size.map(|size| (scope.to_owned(), size));
         }
     }
 
@@ -80,8 +85,65 @@ impl Locks {
         Locked { guards }
     }
 
+    /// Forgets every item of `table`, their sizes with them: the table is being deleted
+    /// or created, and its items may come back as others. A write in flight keeps the lock
+    /// it holds.
+    pub(crate) fn forget_table(&self, table: &str) {
+        self.items
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|id, _| id.table() != table);
+    }
+
     /// Whether a write of `id` is in flight now.
     pub(crate) fn is_locked(&self, id: &ItemId) -> bool {
         self.of(id).try_lock().is_err()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::item::KeySchema;
+
+    fn id(table: &str, key: &str) -> ItemId {
+        let schema = KeySchema::from_description(&json!({
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}]
+        }))
+        .unwrap();
+        let item = json!({"pk": {"S": key}});
+        schema.item_id(table, item.as_object().unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_size_is_known_in_the_scope_that_wrote_it_until_forgotten() {
+        let locks = Locks::default();
+        let (a, b) = (id("t", "a"), id("t", "b"));
+        {
+            let mut locked = locks.lock_all(&[a.clone(), b.clone()]).await;
+            locked.set_size(&a, "key1/us-east-1", Some(300));
+            locked.set_size(&b, "key1/us-east-1", Some(20));
+        }
+        let mut locked = locks.lock_all(std::slice::from_ref(&a)).await;
+        assert_eq!(locked.size(&a, "key1/us-east-1"), Some(300));
+        // Another scope's database holds another item of the same key.
+        assert_eq!(locked.size(&a, "key2/us-east-1"), None);
+        // Not locked here: not known here.
+        assert_eq!(locked.size(&b, "key1/us-east-1"), None);
+        locked.set_size(&a, "key1/us-east-1", None);
+        assert_eq!(locked.size(&a, "key1/us-east-1"), None);
+        drop(locked);
+        // A table deleted or created forgets its items; other tables keep theirs.
+        let c = id("u", "c");
+        locks
+            .lock_all(std::slice::from_ref(&c))
+            .await
+            .set_size(&c, "s", Some(7));
+        locks.forget_table("t");
+        let locked = locks.lock_all(&[b.clone(), c.clone()]).await;
+        assert_eq!(locked.size(&b, "key1/us-east-1"), None);
+        assert_eq!(locked.size(&c, "s"), Some(7));
     }
 }

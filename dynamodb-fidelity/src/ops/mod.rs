@@ -41,6 +41,7 @@ pub(crate) async fn answer(proxy: &Proxy, parts: Parts, body: Bytes) -> Response
             // A table of this name may come back with other keys.
             if let Some(table) = json.get("TableName").and_then(Value::as_str) {
                 proxy.schemas.forget(table);
+                proxy.locks.forget_table(table);
             }
             call.pass(proxy).await
         }

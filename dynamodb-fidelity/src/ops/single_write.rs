@@ -74,15 +74,16 @@ pub(super) async fn answer(
     if let Some(refusal) = refuse(proxy, call, &id) {
         return refusal;
     }
-    let before = match locked.size(&id) {
-        Some(size) => size,
-        None => size_now(proxy, call, table, &key).await,
+    let scope = call.caller().scope().to_owned();
+    let before = match locked.size(&id, &scope) {
+        Some(size) => Some(size),
+        None => size_read(proxy, call, table, &key).await,
     };
     let answer = match call.send(proxy, None).await {
         Ok(answer) => answer,
         Err(response) => {
             // The write may have been applied: the item's size is not known any more.
-            locked.set_size(&id, None);
+            locked.set_size(&id, &scope, None);
             return response;
         }
     };
@@ -96,10 +97,12 @@ pub(super) async fn answer(
                     .map(item_size)
             });
         let after = match after_known.or(returned) {
-            Some(size) => size,
-            None => size_now(proxy, call, table, &key).await,
+            Some(size) => Some(size),
+            None => size_read(proxy, call, table, &key).await,
         };
-        locked.set_size(&id, Some(after));
+        // A size that could not be read is billed as 0 (what is known), not remembered.
+        locked.set_size(&id, &scope, after);
+        let (before, after) = (before.unwrap_or(0), after.unwrap_or(0));
         proxy.ledger().bill_write(
             &id,
             write_units(before, after),
@@ -107,7 +110,8 @@ pub(super) async fn answer(
             &[before, after],
         );
     } else if answer.error_name().as_deref() == Some("ConditionalCheckFailedException") {
-        locked.set_size(&id, Some(before));
+        locked.set_size(&id, &scope, before);
+        let before = before.unwrap_or(0);
         proxy.ledger().bill_write(
             &id,
             failed_condition_units(before),
@@ -115,7 +119,7 @@ pub(super) async fn answer(
             &[before],
         );
     } else {
-        locked.set_size(&id, None);
+        locked.set_size(&id, &scope, None);
     }
     answer.into_response()
 }
@@ -147,9 +151,15 @@ pub(super) async fn size_now(
     table: &str,
     key: &Map<String, Value>,
 ) -> u64 {
-    proxy
-        .upstream
-        .item_size(call.caller(), table, key)
-        .await
-        .unwrap_or(0)
+    size_read(proxy, call, table, key).await.unwrap_or(0)
+}
+
+/// The item's size now, read by the proxy (unbilled); `None` if the read failed.
+async fn size_read(
+    proxy: &Proxy,
+    call: &Call,
+    table: &str,
+    key: &Map<String, Value>,
+) -> Option<u64> {
+    proxy.upstream.item_size(call.caller(), table, key).await
 }

@@ -351,8 +351,8 @@ async fn a_write_is_sized_before_by_what_the_last_write_through_the_proxy_left()
             }
         };
         // Written through the proxy at 500 bytes, then grown to 2,500 around it: the
-        // proxy sized the item from its own write's answer, and does not read it again
-        // before the delete (1 unit, where a read would have found 3).
+        // proxy sized the item from its own put, and does not read it again before the
+        // delete (1 unit, where a read would have found 3).
         h.put_sized("remembered", 500).await;
         grow_around("remembered").await;
         h.client
