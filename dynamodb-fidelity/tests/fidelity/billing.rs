@@ -350,18 +350,24 @@ async fn a_write_is_sized_before_by_what_the_last_write_through_the_proxy_left()
                     .unwrap();
             }
         };
+        let delete = |k: &'static str| {
+            let (client, table) = (h.client.clone(), h.table.clone());
+            async move {
+                client
+                    .delete_item()
+                    .table_name(table)
+                    .set_key(Some(key(k)))
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        };
         // Written through the proxy at 500 bytes, then grown to 2,500 around it: the
         // proxy sized the item from its own put, and does not read it again before the
         // delete (1 unit, where a read would have found 3).
         h.put_sized("remembered", 500).await;
         grow_around("remembered").await;
-        h.client
-            .delete_item()
-            .table_name(&h.table)
-            .set_key(Some(key("remembered")))
-            .send()
-            .await
-            .unwrap();
+        delete("remembered").await;
         assert_eq!(h.item("remembered").write_units, 1 + 1);
         // After a transaction (sized by reads of its own) the size is not remembered: the
         // next write reads the item.
@@ -378,13 +384,7 @@ async fn a_write_is_sized_before_by_what_the_last_write_through_the_proxy_left()
             .await
             .unwrap();
         grow_around("forgotten").await;
-        h.client
-            .delete_item()
-            .table_name(&h.table)
-            .set_key(Some(key("forgotten")))
-            .send()
-            .await
-            .unwrap();
+        delete("forgotten").await;
         assert_eq!(h.item("forgotten").write_units, 1 + 2 + 3);
     })
     .await;
