@@ -168,10 +168,12 @@ pub(crate) fn reshard(
         return Err(ShardError::Count(0));
     };
     let dimension = first.dimension.base();
-    // A clock behind a row's refill timestamp (another writer's clock ahead of this
-    // one's) splits the bucket as of that timestamp: new rows refilled from an earlier
-    // instant would earn again the refill the rows had already counted.
-    let now = rows
+    // A row refilled later than `now` (a fill stamped ahead, or another writer's clock
+    // ahead of this one's) counts what it holds, and the new rows refill nothing until its
+    // timestamp: refilled from an earlier instant they would earn again the refill such a
+    // row counted or dropped, and the others' refill until then, counted now, would be
+    // granted before it came.
+    let latest = rows
         .iter()
         .map(|r| r.last_refill_at)
         .fold(now, UnixMillis::max);
@@ -197,16 +199,16 @@ pub(crate) fn reshard(
         let (version, recent_writes) = match rows.get(usize::from(k)) {
             Some(old) => (
                 old.version.saturating_add(1),
-                old.recent_after(write_id, now),
+                old.recent_after(write_id, latest),
             ),
-            None => (first_version(now), RecentWrites::default()),
+            None => (first_version(latest), RecentWrites::default()),
         };
         out.push(BucketState {
             dimension: dimension.shard(k),
             tokens: part_of(total, to, k),
             burst: burst.map(|b| part_of(b, to, k)),
             bucket,
-            last_refill_at: now,
+            last_refill_at: latest,
             refill_carry: RefillCarry::ZERO,
             version,
             write_id: Some(write_id),

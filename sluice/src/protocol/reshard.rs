@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use crate::bucket::{BucketState, ShardError};
-use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::retry::Budget;
@@ -79,12 +78,10 @@ pub(crate) async fn reshard_from(
         if usize::from(to) == now_at || from.is_some_and(|f| usize::from(f) != now_at) {
             return Ok(rows);
         }
-        // Not before any row's refill timestamp (this client's clock may be behind the
-        // writer's that set it): the split and the moves are as of that instant then.
-        let now = rows
-            .iter()
-            .map(|r| r.last_refill_at)
-            .fold(core.now(), UnixMillis::max);
+        // As of this client's clock; a row refilled later (a fill stamped ahead, or a
+        // writer's clock ahead) counts what it holds, and the new rows refill nothing
+        // until its timestamp (see `shards::reshard`).
+        let now = core.now();
         let mut next = crate::bucket::shards::reshard(&rows, to, now)?;
         // The ceiling this client learned from the store's throttles goes on every row,
         // so that clients that never met them measure the rows against it too.

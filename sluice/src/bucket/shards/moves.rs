@@ -23,8 +23,10 @@ const FULL_TOLERANCE: i128 = 100;
 
 /// For each row of `next` that `rows` (as read) already had, the change that turns the
 /// stored row into its part of `next` whatever commuting changes landed on it since the
-/// read; `None` for a row that has to be as read (a clock behind its refill, a row of
-/// another SDK, a vendor-learned burst): that row is conditioned on being unchanged.
+/// read; `None` for a row that has to be as read (a row of another SDK, a vendor-learned
+/// burst, a row refilled after the new rows' timestamp): that row is conditioned on being
+/// unchanged. A row is settled at `now` and stamped as the new rows are, which may be
+/// later (see [`reshard`](super::reshard)): it refills nothing until then.
 ///
 /// A full row is moved exactly while nobody refilled it since the read. On a row every
 /// grant refills (a full bucket's grants set its refill timestamp), that race is lost
@@ -52,8 +54,11 @@ fn move_of(old: &BucketState, new: &BucketState, now: UnixMillis, raced: bool) -
     if old.write_id.is_none() || old.burst.is_some() || new.burst.is_some() {
         return None;
     }
+    // Settled at `now` (refill counted to it, none for a row refilled later) and stamped
+    // as the new rows are, never before the row's own timestamp.
     let anchor = old.last_refill_at;
-    if now < anchor || new.last_refill_at != now {
+    let stamp = new.last_refill_at;
+    if stamp < anchor.max(now) {
         return None;
     }
     let holds = old.holds();
@@ -61,11 +66,11 @@ fn move_of(old: &BucketState, new: &BucketState, now: UnixMillis, raced: bool) -
         Some(rate) => earned(old.level(), rate, now),
         None => (Tokens::ZERO, RefillCarry::ZERO),
     };
-    let settled = Some((now, RefillCarry::ZERO));
+    let settled = Some((stamp, RefillCarry::ZERO));
     let tolerance = Tokens::from_nanos(holds.as_nanos() / FULL_TOLERANCE);
     let level = old.tokens.saturating_add(refill);
     let full = level >= holds;
-    if raced && full && old.tokens >= holds - tolerance {
+    if raced && full && old.tokens >= holds - tolerance && anchor <= now {
         // Gives what it holds beyond its part, from what it stores now; ends within
         // [part - 1%, part], never below nothing.
         let gives = holds - new.tokens;

@@ -292,3 +292,30 @@ fn a_reshard_by_a_clock_behind_the_rows_refill_earns_nothing_twice() {
         assert!(spread.iter().all(|r| r.last_refill_at >= at(2_000)));
     }
 }
+
+#[test]
+fn a_row_filled_ahead_makes_the_others_refill_nothing_early() {
+    // Two rows of 100 a second: one refilled to now (0 s), one filled ahead to 1 s.
+    let whole = Bucket::tokens(RefillRate::per_second(200)).with_capacity(1_000);
+    let mut rows = reshard(&one_row(whole, 600 * 1_000_000_000), 2, at(0)).unwrap();
+    rows[0].tokens = Tokens::new(100);
+    rows[1].tokens = Tokens::new(400);
+    rows[1].last_refill_at = at(1_000);
+    let moved = moves(&rows, &reshard(&rows, 2, at(0)).unwrap(), at(0), false);
+    assert!(moved.iter().all(Option::is_some), "{moved:?}");
+    for to in [1, 2, 4] {
+        let spread = reshard(&rows, to, at(0)).unwrap();
+        // No more at any instant than the rows had (the first row's refill until 1 s is
+        // dropped, not granted before it comes), and the same from 1 s on.
+        for t in [0, 500, 999] {
+            assert_eq!(
+                total(&spread, at(t)),
+                Tokens::new(500),
+                "{to} rows at {t} ms"
+            );
+            assert!(total(&spread, at(t)) <= total(&rows, at(t)));
+        }
+        assert_eq!(total(&spread, at(2_000)), Tokens::new(700), "{to} rows");
+        assert!(spread.iter().all(|r| r.last_refill_at == at(1_000)));
+    }
+}

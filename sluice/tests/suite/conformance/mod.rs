@@ -276,7 +276,7 @@ macro_rules! suite {
             a_store_that_ignores_moves_still_reshards_exactly,
             a_bucket_pinned_or_capped_by_its_definition_keeps_within_it,
             a_client_throttled_on_a_row_since_spread_learns_the_spread_at_once,
-            a_reshard_by_a_client_whose_clock_is_behind_keeps_every_token,
+            a_reshard_by_a_client_whose_clock_is_behind_counts_no_refill_early,
             peek_answers_what_an_acquire_would_get_and_takes_nothing,
             peek_respects_priorities_and_their_reserves,
             a_peek_sees_what_another_client_took_since,
