@@ -18,6 +18,16 @@
 //! | fold | as credit, once the anchor is older than the fold interval | `tokens += refill + restored - taken`, `last_refill_at = now`, carry | as credit |
 //! | fill | the bucket is full (refill has reached what it holds) | `tokens = holds - taken - e`, `last_refill_at = now`, no carry | `last_refill_at ≤ x`, `tokens ≥ holds - restored - refill(x → now)`; or, for `k` of 0 to 2, `last_refill_at ≤ now - k`, `tokens ≥ holds - restored - refill(k ms) - e` |
 //!
+//! | fill ahead | as fill, on a row other writers write often (see [`ahead`]) | as fill | as fill; `last_refill_at` set `d` after `now` |
+//! | take behind | a stale writer's first attempt at a full row others write often | `tokens += restored - taken` | `tokens ≥ need`, `tokens ≤ holds - restored`, `last_refill_at ≥ now` |
+//!
+//! A fill ahead leaves the row refilling nothing for `d` (up to a second): its level stays
+//! below full, so every write in that time is a take, and takes commute, where on a full
+//! row each write would be a fill and fills landing out of the order they were computed
+//! in fail. A take behind is a take as of `now` on a row stamped at `now` or later (nothing
+//! refilled since: the stored tokens are the level). It fails when nobody filled the row
+//! ahead of `now`, and the row handed back is then filled.
+//!
 //! Takes and credits commute with each other and with every restore: they never move the
 //! refill timestamp. A fold or a fill moves it, so a credit computed from the old one
 //! fails once (and is computed again from the row the failure hands back): folds happen at
@@ -126,6 +136,15 @@ impl Commute {
         all(&self.when) || self.or_when.iter().any(|set| !set.is_empty() && all(set))
     }
 
+    /// Whether it applies only to a row refilled later than `row` (the row it was computed
+    /// from) was: a take from a row another writer filled ahead (see
+    /// [`Want::behind`]).
+    pub(crate) fn needs_later_refill(&self, row: &BucketState) -> bool {
+        self.when
+            .iter()
+            .any(|c| matches!(c, Condition::RefilledSince(t) if *t > row.last_refill_at))
+    }
+
     /// The level `row` has once the change is applied to it.
     pub fn applied(&self, row: &BucketState) -> Level {
         let tokens = match self.tokens {
@@ -166,6 +185,38 @@ pub(crate) struct Want {
     pub(crate) ceiling: Tokens,
     pub(crate) fill: bool,
     pub(crate) short: bool,
+    /// How many writes a second (in thousandths) other writers made to the row, as this
+    /// writer last measured it: a row they write often enough is filled ahead (see
+    /// [`ahead`]).
+    pub(crate) others_per_ks: u64,
+    /// Whether a row the refill since it was remembered would fill is first taken from as
+    /// another writer's fill stamped ahead leaves it (a stale writer's first attempt on a
+    /// row others fill ahead): the change then fails, once, if nobody did.
+    pub(crate) behind: bool,
+}
+
+/// The longest a fill stamps a row ahead of its instant (see [`ahead`]).
+const AHEAD_MILLIS: i64 = 1_000;
+
+/// The fewest writes by others within the time a fill stamps the row ahead for a fill to
+/// be stamped ahead at all (see [`ahead`]).
+const AHEAD_WRITES: u64 = 64;
+
+/// How far ahead of its instant a fill of `row` stamps the refill timestamp, when other
+/// writers write the row at least [`AHEAD_WRITES`] times within it: at most
+/// [`AHEAD_MILLIS`], and no longer than the refill of half of what the bucket holds
+/// takes. Until then the row refills nothing, so its level stays below full and every
+/// write in between is a take, which commutes with every other (where each write of a
+/// full row would be a fill, and fills landing out of the order they were computed in
+/// fail). The refill of that time is dropped (the bucket holds less, never more), which
+/// costs nothing while the bucket refills faster than it is drained (it would be full
+/// anyway) and that much refill once when it turns to draining. `None`: stamped at its
+/// instant.
+fn ahead(want: &Want, rate: PerMilli) -> Option<i64> {
+    let half = Tokens::from_nanos(want.ceiling.as_nanos() / 2);
+    let millis = millis_to_earn(half, rate)?.min(AHEAD_MILLIS);
+    let writes = u128::from(want.others_per_ks) * u128::try_from(millis).ok()?;
+    (millis > 0 && writes >= u128::from(AHEAD_WRITES) * 1_000_000).then_some(millis)
 }
 
 /// The change that does `want` to `row`'s bucket at `now` (`now_micros` to the
@@ -187,7 +238,15 @@ pub(crate) fn commute(
     let at = now.max(anchor);
     let (refill, carry) = earned(row.level(), rate, at);
     if want.fill && row.tokens + refill + want.restored >= want.ceiling {
-        return fill(row, want, rate, (at, micros_within(at, now_micros)));
+        let ahead = ahead(want, rate);
+        if ahead.is_some() && want.behind && at > anchor {
+            return want
+                .need
+                .is_none_or(|need| need <= want.ceiling)
+                .then(|| behind(want, at));
+        }
+        let micros = micros_within(at, now_micros);
+        return fill(row, want, rate, (at, micros), ahead.unwrap_or(0));
     }
     let level = row.tokens + refill;
     if want.need.is_some_and(|need| level + want.restored < need) {
@@ -248,6 +307,21 @@ fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute
     Some(Commute::on(TokensOp::Add(net), None, when))
 }
 
+/// A take at `at` from a row another writer filled ahead of `at` (its refill timestamp is
+/// `at` or later: nothing refilled since, so the stored tokens are its level): a take of
+/// the stored tokens as of `at` (see the module documentation), on any row stamped so.
+fn behind(want: &Want, at: UnixMillis) -> Commute {
+    let mut when = vec![
+        Condition::TokensAtMost(want.ceiling - want.restored),
+        Condition::RefilledSince(at),
+    ];
+    when.extend(
+        want.need
+            .map(|n| Condition::TokensAtLeast(n - want.restored)),
+    );
+    Commute::on(TokensOp::Add(want.restored - want.taken), None, when)
+}
+
 /// How many milliseconds back a fill looks for another writer's fill to accept by the
 /// refill since (besides the one refill timestamp its first set of conditions accepts).
 const RECENT_FILL_MILLIS: i64 = 2;
@@ -258,13 +332,15 @@ const RECENT_FILL_MILLIS: i64 = 2;
 /// conditions accept any row that is full at `at` by a refill counted without the row's
 /// carry, else (`row` is full only thanks to its carry, less than a billionth) exactly
 /// `row`'s refill timestamp; or any row refilled by `k` ms before `at` (`k` up to
-/// [`RECENT_FILL_MILLIS`]) that the refill of those `k` ms and `e` make full. `None` when
-/// the take is more than the bucket ever holds.
+/// [`RECENT_FILL_MILLIS`]) that the refill of those `k` ms and `e` make full. The refill
+/// timestamp it sets is `ahead` milliseconds after `at` (see [`ahead`]). `None` when the
+/// take is more than the bucket ever holds.
 fn fill(
     row: &BucketState,
     want: &Want,
     rate: PerMilli,
     (at, micros): (UnixMillis, i64),
+    ahead: i64,
 ) -> Option<Commute> {
     if want.need.is_some_and(|need| want.ceiling < need) {
         return None;
@@ -327,7 +403,10 @@ fn fill(
         .collect();
     Some(Commute {
         tokens: TokensOp::Set((want.ceiling - want.taken).saturating_sub(e)),
-        refill: Some((at, RefillCarry::ZERO)),
+        refill: Some((
+            UnixMillis::new(at.as_millis().saturating_add(ahead)),
+            RefillCarry::ZERO,
+        )),
         when,
         or_when,
     })

@@ -293,6 +293,8 @@ pub(super) fn bucket_change(
         ceiling: row.holds(),
         fill: true,
         short: false,
+        others_per_ks: 0,
+        behind: false,
     };
     let commute = commute(row, &want, (now, core.now_micros()), core.config.fold_after)?;
     Some(BucketChange::of(row, commute))

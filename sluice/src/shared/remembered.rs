@@ -56,6 +56,8 @@
 //! bucket's RetryIn is at most the poll interval while a holder may release a slot (rule
 //! 4), so a slot freed by any process is found by a caller that asks again at its RetryIn.
 
+mod pace;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -101,6 +103,8 @@ pub(crate) struct Remembered {
     seen: bool,
     /// Whether a write of this client was pushed back since the row was learned (rule 7).
     stale: bool,
+    /// How often other writers write the row (kept when it is forgotten).
+    pace: pace::Pace,
 }
 
 /// What the live leases of a short `concurrent` bucket say about when a slot comes back.
@@ -182,6 +186,18 @@ impl Remembered {
     /// Takes `row`, just learned from the store at `now`, as the truth (whatever its
     /// version). A denial window belongs to the row that opened it.
     pub(crate) fn learn(&mut self, row: BucketState, now: UnixMillis) {
+        self.learn_as(row, now, false);
+    }
+
+    /// Other writers' writes a second to the row, in thousandths, as last measured (see
+    /// [`Want::others_per_ks`](crate::bucket::Want)).
+    pub(crate) fn others_per_ks(&self) -> u64 {
+        self.pace.others_per_ks()
+    }
+
+    /// [`Remembered::learn`], the row produced by this client's own write when `own`.
+    fn learn_as(&mut self, row: BucketState, now: UnixMillis, own: bool) {
+        self.pace.note(row.version, now, own);
         if self.row.as_ref() != Some(&row) {
             self.slots_back = None;
         }
@@ -205,7 +221,7 @@ impl Remembered {
             Take::Short { wait: Some(wait) } => Some(wait),
             _ => None,
         };
-        self.learn(row, now);
+        self.learn_as(row, now, true);
         if let Some(wait) = short {
             self.confirm_short(now, wait, lowest);
         }
@@ -243,6 +259,7 @@ impl Remembered {
             outstanding: std::mem::take(&mut self.outstanding),
             overflow_until: self.overflow_until,
             seen: self.seen,
+            pace: self.pace,
             ..Remembered::default()
         };
     }

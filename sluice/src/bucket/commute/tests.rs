@@ -6,6 +6,7 @@ use super::*;
 use crate::bucket::{Bucket, refill};
 use crate::rate::RefillRate;
 
+mod ahead;
 mod short;
 
 const T0: i64 = 1_700_000_000_000;
@@ -34,7 +35,7 @@ fn stale_writers_fill_one_bucket_several_times_within_one_millisecond() {
     let steps: Vec<_> = (0..4)
         .map(|w| (w, if w == 0 { 2_000 } else { 10 }, 1))
         .collect();
-    let granted = stale_writers(&bucket, &steps).unwrap();
+    let granted = stale_writers(&bucket, &steps, 0).unwrap();
     assert_eq!(granted.len(), 4);
     // A bucket that refills ten times what it holds within a millisecond: a fill counts
     // no more of the millisecond's refill than leaves it empty as of its start, never in
@@ -73,6 +74,8 @@ fn take(taken: i64, ceiling: i64) -> Want {
         ceiling: Tokens::new(ceiling),
         fill: true,
         short: false,
+        others_per_ks: 0,
+        behind: false,
     }
 }
 
@@ -262,6 +265,8 @@ fn concurrent_slots_are_taken_and_given_back_by_addition() {
         ceiling: Tokens::new(4),
         fill: true,
         short: false,
+        others_per_ks: 0,
+        behind: false,
     };
     let c = change(&row(b.clone(), 2, 0), &back, at(1)).unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(1)));
@@ -302,6 +307,12 @@ fn any_row(bucket: Bucket) -> impl Strategy<Value = BucketState> {
     })
 }
 
+/// Other writers' pace on the row (none, or any up to a million a second), and whether a
+/// full row is first taken from behind a fill stamped ahead.
+fn any_pace() -> impl Strategy<Value = (u64, bool)> {
+    (prop_oneof![Just(0u64), 0u64..1_000_000_000], any::<bool>())
+}
+
 fn any_case() -> impl Strategy<Value = (BucketState, BucketState, Want, i64)> {
     any_bucket().prop_flat_map(|b| {
         let capacity = b.capacity().as_nanos();
@@ -312,10 +323,10 @@ fn any_case() -> impl Strategy<Value = (BucketState, BucketState, Want, i64)> {
             0..=capacity,
             proptest::option::of(0..=capacity),
             0i64..10_000,
-            (0..=capacity, any::<bool>(), any::<bool>()),
+            (0..=capacity, any::<bool>(), any::<bool>(), any_pace()),
         )
             .prop_map(
-                move |(remembered, actual, restored, taken, need, now, (debt, fill, short))| {
+                move |(remembered, actual, restored, taken, need, now, (debt, fill, short, p))| {
                     // A waiting caller's need is less by the debt it may leave (below zero).
                     let want = Want {
                         restored: Tokens::from_nanos(restored / 4),
@@ -324,6 +335,8 @@ fn any_case() -> impl Strategy<Value = (BucketState, BucketState, Want, i64)> {
                         ceiling: remembered.holds(),
                         fill: fill && !short,
                         short,
+                        others_per_ks: p.0,
+                        behind: p.1,
                     };
                     (remembered, actual, want, now)
                 },
@@ -337,6 +350,7 @@ fn any_case() -> impl Strategy<Value = (BucketState, BucketState, Want, i64)> {
 fn stale_writers(
     bucket: &Bucket,
     steps: &[(usize, i64, i64)],
+    others_per_ks: u64,
 ) -> Result<Vec<(i64, Tokens)>, TestCaseError> {
     let capacity = bucket.capacity();
     let mut stored = row(bucket.clone(), 0, 0);
@@ -348,15 +362,17 @@ fn stale_writers(
         micros += advance;
         let now = UnixMillis::new(micros.div_euclid(1_000));
         let taken = Tokens::new(*taken).min(capacity);
-        let want = Want {
+        let mut want = Want {
             restored: Tokens::ZERO,
             taken,
             need: Some(taken),
             ceiling: capacity,
             fill: true,
             short: false,
+            others_per_ks,
+            behind: true,
         };
-        for _ in 0..2 {
+        for _ in 0..3 {
             let Some(c) = commute(
                 &remembered[*writer],
                 &want,
@@ -375,6 +391,7 @@ fn stale_writers(
                 break;
             }
             remembered[*writer] = stored.clone();
+            want.behind = false;
         }
     }
     Ok(granted)
@@ -397,7 +414,9 @@ proptest! {
         {
             let (level, served) = exact(&actual, &want, now);
             prop_assert!(served, "granted from a bucket that could not serve it: {:?}", c);
-            let exactly = actual.last_refill_at >= remembered.last_refill_at;
+            // Less where a fill stamped ahead of its instant drops the refill until then.
+            let exactly = actual.last_refill_at >= remembered.last_refill_at
+                && c.refill.is_none_or(|(last, _)| last <= now);
             prop_assert!(
                 within(c.applied(&actual), level, &actual.bucket, want.ceiling, now, exactly),
                 "{:?} left {:?}, not {:?}", c, c.applied(&actual), level
@@ -441,9 +460,10 @@ proptest! {
             (0usize..4, prop_oneof![0i64..50, 0i64..700, 0i64..5_000], 1i64..=3),
             1..200,
         ),
+        (others_per_ks, _) in any_pace(),
     ) {
         let bucket = Bucket::tokens(RefillRate::per_second(per_second)).with_capacity(capacity);
-        let granted = stale_writers(&bucket, &steps)?;
+        let granted = stale_writers(&bucket, &steps, others_per_ks)?;
         let rate = bucket.effective_rate();
         for (i, (from, _)) in granted.iter().enumerate() {
             let mut sum = Tokens::ZERO;
@@ -470,7 +490,8 @@ proptest! {
         let rate = remembered.bucket.effective_rate();
         let full = refill(remembered.level(), Tokens::MAX, rate, now).tokens + want.restored
             >= want.ceiling;
-        if let Some(c) = c.filter(|_| want.fill || !full) {
+        // Nor is a take behind a fill stamped ahead, which needs a row refilled since.
+        if let Some(c) = c.filter(|c| (want.fill || !full) && !c.needs_later_refill(&remembered)) {
             prop_assert!(c.holds(&remembered), "{:?} refused its own row", c);
         }
     }

@@ -75,6 +75,10 @@ pub(super) struct Write<'a> {
     /// moved it since the row that attempt was computed from, to an instant since this
     /// write began: a fill (or fold) landed first (see [`Write::instant`]).
     beaten_at: Option<UnixMillis>,
+    /// Whether an attempt was computed as a take from a row filled ahead (see
+    /// [`Want::behind`](crate::bucket::Want)): when it failed, the row handed back is not
+    /// guessed drained.
+    tried_behind: bool,
     /// The instant this write began (its first attempt's).
     began: UnixMillis,
     /// The refill timestamp of the row the attempt in flight was computed from.
@@ -108,6 +112,7 @@ pub(super) async fn write(
         fresh: false,
         lost: 0,
         beaten_at: None,
+        tried_behind: false,
         began: UnixMillis::new(0),
         computed_from: UnixMillis::new(0),
     };
@@ -143,15 +148,25 @@ impl Write<'_> {
         } else {
             self.core.now_micros()
         };
-        let guess = self.lost == 1 && barely_full(&row, at);
+        let guess = self.lost == 1 && !self.tried_behind && barely_full(&row, at);
         let short = self.lane.memory().seen_short();
-        let reading = ((at, micros), !(guess || short), short);
-        let Some(change) = plan::change(&row, &plan, reading, self.core.config.fold_after) else {
+        let others_per_ks = self.lane.memory().others_per_ks();
+        // A stale row's first attempt: others may have filled it ahead (`Want::behind`).
+        let behind = self.lost == 0 && !self.fresh;
+        let reading = plan::Reading {
+            now: (at, micros),
+            fill: !(guess || short),
+            short,
+            others_per_ks,
+            behind,
+        };
+        let Some(change) = plan::change(&row, &plan, &reading, self.core.config.fold_after) else {
             // The remembered row cannot do what it was planned to (a rounding edge): decide
             // again from the store's row.
             self.acquires = jobs_of(plan.granted, plan.refused);
             return self.look_at_row().await;
         };
+        self.tried_behind |= change.commute.needs_later_refill(&row);
         self.commit(change, plan, now).await
     }
 

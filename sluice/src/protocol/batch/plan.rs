@@ -52,14 +52,27 @@ pub(super) fn plan(
     }
 }
 
-/// The change that makes `plan` of `row` at `now` (and its microsecond); `None` when the
-/// row cannot serve it. With `fill` false (the row was short when last seen, or is
-/// guessed drained) it is not filled, however long ago that was; with `short` (it was
-/// short when last seen) its grants are credits, not takes (see [`Want`]).
+/// How an attempt reads the row it computes its change from (see [`Want`]).
+pub(super) struct Reading {
+    /// The instant, and its microsecond.
+    pub(super) now: (UnixMillis, i64),
+    /// `false`: not filled, however long ago the row was seen (it was short when last
+    /// seen, or is guessed drained).
+    pub(super) fill: bool,
+    /// It was short when last seen: its grants are credits, not takes.
+    pub(super) short: bool,
+    /// Other writers' writes a second to the row, in thousandths.
+    pub(super) others_per_ks: u64,
+    /// A full row is first taken from as another writer's fill stamped ahead leaves it.
+    pub(super) behind: bool,
+}
+
+/// The change that makes `plan` of `row` as `reading` says; `None` when the row cannot
+/// serve it.
 pub(super) fn change(
     row: &BucketState,
     plan: &Plan,
-    (now, fill, short): ((UnixMillis, i64), bool, bool),
+    reading: &Reading,
     fold_after: Duration,
 ) -> Option<BucketChange> {
     let granted = plan
@@ -79,10 +92,12 @@ pub(super) fn change(
         taken,
         need: (taken > Tokens::ZERO).then_some(need),
         ceiling: row.holds().max(need.min(capacity)),
-        fill,
-        short,
+        fill: reading.fill,
+        short: reading.short,
+        others_per_ks: reading.others_per_ks,
+        behind: reading.behind,
     };
-    commute(row, &want, now, fold_after).map(|c| BucketChange::of(row, c))
+    commute(row, &want, reading.now, fold_after).map(|c| BucketChange::of(row, c))
 }
 
 /// When each grant of a write that left `written` is ready, in order: at `now`, or for a
