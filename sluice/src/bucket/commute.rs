@@ -208,10 +208,10 @@ const AHEAD_WRITES: u64 = 64;
 /// takes. Until then the row refills nothing, so its level stays below full and every
 /// write in between is a take, which commutes with every other (where each write of a
 /// full row would be a fill, and fills landing out of the order they were computed in
-/// fail). The refill of that time is dropped (the bucket holds less, never more), which
-/// costs nothing while the bucket refills faster than it is drained (it would be full
-/// anyway) and that much refill once when it turns to draining. `None`: stamped at its
-/// instant.
+/// fail). The refill of that time is dropped (the bucket holds less, never more): within
+/// it the bucket holds what it held at the fill less what was taken since, not its
+/// capacity, so a burst late in it is refused up to that much sooner; and that much refill
+/// is lost once when it turns to draining. `None`: stamped at its instant.
 fn ahead(want: &Want, rate: PerMilli) -> Option<i64> {
     let half = Tokens::from_nanos(want.ceiling.as_nanos() / 2);
     let millis = millis_to_earn(half, rate)?.min(AHEAD_MILLIS);
@@ -246,7 +246,12 @@ pub(crate) fn commute(
                 .then(|| behind(want, at));
         }
         let micros = micros_within(at, now_micros);
-        return fill(row, want, rate, (at, micros), ahead.unwrap_or(0));
+        // Ahead of the writer's clock, not of a row already stamped ahead (a give-back
+        // fills that one at its own timestamp): never more than `d` ahead of any writer.
+        let stamp = ahead.map_or(at, |d| {
+            at.max(UnixMillis::new(now.as_millis().saturating_add(d)))
+        });
+        return fill(row, want, rate, (at, micros), stamp);
     }
     let level = row.tokens + refill;
     if want.need.is_some_and(|need| level + want.restored < need) {
@@ -333,14 +338,14 @@ const RECENT_FILL_MILLIS: i64 = 2;
 /// carry, else (`row` is full only thanks to its carry, less than a billionth) exactly
 /// `row`'s refill timestamp; or any row refilled by `k` ms before `at` (`k` up to
 /// [`RECENT_FILL_MILLIS`]) that the refill of those `k` ms and `e` make full. The refill
-/// timestamp it sets is `ahead` milliseconds after `at` (see [`ahead`]). `None` when the
-/// take is more than the bucket ever holds.
+/// timestamp it sets is `stamp`: `at`, or later for a fill ahead (see [`ahead`]). `None`
+/// when the take is more than the bucket ever holds.
 fn fill(
     row: &BucketState,
     want: &Want,
     rate: PerMilli,
     (at, micros): (UnixMillis, i64),
-    ahead: i64,
+    stamp: UnixMillis,
 ) -> Option<Commute> {
     if want.need.is_some_and(|need| want.ceiling < need) {
         return None;
@@ -403,10 +408,7 @@ fn fill(
         .collect();
     Some(Commute {
         tokens: TokensOp::Set((want.ceiling - want.taken).saturating_sub(e)),
-        refill: Some((
-            UnixMillis::new(at.as_millis().saturating_add(ahead)),
-            RefillCarry::ZERO,
-        )),
+        refill: Some((stamp, RefillCarry::ZERO)),
         when,
         or_when,
     })

@@ -396,7 +396,10 @@ impl BucketState {
         let level = self.refilled(now);
         let ready_at = now.saturating_add(pause);
         let target = level_reaching(self.bucket.cost_per_call(), ready_at, rate, now)?;
-        target.is_below(&level).then_some(target)
+        // Compared where the row's refill begins, which may be later than `now` (a fill
+        // stamped ahead): stricter then, the target is stricter at every instant.
+        let then = refill(target, self.holds(), rate, level.last_refill_at.max(now));
+        then.is_below(&level).then_some(target)
     }
 
     /// The time until the bucket is full, if it refills over time; zero when full.

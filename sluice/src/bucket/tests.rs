@@ -355,3 +355,24 @@ fn a_write_from_a_long_stale_row_is_known_not_to_have_applied() {
         WriteOutcome::Unknown
     );
 }
+
+#[test]
+fn a_pause_on_a_row_filled_ahead_is_written_only_where_it_is_stricter_at_every_instant() {
+    let now = UnixMillis::from_secs(1_700_000_000);
+    let bucket = Bucket::requests(RefillRate::per_second(10)).with_capacity(10);
+    // Half a token, refilling from 800 ms on: its first token comes at 850 ms.
+    let mut row = BucketState::full("openai#rpm".parse().unwrap(), bucket, now);
+    row.tokens = Tokens::from_nanos(500_000_000);
+    row.last_refill_at = now.saturating_add(Duration::from_millis(800));
+    // A pause of 60 ms is looser than that: not written.
+    assert_eq!(row.emptied_for(Duration::from_millis(60), now), None);
+    // A pause of 2 s is stricter at every instant: written, its first token at 2 s.
+    let level = row.emptied_for(Duration::from_secs(2), now).unwrap();
+    row.set_level(level);
+    assert_eq!(
+        row.take(1.into(), now),
+        Take::Short {
+            wait: Some(Duration::from_secs(2))
+        }
+    );
+}

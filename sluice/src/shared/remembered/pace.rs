@@ -27,7 +27,11 @@ impl Pace {
             return;
         };
         let span = now.as_millis() - at.as_millis();
-        if version < since || span < 0 {
+        // More writes than a row takes in ten times DynamoDB's ceiling of an item (a
+        // thousand a second): a bucket created again under the same name, whose version
+        // starts from its creation time.
+        let jumped = (version.saturating_sub(since)) > span.unsigned_abs().saturating_mul(10);
+        if version < since || span < 0 || jumped {
             // Another bucket under the same name, or a clock stepped back.
             *self = Pace {
                 from: Some((version, now, 0)),
@@ -83,5 +87,12 @@ mod tests {
         // A clock stepped back starts over too.
         pace.note(20, at(100), false);
         assert_eq!(pace.others_per_ks(), 0);
+        // So does a bucket created again at a version from its creation time, far ahead.
+        pace.note(30, at(200), false);
+        assert_eq!(pace.others_per_ks(), 100_000);
+        pace.note(1_700_000_000_300_000, at(300), false);
+        assert_eq!(pace.others_per_ks(), 0);
+        pace.note(1_700_000_000_300_010, at(400), false);
+        assert_eq!(pace.others_per_ks(), 100_000);
     }
 }

@@ -51,3 +51,29 @@ fn a_row_others_write_often_is_filled_ahead_and_then_taken_from_by_addition() {
     let c = change(&slow, &want, now).unwrap();
     assert_eq!(c.refill, Some((at(6_000), RefillCarry::ZERO)));
 }
+
+#[test]
+fn a_give_back_to_a_row_filled_ahead_stamps_it_ahead_of_the_clock_not_of_the_row() {
+    // Filled ahead at 5 s to 5.5 s, 10 taken; 100 ms later those 10 are given back.
+    let bucket = Bucket::tokens(RefillRate::per_second(1_000)).with_capacity(1_000);
+    let filled = row(bucket, 990, 5_500);
+    let want = Want {
+        restored: Tokens::new(10),
+        taken: Tokens::ZERO,
+        need: None,
+        ceiling: Tokens::new(1_000),
+        fill: true,
+        short: false,
+        others_per_ks: 1_000_000,
+        behind: true,
+    };
+    let c = change(&filled, &want, at(5_100)).unwrap();
+    // Full again at the row's own timestamp: set full, stamped half a second after the
+    // writer's clock (5.6 s), not after the row's (6 s); each cycle of a take and its
+    // give-back moves the stamp no further than that.
+    assert_eq!(c.tokens, TokensOp::Set(Tokens::new(1_000)));
+    assert_eq!(c.refill, Some((at(5_600), RefillCarry::ZERO)));
+    // A row stamped further ahead than that keeps its timestamp.
+    let c = change(&row(filled.bucket.clone(), 990, 5_900), &want, at(5_100)).unwrap();
+    assert_eq!(c.refill, Some((at(5_900), RefillCarry::ZERO)));
+}
