@@ -243,7 +243,7 @@ pub(crate) fn commute(
             return want
                 .need
                 .is_none_or(|need| need <= want.ceiling)
-                .then(|| behind(want, at));
+                .then(|| take(want, at, Tokens::ZERO));
         }
         let micros = micros_within(at, now_micros);
         // Ahead of the writer's clock, not of a row already stamped ahead (a give-back
@@ -262,12 +262,7 @@ pub(crate) fn commute(
         .need
         .is_none_or(|need| row.tokens + want.restored >= need && !want.short);
     if stored_serves {
-        let mut when = vec![at_most, Condition::RefilledSince(anchor)];
-        when.extend(
-            want.need
-                .map(|n| Condition::TokensAtLeast(n - want.restored)),
-        );
-        return Some(Commute::on(TokensOp::Add(net), None, when));
+        return Some(take(want, anchor, refill));
     }
     let mut when = vec![Condition::RefilledAt(anchor), at_most];
     when.extend(
@@ -312,13 +307,14 @@ fn without_refill(row: &BucketState, want: &Want, net: Tokens) -> Option<Commute
     Some(Commute::on(TokensOp::Add(net), None, when))
 }
 
-/// A take at `at` from a row another writer filled ahead of `at` (its refill timestamp is
-/// `at` or later: nothing refilled since, so the stored tokens are its level): a take of
-/// the stored tokens as of `at` (see the module documentation), on any row stamped so.
-fn behind(want: &Want, at: UnixMillis) -> Commute {
+/// A take of the stored tokens (see the module documentation), on any row refilled since
+/// `anchor`, `refill` being the refill from `anchor` to the change's instant. A take behind
+/// a fill stamped ahead is one anchored at its instant, with no refill since: the stored
+/// tokens of a row stamped then or later are its level.
+fn take(want: &Want, anchor: UnixMillis, refill: Tokens) -> Commute {
     let mut when = vec![
-        Condition::TokensAtMost(want.ceiling - want.restored),
-        Condition::RefilledSince(at),
+        Condition::TokensAtMost(want.ceiling - want.restored - refill),
+        Condition::RefilledSince(anchor),
     ];
     when.extend(
         want.need

@@ -149,10 +149,11 @@ impl Write<'_> {
             self.core.now_micros()
         };
         let guess = self.lost == 1 && !self.tried_behind && barely_full(&row, at);
-        let short = self.lane.memory().seen_short();
-        let others_per_ks = self.lane.memory().others_per_ks();
-        // A stale row's first attempt: others may have filled it ahead (`Want::behind`).
-        let behind = self.lost == 0 && !self.fresh;
+        let (short, others_per_ks) = {
+            let memory = self.lane.memory();
+            (memory.seen_short(), memory.others_per_ks())
+        };
+        let behind = self.lost == 0 && !self.fresh; // a stale row's first try: `Want::behind`
         let reading = plan::Reading {
             now: (at, micros),
             fill: !(guess || short),

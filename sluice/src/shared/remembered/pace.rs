@@ -64,35 +64,33 @@ mod tests {
 
     #[test]
     fn the_pace_counts_other_writers_over_a_span_of_a_tenth_of_a_second_or_more() {
+        // Each row learned: its version, when, whether from this client's own write, and
+        // the pace measured then.
+        let steps: [(u64, i64, bool, u64); 11] = [
+            (10, 0, true, 0),
+            // This client's own write, too soon to measure.
+            (11, 50, true, 0),
+            // 48 writes in 200 ms, two of them this client's: 46 by others, 230 a second.
+            (58, 200, true, 230_000),
+            // Nobody else since: none.
+            (59, 400, true, 0),
+            // A row learned from a read counts every write since as another's.
+            (79, 600, false, 100_000),
+            // A bucket created again (its version went back) starts over.
+            (3, 700, false, 0),
+            (13, 800, false, 100_000),
+            // A clock stepped back starts over too.
+            (20, 100, false, 0),
+            // So does a bucket created again at a version from its creation time, far
+            // ahead.
+            (30, 200, false, 100_000),
+            (1_700_000_000_300_000, 300, false, 0),
+            (1_700_000_000_300_010, 400, false, 100_000),
+        ];
         let mut pace = Pace::default();
-        pace.note(10, at(0), true);
-        assert_eq!(pace.others_per_ks(), 0);
-        // This client's own write, too soon to measure.
-        pace.note(11, at(50), true);
-        assert_eq!(pace.others_per_ks(), 0);
-        // 48 writes in 200 ms, two of them this client's: 46 by others, 230 a second.
-        pace.note(58, at(200), true);
-        assert_eq!(pace.others_per_ks(), 230_000);
-        // Nobody else since: none.
-        pace.note(59, at(400), true);
-        assert_eq!(pace.others_per_ks(), 0);
-        // A row learned from a read counts every write since as another's.
-        pace.note(79, at(600), false);
-        assert_eq!(pace.others_per_ks(), 100_000);
-        // A bucket created again (its version went back) starts over.
-        pace.note(3, at(700), false);
-        assert_eq!(pace.others_per_ks(), 0);
-        pace.note(13, at(800), false);
-        assert_eq!(pace.others_per_ks(), 100_000);
-        // A clock stepped back starts over too.
-        pace.note(20, at(100), false);
-        assert_eq!(pace.others_per_ks(), 0);
-        // So does a bucket created again at a version from its creation time, far ahead.
-        pace.note(30, at(200), false);
-        assert_eq!(pace.others_per_ks(), 100_000);
-        pace.note(1_700_000_000_300_000, at(300), false);
-        assert_eq!(pace.others_per_ks(), 0);
-        pace.note(1_700_000_000_300_010, at(400), false);
-        assert_eq!(pace.others_per_ks(), 100_000);
+        for (version, ms, own, expected) in steps {
+            pace.note(version, at(ms), own);
+            assert_eq!(pace.others_per_ks(), expected, "at {ms} ms");
+        }
     }
 }
