@@ -29,7 +29,7 @@ use crate::shared::remembered::Recall;
 use crate::tokens::Tokens;
 
 use super::{fast, reshard, seed};
-use seen::{Seen, gathers_short, learn_shards, remembered, within_twice};
+use seen::{Seen, gathers_short, learn_shards, remembered, spread_since, within_twice};
 
 /// How many times the whole bucket is read again when its rows moved on between the read
 /// and the write that relied on it.
@@ -102,39 +102,6 @@ pub(crate) async fn acquire(
     }
 }
 
-/// A throttle's `refused` on the only row this client knows of `wanted`'s bucket: one
-/// read of that row, at most once a second, learns whether the bucket was spread since;
-/// when it was, the whole bucket answers at once (a client with one caller would
-/// otherwise learn it only from a write the hot row takes, after waits of up to a second
-/// each). A read has its own ceiling, apart from the writes'.
-async fn spread_since(
-    core: &Arc<Core>,
-    wanted: &Wanted,
-    ttl: Duration,
-    fresh_after: Option<UnixMillis>,
-    refused: Error,
-) -> Result<Grant, Error> {
-    let base = &wanted.dimension;
-    if !core.heat.look(base, core.now()) {
-        return Err(refused);
-    }
-    let row = match core.read_one(base).await {
-        Ok(Some(row)) => row,
-        Ok(None) => return Err(refused),
-        Err(e) => {
-            tracing::debug!(dimension = %base, error = %e, "reading a throttled row failed");
-            return Err(refused);
-        }
-    };
-    let shards = row.shards;
-    core.lanes.learn(row, core.now());
-    if shards <= 1 {
-        return Err(refused);
-    }
-    core.lanes.note_shards(base, shards);
-    whole(core, wanted, ttl, fresh_after, (refused, 0)).await
-}
-
 /// Measures how hot the row of `lane` (of `base`'s bucket, over `n` rows) is, from the
 /// version the row has now as this client knows it, and reshards the bucket when the
 /// measure says so (see [`Sharding`](crate::Sharding)). A reshard that fails is logged,
@@ -185,11 +152,17 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     if !refills {
         return None;
     }
-    // Decided on a fresh measure only; the throttles since the last one count with it.
-    let measure = core.heat.observe(&row, version, shards, learned_at)?;
+    // Decided on a fresh measure only; the throttles since the last whole one count with
+    // it, and two or more on a lone row not short have it measured within its window.
+    let so_far = lane.throttles.load(std::sync::atomic::Ordering::Relaxed) * u32::from(!short);
+    let measure = core
+        .heat
+        .observe(&row, version, (shards, so_far >= 2), learned_at)?;
     let per_row = measure.per_row;
-    let throttles =
-        lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) * u32::from(!short);
+    let throttles = match measure.whole {
+        true => lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) * u32::from(!short),
+        false => so_far,
+    };
     let throttled = throttles > 0;
     // The ceiling told (configured, or the store's own), or the lower one the store's
     // throttles showed (see `Heat::ceiling`).

@@ -18,6 +18,12 @@ pub(crate) const MAX_GATHER_BACKOFF: u32 = 5;
 /// The shortest span a row's write rate is measured over.
 pub(crate) const WINDOW: Duration = Duration::from_secs(1);
 
+/// How often a bucket's only row that the store throttled is measured within a window
+/// (see [`Heat::observe`]): a fleet started one process after another meets the
+/// throttles before its first windows end (each process's starts at its own first write),
+/// and a lone row throttled refuses demand every moment it stays so.
+pub(crate) const THROTTLED_WINDOW: Duration = Duration::from_millis(250);
+
 /// One window's measure of a row (see [`Heat::observe`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Measure {
@@ -26,6 +32,9 @@ pub(crate) struct Measure {
     /// This client's writes the window saw, and every client's (the versions it moved by).
     pub(crate) own: u64,
     pub(crate) all: u64,
+    /// Whether the window ended (else the measure is a throttled lone row's within it, see
+    /// [`Heat::observe`], and the window goes on).
+    pub(crate) whole: bool,
 }
 
 impl Measure {
@@ -45,9 +54,8 @@ impl Measure {
 /// What this client saw of its rows' versions, and of its own reshards.
 #[derive(Debug, Default)]
 pub(crate) struct Heat {
-    /// Per row: a version, the rows its bucket had, and when it was seen: the start of
-    /// the current window; and how many of this client's writes it has seen since.
-    seen: Mutex<HashMap<Dimension, (u64, u16, UnixMillis, u64)>>,
+    /// Per row: the current window.
+    seen: Mutex<HashMap<Dimension, Window>>,
     /// Per bucket: the rows it had, and the cool measurements in a row at that count.
     cool: Mutex<HashMap<Dimension, (u16, u32)>>,
     /// Per bucket: the rows it had, and the hot measurements in a row at that count.
@@ -71,35 +79,67 @@ impl Heat {
     /// once at least a [`WINDOW`] has passed (the next window begins then). A reshard in
     /// between starts the window again: it rewrites the rows, and a new row starts at a
     /// version of its own.
+    ///
+    /// A bucket's only row is also measured within the window once the store `throttled`
+    /// it, every [`THROTTLED_WINDOW`], over the span since this client first saw it
+    /// throttled: what it took then is what the store let it take (a measure over the
+    /// whole window would count the burst before the throttles too).
     pub(crate) fn observe(
         &self,
         row: &Dimension,
         version: u64,
-        shards: u16,
+        (shards, throttled): (u16, bool),
         now: UnixMillis,
     ) -> Option<Measure> {
         let mut seen = lock(&self.seen);
+        let fresh = Window {
+            since: version,
+            shards,
+            at: now,
+            own: 1,
+            throttled_from: None,
+            looked_in: now,
+        };
         // Updated in place: this runs on every acquire of a spread bucket.
-        let Some(entry) = seen.get_mut(row) else {
-            seen.insert(row.clone(), (version, shards, now, 1));
+        let Some(window) = seen.get_mut(row) else {
+            seen.insert(row.clone(), fresh);
             return None;
         };
-        let (since, count, at, own) = *entry;
-        let span = now.as_millis() - at.as_millis();
-        if version < since || span < 0 || count != shards {
+        let span = now.as_millis() - window.at.as_millis();
+        if version < window.since || span < 0 || window.shards != shards {
             // Resharded, another bucket under the same name, or a clock stepped back.
-            *entry = (version, shards, now, 1);
+            *window = fresh;
             return None;
         }
-        if u128::try_from(span).unwrap_or(0) < WINDOW.as_millis() {
-            entry.3 = own.saturating_add(1);
+        let all = version - window.since;
+        if u128::try_from(span).unwrap_or(0) >= WINDOW.as_millis() {
+            let own = window.own;
+            *window = fresh;
+            return Some(Measure {
+                per_row: all.saturating_mul(1_000_000) / span.unsigned_abs(),
+                own,
+                all,
+                whole: true,
+            });
+        }
+        let own = window.own;
+        window.own = own.saturating_add(1);
+        if !throttled || shards != 1 {
             return None;
         }
-        *entry = (version, shards, now, 1);
+        let (from, from_at) = *window.throttled_from.get_or_insert((version, now));
+        let over = now.as_millis() - from_at.as_millis();
+        let looked = now.as_millis() - window.looked_in.as_millis();
+        let due = THROTTLED_WINDOW.as_millis() as i64;
+        if over < due || looked < due || version < from {
+            return None;
+        }
+        window.looked_in = now;
         Some(Measure {
-            per_row: (version - since).saturating_mul(1_000_000) / span.unsigned_abs(),
+            per_row: (version - from).saturating_mul(1_000_000) / over.unsigned_abs(),
             own,
-            all: version - since,
+            all,
+            whole: false,
         })
     }
 
@@ -211,6 +251,21 @@ impl Heat {
     }
 }
 
+/// A row's current window, as one client measures it.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    /// The row's version when the window began, and the rows its bucket had.
+    since: u64,
+    shards: u16,
+    /// When the window began, and how many of this client's writes it has seen since.
+    at: UnixMillis,
+    own: u64,
+    /// The row's version when this client first saw it throttled in the window, and when.
+    throttled_from: Option<(u64, UnixMillis)>,
+    /// When it was last measured within the window, if it was; else when it began.
+    looked_in: UnixMillis,
+}
+
 /// One more measurement of `base` over `shards` rows in `counts`: the measurements in a
 /// row at that count that said `yes`, none once one says no or the count changed.
 fn in_a_row(
@@ -237,29 +292,45 @@ mod tests {
         let heat = Heat::default();
         let row: Dimension = "openai#rpm".parse().unwrap();
         let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
-        assert_eq!(heat.observe(&row, 100, 1, t(0)).map(|m| m.per_row), None);
-        assert_eq!(heat.observe(&row, 150, 1, t(500)).map(|m| m.per_row), None);
         assert_eq!(
-            heat.observe(&row, 340, 1, t(1_200)).map(|m| m.per_row),
+            heat.observe(&row, 100, (1, false), t(0)).map(|m| m.per_row),
+            None
+        );
+        assert_eq!(
+            heat.observe(&row, 150, (1, false), t(500))
+                .map(|m| m.per_row),
+            None
+        );
+        assert_eq!(
+            heat.observe(&row, 340, (1, false), t(1_200))
+                .map(|m| m.per_row),
             Some(200_000)
         );
         assert_eq!(
-            heat.observe(&row, 350, 1, t(3_200)).map(|m| m.per_row),
+            heat.observe(&row, 350, (1, false), t(3_200))
+                .map(|m| m.per_row),
             Some(5_000)
         );
         // A version that went down is another bucket: measured afresh.
-        assert_eq!(heat.observe(&row, 7, 1, t(5_000)).map(|m| m.per_row), None);
         assert_eq!(
-            heat.observe(&row, 9, 1, t(6_000)).map(|m| m.per_row),
+            heat.observe(&row, 7, (1, false), t(5_000))
+                .map(|m| m.per_row),
+            None
+        );
+        assert_eq!(
+            heat.observe(&row, 9, (1, false), t(6_000))
+                .map(|m| m.per_row),
             Some(2_000)
         );
         // Resharded since: measured afresh, whatever the versions.
         assert_eq!(
-            heat.observe(&row, 90_000, 4, t(7_000)).map(|m| m.per_row),
+            heat.observe(&row, 90_000, (4, false), t(7_000))
+                .map(|m| m.per_row),
             None
         );
         assert_eq!(
-            heat.observe(&row, 90_010, 4, t(8_000)).map(|m| m.per_row),
+            heat.observe(&row, 90_010, (4, false), t(8_000))
+                .map(|m| m.per_row),
             Some(10_000)
         );
         let base = row.base();
@@ -300,15 +371,46 @@ mod tests {
     }
 
     #[test]
+    fn a_lone_row_throttled_is_measured_within_its_window_from_the_first_throttle_seen() {
+        let heat = Heat::default();
+        let row: Dimension = "openai#rpm".parse().unwrap();
+        let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
+        let at = |v: u64, throttled: bool, ms: i64| {
+            heat.observe(&row, v, (1, throttled), t(ms))
+                .map(|m| (m.per_row, m.all, m.whole))
+        };
+        assert_eq!(at(0, false, 0), None);
+        // A burst of 40 writes before the first throttle this client saw, at 100 ms.
+        assert_eq!(at(40, true, 100), None);
+        assert_eq!(at(60, true, 300), None);
+        // 25 writes in the 250 ms since: 100 a second, not the burst's 650.
+        assert_eq!(at(65, true, 350), Some((100_000, 65, false)));
+        // Again a quarter-window later at the soonest, over the span since the throttle.
+        assert_eq!(at(80, true, 500), None);
+        assert_eq!(at(90, true, 600), Some((100_000, 90, false)));
+        assert_eq!(at(95, false, 900), None);
+        // The window goes on to its end, and the whole of it is measured as ever.
+        assert_eq!(at(130, true, 1_000), Some((130_000, 130, true)));
+        // A row of a spread bucket is measured over whole windows only.
+        let shard = row.shard(1);
+        assert_eq!(heat.observe(&shard, 0, (4, true), t(0)), None);
+        assert_eq!(heat.observe(&shard, 50, (4, true), t(500)), None);
+        assert_eq!(heat.observe(&shard, 90, (4, true), t(900)), None);
+    }
+
+    #[test]
     fn a_window_counts_this_clients_writes_among_all_and_about_two_writers_act_on_it() {
         let heat = Heat::default();
         let row: Dimension = "openai#rpm".parse().unwrap();
         let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
-        assert_eq!(heat.observe(&row, 0, 1, t(0)), None);
+        assert_eq!(heat.observe(&row, 0, (1, false), t(0)), None);
         for v in 1..5 {
-            assert_eq!(heat.observe(&row, v * 10, 1, t(v as i64 * 100)), None);
+            assert_eq!(
+                heat.observe(&row, v * 10, (1, false), t(v as i64 * 100)),
+                None
+            );
         }
-        let m = heat.observe(&row, 100, 1, t(1_000)).unwrap();
+        let m = heat.observe(&row, 100, (1, false), t(1_000)).unwrap();
         assert_eq!((m.per_row, m.own, m.all), (100_000, 5, 100));
         // Twice its share: 10 of every 100 draws.
         assert_eq!((0..100).filter(|roll| m.drawn(*roll, 0)).count(), 10);
@@ -317,13 +419,14 @@ mod tests {
         assert_eq!((0..100).filter(|roll| m.drawn(*roll, 4)).count(), 100);
         assert!((0..100).all(|roll| m.drawn(roll, u32::MAX)));
         // The next window counts afresh.
-        let next = heat.observe(&row, 300, 1, t(2_000)).unwrap();
+        let next = heat.observe(&row, 300, (1, false), t(2_000)).unwrap();
         assert_eq!((next.own, next.all), (1, 200));
         // A row's only writer always acts, and so does one that wrote half.
         let alone = Measure {
             per_row: 3_000,
             own: 3,
             all: 3,
+            whole: true,
         };
         let half = Measure {
             own: 2,

@@ -1,9 +1,14 @@
-//! What a lane remembers of its row, as the sharded path measures how hot it is.
+//! What a lane remembers of its row, as the sharded path measures how hot it is, and how
+//! it learns how many rows the bucket has.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::acquire::Wanted;
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
+use crate::error::Error;
+use crate::grant::Grant;
 use crate::shared::Core;
 use crate::shared::lanes::Lane;
 use crate::tokens::Tokens;
@@ -91,4 +96,37 @@ pub(super) fn learn_shards(core: &Core, base: &Dimension, lane: &Lane) -> u16 {
         }
         None => core.lanes.shards(base),
     }
+}
+
+/// A throttle's `refused` on the only row this client knows of `wanted`'s bucket: one
+/// read of that row, at most once a second, learns whether the bucket was spread since;
+/// when it was, the whole bucket answers at once (a client with one caller would
+/// otherwise learn it only from a write the hot row takes, after waits of up to a second
+/// each). A read has its own ceiling, apart from the writes'.
+pub(super) async fn spread_since(
+    core: &Arc<Core>,
+    wanted: &Wanted,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+    refused: Error,
+) -> Result<Grant, Error> {
+    let base = &wanted.dimension;
+    if !core.heat.look(base, core.now()) {
+        return Err(refused);
+    }
+    let row = match core.read_one(base).await {
+        Ok(Some(row)) => row,
+        Ok(None) => return Err(refused),
+        Err(e) => {
+            tracing::debug!(dimension = %base, error = %e, "reading a throttled row failed");
+            return Err(refused);
+        }
+    };
+    let shards = row.shards;
+    core.lanes.learn(row, core.now());
+    if shards <= 1 {
+        return Err(refused);
+    }
+    core.lanes.note_shards(base, shards);
+    super::whole(core, wanted, ttl, fresh_after, (refused, 0)).await
 }
