@@ -12,6 +12,7 @@
 //! bucket as a whole is short.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use rand::RngExt as _;
@@ -58,8 +59,8 @@ pub(crate) async fn acquire(
         dimension: row,
         ..wanted.clone()
     };
-    let throttles = || lane.throttles.load(std::sync::atomic::Ordering::Relaxed);
-    let pushes = || lane.pushed_back.load(std::sync::atomic::Ordering::Relaxed);
+    let throttles = || lane.throttles.load(Relaxed);
+    let pushes = || lane.pushed_back.load(Relaxed);
     let (before, pushes_before) = (throttles(), pushes());
     let answer = fast::acquire(core, on_shard, ttl, fresh_after, alone).await;
     let (throttled, pushed) = (throttles() > before, pushes() > pushes_before);
@@ -154,15 +155,12 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     }
     // Decided on a fresh measure only; the throttles since the last whole one count with
     // it, and two or more on a lone row not short have it measured within its window.
-    let so_far = lane.throttles.load(std::sync::atomic::Ordering::Relaxed) * u32::from(!short);
-    let measure = core
-        .heat
-        .observe(&row, version, (shards, so_far >= 2), learned_at)?;
+    let so_far = lane.throttles.load(Relaxed) * u32::from(!short);
+    let seen_as = (shards, so_far >= 2);
+    let measure = core.heat.observe(&row, version, seen_as, learned_at)?;
     let per_row = measure.per_row;
-    let throttles = match measure.whole {
-        true => lane.throttles.swap(0, std::sync::atomic::Ordering::Relaxed) * u32::from(!short),
-        false => so_far,
-    };
+    let swapped = || lane.throttles.swap(0, Relaxed) * u32::from(!short);
+    let throttles = if measure.whole { swapped() } else { so_far };
     let throttled = throttles > 0;
     // The ceiling told (configured, or the store's own), or the lower one the store's
     // throttles showed (see `Heat::ceiling`).

@@ -292,47 +292,20 @@ mod tests {
         let heat = Heat::default();
         let row: Dimension = "openai#rpm".parse().unwrap();
         let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
-        assert_eq!(
-            heat.observe(&row, 100, (1, false), t(0)).map(|m| m.per_row),
-            None
-        );
-        assert_eq!(
-            heat.observe(&row, 150, (1, false), t(500))
-                .map(|m| m.per_row),
-            None
-        );
-        assert_eq!(
-            heat.observe(&row, 340, (1, false), t(1_200))
-                .map(|m| m.per_row),
-            Some(200_000)
-        );
-        assert_eq!(
-            heat.observe(&row, 350, (1, false), t(3_200))
-                .map(|m| m.per_row),
-            Some(5_000)
-        );
+        let at = |v: u64, shards: u16, ms: i64| {
+            heat.observe(&row, v, (shards, false), t(ms))
+                .map(|m| m.per_row)
+        };
+        assert_eq!(at(100, 1, 0), None);
+        assert_eq!(at(150, 1, 500), None);
+        assert_eq!(at(340, 1, 1_200), Some(200_000));
+        assert_eq!(at(350, 1, 3_200), Some(5_000));
         // A version that went down is another bucket: measured afresh.
-        assert_eq!(
-            heat.observe(&row, 7, (1, false), t(5_000))
-                .map(|m| m.per_row),
-            None
-        );
-        assert_eq!(
-            heat.observe(&row, 9, (1, false), t(6_000))
-                .map(|m| m.per_row),
-            Some(2_000)
-        );
+        assert_eq!(at(7, 1, 5_000), None);
+        assert_eq!(at(9, 1, 6_000), Some(2_000));
         // Resharded since: measured afresh, whatever the versions.
-        assert_eq!(
-            heat.observe(&row, 90_000, (4, false), t(7_000))
-                .map(|m| m.per_row),
-            None
-        );
-        assert_eq!(
-            heat.observe(&row, 90_010, (4, false), t(8_000))
-                .map(|m| m.per_row),
-            Some(10_000)
-        );
+        assert_eq!(at(90_000, 4, 7_000), None);
+        assert_eq!(at(90_010, 4, 8_000), Some(10_000));
         let base = row.base();
         assert!(heat.claim(&base, t(8_000)));
         assert!(!heat.claim(&base, t(8_001)));
