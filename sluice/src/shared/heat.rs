@@ -287,11 +287,20 @@ fn in_a_row(
 mod tests {
     use super::*;
 
+    /// The row the tests measure.
+    fn rpm() -> Dimension {
+        "openai#rpm".parse().unwrap()
+    }
+
+    /// `ms` milliseconds after the tests' start.
+    fn t(ms: i64) -> UnixMillis {
+        UnixMillis::new(1_700_000_000_000 + ms)
+    }
+
     #[test]
     fn a_row_s_rate_is_its_version_s_rise_over_a_window_or_more() {
         let heat = Heat::default();
-        let row: Dimension = "openai#rpm".parse().unwrap();
-        let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
+        let row = rpm();
         let at = |v: u64, shards: u16, ms: i64| {
             heat.observe(&row, v, (shards, false), t(ms))
                 .map(|m| m.per_row)
@@ -346,8 +355,7 @@ mod tests {
     #[test]
     fn a_lone_row_throttled_is_measured_within_its_window_from_the_first_throttle_seen() {
         let heat = Heat::default();
-        let row: Dimension = "openai#rpm".parse().unwrap();
-        let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
+        let row = rpm();
         let at = |v: u64, throttled: bool, ms: i64| {
             heat.observe(&row, v, (1, throttled), t(ms))
                 .map(|m| (m.per_row, m.all, m.whole))
@@ -374,8 +382,7 @@ mod tests {
     #[test]
     fn a_window_counts_this_clients_writes_among_all_and_about_two_writers_act_on_it() {
         let heat = Heat::default();
-        let row: Dimension = "openai#rpm".parse().unwrap();
-        let t = |ms: i64| UnixMillis::new(1_700_000_000_000 + ms);
+        let row = rpm();
         assert_eq!(heat.observe(&row, 0, (1, false), t(0)), None);
         for v in 1..5 {
             assert_eq!(
