@@ -270,7 +270,9 @@ impl Sluice {
 
     /// Makes the bucket of `dimension` stricter, for every process sharing it, with one
     /// conditional write. Returns whether the bucket changed (`false`: it was already at
-    /// least this strict, or the report does not apply to its limit type). Tokens this
+    /// least this strict, the report does not apply to its limit type, or a
+    /// [`Tighten::Reported`] lost its race to another writer: it is not sent again, the
+    /// next answer's report is weighed instead). Tokens this
     /// client [prefetched](crate::Prefetch) for the dimension are dropped either way.
     ///
     /// ```

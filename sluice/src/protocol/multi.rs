@@ -4,8 +4,9 @@
 //! An acquire on `openai#rpm` and `openai#tpm` takes each dimension through its own lane
 //! (see [`fast`](super::fast)): each take is a change of that one bucket row (and its lease
 //! row), batched with whatever else this client is writing to that row. The dimensions
-//! this client last saw short are taken first, one at a time in name order (at the limit
-//! the bottleneck refuses before anything is taken); the others are taken together. When
+//! this client last saw short are taken first, one at a time, the scarcest first (the one
+//! whose refill serves fewest of the request a second: at the limit the bottleneck refuses
+//! before anything is taken); the others are taken together. When
 //! one is short, the dimensions already taken are given back, each exactly once (the
 //! give-back deletes the lease row it created, on condition that it is still there, and
 //! gives its cost back if it did), and then the caller gets the RetryIn: all or nothing as
@@ -28,6 +29,7 @@ use crate::error::Error;
 use crate::grant::{Grant, LeasePart};
 use crate::shared::Core;
 use crate::shared::remembered::{Recall, retry_in};
+use crate::tokens::Tokens;
 
 use super::release::{give_back_parts, in_background};
 use super::sharded;
@@ -143,8 +145,9 @@ pub(crate) async fn acquire(
         refusal: None,
         retry_at: now,
     };
-    // The dimensions last seen short go first, one by one in name order (at the limit the
-    // bottleneck refuses before anything is taken); the others are taken together.
+    // The dimensions last seen short go first, one by one, the scarcest first (at the
+    // limit the bottleneck refuses before anything is taken); the others are taken
+    // together.
     let (first, together) = order(core, &wanted, now);
     for &i in &first {
         let outcome = take_one(core, &wanted[i], terms).await;
@@ -197,19 +200,44 @@ async fn ask_again_under_pressure(
     }
 }
 
-/// The dimensions to take one by one first (those this client last saw short, in name
-/// order), and those to take together.
+/// The dimensions to take one by one first, and those to take together. First goes the
+/// scarcest (the one whose refill serves fewest of this request a second, in name order
+/// among equals), with every other one this client last saw short (or whose remembered
+/// row refuses now), scarcest first; the others are taken together after them. At the
+/// limit the bottleneck refuses before anything is taken, and an ample dimension is taken
+/// only for requests the bottleneck granted: taken together, every request the bottleneck
+/// refuses or keeps waiting (its row throttled while the other is held) would hold the
+/// ample one too, and many callers at once drain it that way, until it refuses as well.
 fn order(core: &Core, wanted: &[Wanted], now: UnixMillis) -> (Vec<usize>, Vec<usize>) {
-    let mut first: Vec<usize> = (0..wanted.len())
-        .filter(|&i| {
+    // Each remembered dimension: its refill a second, its cost, and whether it is short.
+    let mut known: Vec<(usize, Tokens, Tokens, bool)> = (0..wanted.len())
+        .filter_map(|i| {
             let w = &wanted[i];
-            core.lane(&w.dimension)
-                .memory()
-                .row()
-                .is_some_and(|row| !matches!(w.take_from(row, now), Take::Granted { .. }))
+            let lane = core.lane(&w.dimension);
+            let memory = lane.memory();
+            let row = memory.row()?;
+            let refuses = !matches!(w.take_from(row, now), Take::Granted { .. });
+            let per_second = row
+                .bucket
+                .effective_rate()
+                .refill_over(Duration::from_secs(1));
+            let cost = w.cost(row.bucket.cost_per_call());
+            Some((i, per_second, cost, refuses || memory.seen_short()))
         })
         .collect();
-    first.sort_by(|&a, &b| wanted[a].dimension.cmp(&wanted[b].dimension));
+    // Refill a second over cost, compared without dividing.
+    known.sort_by(|&(a, a_rate, a_cost, _), &(b, b_rate, b_cost, _)| {
+        let cross = |rate: Tokens, cost: Tokens| rate.as_nanos().saturating_mul(cost.as_nanos());
+        cross(a_rate, b_cost)
+            .cmp(&cross(b_rate, a_cost))
+            .then_with(|| wanted[a].dimension.cmp(&wanted[b].dimension))
+    });
+    let first: Vec<usize> = known
+        .iter()
+        .enumerate()
+        .filter(|(k, (.., short))| *k == 0 || *short)
+        .map(|(_, (i, ..))| *i)
+        .collect();
     let together = (0..wanted.len()).filter(|i| !first.contains(i)).collect();
     (first, together)
 }

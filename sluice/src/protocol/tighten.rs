@@ -68,9 +68,11 @@ pub(crate) async fn tighten(
         core.lane(&dimension).memory().set_prefetched(None);
     }
     let mut budget = Budget::new(core.config.max_retries);
+    let lane = core.lane(&dimension);
     loop {
+        // Remembered, so that the reports of the next answers are weighed against it.
         let row = core
-            .read_one(&dimension)
+            .read_into(&lane, &dimension)
             .await?
             .ok_or_else(|| core.unknown(&dimension))?;
         let now = core.now();
@@ -91,6 +93,15 @@ pub(crate) async fn tighten(
             }
             Err(CommitError::Condition(failure @ ConditionFailure::LeaseMissing(_))) => {
                 return Err(StoreError::impossible(&failure).into());
+            }
+            // A report lost to another writer is not sent again: the row it was weighed
+            // against moved (mostly grants, which only lower it), and the next answer
+            // brings a report of its own. On a row every process writes, a report resent
+            // until it wins would cost reads and billed writes at every answer.
+            Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict)
+                if matches!(how, Tighten::Reported(_)) =>
+            {
+                return Ok(false);
             }
             // A lost race or a (vanishingly unlikely) key collision: look again.
             Err(CommitError::Condition(_)) | Err(CommitError::TransactionConflict) => {
@@ -151,3 +162,6 @@ fn tightening(row: &BucketState, how: Tighten, now: UnixMillis) -> Option<Commit
         }
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -25,6 +25,11 @@ pub(crate) trait Hooks: Send + Sync + std::fmt::Debug + 'static {
         Ok(())
     }
 
+    /// Before a commit (a transaction of bucket and lease rows): an error refuses it.
+    fn commit(&self, _commit: &Commit) -> Result<(), CommitError> {
+        Ok(())
+    }
+
     /// Before a reshard's transaction: `false` answers that it lost its race.
     fn respread(&self) -> bool {
         true
@@ -106,6 +111,10 @@ hooked_store!({
         }
         self.inner.respread_buckets(expected, rows, moves).await
     }
+    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+        self.hooks.commit(&commit)?;
+        self.inner.commit(commit).await
+    }
     async fn read_buckets(
         &self,
         dimensions: &[Dimension],
@@ -122,7 +131,6 @@ hooked_store!({
         self.inner.delete_leases(keys).await
     }
 } passed {
-    commit(commit: Commit) -> Result<(), CommitError>;
     put_leases(leases: &[LeaseRecord]) -> Result<(), StoreError>;
     read_leases(keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError>;
     scan_leases(filter: &LeaseFilter) -> Result<LeaseScan, StoreError>;
