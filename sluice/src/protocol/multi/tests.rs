@@ -122,55 +122,74 @@ async fn a_pairs_retry_in_counts_down_while_the_give_back_is_written() {
     let clock = clock();
     let store = Arc::new(Hooked::new(Pressed {
         clock: Some(clock.clone()),
-        slow: Some("pair#b".parse().unwrap()),
+        slow: Some("pair#a".parse().unwrap()),
         ..Pressed::default()
     }));
     let sluice = client(store.clone(), &clock);
-    // b serves one call a second, a two: b is taken first.
-    define(&sluice, "pair#a", per_second(2, 2)).await;
+    define(&sluice, "pair#a", per_second(100, 100)).await;
     define(&sluice, "pair#b", per_second(1, 1)).await;
-    // Another client empties a; this one has not seen it, takes b, then finds a short.
+    // Another client empties b; this one has not seen it and takes a and b together.
     let other = client(store, &clock);
-    let _held = other
-        .acquire(Acquire::with_cost("pair#a", Tokens::new(2)))
-        .await
-        .unwrap();
+    let _held = other.acquire("pair#b").await.unwrap();
     let started = sluice.now();
     let answer = sluice
         .acquire(Acquire::new("pair#a").and("pair#b"))
         .await
         .unwrap_err();
-    // a serves a call 500 ms after it was found short; giving b back took 400 ms of that.
+    // b is back 1 s after it was found short; giving a back took 400 ms of that.
     assert!(sluice.now().saturating_since(started) >= Duration::from_millis(400));
-    assert_eq!(answer.retry_in(), Some(Duration::from_millis(100)));
-    let b = sluice.bucket("pair#b").await.unwrap().unwrap();
-    assert_eq!(b.available(sluice.now()), Tokens::new(1));
+    assert_eq!(answer.retry_in(), Some(Duration::from_millis(600)));
+    let a = sluice.bucket("pair#a").await.unwrap().unwrap();
+    assert_eq!(a.available(sluice.now()), Tokens::new(100));
 }
 
-#[tokio::test]
-async fn the_scarcest_dimension_is_taken_first_though_none_was_seen_short() {
+/// A client of a store that counts the changes of each dimension, with `pair#a` (a
+/// hundred calls a second) and `pair#z` (one): this client saw z with a call to spare,
+/// another client took it.
+async fn scarce_z_taken_elsewhere() -> (Arc<Hooked<Pressed>>, Sluice, crate::Lease) {
     let clock = clock();
     let store = Arc::new(Hooked::new(Pressed::default()));
     let sluice = client(store.clone(), &clock);
-    // a serves a hundred calls a second, z one: z is the bottleneck, whatever the names.
     define(&sluice, "pair#a", per_second(100, 100)).await;
     define(&sluice, "pair#z", per_second(1, 2)).await;
     take_one(&sluice, "pair#a").await;
-    // This client saw z with a call to spare; another client takes it.
     take_one(&sluice, "pair#z").await;
     let other = client(store.clone(), &clock);
-    let _held = other.acquire("pair#z").await.unwrap();
+    let held = other.acquire("pair#z").await.unwrap();
+    (store, sluice, held)
+}
+
+#[tokio::test]
+async fn a_waiting_caller_takes_the_scarcest_dimension_first_though_none_was_seen_short() {
+    let (store, sluice, _held) = scarce_z_taken_elsewhere().await;
     let before = store.hooks.changes_of("pair#a");
+    // z is the bottleneck, whatever the names: a waiter takes it first, alone.
     let answer = sluice
-        .acquire(Acquire::new("pair#a").and("pair#z"))
+        .acquire_within(
+            Acquire::new("pair#a").and("pair#z"),
+            Duration::from_millis(500),
+        )
         .await
         .unwrap_err();
     assert_eq!(answer.retry_in(), Some(Duration::from_secs(1)));
     assert_eq!(
         store.hooks.changes_of("pair#a") - before,
         0,
-        "the ample dimension is not taken (and given back) for a request z refuses"
+        "the ample dimension is not taken (and held, then given back) for a waiter z refuses"
     );
+}
+
+#[tokio::test]
+async fn a_caller_that_does_not_wait_takes_what_its_memory_allows_together() {
+    let (store, sluice, _held) = scarce_z_taken_elsewhere().await;
+    let before = store.hooks.changes_of("pair#a");
+    // One round of writes: a is taken beside z, and given back when z refuses.
+    let answer = sluice
+        .acquire(Acquire::new("pair#a").and("pair#z"))
+        .await
+        .unwrap_err();
+    assert_eq!(answer.retry_in(), Some(Duration::from_secs(1)));
+    assert_eq!(store.hooks.changes_of("pair#a") - before, 2);
 }
 
 /// A client on a store that refuses the first `throttles` changes of `pair#tpm`, with the
