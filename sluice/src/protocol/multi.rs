@@ -200,6 +200,10 @@ async fn ask_again_under_pressure(
     }
 }
 
+/// A dimension's refill a second and a request's cost on it: how many of the request it
+/// serves a second.
+type Scarcity = (Tokens, Tokens);
+
 /// The dimensions to take one by one first, and those to take together.
 ///
 /// For a caller that does not wait, those whose remembered row refuses the request now go
@@ -216,44 +220,39 @@ async fn ask_again_under_pressure(
 /// empty in 14 s with 82 calls made). A waiter accepts a round of writes more.
 fn order(core: &Core, wanted: &[Wanted], now: UnixMillis) -> (Vec<usize>, Vec<usize>) {
     let waits = wanted.iter().any(|w| !w.queue.is_zero());
-    // Each remembered dimension: its refill a second, its cost, and whether it goes first
-    // for being short.
-    let mut known: Vec<(usize, Tokens, Tokens, bool)> = (0..wanted.len())
+    // Each remembered dimension; whether it goes first for being short; and, for a
+    // waiting caller only, its refill a second and its cost.
+    let mut known: Vec<(usize, bool, Option<Scarcity>)> = (0..wanted.len())
         .filter_map(|i| {
             let w = &wanted[i];
             let lane = core.lane(&w.dimension);
             let memory = lane.memory();
             let row = memory.row()?;
             let refuses = !matches!(w.take_from(row, now), Take::Granted { .. });
-            let per_second = row
-                .bucket
-                .effective_rate()
-                .refill_over(Duration::from_secs(1));
-            let cost = w.cost(row.bucket.cost_per_call());
-            Some((
-                i,
-                per_second,
-                cost,
-                refuses || (waits && memory.seen_short()),
-            ))
+            let scarcity = waits.then(|| {
+                let per_second = row
+                    .bucket
+                    .effective_rate()
+                    .refill_over(Duration::from_secs(1));
+                (per_second, w.cost(row.bucket.cost_per_call()))
+            });
+            Some((i, refuses || (waits && memory.seen_short()), scarcity))
         })
         .collect();
-    if waits {
-        // Refill a second over cost, compared without dividing.
-        known.sort_by(|&(a, a_rate, a_cost, _), &(b, b_rate, b_cost, _)| {
-            let cross =
-                |rate: Tokens, cost: Tokens| rate.as_nanos().saturating_mul(cost.as_nanos());
-            cross(a_rate, b_cost)
-                .cmp(&cross(b_rate, a_cost))
-                .then_with(|| wanted[a].dimension.cmp(&wanted[b].dimension))
-        });
-    } else {
-        known.sort_by(|a, b| wanted[a.0].dimension.cmp(&wanted[b.0].dimension));
-    }
+    // By name; for a waiting caller, the scarcest first (refill a second over cost,
+    // compared without dividing), by name among equals.
+    known.sort_by(|&(a, _, a_scarcity), &(b, _, b_scarcity)| {
+        let (a_rate, a_cost) = a_scarcity.unwrap_or_default();
+        let (b_rate, b_cost) = b_scarcity.unwrap_or_default();
+        let cross = |rate: Tokens, cost: Tokens| rate.as_nanos().saturating_mul(cost.as_nanos());
+        cross(a_rate, b_cost)
+            .cmp(&cross(b_rate, a_cost))
+            .then_with(|| wanted[a].dimension.cmp(&wanted[b].dimension))
+    });
     let first: Vec<usize> = known
         .iter()
         .enumerate()
-        .filter(|(k, (.., short))| (waits && *k == 0) || *short)
+        .filter(|(k, (_, short, _))| (waits && *k == 0) || *short)
         .map(|(_, (i, ..))| *i)
         .collect();
     let together = (0..wanted.len()).filter(|i| !first.contains(i)).collect();

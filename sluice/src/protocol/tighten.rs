@@ -47,6 +47,7 @@ pub(crate) async fn tighten(
     dimension: Dimension,
     how: Tighten,
 ) -> Result<bool, Error> {
+    let lane = core.lane(&dimension);
     if let Tighten::Reported(_) = how {
         // A successful answer's report comes with every call: when it changes nothing in
         // the row this client last saw, it is not worth a read. The stored row may have
@@ -54,8 +55,7 @@ pub(crate) async fn tighten(
         // release elsewhere may raise it, and a drift that leaves is caught by a later
         // report or the vendor's next 429): skipping never loosens a bucket.
         let now = core.now();
-        let unchanged = core
-            .lane(&dimension)
+        let unchanged = lane
             .memory()
             .row()
             .is_some_and(|row| tightening(row, how, now).is_none());
@@ -65,10 +65,9 @@ pub(crate) async fn tighten(
     }
     if !matches!(how, Tighten::Reported(_)) {
         // The vendor said stop: tokens this client took ahead are not granted any more.
-        core.lane(&dimension).memory().set_prefetched(None);
+        lane.memory().set_prefetched(None);
     }
     let mut budget = Budget::new(core.config.max_retries);
-    let lane = core.lane(&dimension);
     loop {
         // Remembered, so that the reports of the next answers are weighed against it.
         let row = core
@@ -84,7 +83,7 @@ pub(crate) async fn tighten(
             Ok(()) => {
                 // What this client took ahead is not granted any more once the vendor's
                 // report has lowered the bucket.
-                core.lane(&dimension).memory().set_prefetched(None);
+                lane.memory().set_prefetched(None);
                 if let Some(row) = written {
                     core.lanes.learn_written(row, now);
                 }
