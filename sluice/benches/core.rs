@@ -24,6 +24,7 @@ fn state() -> BucketState {
         tokens: Tokens::new(250),
         last_refill_at: UnixMillis::from_secs(1_700_000_000),
         refill_carry: sluice::RefillCarry::ZERO,
+        herd_at: None,
         version: 7,
         write_id: Some(42),
         recent_writes: sluice::RecentWrites::default(),

@@ -20,6 +20,7 @@
 //!
 //! | fill ahead | as fill, on a row other writers write often (see [`ahead`]) | as fill | as fill; `last_refill_at` set `d` after `now` |
 //! | take behind | a stale writer's first attempt at a full row others write often | `tokens += restored - taken` | `tokens ≥ need`, `tokens ≤ holds - restored`, `last_refill_at ≥ now` |
+//! | herd | a writer's first write to a full row of a slowly refilling bucket (see [`herd`]) | `tokens += restored - taken`, `last_refill_at` set once, by the first | see [`herd`] |
 //!
 //! A fill ahead leaves the row refilling nothing for `d` (up to a second): its level stays
 //! below full, so every write in that time is a take, and takes commute, where on a full
@@ -81,6 +82,12 @@ pub enum Condition {
     RefilledSince(UnixMillis),
     /// `last_refill_at ≤` this.
     RefilledBy(UnixMillis),
+    /// The row has no [`herd_at`](BucketState::herd_at).
+    HerdAbsent,
+    /// `last_refill_at = herd_at` (which the row has).
+    StampIsHerd,
+    /// `herd_at ≥` this (which the row has).
+    HerdSince(UnixMillis),
 }
 
 impl Condition {
@@ -92,6 +99,9 @@ impl Condition {
             Condition::RefilledAt(t) => row.last_refill_at == t,
             Condition::RefilledSince(t) => row.last_refill_at >= t,
             Condition::RefilledBy(t) => row.last_refill_at <= t,
+            Condition::HerdAbsent => row.herd_at.is_none(),
+            Condition::StampIsHerd => row.herd_at == Some(row.last_refill_at),
+            Condition::HerdSince(t) => row.herd_at.is_some_and(|h| h >= t),
         }
     }
 }
@@ -104,7 +114,13 @@ pub struct Commute {
     /// What it does to the stored tokens.
     pub tokens: TokensOp,
     /// The refill timestamp and carry it sets (a fold or a fill), or `None` to leave them.
+    /// A change that sets them also clears the row's [`herd_at`](BucketState::herd_at).
     pub refill: Option<(UnixMillis, RefillCarry)>,
+    /// For a herd write (a process's first write to a full row, as a fleet starts): the
+    /// refill timestamp it sets, and the row's [`herd_at`](BucketState::herd_at), when the
+    /// row has no `herd_at`; else it sets the refill timestamp to the row's `herd_at`.
+    /// `None` for every other change.
+    pub herd: Option<UnixMillis>,
     /// What the stored row must satisfy.
     pub when: Vec<Condition>,
     /// Other sets of conditions, each of which makes the change right as well (for a fill:
@@ -124,6 +140,7 @@ impl Commute {
         Commute {
             tokens,
             refill,
+            herd: None,
             when,
             or_when: Vec::new(),
         }
@@ -151,13 +168,26 @@ impl Commute {
             TokensOp::Add(delta) => row.tokens.saturating_add(delta),
             TokensOp::Set(tokens) => tokens,
         };
-        match self.refill {
-            Some((last_refill_at, carry)) => Level {
+        match (self.refill, self.herd) {
+            (Some((last_refill_at, carry)), _) => Level {
                 tokens,
                 last_refill_at,
                 carry,
             },
-            None => Level {
+            (None, Some(now)) => {
+                let last_refill_at = row.herd_at.unwrap_or(now);
+                Level {
+                    tokens,
+                    last_refill_at,
+                    // A carry belongs to the refill timestamp it was stored with.
+                    carry: if last_refill_at == row.last_refill_at {
+                        row.refill_carry
+                    } else {
+                        RefillCarry::ZERO
+                    },
+                }
+            }
+            (None, None) => Level {
                 tokens,
                 ..row.level()
             },
@@ -193,6 +223,11 @@ pub(crate) struct Want {
     /// another writer's fill stamped ahead leaves it (a stale writer's first attempt on a
     /// row others fill ahead): the change then fails, once, if nobody did.
     pub(crate) behind: bool,
+    /// Whether this writer has yet to have a write to the row applied: a fleet's start,
+    /// when every process's first write is computed from the row as it was before any of
+    /// them wrote. A row full with its stored tokens then gets a herd write (see
+    /// [`herd`](self::herd)).
+    pub(crate) herd: bool,
 }
 
 /// The longest a fill stamps a row ahead of its instant (see [`ahead`]).
@@ -238,6 +273,11 @@ pub(crate) fn commute(
     let at = now.max(anchor);
     let (refill, carry) = earned(row.level(), rate, at);
     if want.fill && row.tokens + refill + want.restored >= want.ceiling {
+        if want.herd
+            && let Some(change) = herd::herd(row, want, rate, at)
+        {
+            return Some(change);
+        }
         let ahead = ahead(want, rate);
         if ahead.is_some() && want.behind && at > anchor {
             return want
@@ -405,6 +445,7 @@ fn fill(
     Some(Commute {
         tokens: TokensOp::Set((want.ceiling - want.taken).saturating_sub(e)),
         refill: Some((stamp, RefillCarry::ZERO)),
+        herd: None,
         when,
         or_when,
     })
@@ -460,5 +501,6 @@ fn time_to_earn(amount: Tokens, rate: PerMilli, per_milli: u32) -> Option<i64> {
     i64::try_from((owed + rate.num - U256::ONE) / rate.num).ok()
 }
 
+pub(crate) mod herd;
 #[cfg(test)]
 mod tests;

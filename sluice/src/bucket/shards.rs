@@ -210,6 +210,7 @@ pub(crate) fn reshard(
             bucket,
             last_refill_at: latest,
             refill_carry: RefillCarry::ZERO,
+            herd_at: None,
             version,
             write_id: Some(write_id),
             recent_writes,

@@ -24,6 +24,11 @@ pub struct BucketState {
     /// What refill had earned by `last_refill_at` beyond `tokens`: less than a billionth of
     /// a token (see [`RefillCarry`]).
     pub refill_carry: RefillCarry,
+    /// When the writers of a fleet's start took their first grants from the row full (see
+    /// [`Commute::herd`](crate::Commute::herd)): the refill timestamp the first of them
+    /// set, which the others keep; `None` once any other write moved the refill
+    /// timestamp. Other SDKs leave it as it is.
+    pub herd_at: Option<UnixMillis>,
     /// Bumped by every write; writes are conditioned on it.
     pub version: u64,
     /// The id of the sluice write that produced this row (`None`: no sluice write has
@@ -107,6 +112,7 @@ impl BucketState {
             bucket,
             last_refill_at: now,
             refill_carry: RefillCarry::ZERO,
+            herd_at: None,
             version: 0,
             write_id: None,
             recent_writes: RecentWrites::default(),
@@ -125,6 +131,7 @@ impl BucketState {
             && self.tokens == other.tokens
             && self.last_refill_at == other.last_refill_at
             && self.refill_carry == other.refill_carry
+            && self.herd_at == other.herd_at
             && self.version == other.version
             && self.write_id == other.write_id
             && self.burst == other.burst

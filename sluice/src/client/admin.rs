@@ -452,6 +452,7 @@ pub(super) fn redefined(
         } else {
             RefillCarry::ZERO
         },
+        herd_at: None,
         version: cur.version.saturating_add(1),
         write_id: Some(write_id),
         recent_writes: cur.recent_after(write_id, last_refill_at),

@@ -103,6 +103,8 @@ pub(crate) struct Remembered {
     seen: bool,
     /// Whether a write of this client was pushed back since the row was learned (rule 7).
     stale: bool,
+    /// Whether a write of this client to the row ever applied (kept when it is forgotten).
+    wrote: bool,
     /// How often other writers write the row (kept when it is forgotten).
     pace: pace::Pace,
 }
@@ -164,12 +166,18 @@ impl Remembered {
         self.stale = true;
     }
 
-    /// When the remembered row was learned from the store, by the client's clock.
     /// Whether a row was ever learned here, forgotten since or not.
     pub(crate) fn seen(&self) -> bool {
         self.seen
     }
 
+    /// Whether a write of this client to the row ever applied, forgotten since or not (see
+    /// [`Want::herd`](crate::bucket::Want)).
+    pub(crate) fn wrote(&self) -> bool {
+        self.wrote
+    }
+
+    /// When the remembered row was learned from the store, by the client's clock.
     pub(crate) fn learned_at(&self) -> UnixMillis {
         self.learned_at
     }
@@ -222,6 +230,7 @@ impl Remembered {
             _ => None,
         };
         self.learn_as(row, now, true);
+        self.wrote = true;
         if let Some(wait) = short {
             self.confirm_short(now, wait, lowest);
         }
@@ -259,6 +268,7 @@ impl Remembered {
             outstanding: std::mem::take(&mut self.outstanding),
             overflow_until: self.overflow_until,
             seen: self.seen,
+            wrote: self.wrote,
             pace: self.pace,
             ..Remembered::default()
         };

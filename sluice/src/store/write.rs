@@ -106,6 +106,7 @@ impl BucketWrite {
             tokens: self.tokens,
             last_refill_at: self.last_refill_at,
             refill_carry: self.refill_carry,
+            herd_at: None,
             version: self.expected.version.saturating_add(1),
             write_id: Some(self.write_id),
             recent_writes: self
@@ -204,6 +205,11 @@ impl BucketChange {
     pub fn applied(&self, stored: &BucketState) -> BucketState {
         let mut after = stored.clone();
         after.set_level(self.commute.applied(stored));
+        if self.commute.refill.is_some() {
+            after.herd_at = None;
+        } else if self.commute.herd.is_some() {
+            after.herd_at = Some(after.last_refill_at);
+        }
         after.version = stored.version.saturating_add(1);
         after
     }

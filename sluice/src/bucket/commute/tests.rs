@@ -7,6 +7,7 @@ use crate::bucket::{Bucket, refill};
 use crate::rate::RefillRate;
 
 mod ahead;
+mod herd;
 mod short;
 
 const T0: i64 = 1_700_000_000_000;
@@ -76,6 +77,7 @@ fn take(taken: i64, ceiling: i64) -> Want {
         short: false,
         others_per_ks: 0,
         behind: false,
+        herd: false,
     }
 }
 
@@ -267,6 +269,7 @@ fn concurrent_slots_are_taken_and_given_back_by_addition() {
         short: false,
         others_per_ks: 0,
         behind: false,
+        herd: false,
     };
     let c = change(&row(b.clone(), 2, 0), &back, at(1)).unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(1)));
@@ -294,17 +297,29 @@ fn any_bucket() -> impl Strategy<Value = Bucket> {
 /// around `T0`, carrying what refill to then left.
 fn any_row(bucket: Bucket) -> impl Strategy<Value = BucketState> {
     let capacity = bucket.capacity().as_nanos();
-    (-capacity..=capacity, -5_000i64..5_000, 0i64..5_000).prop_map(move |(t, last, step)| {
-        let mut r = row(bucket.clone(), 0, last - step);
-        r.tokens = Tokens::from_nanos(t);
-        // Refilled to `last` from `step` before, so that it carries what a rate leaves.
-        let level = refill(r.level(), Tokens::MAX, r.bucket.effective_rate(), at(last));
-        r.set_level(Level {
-            tokens: Tokens::from_nanos(t),
-            ..level
-        });
-        r
-    })
+    (
+        -capacity..=capacity,
+        -5_000i64..5_000,
+        0i64..5_000,
+        prop_oneof![
+            Just(None),
+            Just(Some(0i64)),
+            (-5_000i64..5_000).prop_map(Some)
+        ],
+    )
+        .prop_map(move |(t, last, step, herd)| {
+            let mut r = row(bucket.clone(), 0, last - step);
+            r.tokens = Tokens::from_nanos(t);
+            // A herd's timestamp: none, the row's own refill timestamp, or any other.
+            r.herd_at = herd.map(|h| if h == 0 { at(last) } else { at(h) });
+            // Refilled to `last` from `step` before, so that it carries what a rate leaves.
+            let level = refill(r.level(), Tokens::MAX, r.bucket.effective_rate(), at(last));
+            r.set_level(Level {
+                tokens: Tokens::from_nanos(t),
+                ..level
+            });
+            r
+        })
 }
 
 /// Other writers' pace on the row (none, or any up to a million a second), and whether a
@@ -323,10 +338,24 @@ fn any_case() -> impl Strategy<Value = (BucketState, BucketState, Want, i64)> {
             0..=capacity,
             proptest::option::of(0..=capacity),
             0i64..10_000,
-            (0..=capacity, any::<bool>(), any::<bool>(), any_pace()),
+            (
+                0..=capacity,
+                any::<bool>(),
+                any::<bool>(),
+                any_pace(),
+                any::<bool>(),
+            ),
         )
             .prop_map(
-                move |(remembered, actual, restored, taken, need, now, (debt, fill, short, p))| {
+                move |(
+                    remembered,
+                    actual,
+                    restored,
+                    taken,
+                    need,
+                    now,
+                    (debt, fill, short, p, herd),
+                )| {
                     // A waiting caller's need is less by the debt it may leave (below zero).
                     let want = Want {
                         restored: Tokens::from_nanos(restored / 4),
@@ -337,6 +366,7 @@ fn any_case() -> impl Strategy<Value = (BucketState, BucketState, Want, i64)> {
                         short,
                         others_per_ks: p.0,
                         behind: p.1,
+                        herd,
                     };
                     (remembered, actual, want, now)
                 },
@@ -371,6 +401,7 @@ fn stale_writers(
             short: false,
             others_per_ks,
             behind: true,
+            herd: false,
         };
         for _ in 0..3 {
             let Some(c) = commute(
@@ -415,8 +446,10 @@ proptest! {
             let (level, served) = exact(&actual, &want, now);
             prop_assert!(served, "granted from a bucket that could not serve it: {:?}", c);
             // Less where a fill stamped ahead of its instant drops the refill until then.
+            // Less too where a herd's lead drops the refill since the row's timestamp.
             let exactly = actual.last_refill_at >= remembered.last_refill_at
-                && c.refill.is_none_or(|(last, _)| last <= now);
+                && c.refill.is_none_or(|(last, _)| last <= now)
+                && !(c.herd.is_some() && actual.herd_at.is_none());
             prop_assert!(
                 within(c.applied(&actual), level, &actual.bucket, want.ceiling, now, exactly),
                 "{:?} left {:?}, not {:?}", c, c.applied(&actual), level
@@ -424,6 +457,10 @@ proptest! {
             if let Some((last, _)) = c.refill {
                 prop_assert!(last >= actual.last_refill_at, "moved the refill timestamp back");
             }
+            prop_assert!(
+                c.applied(&actual).last_refill_at >= actual.last_refill_at,
+                "moved the refill timestamp back"
+            );
         }
     }
 

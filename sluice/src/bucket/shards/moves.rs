@@ -77,6 +77,7 @@ fn move_of(old: &BucketState, new: &BucketState, now: UnixMillis, raced: bool) -
         return Some(Commute {
             tokens: TokensOp::Add(new.tokens - holds),
             refill: settled,
+            herd: None,
             when: vec![
                 Condition::RefilledSince(anchor),
                 Condition::RefilledBy(now),
@@ -93,6 +94,7 @@ fn move_of(old: &BucketState, new: &BucketState, now: UnixMillis, raced: bool) -
         return Some(Commute {
             tokens: TokensOp::Set(new.tokens),
             refill: settled,
+            herd: None,
             when: vec![
                 Condition::RefilledAt(anchor),
                 Condition::TokensAtLeast(old.tokens - surplus),
@@ -110,6 +112,7 @@ fn move_of(old: &BucketState, new: &BucketState, now: UnixMillis, raced: bool) -
     Some(Commute {
         tokens: TokensOp::Add(delta),
         refill: settled,
+        herd: None,
         when: vec![
             Condition::RefilledAt(anchor),
             Condition::TokensAtMost(not_full.min(within)),

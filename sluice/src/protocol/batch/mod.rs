@@ -149,17 +149,17 @@ impl Write<'_> {
             self.core.now_micros()
         };
         let guess = self.lost == 1 && !self.tried_behind && barely_full(&row, at);
-        let (short, others_per_ks) = {
+        let (short, others_per_ks, herd) = {
             let memory = self.lane.memory();
-            (memory.seen_short(), memory.others_per_ks())
+            (memory.seen_short(), memory.others_per_ks(), !memory.wrote())
         };
-        let behind = self.lost == 0 && !self.fresh; // a stale row's first try: `Want::behind`
         let reading = plan::Reading {
             now: (at, micros),
             fill: !(guess || short),
             short,
             others_per_ks,
-            behind,
+            behind: self.lost == 0 && !self.fresh, // a stale row's first try
+            herd,
         };
         let Some(change) = plan::change(&row, &plan, &reading, self.core.config.fold_after) else {
             // The remembered row cannot do what it was planned to (a rounding edge): decide

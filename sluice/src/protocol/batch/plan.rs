@@ -65,6 +65,8 @@ pub(super) struct Reading {
     pub(super) others_per_ks: u64,
     /// A full row is first taken from as another writer's fill stamped ahead leaves it.
     pub(super) behind: bool,
+    /// No write of this client to the row applied yet: a full row gets a herd write.
+    pub(super) herd: bool,
 }
 
 /// The change that makes `plan` of `row` as `reading` says; `None` when the row cannot
@@ -96,6 +98,7 @@ pub(super) fn change(
         short: reading.short,
         others_per_ks: reading.others_per_ks,
         behind: reading.behind,
+        herd: reading.herd,
     };
     commute(row, &want, reading.now, fold_after).map(|c| BucketChange::of(row, c))
 }

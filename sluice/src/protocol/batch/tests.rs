@@ -66,7 +66,9 @@ async fn a_race_lost_to_a_later_fill_is_retried_as_a_take_at_that_fill_not_as_an
     sluice.put_bucket(RPM, bucket()).await.unwrap();
     // This client fills the full bucket at 0 and remembers that row.
     sluice.acquire(RPM).await.unwrap().release().await.unwrap();
-    // Another process, its clock read later (110 ms), fills it first.
+    // Another process, its clock read later (110 ms), writes first: its first write, a
+    // herd's lead, stamped back to 100 ms by the 10 ms the token it was short of full took
+    // to refill.
     theirs.set(at(110));
     other.acquire(RPM).await.unwrap().release().await.unwrap();
     // This client's clock read 100 ms when it computed its fill; its write lands after the
@@ -85,11 +87,11 @@ async fn a_race_lost_to_a_later_fill_is_retried_as_a_take_at_that_fill_not_as_an
     let retry = &changes[before + 1].commute;
     assert_eq!(retry.tokens, TokensOp::Add(Tokens::new(-1)));
     assert_eq!(retry.refill, None, "a take moves no refill timestamp");
-    assert!(retry.when.contains(&Condition::RefilledSince(at(110))));
+    assert!(retry.when.contains(&Condition::RefilledSince(at(100))));
     // The row keeps the other process's refill timestamp, with both of its takes.
     let row = sluice.bucket(RPM).await.unwrap().unwrap();
-    assert_eq!(row.last_refill_at, at(110));
-    assert_eq!(row.tokens, Tokens::new(98));
+    assert_eq!(row.last_refill_at, at(100));
+    assert_eq!(row.refilled(at(110)).tokens, Tokens::new(98));
     // The take commutes: a later fill landing first would not make it fail, where a fill
     // computed at 130 ms would have.
     let later = with_level(&row, 99, at(125));
@@ -106,7 +108,9 @@ async fn after_a_lost_race_a_request_the_later_fills_level_cannot_serve_is_decid
     let slow = Bucket::requests(RefillRate::per_second(2)).with_capacity(2);
     sluice.put_bucket(RPM, slow).await.unwrap();
     sluice.acquire(RPM).await.unwrap().release().await.unwrap();
-    // The bucket is full again by 500 ms; another process takes both at 1,100 ms.
+    // The bucket is full again by 500 ms; another process takes both at 1,100 ms, its first
+    // write a herd's lead, which stamps the row at 600 ms (back by the 500 ms the token it
+    // was short of full took to refill).
     theirs.set(at(1_100));
     other.acquire(RPM).await.unwrap().release().await.unwrap();
     other.acquire(RPM).await.unwrap().release().await.unwrap();
@@ -118,12 +122,12 @@ async fn after_a_lost_race_a_request_the_later_fills_level_cannot_serve_is_decid
     sluice.acquire(RPM).await.unwrap().release().await.unwrap();
     let retry = &store.hooks.changes()[before + 1..];
     assert_eq!(retry.len(), 1, "granted by the write after the lost race");
-    // Counting the refill from 1,100 ms to 1,700 ms.
+    // Counting the refill from that stamp to 1,700 ms.
     assert!(
         retry[0]
             .commute
             .when
-            .contains(&Condition::RefilledAt(at(1_100)))
+            .contains(&Condition::RefilledAt(at(600)))
     );
     let row = sluice.bucket(RPM).await.unwrap().unwrap();
     assert_eq!(row.available(at(1_700)), Tokens::from_nanos(200_000_000));

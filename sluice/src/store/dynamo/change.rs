@@ -94,9 +94,20 @@ pub(super) fn parts_of(change: &BucketChange) -> (Expr, Clauses) {
             c.sets.push("#t = :tokens".to_owned());
         }
     }
+    if let Some(now) = change.commute.herd {
+        // The lead's instant, or the herd's when it has one (see `Commute::herd`).
+        e.name("#l", row::LAST_REFILL_AT)
+            .name("#h", row::HERD_AT)
+            .value(":herd", row::n(now));
+        c.sets.push("#l = if_not_exists(#h, :herd)".to_owned());
+        c.sets.push("#h = if_not_exists(#h, :herd)".to_owned());
+    }
     if let Some((at, carry)) = change.commute.refill {
-        e.name("#rc", row::REFILL_CARRY).value(":last", row::n(at));
+        e.name("#rc", row::REFILL_CARRY)
+            .name("#h", row::HERD_AT)
+            .value(":last", row::n(at));
         c.sets.push("#l = :last".to_owned());
+        c.removes.push("#h".to_owned());
         match row::carry_value(carry, at) {
             Some(value) => {
                 e.value(":rc", value);
@@ -127,10 +138,24 @@ fn conditions(e: &mut Expr, c: &Commute) {
                     Condition::RefilledAt(_)
                         | Condition::RefilledSince(_)
                         | Condition::RefilledBy(_)
+                        | Condition::StampIsHerd
                 )
             });
     if refilled {
         e.name("#l", row::LAST_REFILL_AT);
+    }
+    let herd = c
+        .when
+        .iter()
+        .chain(alternatives.iter().copied().flatten())
+        .any(|c| {
+            matches!(
+                c,
+                Condition::HerdAbsent | Condition::StampIsHerd | Condition::HerdSince(_)
+            )
+        });
+    if herd {
+        e.name("#h", row::HERD_AT);
     }
     let when = clauses(e, &c.when, "w");
     if alternatives.is_empty() {
@@ -158,6 +183,15 @@ fn clauses(e: &mut Expr, conditions: &[Condition], prefix: &str) -> Vec<String> 
             Condition::RefilledAt(at) => (format!("#l = {v}"), row::n(at)),
             Condition::RefilledSince(at) => (format!("#l >= {v}"), row::n(at)),
             Condition::RefilledBy(at) => (format!("#l <= {v}"), row::n(at)),
+            Condition::HerdSince(at) => (format!("#h >= {v}"), row::n(at)),
+            Condition::HerdAbsent => {
+                clauses.push("attribute_not_exists(#h)".to_owned());
+                continue;
+            }
+            Condition::StampIsHerd => {
+                clauses.push("#l = #h".to_owned());
+                continue;
+            }
         };
         e.value(&v, value);
         clauses.push(clause);
@@ -257,6 +291,7 @@ mod tests {
         let fill = change(Commute {
             tokens: TokensOp::Set(Tokens::new(9)),
             refill: Some((UnixMillis::new(5_000), RefillCarry::ZERO)),
+            herd: None,
             when: vec![
                 Condition::RefilledBy(UnixMillis::new(4_900)),
                 Condition::TokensAtLeast(Tokens::new(9)),
@@ -287,6 +322,7 @@ mod tests {
         let take = change(Commute {
             tokens: TokensOp::Add(Tokens::new(-1)),
             refill: None,
+            herd: None,
             when: vec![Condition::TokensAtLeast(Tokens::new(1))],
             or_when: Vec::new(),
         });
@@ -302,11 +338,54 @@ mod tests {
         let any = change(Commute {
             tokens: TokensOp::Add(Tokens::new(1)),
             refill: None,
+            herd: None,
             when: Vec::new(),
             or_when: vec![vec![Condition::RefilledBy(UnixMillis::new(5_000))]],
         });
         let (update, e) = update_of(&any);
         assert!(!e.names.contains_key("#l"), "{}", e.condition());
+        all_used(&update, &e);
+    }
+
+    #[test]
+    fn a_herd_write_keeps_the_herds_timestamp_and_a_fill_clears_it() {
+        let herd = change(Commute {
+            tokens: TokensOp::Add(Tokens::new(-1)),
+            refill: None,
+            herd: Some(UnixMillis::new(5_000)),
+            when: vec![
+                Condition::HerdAbsent,
+                Condition::TokensAtMost(Tokens::new(10)),
+            ],
+            or_when: vec![vec![
+                Condition::StampIsHerd,
+                Condition::HerdSince(UnixMillis::new(4_950)),
+            ]],
+        });
+        let (update, e) = update_of(&herd);
+        assert_eq!(
+            update,
+            "SET #l = if_not_exists(#h, :herd), #h = if_not_exists(#h, :herd) \
+             ADD #v :one, #t :delta"
+        );
+        assert!(
+            e.condition().ends_with(
+                " AND ((attribute_not_exists(#h) AND #t <= :w1) \
+                 OR (#l = #h AND #h >= :o0n1))"
+            ),
+            "{}",
+            e.condition()
+        );
+        all_used(&update, &e);
+        let fill = change(Commute {
+            tokens: TokensOp::Set(Tokens::new(9)),
+            refill: Some((UnixMillis::new(5_000), RefillCarry::ZERO)),
+            herd: None,
+            when: vec![Condition::RefilledBy(UnixMillis::new(4_900))],
+            or_when: Vec::new(),
+        });
+        let (update, e) = update_of(&fill);
+        assert!(update.ends_with(" REMOVE #h, #rc"), "{update}");
         all_used(&update, &e);
     }
 }

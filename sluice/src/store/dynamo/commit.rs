@@ -101,6 +101,10 @@ impl DynamoStore {
             }
             None => {}
         }
+        if w.expected.herd_at.is_some() {
+            names.insert("#h".to_owned(), row::HERD_AT.to_owned());
+            removes.push("#h".to_owned());
+        }
         if w.burst != w.expected.burst {
             names.insert("#b".to_owned(), row::BURST.to_owned());
             match w.burst {

@@ -30,13 +30,14 @@ pub(super) enum Refused {
 
 /// The bucket attributes a whole row leaves out when they hold their default (see
 /// [`row::bucket_item`]).
-const OPTIONAL: [&str; 11] = [
+const OPTIONAL: [&str; 12] = [
     row::LEAN,
     row::RESERVES,
     row::BURST,
     row::REFILL_AMOUNT,
     row::REFILL_PERIOD,
     row::REFILL_CARRY,
+    row::HERD_AT,
     row::WRITE_ID,
     row::MODE,
     row::SCHEDULE,

@@ -57,6 +57,9 @@ pub(crate) const REFILL_PERIOD: &str = "refill_period";
 /// documentation).
 pub(crate) const REFILL_CARRY: &str = "refill_carry";
 pub(crate) const LAST_REFILL_AT: &str = "last_refill_at";
+/// sluice's extra bucket attribute: the refill timestamp a fleet's first writes to a full
+/// row share (see [`BucketState::herd_at`]).
+pub(crate) const HERD_AT: &str = "herd_at";
 pub(crate) const COST_PER_CALL: &str = "cost_per_call";
 pub(crate) const LIMIT_TYPE: &str = "limit_type";
 pub(crate) const VERSION: &str = "version";
@@ -122,6 +125,9 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     item.extend(rate_attributes(state.bucket.refill_rate()));
     if let Some(carry) = carry_value(state.refill_carry, state.last_refill_at) {
         item.insert(REFILL_CARRY.to_owned(), carry);
+    }
+    if let Some(herd_at) = state.herd_at {
+        item.insert(HERD_AT.to_owned(), n(herd_at));
     }
     if !state.bucket.keeps_leases() {
         item.insert(LEAN.to_owned(), AttributeValue::Bool(true));
@@ -317,6 +323,10 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
         tokens,
         last_refill_at,
         refill_carry,
+        herd_at: r
+            .number(HERD_AT)?
+            .map(|text| r.time(text, HERD_AT, Rounding::Ceil))
+            .transpose()?,
         version,
         write_id,
         recent_writes,

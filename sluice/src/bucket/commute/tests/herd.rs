@@ -1,0 +1,204 @@
+//! A fleet's first writes to a full row (see [`herd`](crate::bucket::commute::herd)).
+
+use super::*;
+
+/// A take of one, as a writer's first write to the row (`herd`).
+fn first(taken: i64, ceiling: i64, debt: i64) -> Want {
+    Want {
+        need: Some(Tokens::new(taken - debt)),
+        herd: true,
+        ..take(taken, ceiling)
+    }
+}
+
+/// 20 a second, 10 at most: a call refills in 50 ms, far slower than a fill accepts
+/// another writer's fill within.
+fn slow() -> Bucket {
+    Bucket::requests(RefillRate::per_second(20)).with_capacity(10)
+}
+
+/// `writers` first writes, computed from the same full row (as written by another SDK,
+/// long ago) one every `apart` ms and landing in that order, each sent again from the row
+/// handed back when it fails; how many attempts each took, and the row left.
+fn fleet(writers: i64, apart: i64, want: &Want) -> (Vec<u32>, BucketState) {
+    let seen = row(slow(), 10, -60_000);
+    let mut stored = seen.clone();
+    let mut attempts = Vec::new();
+    for w in 0..writers {
+        let now = at(w * apart);
+        let mut from = seen.clone();
+        let mut n = 0;
+        while let Some(c) = change(&from, want, now) {
+            n += 1;
+            if c.holds(&stored) {
+                stored = BucketChange::of(&stored, c).applied(&stored);
+                break;
+            }
+            from = stored.clone();
+            if n > 4 {
+                break;
+            }
+        }
+        attempts.push(n);
+    }
+    (attempts, stored)
+}
+
+use crate::store::BucketChange;
+
+#[test]
+fn a_fleets_first_writes_to_a_full_row_each_apply_at_the_first_attempt() {
+    // 48 processes 2 ms apart, each the row it read before any of them wrote: the first
+    // leads, the next nine join; the rest find the bucket empty and are refused.
+    let (attempts, stored) = fleet(48, 2, &first(1, 10, 0));
+    assert_eq!(attempts[..10], [1; 10], "{attempts:?}");
+    // One more once the refill since the lead's timestamp brought a call (50 ms).
+    assert_eq!(stored.tokens, Tokens::new(-1));
+    // The lead's timestamp, kept by every join: the refill since it is the bucket's.
+    assert_eq!(stored.last_refill_at, at(0));
+    assert_eq!(stored.herd_at, Some(at(0)));
+    // Waiting callers that may leave a debt of 20 join as well: 30 writes, one each.
+    let (attempts, stored) = fleet(48, 2, &first(1, 10, 20));
+    assert_eq!(attempts[..30], [1; 30], "{attempts:?}");
+    assert_eq!(stored.tokens, Tokens::new(-21));
+    // As fills instead, every write after the first fails at least once.
+    let fill = Want {
+        herd: false,
+        ..first(1, 10, 0)
+    };
+    let (attempts, _) = fleet(10, 2, &fill);
+    assert!(attempts[1..].iter().all(|n| *n > 1), "{attempts:?}");
+}
+
+#[test]
+fn a_lone_writers_first_take_from_a_full_row_leaves_what_a_fill_would() {
+    let full = row(slow(), 10, -60_000);
+    let herd = change(&full, &first(1, 10, 0), at(0)).unwrap();
+    let fill = change(
+        &full,
+        &Want {
+            herd: false,
+            ..first(1, 10, 0)
+        },
+        at(0),
+    )
+    .unwrap();
+    assert_eq!(herd.herd, Some(at(0)));
+    assert_eq!(herd.applied(&full), fill.applied(&full));
+    // Its stored tokens short of full, refill making up the rest: the lead stamps the row
+    // back by the whole milliseconds of that refill, so that it holds what a fill leaves
+    // to within a millisecond's refill (less, never more), whatever the shortfall.
+    let rate = slow().effective_rate();
+    for stored in [9, 5, 0] {
+        let short = row(slow(), stored, -60_000);
+        let lead = change(&short, &first(1, 10, 0), at(0)).unwrap();
+        assert!(lead.herd.is_some());
+        let led = refill(lead.applied(&short), Tokens::new(10), rate, at(0)).tokens;
+        let filled = fill.applied(&short).tokens;
+        assert!(
+            led <= filled && filled - led < Tokens::from_nanos(50_000_000),
+            "{led:?} {filled:?}"
+        );
+    }
+    // A bucket that refills a call within a millisecond: a fill.
+    let fast = Bucket::requests(RefillRate::per_second(1_000)).with_capacity(10);
+    let c = change(&row(fast, 10, -60_000), &first(1, 10, 0), at(0)).unwrap();
+    assert_eq!(c.herd, None);
+}
+
+#[test]
+fn a_row_with_a_herd_gets_fills_and_a_fill_ends_the_herd() {
+    let (_, mut stored) = fleet(3, 2, &first(1, 10, 0));
+    assert_eq!(stored.herd_at, Some(at(0)));
+    // Refilled since: full again, a fill, which clears the herd's timestamp.
+    let later = at(10_000);
+    let c = change(&stored, &first(1, 10, 0), later).unwrap();
+    assert_eq!(c.herd, None);
+    stored = BucketChange::of(&stored, c).applied(&stored);
+    assert_eq!(stored.herd_at, None);
+    assert_eq!(stored.last_refill_at, later);
+    // A first write computed before that fill fails on it: the row has no herd to join,
+    // and was refilled after its instant, so it leads none.
+    let seen = row(slow(), 10, -60_000);
+    let late = change(&seen, &first(1, 10, 0), at(4)).unwrap();
+    assert!(!late.holds(&stored));
+    // One computed from it once it is full again leads a new herd, stamped back by the
+    // 50 ms its missing call took to refill.
+    let again = at(10_100);
+    let next = change(&stored, &first(1, 10, 0), again).unwrap();
+    let led = BucketChange::of(&stored, next).applied(&stored);
+    assert_eq!(led.herd_at, Some(at(10_050)));
+    assert_eq!(led.tokens, Tokens::new(8));
+    assert_eq!(
+        refill(led.level(), Tokens::new(10), slow().effective_rate(), again).tokens,
+        Tokens::new(9)
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// First writes computed from one full row at any instants, landing in any order (a
+    /// lost one sent again from the row handed back): every write that applies was served
+    /// by the bucket and leaves no more than giving back and taking would have, and no
+    /// window holds more grants than capacity + rate × window.
+    #[test]
+    fn a_fleets_first_writes_never_grant_more_than_capacity_and_rate(
+        per_second in 1u64..200,
+        capacity in 1u64..20,
+        writes in proptest::collection::vec((0i64..400, 0i64..3), 1..64),
+        order in proptest::collection::vec(any::<proptest::sample::Index>(), 64),
+    ) {
+        let bucket = Bucket::requests(RefillRate::per_second(per_second)).with_capacity(capacity);
+        let ceiling = i64::try_from(capacity).unwrap();
+        let seen = row(bucket.clone(), ceiling, -60_000);
+        let mut stored = seen.clone();
+        // Computed at `at(ms)`, in any order of arrival.
+        let mut pending: Vec<_> = writes.clone();
+        let mut granted = Vec::new();
+        let mut clock = 0;
+        for i in order {
+            if pending.is_empty() {
+                break;
+            }
+            let (ms, debt) = pending.remove(i.index(pending.len()));
+            clock = clock.max(ms);
+            let now = at(clock);
+            let want = Want {
+                need: Some(Tokens::new(1 - debt)),
+                herd: true,
+                ..take(1, ceiling)
+            };
+            let mut from = seen.clone();
+            for _ in 0..3 {
+                let Some(c) = change(&from, &want, now) else { break };
+                if c.holds(&stored) {
+                    let (level, served) = exact(&stored, &want, now);
+                    prop_assert!(served, "{:?} granted from {:?}", c, stored);
+                    let after = BucketChange::of(&stored, c.clone()).applied(&stored);
+                    prop_assert!(
+                        within(after.level(), level, &bucket, want.ceiling, now, false),
+                        "{:?} left {:?}, more than {:?}", c, after, level
+                    );
+                    stored = after;
+                    granted.push(clock);
+                    break;
+                }
+                from = stored.clone();
+            }
+        }
+        let rate = bucket.effective_rate();
+        for (i, from) in granted.iter().enumerate() {
+            for (n, to) in granted[i..].iter().enumerate() {
+                let supply = bucket.capacity()
+                    + refill(Level::new(Tokens::ZERO, at(*from)), Tokens::MAX, rate, at(*to)).tokens;
+                // Granted in debt: the debt is owed to the refill after the window.
+                let debt = Tokens::new(2);
+                prop_assert!(
+                    Tokens::new(i64::try_from(n + 1).unwrap()) <= supply + debt,
+                    "{} granted from {} to {} ms: {:?}", n + 1, from, to, granted
+                );
+            }
+        }
+    }
+}
