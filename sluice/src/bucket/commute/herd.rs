@@ -11,22 +11,20 @@
 //!
 //! | set | conditions | change |
 //! |---|---|---|
-//! | lead | no `herd_at`, `last_refill_at ≤ s`, `remembered ≤ tokens ≤ holds - restored - refill(s → now)` | `tokens += restored - taken`; `last_refill_at` and `herd_at` set to `s` |
+//! | lead | no `herd_at`, `last_refill_at ≤ s`, `tokens = holds - restored - refill(s → now)` (as remembered) | `tokens += restored - taken`; `last_refill_at` and `herd_at` set to `s` |
 //! | join (one per window `k`) | `last_refill_at = herd_at`, `herd_at ≥ now - k`, `tokens ≤ holds - restored - refill(k)`, `tokens ≥ need - restored` | `tokens += restored - taken`; both left as they are |
 //!
 //! It is one update (`last_refill_at = if_not_exists(herd_at, s)`, likewise `herd_at`), so
 //! whichever set holds when it lands decides what it is. The lead takes from the stored
 //! tokens and stamps the row at `s`, as far before `now` as the refill of what the stored
-//! tokens were short of full (the whole milliseconds of it): the stored tokens plus the
-//! refill since `s` are what the bucket holds, to within a millisecond's refill (the
-//! bucket holds less, never more). A join is a take from the stored tokens on a row
-//! refilled at most `k` ago, short of full by at least that refill: the level is the
-//! stored tokens plus the refill since, uncapped, so adding to them is exact. Every other
+//! tokens were short of full takes (whole milliseconds of it, else there is no lead): the
+//! stored tokens plus the refill since `s` are then exactly what the bucket holds, so it
+//! leaves what a fill would, at every later instant. A join is a take from the stored
+//! tokens on a row refilled at most `k` ago, short of full by at least that refill: the
+//! level is the stored tokens plus the refill since, uncapped, so adding to them is exact. Every other
 //! write that moves the refill timestamp clears `herd_at`, so a row's next herd has a lead
 //! again; none of the sets depends on `herd_at` for being right, only on the refill
 //! timestamp, so a row whose `herd_at` another SDK left behind is only a row with no herd.
-
-use ethnum::U256;
 
 use super::{Commute, Condition, TokensOp, Want, earned, micros_to_earn, millis_to_earn};
 use crate::bucket::refill::Level;
@@ -66,20 +64,22 @@ pub(super) fn herd(
     if gap < Tokens::ZERO {
         return None;
     }
-    // Back by the most whole milliseconds whose refill is no more than the gap: the
-    // stored tokens plus the refill since then are what the bucket holds, to within a
-    // millisecond's refill. Less a billionth when that refill is not whole billionths:
-    // counted from the earlier stamp, later refill may round up once more.
-    let (back, whole) = millis_within(gap, rate)?;
+    // Stamped back by the whole milliseconds whose refill is the gap: the stored tokens
+    // plus the refill since are then exactly what the bucket holds, and what a fill would
+    // leave, at every later instant. A gap no whole number of milliseconds refills (a row
+    // some credit or fold left at a fraction) is filled instead.
+    let back = millis_to_earn(gap, rate)?;
     let stamp = UnixMillis::new(at.as_millis().checked_sub(back)?);
-    let margin = Tokens::from_nanos(i128::from(!whole));
     let refill = refill_since(stamp, rate, at);
+    if refill != gap {
+        return None;
+    }
     let floor = want.need.map(|need| need - want.restored);
     let lead = vec![
         Condition::HerdAbsent,
         Condition::RefilledBy(stamp),
         Condition::TokensAtLeast(floor.map_or(row.tokens, |f| row.tokens.max(f - refill))),
-        Condition::TokensAtMost(top - refill - margin),
+        Condition::TokensAtMost(row.tokens),
     ];
     let call_millis = millis_to_earn(call, rate)?;
     let joins = JOIN_HALVES
@@ -104,15 +104,6 @@ pub(super) fn herd(
         or_when: joins,
     };
     change.holds(row).then_some(change)
-}
-
-/// The most whole milliseconds whose refill at `rate` is no more than `amount`, and whether
-/// that refill is whole billionths.
-fn millis_within(amount: Tokens, rate: PerMilli) -> Option<(i64, bool)> {
-    let owed = U256::from(amount.as_nanos().unsigned_abs()) * rate.den;
-    let millis = owed / rate.num;
-    let whole = (millis * rate.num) % rate.den == U256::ZERO;
-    Some((i64::try_from(millis).ok()?, whole))
 }
 
 /// The refill from `since` to `at`, with nothing carried.

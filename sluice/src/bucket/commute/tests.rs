@@ -446,10 +446,8 @@ proptest! {
             let (level, served) = exact(&actual, &want, now);
             prop_assert!(served, "granted from a bucket that could not serve it: {:?}", c);
             // Less where a fill stamped ahead of its instant drops the refill until then.
-            // Less too where a herd's lead drops the refill since the row's timestamp.
             let exactly = actual.last_refill_at >= remembered.last_refill_at
-                && c.refill.is_none_or(|(last, _)| last <= now)
-                && !(c.herd.is_some() && actual.herd_at.is_none());
+                && c.refill.is_none_or(|(last, _)| last <= now);
             prop_assert!(
                 within(c.applied(&actual), level, &actual.bucket, want.ceiling, now, exactly),
                 "{:?} left {:?}, not {:?}", c, c.applied(&actual), level

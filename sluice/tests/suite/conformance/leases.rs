@@ -327,3 +327,53 @@ pub async fn a_pair_dropped_half_way_gives_back_what_it_took(env: Env) {
         leases(&env, "tpm").await
     );
 }
+
+pub async fn a_fleet_s_first_grants_on_a_full_row_each_take_one_write(env: Env) {
+    // 20 a second, holding 10: a call takes 50 ms to refill.
+    requests(&env, "slow", 10, 20).await;
+    let dim = env.dim("slow");
+    env.advance_ms(60_000);
+    // Eight processes read the full row before any of them writes, as a fleet starts.
+    let fleet: Vec<_> = (0..8).map(|i| env.client(&format!("p{i}"))).collect();
+    for process in &fleet {
+        process.peek(dim.as_str()).await.unwrap();
+    }
+    let start = env.clock.now();
+    let mut held = Vec::new();
+    for process in &fleet {
+        env.advance_ms(3);
+        let lease = process.acquire(dim.as_str()).await.unwrap();
+        if fast(&env) {
+            // Each first write applies as it was computed: the first leads the herd, the
+            // others join it (where each would be a fill, and fills after the first fail).
+            assert_eq!(lease.attempts(), 1, "a first grant was turned away");
+        }
+        held.push(lease);
+    }
+    // Exactly what eight grants leave, with the refill since the first (21 ms: 0.42).
+    assert_eq!(
+        env.available("slow").await,
+        Tokens::from_nanos(2_420_000_000)
+    );
+    if fast(&env) {
+        let first = start.saturating_add(Duration::from_millis(3));
+        let stored = row(&env, "slow").await;
+        assert_eq!(
+            (stored.last_refill_at, stored.herd_at),
+            (first, Some(first))
+        );
+        // Full again a second later: a process's next grant fills it, which ends the herd.
+        env.advance_ms(1_000);
+        fleet[0]
+            .acquire(dim.as_str())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        assert_eq!(row(&env, "slow").await.herd_at, None);
+    }
+    for lease in held {
+        lease.release().await.unwrap();
+    }
+}

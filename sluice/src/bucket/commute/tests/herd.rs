@@ -74,32 +74,38 @@ fn a_fleets_first_writes_to_a_full_row_each_apply_at_the_first_attempt() {
 fn a_lone_writers_first_take_from_a_full_row_leaves_what_a_fill_would() {
     let full = row(slow(), 10, -60_000);
     let herd = change(&full, &first(1, 10, 0), at(0)).unwrap();
-    let fill = change(
-        &full,
-        &Want {
-            herd: false,
-            ..first(1, 10, 0)
-        },
-        at(0),
-    )
-    .unwrap();
+    let fill = Want {
+        herd: false,
+        ..first(1, 10, 0)
+    };
     assert_eq!(herd.herd, Some(at(0)));
-    assert_eq!(herd.applied(&full), fill.applied(&full));
+    assert_eq!(
+        herd.applied(&full),
+        change(&full, &fill, at(0)).unwrap().applied(&full)
+    );
     // Its stored tokens short of full, refill making up the rest: the lead stamps the row
-    // back by the whole milliseconds of that refill, so that it holds what a fill leaves
-    // to within a millisecond's refill (less, never more), whatever the shortfall.
+    // back by the whole milliseconds of that refill, and leaves exactly what a fill would,
+    // at every later instant.
     let rate = slow().effective_rate();
     for stored in [9, 5, 0] {
         let short = row(slow(), stored, -60_000);
         let lead = change(&short, &first(1, 10, 0), at(0)).unwrap();
         assert!(lead.herd.is_some());
-        let led = refill(lead.applied(&short), Tokens::new(10), rate, at(0)).tokens;
-        let filled = fill.applied(&short).tokens;
-        assert!(
-            led <= filled && filled - led < Tokens::from_nanos(50_000_000),
-            "{led:?} {filled:?}"
-        );
+        let filled = change(&short, &fill, at(0)).unwrap().applied(&short);
+        for later in [0, 1, 17, 50, 333, 60_000] {
+            let t = at(later);
+            let ceiling = Tokens::new(10);
+            assert_eq!(
+                refill(lead.applied(&short), ceiling, rate, t).tokens,
+                refill(filled, ceiling, rate, t).tokens
+            );
+        }
     }
+    // Short by a refill no whole number of milliseconds makes (a third of a token, at 20 a
+    // second: 16.67 ms): a fill.
+    let mut odd = row(slow(), 0, -60_000);
+    odd.tokens = Tokens::from_nanos(9_666_666_667);
+    assert_eq!(change(&odd, &first(1, 10, 0), at(0)).unwrap().herd, None);
     // A bucket that refills a call within a millisecond: a fill.
     let fast = Bucket::requests(RefillRate::per_second(1_000)).with_capacity(10);
     let c = change(&row(fast, 10, -60_000), &first(1, 10, 0), at(0)).unwrap();
