@@ -205,11 +205,7 @@ impl BucketChange {
     pub fn applied(&self, stored: &BucketState) -> BucketState {
         let mut after = stored.clone();
         after.set_level(self.commute.applied(stored));
-        if self.commute.refill.is_some() {
-            after.herd_at = None;
-        } else if self.commute.herd.is_some() {
-            after.herd_at = Some(after.last_refill_at);
-        }
+        after.herd_at = self.commute.herd_after(stored);
         after.version = stored.version.saturating_add(1);
         after
     }

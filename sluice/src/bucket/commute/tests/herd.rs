@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// `row` once `change` is applied to it.
+fn applied(row: &BucketState, change: &Commute) -> BucketState {
+    let mut after = row.clone();
+    after.set_level(change.applied(row));
+    after.herd_at = change.herd_after(row);
+    after
+}
+
 /// A take of one, as a writer's first write to the row (`herd`).
 fn first(taken: i64, ceiling: i64, debt: i64) -> Want {
     Want {
@@ -31,7 +39,7 @@ fn fleet(writers: i64, apart: i64, want: &Want) -> (Vec<u32>, BucketState) {
         while let Some(c) = change(&from, want, now) {
             n += 1;
             if c.holds(&stored) {
-                stored = BucketChange::of(&stored, c).applied(&stored);
+                stored = applied(&stored, &c);
                 break;
             }
             from = stored.clone();
@@ -43,8 +51,6 @@ fn fleet(writers: i64, apart: i64, want: &Want) -> (Vec<u32>, BucketState) {
     }
     (attempts, stored)
 }
-
-use crate::store::BucketChange;
 
 #[test]
 fn a_fleets_first_writes_to_a_full_row_each_apply_at_the_first_attempt() {
@@ -120,7 +126,7 @@ fn a_row_with_a_herd_gets_fills_and_a_fill_ends_the_herd() {
     let later = at(10_000);
     let c = change(&stored, &first(1, 10, 0), later).unwrap();
     assert_eq!(c.herd, None);
-    stored = BucketChange::of(&stored, c).applied(&stored);
+    stored = applied(&stored, &c);
     assert_eq!(stored.herd_at, None);
     assert_eq!(stored.last_refill_at, later);
     // A first write computed before that fill fails on it: the row has no herd to join,
@@ -132,7 +138,7 @@ fn a_row_with_a_herd_gets_fills_and_a_fill_ends_the_herd() {
     // 50 ms its missing call took to refill.
     let again = at(10_100);
     let next = change(&stored, &first(1, 10, 0), again).unwrap();
-    let led = BucketChange::of(&stored, next).applied(&stored);
+    let led = applied(&stored, &next);
     assert_eq!(led.herd_at, Some(at(10_050)));
     assert_eq!(led.tokens, Tokens::new(8));
     assert_eq!(
@@ -181,7 +187,7 @@ proptest! {
                 if c.holds(&stored) {
                     let (level, served) = exact(&stored, &want, now);
                     prop_assert!(served, "{:?} granted from {:?}", c, stored);
-                    let after = BucketChange::of(&stored, c.clone()).applied(&stored);
+                    let after = applied(&stored, &c);
                     prop_assert!(
                         within(after.level(), level, &bucket, want.ceiling, now, false),
                         "{:?} left {:?}, more than {:?}", c, after, level
