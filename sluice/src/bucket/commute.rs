@@ -181,19 +181,12 @@ impl Commute {
                 last_refill_at,
                 carry,
             },
-            (None, Some(now)) => {
-                let last_refill_at = row.herd_at.unwrap_or(now);
-                Level {
-                    tokens,
-                    last_refill_at,
-                    // A carry belongs to the refill timestamp it was stored with.
-                    carry: if last_refill_at == row.last_refill_at {
-                        row.refill_carry
-                    } else {
-                        RefillCarry::ZERO
-                    },
-                }
-            }
+            // A herd write drops the carry (see `herd`).
+            (None, Some(stamp)) => Level {
+                tokens,
+                last_refill_at: row.herd_at.unwrap_or(stamp),
+                carry: RefillCarry::ZERO,
+            },
             (None, None) => Level {
                 tokens,
                 ..row.level()

@@ -25,6 +25,10 @@
 //! write that moves the refill timestamp clears `herd_at`, so a row's next herd has a lead
 //! again; none of the sets depends on `herd_at` for being right, only on the refill
 //! timestamp, so a row whose `herd_at` another SDK left behind is only a row with no herd.
+//! Both drop the row's refill carry (less than a billionth: the bucket holds less, never
+//! more), which the joins' conditions do not count. Only a write's first attempt is a herd
+//! write: one refused (the row was not as remembered, or its stored tokens carry digits
+//! beyond a billionth that another SDK's floats left) is computed again as a fill.
 
 use super::{Commute, Condition, TokensOp, Want, earned, micros_to_earn, millis_to_earn};
 use crate::bucket::refill::Level;
@@ -70,8 +74,8 @@ pub(super) fn herd(
     // some credit or fold left at a fraction) is filled instead.
     let back = millis_to_earn(gap, rate)?;
     let stamp = UnixMillis::new(at.as_millis().checked_sub(back)?);
-    let refill = refill_since(stamp, rate, at);
-    if refill != gap {
+    let (refill, carry) = earned(Level::new(Tokens::ZERO, stamp), rate, at);
+    if refill != gap || !carry.is_zero() {
         return None;
     }
     let floor = want.need.map(|need| need - want.restored);

@@ -149,9 +149,9 @@ impl Write<'_> {
             self.core.now_micros()
         };
         let guess = self.lost == 1 && !self.tried_behind && barely_full(&row, at);
-        let (short, others_per_ks, herd) = {
+        let (short, others_per_ks, wrote) = {
             let memory = self.lane.memory();
-            (memory.seen_short(), memory.others_per_ks(), !memory.wrote())
+            (memory.seen_short(), memory.others_per_ks(), memory.wrote())
         };
         let reading = plan::Reading {
             now: (at, micros),
@@ -159,7 +159,7 @@ impl Write<'_> {
             short,
             others_per_ks,
             behind: self.lost == 0 && !self.fresh, // a stale row's first try
-            herd,
+            herd: self.lost == 0 && !wrote,        // a first attempt's: a refused one fills
         };
         let Some(change) = plan::change(&row, &plan, &reading, self.core.config.fold_after) else {
             // The remembered row cannot do what it was planned to (a rounding edge): decide

@@ -206,3 +206,44 @@ async fn after_a_throttled_write_the_next_is_computed_from_the_row_read_again() 
     assert_eq!(store.hooks.changes.load(SeqCst), changes, "no write");
     assert_eq!(store.hooks.reads.load(SeqCst) - reads, 1, "one read");
 }
+
+/// Refuses the first bucket change with `row` handed back (as DynamoDB refuses a herd's
+/// lead on a row whose stored tokens carry digits past a billionth: the row it hands back
+/// reads the same), then lets every change through; records them all.
+#[derive(Debug, Default)]
+struct RefuseFirst {
+    row: Mutex<Option<BucketState>>,
+    changes: Mutex<Vec<BucketChange>>,
+}
+
+impl Hooks for RefuseFirst {
+    fn change(&self, change: &BucketChange) -> Result<(), ChangeError> {
+        self.changes.lock().unwrap().push(change.clone());
+        match self.row.lock().unwrap().take() {
+            Some(row) => Err(ChangeError::Condition(Some(Box::new(row)))),
+            None => Ok(()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refused_herd_write_is_computed_again_as_a_fill() {
+    let store = Arc::new(Hooked::new(RefuseFirst::default()));
+    let clock = ManualClock::new(at(0));
+    let admin = client(store.clone(), &clock);
+    admin.put_bucket(RPM, bucket()).await.unwrap();
+    *store.hooks.row.lock().unwrap() = admin.bucket(RPM).await.unwrap();
+    // A new process's first grant on the full row: a herd write, refused, then a fill.
+    clock.set(at(1_000));
+    let fresh = client(store.clone(), &clock);
+    fresh.acquire(RPM).await.unwrap().release().await.unwrap();
+    let changes = store.hooks.changes.lock().unwrap().clone();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert!(changes[0].commute.herd.is_some());
+    assert_eq!(changes[1].commute.herd, None);
+    assert!(changes[1].commute.refill.is_some(), "a fill");
+    assert_eq!(
+        fresh.bucket(RPM).await.unwrap().unwrap().tokens,
+        Tokens::new(99)
+    );
+}

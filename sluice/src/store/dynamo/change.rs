@@ -98,9 +98,11 @@ pub(super) fn parts_of(change: &BucketChange) -> (Expr, Clauses) {
         // The lead's instant, or the herd's when it has one (see `Commute::herd`).
         e.name("#l", row::LAST_REFILL_AT)
             .name("#h", row::HERD_AT)
+            .name("#rc", row::REFILL_CARRY)
             .value(":herd", row::n(now));
         c.sets.push("#l = if_not_exists(#h, :herd)".to_owned());
         c.sets.push("#h = if_not_exists(#h, :herd)".to_owned());
+        c.removes.push("#rc".to_owned());
     }
     if let Some((at, carry)) = change.commute.refill {
         e.name("#rc", row::REFILL_CARRY)
@@ -366,7 +368,7 @@ mod tests {
         assert_eq!(
             update,
             "SET #l = if_not_exists(#h, :herd), #h = if_not_exists(#h, :herd) \
-             ADD #v :one, #t :delta"
+             ADD #v :one, #t :delta REMOVE #rc"
         );
         assert!(
             e.condition().ends_with(

@@ -112,6 +112,15 @@ fn a_lone_writers_first_take_from_a_full_row_leaves_what_a_fill_would() {
     let mut odd = row(slow(), 0, -60_000);
     odd.tokens = Tokens::from_nanos(9_666_666_667);
     assert_eq!(change(&odd, &first(1, 10, 0), at(0)).unwrap().herd, None);
+    // Or by one whose whole milliseconds leave a part of a billionth to carry (500 a
+    // minute refill 8,333,333⅓ billionths a millisecond): a fill.
+    let minute = Bucket::requests(RefillRate::per_minute(500)).with_capacity(10);
+    let mut carried = row(minute, 0, -60_000);
+    carried.tokens = Tokens::from_nanos(10_000_000_000 - 8_333_333);
+    assert_eq!(
+        change(&carried, &first(1, 10, 0), at(0)).unwrap().herd,
+        None
+    );
     // A bucket that refills a call within a millisecond: a fill.
     let fast = Bucket::requests(RefillRate::per_second(1_000)).with_capacity(10);
     let c = change(&row(fast, 10, -60_000), &first(1, 10, 0), at(0)).unwrap();
