@@ -105,7 +105,8 @@ pub(super) fn parts_of(change: &BucketChange) -> (Expr, Clauses) {
         c.removes.push("#rc".to_owned());
     }
     if let Some((at, carry)) = change.commute.refill {
-        e.name("#rc", row::REFILL_CARRY)
+        e.name("#l", row::LAST_REFILL_AT)
+            .name("#rc", row::REFILL_CARRY)
             .name("#h", row::HERD_AT)
             .value(":last", row::n(at));
         c.sets.push("#l = :last".to_owned());
@@ -130,35 +131,6 @@ fn conditions(e: &mut Expr, c: &Commute) {
     } else {
         c.or_when.iter().filter(|set| !set.is_empty()).collect()
     };
-    let refilled = c.refill.is_some()
-        || c.when
-            .iter()
-            .chain(alternatives.iter().copied().flatten())
-            .any(|c| {
-                matches!(
-                    c,
-                    Condition::RefilledAt(_)
-                        | Condition::RefilledSince(_)
-                        | Condition::RefilledBy(_)
-                        | Condition::StampIsHerd
-                )
-            });
-    if refilled {
-        e.name("#l", row::LAST_REFILL_AT);
-    }
-    let herd = c
-        .when
-        .iter()
-        .chain(alternatives.iter().copied().flatten())
-        .any(|c| {
-            matches!(
-                c,
-                Condition::HerdAbsent | Condition::StampIsHerd | Condition::HerdSince(_)
-            )
-        });
-    if herd {
-        e.name("#h", row::HERD_AT);
-    }
     let when = clauses(e, &c.when, "w");
     if alternatives.is_empty() {
         for clause in when {
@@ -179,6 +151,22 @@ fn clauses(e: &mut Expr, conditions: &[Condition], prefix: &str) -> Vec<String> 
     let mut clauses = Vec::with_capacity(conditions.len());
     for (i, condition) in conditions.iter().enumerate() {
         let v = format!(":{prefix}{i}");
+        // The attributes a clause names: the refill timestamp, the herd's.
+        if matches!(
+            condition,
+            Condition::RefilledAt(_)
+                | Condition::RefilledSince(_)
+                | Condition::RefilledBy(_)
+                | Condition::StampIsHerd
+        ) {
+            e.name("#l", row::LAST_REFILL_AT);
+        }
+        if matches!(
+            condition,
+            Condition::HerdAbsent | Condition::StampIsHerd | Condition::HerdSince(_)
+        ) {
+            e.name("#h", row::HERD_AT);
+        }
         let (clause, value) = match condition {
             Condition::TokensAtLeast(t) => (format!("#t >= {v}"), row::n(t)),
             Condition::TokensAtMost(t) => (format!("#t <= {v}"), row::n(t)),
