@@ -223,11 +223,36 @@ pub(crate) struct Want {
     /// another writer's fill stamped ahead leaves it (a stale writer's first attempt on a
     /// row others fill ahead): the change then fails, once, if nobody did.
     pub(crate) behind: bool,
-    /// Whether this writer has yet to have a write to the row applied: a fleet's start,
-    /// when every process's first write is computed from the row as it was before any of
-    /// them wrote. A row full with its stored tokens then gets a herd write (see
-    /// [`herd`](self::herd)).
-    pub(crate) herd: bool,
+    /// Whether a full row gets a herd write (see [`herd`](self::herd)).
+    pub(crate) herd: Herd,
+}
+
+/// Whether a write's attempt on a full row of a slowly refilling bucket is a herd write
+/// (see [`herd`](self::herd)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Herd {
+    /// No: a retry (computed from the row the store handed back, which a fill's exact
+    /// conditions fit), or not a write to a bucket's level.
+    Not,
+    /// The first attempt of this writer's first write to the row: a fleet's start, when
+    /// every process's first write is computed from the row as it was before the others
+    /// wrote. It leads a herd, or joins one under way.
+    First,
+    /// The first attempt of a later write: it joins a herd under way that others joined
+    /// since this writer's last write (its row shows more taken than its own call).
+    Later,
+}
+
+impl Herd {
+    /// A write's attempt: its first or a retry, by a writer that has had a write to the
+    /// row applied or not.
+    pub(crate) fn of(first_attempt: bool, wrote: bool) -> Herd {
+        match (first_attempt, wrote) {
+            (false, _) => Herd::Not,
+            (true, false) => Herd::First,
+            (true, true) => Herd::Later,
+        }
+    }
 }
 
 /// The longest a fill stamps a row ahead of its instant (see [`ahead`]).
@@ -273,7 +298,7 @@ pub(crate) fn commute(
     let at = now.max(anchor);
     let (refill, carry) = earned(row.level(), rate, at);
     if want.fill && row.tokens + refill + want.restored >= want.ceiling {
-        if want.herd
+        if want.herd != Herd::Not
             && let Some(change) = herd::herd(row, want, rate, at)
         {
             return Some(change);

@@ -16,7 +16,7 @@ mod state;
 
 pub use burst::Report;
 pub use commute::{Commute, Condition, TokensOp};
-pub(crate) use commute::{Want, commute};
+pub(crate) use commute::{Herd, Want, commute};
 pub use definition::{Bucket, BucketError, LimitType, MAX_VERSION, UnknownLimitType};
 pub(crate) use definition::{first_version, timestamp_in_range};
 pub use limit::{ShardLimit, ShardLimitError};

@@ -295,7 +295,7 @@ pub(super) fn bucket_change(
         short: false,
         others_per_ks: 0,
         behind: false,
-        herd: false,
+        herd: crate::bucket::Herd::Not,
     };
     let commute = commute(row, &want, (now, core.now_micros()), core.config.fold_after)?;
     Some(BucketChange::of(row, commute))

@@ -29,8 +29,12 @@
 //! more), which the joins' conditions do not count. Only a write's first attempt is a herd
 //! write: one refused (the row was not as remembered, or its stored tokens carry digits
 //! beyond a billionth that another SDK's floats left) is computed again as a fill.
+//!
+//! A process that read the row after the lead (its `herd_at` set) and writes once the row
+//! as read has refilled to full sends the joins alone (see [`join`]), as does the first
+//! attempt of a later write whose own last write showed others taking from the herd.
 
-use super::{Commute, Condition, TokensOp, Want, earned, micros_to_earn, millis_to_earn};
+use super::{Commute, Condition, Herd, TokensOp, Want, earned, micros_to_earn, millis_to_earn};
 use crate::bucket::refill::Level;
 use crate::bucket::state::BucketState;
 use crate::clock::UnixMillis;
@@ -46,17 +50,21 @@ const SLOW_MICROS: i64 = 5_000;
 /// the fuller a row it accepts.
 const JOIN_HALVES: [i64; 5] = [1, 2, 4, 8, 16];
 
+/// How long after a herd's lead a process's first write to the row guesses that the herd
+/// is still under way, and joins it (see [`join`]): about how long a fleet takes to start.
+const JOIN_AFTER_MILLIS: i64 = 1_000;
+
 /// The herd write that does `want` to the full `row` at `at` (see the module
 /// documentation), or `None` when the bucket refills a call too fast for one, when the
-/// row has a `herd_at` already (a fill then applies, and clears it), or when the row
-/// itself would refuse it.
+/// row has a herd the write does not join (a fill then applies, and clears it), or when
+/// the row itself would refuse a lead.
 pub(super) fn herd(
     row: &BucketState,
     want: &Want,
     rate: PerMilli,
     at: UnixMillis,
 ) -> Option<Commute> {
-    if row.herd_at.is_some() || row.last_refill_at > at {
+    if row.last_refill_at > at {
         return None;
     }
     let call = want.taken.max(row.bucket.cost_per_call());
@@ -64,6 +72,12 @@ pub(super) fn herd(
         return None;
     }
     let top = want.ceiling - want.restored;
+    if let Some(lead) = row.herd_at {
+        return join(row, want, (rate, call, top), (lead, at));
+    }
+    if want.herd != Herd::First {
+        return None;
+    }
     let gap = top - row.tokens;
     if gap < Tokens::ZERO {
         return None;
@@ -85,29 +99,75 @@ pub(super) fn herd(
         Condition::TokensAtLeast(floor.map_or(row.tokens, |f| row.tokens.max(f - refill))),
         Condition::TokensAtMost(row.tokens),
     ];
-    let call_millis = millis_to_earn(call, rate)?;
-    let joins = JOIN_HALVES
-        .iter()
-        .filter_map(|halves| {
-            let k = back.checked_add((call_millis.checked_mul(*halves)? + 1) / 2)?;
-            let since = UnixMillis::new(at.as_millis().checked_sub(k)?);
-            let mut set = vec![
-                Condition::StampIsHerd,
-                Condition::HerdSince(since),
-                Condition::TokensAtMost(top - refill_since(since, rate, at)),
-            ];
-            set.extend(floor.map(Condition::TokensAtLeast));
-            Some(set)
-        })
-        .collect();
     let change = Commute {
         tokens: TokensOp::Add(want.restored - want.taken),
         refill: None,
         herd: Some(stamp),
         when: lead,
-        or_when: joins,
+        or_when: joins(floor, (rate, call, top), (back, at))?,
     };
     change.holds(row).then_some(change)
+}
+
+/// A write's first attempt on a row whose herd is under way (its refill timestamp is its
+/// `herd_at`, set by a lead at most [`JOIN_AFTER_MILLIS`] before `at`): a join only, for a
+/// first write, or for a later one whose own last write left the stored tokens at least
+/// two calls below full (others took from the herd since its lead). It is
+/// sent whether or not the remembered row satisfies it: that row was read before the
+/// herd's other writers took from it, and a join holds on the row they leave (drained
+/// below full by more than the refill since the lead), where a fill computed from the
+/// remembered row would fail on their every take. A row that is full after all refuses
+/// it, once, and the write is computed again as a fill.
+fn join(
+    row: &BucketState,
+    want: &Want,
+    bucket: (PerMilli, Tokens, Tokens),
+    (lead, at): (UnixMillis, UnixMillis),
+) -> Option<Commute> {
+    let back = at.as_millis().checked_sub(lead.as_millis())?;
+    if row.herd_at != Some(row.last_refill_at) || !(0..=JOIN_AFTER_MILLIS).contains(&back) {
+        return None;
+    }
+    // A later write's own row shows only its own call taken: this writer may be alone.
+    let (_, call, top) = bucket;
+    if want.herd == Herd::Later && row.tokens > top - call - call {
+        return None;
+    }
+    let floor = want.need.map(|need| need - want.restored);
+    let mut sets = joins(floor, bucket, (back, at))?.into_iter();
+    Some(Commute {
+        tokens: TokensOp::Add(want.restored - want.taken),
+        refill: None,
+        herd: Some(lead),
+        when: sets.next()?,
+        or_when: sets.collect(),
+    })
+}
+
+/// The join sets of a herd whose lead stamped the row `back` milliseconds before `at`:
+/// one per window, for rows at least `floor` (see the module documentation).
+fn joins(
+    floor: Option<Tokens>,
+    (rate, call, top): (PerMilli, Tokens, Tokens),
+    (back, at): (i64, UnixMillis),
+) -> Option<Vec<Vec<Condition>>> {
+    let call_millis = millis_to_earn(call, rate)?;
+    Some(
+        JOIN_HALVES
+            .iter()
+            .filter_map(|halves| {
+                let k = back.checked_add((call_millis.checked_mul(*halves)? + 1) / 2)?;
+                let since = UnixMillis::new(at.as_millis().checked_sub(k)?);
+                let mut set = vec![
+                    Condition::StampIsHerd,
+                    Condition::HerdSince(since),
+                    Condition::TokensAtMost(top - refill_since(since, rate, at)),
+                ];
+                set.extend(floor.map(Condition::TokensAtLeast));
+                Some(set)
+            })
+            .collect(),
+    )
 }
 
 /// The refill from `since` to `at`, with nothing carried.

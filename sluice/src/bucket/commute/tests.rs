@@ -80,7 +80,7 @@ fn take(taken: i64, ceiling: i64) -> Want {
         short: false,
         others_per_ks: 0,
         behind: false,
-        herd: false,
+        herd: Herd::Not,
     }
 }
 
@@ -216,7 +216,7 @@ fn concurrent_slots_are_taken_and_given_back_by_addition() {
         short: false,
         others_per_ks: 0,
         behind: false,
-        herd: false,
+        herd: Herd::Not,
     };
     let c = change(&row(b.clone(), 2, 0), &back, at(1)).unwrap();
     assert_eq!(c.tokens, TokensOp::Add(Tokens::new(1)));
@@ -290,7 +290,7 @@ fn any_case() -> impl Strategy<Value = (BucketState, BucketState, Want, i64)> {
                 any::<bool>(),
                 any::<bool>(),
                 any_pace(),
-                any::<bool>(),
+                prop_oneof![Just(Herd::Not), Just(Herd::First), Just(Herd::Later)],
             ),
         )
             .prop_map(
@@ -348,7 +348,7 @@ fn stale_writers(
             short: false,
             others_per_ks,
             behind: true,
-            herd: false,
+            herd: Herd::Not,
         };
         for _ in 0..3 {
             let Some(c) = commute(

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::bucket::BucketState;
+use crate::bucket::{BucketState, Herd};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
@@ -159,7 +159,7 @@ impl Write<'_> {
             short,
             others_per_ks,
             behind: self.lost == 0 && !self.fresh, // a stale row's first try
-            herd: self.lost == 0 && !wrote,        // a first attempt's: a refused one fills
+            herd: Herd::of(self.lost == 0, wrote), // a refused one fills
         };
         let Some(change) = plan::change(&row, &plan, &reading, self.core.config.fold_after) else {
             // The remembered row cannot do what it was planned to (a rounding edge): decide

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::bucket::{BucketState, Take, Want, commute};
+use crate::bucket::{BucketState, Herd, Take, Want, commute};
 use crate::clock::UnixMillis;
 use crate::config::Config;
 use crate::grant::Kept;
@@ -65,8 +65,8 @@ pub(super) struct Reading {
     pub(super) others_per_ks: u64,
     /// A full row is first taken from as another writer's fill stamped ahead leaves it.
     pub(super) behind: bool,
-    /// No write of this client to the row applied yet: a full row gets a herd write.
-    pub(super) herd: bool,
+    /// Whether a full row gets a herd write.
+    pub(super) herd: Herd,
 }
 
 /// The change that makes `plan` of `row` as `reading` says; `None` when the row cannot

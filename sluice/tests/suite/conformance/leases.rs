@@ -377,3 +377,52 @@ pub async fn a_fleet_s_first_grants_on_a_full_row_each_take_one_write(env: Env) 
         lease.release().await.unwrap();
     }
 }
+
+pub async fn a_process_that_read_the_row_after_a_herd_s_lead_joins_it(env: Env) {
+    // 20 a second, holding 10: a call takes 50 ms to refill.
+    requests(&env, "slow", 10, 20).await;
+    let dim = env.dim("slow");
+    env.advance_ms(60_000);
+    // The first process of a fleet reads the full row and leads the herd.
+    let fleet: Vec<_> = (0..5).map(|i| env.client(&format!("p{i}"))).collect();
+    fleet[0].peek(dim.as_str()).await.unwrap();
+    env.advance_ms(3);
+    let lead = env.clock.now();
+    let mut held = vec![fleet[0].acquire(dim.as_str()).await.unwrap()];
+    // The others read the row the lead left (one taken, the herd's timestamp set); then
+    // the lead's process takes five more.
+    for process in &fleet[1..] {
+        process.peek(dim.as_str()).await.unwrap();
+    }
+    held.push(
+        fleet[0]
+            .acquire(Acquire::with_cost(dim.as_str(), 5))
+            .await
+            .unwrap(),
+    );
+    // By the time each of the others writes, the row it read has refilled to full.
+    env.advance_ms(100);
+    for process in &fleet[1..] {
+        env.advance_ms(3);
+        let lease = process.acquire(dim.as_str()).await.unwrap();
+        if fast(&env) {
+            // Each joins the herd, where a fill from the row it read fails on the takes
+            // since.
+            assert_eq!(lease.attempts(), 1, "a first grant was turned away");
+            assert_eq!(row(&env, "slow").await.herd_at, Some(lead));
+        }
+        held.push(lease);
+    }
+    // Ten taken, each exactly once, and the refill since the lead (112 ms: 2.24).
+    assert_eq!(
+        env.clock.now().saturating_since(lead),
+        Duration::from_millis(112)
+    );
+    assert_eq!(
+        env.available("slow").await,
+        Tokens::from_nanos(2_240_000_000)
+    );
+    for lease in held {
+        lease.release().await.unwrap();
+    }
+}

@@ -256,6 +256,7 @@ macro_rules! suite {
             a_grant_writes_its_lease_row_beside_the_bucket_row,
             other_clients_grants_do_not_make_a_grant_fail,
             a_fleet_s_first_grants_on_a_full_row_each_take_one_write,
+            a_process_that_read_the_row_after_a_herd_s_lead_joins_it,
             fills_within_one_millisecond_count_refill_to_the_microsecond,
             slots_are_given_back_exactly_once_by_their_holders,
             a_redefinition_keeps_the_live_leases,

@@ -66,7 +66,7 @@ fn a_give_back_to_a_row_filled_ahead_stamps_it_ahead_of_the_clock_not_of_the_row
         short: false,
         others_per_ks: 1_000_000,
         behind: true,
-        herd: false,
+        herd: Herd::Not,
     };
     let c = change(&filled, &want, at(5_100)).unwrap();
     // Full again at the row's own timestamp: set full, stamped half a second after the

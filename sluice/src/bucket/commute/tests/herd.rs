@@ -14,7 +14,7 @@ fn applied(row: &BucketState, change: &Commute) -> BucketState {
 fn first(taken: i64, ceiling: i64, debt: i64) -> Want {
     Want {
         need: Some(Tokens::new(taken - debt)),
-        herd: true,
+        herd: Herd::First,
         ..take(taken, ceiling)
     }
 }
@@ -69,7 +69,7 @@ fn a_fleets_first_writes_to_a_full_row_each_apply_at_the_first_attempt() {
     assert_eq!(stored.tokens, Tokens::new(-21));
     // As fills instead, every write after the first fails at least once.
     let fill = Want {
-        herd: false,
+        herd: Herd::Not,
         ..first(1, 10, 0)
     };
     let (attempts, _) = fleet(10, 2, &fill);
@@ -81,7 +81,7 @@ fn a_lone_writers_first_take_from_a_full_row_leaves_what_a_fill_would() {
     let full = row(slow(), 10, -60_000);
     let herd = change(&full, &first(1, 10, 0), at(0)).unwrap();
     let fill = Want {
-        herd: false,
+        herd: Herd::Not,
         ..first(1, 10, 0)
     };
     assert_eq!(herd.herd, Some(at(0)));
@@ -156,11 +156,51 @@ fn a_row_with_a_herd_gets_fills_and_a_fill_ends_the_herd() {
     );
 }
 
+#[test]
+fn a_first_write_from_a_row_read_after_the_lead_joins_the_herd() {
+    // The lead took one at 0 ms; the row as read then: 9, stamped at 0, the herd's.
+    let (_, seen) = fleet(1, 0, &first(1, 10, 0));
+    assert_eq!((seen.tokens, seen.herd_at), (Tokens::new(9), Some(at(0))));
+    // Others have drained it since, to a debt of 20 (waiting callers).
+    let mut stored = seen.clone();
+    stored.tokens = Tokens::new(-20);
+    // 300 ms later the row as read has refilled to full: a fill from it would fail on the
+    // takes since; the first write joins instead, which the drained row accepts.
+    let waiting = first(1, 10, 30);
+    let join = change(&seen, &waiting, at(300)).unwrap();
+    assert_eq!(join.herd, Some(at(0)));
+    // Sent though the row as read (full by now) refuses it: it fails, once, on a row that
+    // is full after all, and the retry fills.
+    assert!(!join.holds(&seen));
+    assert!(join.holds(&stored));
+    assert_eq!(applied(&stored, &join).tokens, Tokens::new(-21));
+    let fill = Want {
+        herd: Herd::Not,
+        ..waiting
+    };
+    assert!(!change(&seen, &fill, at(300)).unwrap().holds(&stored));
+    // A later write joins only where its own row shows others' takes: one that took one
+    // call from a full row may be alone, and fills.
+    let later = Want {
+        herd: Herd::Later,
+        ..waiting
+    };
+    assert_eq!(change(&seen, &later, at(300)).unwrap().herd, None);
+    let mut taken = seen.clone();
+    taken.tokens = Tokens::new(5);
+    let joined = change(&taken, &later, at(300)).unwrap();
+    assert_eq!(joined.herd, Some(at(0)));
+    assert!(joined.holds(&stored));
+    // A herd more than a second old is over: a fill.
+    assert_eq!(change(&seen, &waiting, at(1_001)).unwrap().herd, None);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
-    /// First writes computed from one full row at any instants, landing in any order (a
-    /// lost one sent again from the row handed back): every write that applies was served
+    /// First writes (and later writes' first attempts) computed from one full row, or from
+    /// the row as any earlier write left it, at any instants, landing in any order (a lost
+    /// one sent again from the row handed back): every write that applies was served
     /// by the bucket and leaves no more than giving back and taking would have, and no
     /// window holds more grants than capacity + rate × window.
     #[test]
@@ -169,6 +209,7 @@ proptest! {
         capacity in 1u64..20,
         writes in proptest::collection::vec((0i64..400, 0i64..3), 1..64),
         order in proptest::collection::vec(any::<proptest::sample::Index>(), 64),
+        seen_at in proptest::collection::vec((any::<proptest::sample::Index>(), any::<bool>()), 64),
     ) {
         let bucket = Bucket::requests(RefillRate::per_second(per_second)).with_capacity(capacity);
         let ceiling = i64::try_from(capacity).unwrap();
@@ -178,19 +219,22 @@ proptest! {
         let mut pending: Vec<_> = writes.clone();
         let mut granted = Vec::new();
         let mut clock = 0;
-        for i in order {
+        // The row as it stood after each landing: a writer computes from any of them (read
+        // before the fleet wrote, after the lead, or as its own earlier write left it).
+        let mut rows = vec![seen.clone()];
+        for (i, (read, later)) in order.into_iter().zip(seen_at) {
             if pending.is_empty() {
                 break;
             }
             let (ms, debt) = pending.remove(i.index(pending.len()));
             clock = clock.max(ms);
             let now = at(clock);
-            let want = Want {
+            let mut want = Want {
                 need: Some(Tokens::new(1 - debt)),
-                herd: true,
+                herd: if later { Herd::Later } else { Herd::First },
                 ..take(1, ceiling)
             };
-            let mut from = seen.clone();
+            let mut from = rows[read.index(rows.len())].clone();
             for _ in 0..3 {
                 let Some(c) = change(&from, &want, now) else { break };
                 if c.holds(&stored) {
@@ -202,10 +246,13 @@ proptest! {
                         "{:?} left {:?}, more than {:?}", c, after, level
                     );
                     stored = after;
+                    rows.push(stored.clone());
                     granted.push(clock);
                     break;
                 }
                 from = stored.clone();
+                // A retry, from the row handed back, is not a herd write.
+                want.herd = Herd::Not;
             }
         }
         let rate = bucket.effective_rate();
