@@ -239,7 +239,8 @@ pub(crate) enum Herd {
     /// wrote. It leads a herd, or joins one under way.
     First,
     /// The first attempt of a later write: it joins a herd under way that others joined
-    /// since this writer's last write (its row shows more taken than its own call).
+    /// since this writer's last write (guessed where the stored tokens its last write left
+    /// are at least two calls below full).
     Later,
 }
 

@@ -50,8 +50,9 @@ const SLOW_MICROS: i64 = 5_000;
 /// the fuller a row it accepts.
 const JOIN_HALVES: [i64; 5] = [1, 2, 4, 8, 16];
 
-/// How long after a herd's lead a process's first write to the row guesses that the herd
-/// is still under way, and joins it (see [`join`]): about how long a fleet takes to start.
+/// How long after a herd's timestamp (its lead's instant, set back by the refill of what
+/// the row was short of full) a write's first attempt guesses that the herd is still under
+/// way, and joins it (see [`join`]): about how long a fleet takes to start.
 const JOIN_AFTER_MILLIS: i64 = 1_000;
 
 /// The herd write that does `want` to the full `row` at `at` (see the module
@@ -110,9 +111,10 @@ pub(super) fn herd(
 }
 
 /// A write's first attempt on a row whose herd is under way (its refill timestamp is its
-/// `herd_at`, set by a lead at most [`JOIN_AFTER_MILLIS`] before `at`): a join only, for a
-/// first write, or for a later one whose own last write left the stored tokens at least
-/// two calls below full (others took from the herd since its lead). It is
+/// `herd_at`, at most [`JOIN_AFTER_MILLIS`] before `at`): a join only, for a first write,
+/// or for a later one whose own last write left the stored tokens at least two calls (of
+/// this write's) below full, most often because others took from the herd since its lead
+/// (a lone writer whose lead stamped back a row short of full guesses wrong, once). It is
 /// sent whether or not the remembered row satisfies it: that row was read before the
 /// herd's other writers took from it, and a join holds on the row they leave (drained
 /// below full by more than the refill since the lead), where a fill computed from the
@@ -145,7 +147,8 @@ fn join(
 }
 
 /// The join sets of a herd whose lead stamped the row `back` milliseconds before `at`:
-/// one per window, for rows at least `floor` (see the module documentation).
+/// one per window that some row at least `floor` satisfies (see the module
+/// documentation).
 fn joins(
     floor: Option<Tokens>,
     (rate, call, top): (PerMilli, Tokens, Tokens),
@@ -158,10 +161,15 @@ fn joins(
             .filter_map(|halves| {
                 let k = back.checked_add((call_millis.checked_mul(*halves)? + 1) / 2)?;
                 let since = UnixMillis::new(at.as_millis().checked_sub(k)?);
+                let at_most = top - refill_since(since, rate, at);
+                // A window whose refill leaves less than the floor: no row satisfies it.
+                if floor.is_some_and(|floor| floor > at_most) {
+                    return None;
+                }
                 let mut set = vec![
                     Condition::StampIsHerd,
                     Condition::HerdSince(since),
-                    Condition::TokensAtMost(top - refill_since(since, rate, at)),
+                    Condition::TokensAtMost(at_most),
                 ];
                 set.extend(floor.map(Condition::TokensAtLeast));
                 Some(set)

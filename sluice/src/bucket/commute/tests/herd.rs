@@ -193,6 +193,19 @@ fn a_first_write_from_a_row_read_after_the_lead_joins_the_herd() {
     assert!(joined.holds(&stored));
     // A herd more than a second old is over: a fill.
     assert_eq!(change(&seen, &waiting, at(1_001)).unwrap().herd, None);
+    // A caller that may leave no debt joins only a window whose refill leaves it a call:
+    // 300 ms after the lead, none does (each would need at most 3.5 stored and at least
+    // one, of a full row's 10 less 6.5 refilled, and 3.5 < 1 + the refill), so a fill.
+    let plain = first(1, 10, 0);
+    let two = Bucket::requests(RefillRate::per_second(20)).with_capacity(2);
+    let mut small = row(two, 1, 0);
+    small.herd_at = Some(at(0));
+    assert_eq!(change(&small, &first(1, 2, 0), at(100)).unwrap().herd, None);
+    let c = change(&seen, &plain, at(300)).unwrap();
+    assert!(c.or_when.iter().chain([&c.when]).all(|set| {
+        set.iter()
+            .all(|cond| !matches!(cond, Condition::TokensAtMost(m) if *m < Tokens::new(1)))
+    }));
 }
 
 proptest! {
