@@ -19,6 +19,22 @@ fn first(taken: i64, ceiling: i64, debt: i64) -> Want {
     }
 }
 
+/// Whether every set of conditions of `c` is one some row satisfies (its floor on the
+/// tokens no higher than its ceiling on them).
+pub(super) fn satisfiable(c: &Commute) -> bool {
+    std::iter::once(&c.when).chain(&c.or_when).all(|set| {
+        let least = set.iter().find_map(|c| match c {
+            Condition::TokensAtLeast(t) => Some(*t),
+            _ => None,
+        });
+        let most = set.iter().find_map(|c| match c {
+            Condition::TokensAtMost(t) => Some(*t),
+            _ => None,
+        });
+        least.zip(most).is_none_or(|(least, most)| least <= most)
+    })
+}
+
 /// 20 a second, 10 at most: a call refills in 50 ms, far slower than a fill accepts
 /// another writer's fill within.
 fn slow() -> Bucket {
