@@ -23,9 +23,8 @@ const FULL_TOLERANCE: i128 = 100;
 
 /// For each row of `next` that `rows` (as read) already had, the change that turns the
 /// stored row into its part of `next` whatever commuting changes landed on it since the
-/// read; `None` for a row that has to be as read (a row of another SDK, a vendor-learned
-/// burst, a row refilled after the new rows' timestamp): that row is conditioned on being
-/// unchanged. A row is settled at `now` and stamped as the new rows are, which may be
+/// read; `None` for a row that has to be as read (a vendor-learned burst, a row refilled
+/// after the new rows' timestamp): that row is conditioned on being unchanged. A row is settled at `now` and stamped as the new rows are, which may be
 /// later (see [`reshard`](super::reshard)): it refills nothing until then.
 ///
 /// A full row is moved exactly while nobody refilled it since the read. On a row every
@@ -48,10 +47,13 @@ pub(crate) fn moves(
 }
 
 fn move_of(old: &BucketState, new: &BucketState, now: UnixMillis, raced: bool) -> Option<Commute> {
-    // A row of another SDK carries no write id: its values may have been rounded when
-    // read, and a burst learned from the vendor bounds the row by more than its
-    // definition; both are left to the exact condition.
-    if old.write_id.is_none() || old.burst.is_some() || new.burst.is_some() {
+    // A burst learned from the vendor bounds the row by more than its definition: left
+    // to the exact condition. A row another SDK wrote (no write id) is moved like any
+    // other: the fast path's own changes apply to it, on the same conditions, and what
+    // it read of the row was rounded the safe way (tokens down, the refill timestamp
+    // up), so a move computed from it gives out no more than the row holds, and its
+    // conditions, on the stored values themselves, fail where the rounding would matter.
+    if old.burst.is_some() || new.burst.is_some() {
         return None;
     }
     // Settled at `now` (refill counted to it, none for a row refilled later) and stamped

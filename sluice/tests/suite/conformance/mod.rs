@@ -275,6 +275,7 @@ macro_rules! suite {
             corrections_follow_a_grant_over_shards_and_shards_gathered_away,
             several_dimensions_and_priorities_on_sharded_buckets,
             a_reshard_lands_on_rows_other_clients_take_from_meanwhile,
+            a_reshard_lands_on_a_row_another_sdk_wrote_while_others_take_from_it,
             a_store_that_ignores_moves_still_reshards_exactly,
             a_bucket_pinned_or_capped_by_its_definition_keeps_within_it,
             a_client_throttled_on_a_row_since_spread_learns_the_spread_at_once,

@@ -432,6 +432,17 @@ struct RacedReshard {
 }
 
 async fn reshard_raced(env: &Env, ignores_moves: bool, costs: &[i64]) -> RacedReshard {
+    reshard_raced_on(env, ignores_moves, false, costs).await
+}
+
+/// [`reshard_raced`], with the row (100 taken) written whole by another SDK first when
+/// `seed_written`: the seed's attributes as they were, no write id.
+async fn reshard_raced_on(
+    env: &Env,
+    ignores_moves: bool,
+    seed_written: bool,
+    costs: &[i64],
+) -> RacedReshard {
     let d = env
         .define(
             "rpm",
@@ -446,6 +457,16 @@ async fn reshard_raced(env: &Env, ignores_moves: bool, costs: &[i64]) -> RacedRe
             .await
             .unwrap(),
     ];
+    if seed_written {
+        let read = env.sluice.bucket(&d).await.unwrap().unwrap();
+        let seed = sluice::BucketState {
+            version: read.version + 1,
+            write_id: None,
+            recent_writes: sluice::RecentWrites::default(),
+            ..read.clone()
+        };
+        assert!(env.store.put_bucket(&seed, Some(&read)).await.unwrap());
+    }
     let (gate, open) = super::Gate::new(env, "rpm");
     gate.ignores_moves
         .store(ignores_moves, std::sync::atomic::Ordering::SeqCst);
@@ -510,6 +531,28 @@ pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env)
         Err(Error::RetryIn(_))
     ));
     drop((held, rest));
+}
+
+/// A row another SDK wrote whole carries no write id (the seed's SDKs, Terraform): the
+/// reshard moves it as it moves sluice's own rows, so it lands at its first attempt
+/// there too, however often the row is written meanwhile; what the others took stays
+/// taken.
+pub async fn a_reshard_lands_on_a_row_another_sdk_wrote_while_others_take_from_it(env: Env) {
+    let raced = reshard_raced_on(&env, false, true, &[7, 9, 11, 13]).await;
+    assert_eq!(raced.rows, 8);
+    assert_eq!(
+        raced
+            .gate
+            .reshards
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the reshard landed at its first attempt"
+    );
+    assert_eq!(
+        whole_available(&env, "rpm").await,
+        Tokens::new(1_000 - 100 - raced.taken),
+        "every token the others took stays taken, none is made"
+    );
 }
 
 /// A store may ignore a reshard's moves (see `Store::respread_buckets`): then a reshard
