@@ -154,6 +154,9 @@ pub(crate) struct Lane {
     /// Writes of the lane's row the store throttled for the item's own throughput (not a
     /// transaction holding it), since the row's heat was last measured.
     pub(crate) throttles: std::sync::atomic::AtomicU32,
+    /// Writes of the lane's row that failed their condition (billed, and not counted in
+    /// the row's version), since the row's heat was last measured.
+    pub(crate) lost_races: std::sync::atomic::AtomicU32,
     /// Times this lane answered its acquires with a RetryIn because the store pushed back
     /// (a throttled read or write), not because the bucket was short.
     pub(crate) pushed_back: std::sync::atomic::AtomicU64,
@@ -211,6 +214,7 @@ impl Default for Lane {
             writer: Arc::default(),
             throttled: std::sync::atomic::AtomicU32::default(),
             throttles: std::sync::atomic::AtomicU32::default(),
+            lost_races: std::sync::atomic::AtomicU32::default(),
             pushed_back: std::sync::atomic::AtomicU64::default(),
             costs: CallCosts::default(),
         }
@@ -218,6 +222,13 @@ impl Default for Lane {
 }
 
 impl Lane {
+    /// Counts a write of the lane's row (of `dimension`) that failed its condition.
+    pub(crate) fn lost_race(&self, dimension: &str) {
+        crate::metrics::contention_retry(dimension);
+        self.lost_races
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// What this client remembers of the lane's bucket row.
     pub(crate) fn memory(&self) -> MutexGuard<'_, Remembered> {
         lock(&self.memory)

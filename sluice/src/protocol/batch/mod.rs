@@ -312,7 +312,7 @@ impl Write<'_> {
                     )
                 });
                 tracing::debug!(dimension = %self.dimension, attempts = self.attempts, ?failed, "the row was not as remembered: computing the write again from it");
-                crate::metrics::contention_retry(self.dimension.as_str());
+                self.lane.lost_race(self.dimension.as_str());
                 self.lost += 1;
                 self.beaten_at = current
                     .as_ref()
