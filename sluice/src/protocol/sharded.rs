@@ -215,9 +215,9 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
 /// ceiling: none when this client's own writes of the row failed their condition
 /// meanwhile. Those lost races were billed and pressed on the ceiling, but the row's
 /// version does not count them, so what it took then says less than the store let it
-/// take (in the 48-process demo behind the proxy at 100 write units a second, a client
-/// whose fills of the `rpm` row kept failing on the waiters' debt measured 1.9 writes a
-/// second there while throttled, and set out to spread a bucket its refill binds).
+/// take (in the 48-process demo behind the proxy at 100 write units a second, while the
+/// fleet's fills of the `rpm` row failed on others' takes, a client measured 1.9 writes
+/// a second there while throttled, and set out to spread a bucket its refill binds).
 fn throttles_since(lane: &Lane, short: bool, whole: bool) -> (u32, u32) {
     let count = |n: &std::sync::atomic::AtomicU32| {
         if whole {
