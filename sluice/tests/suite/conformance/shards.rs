@@ -431,6 +431,21 @@ struct RacedReshard {
     gate: std::sync::Arc<super::Gate>,
 }
 
+impl RacedReshard {
+    /// Checks the reshard landed on 8 rows after `attempts` transactions (`why`), and that
+    /// every token the others took stays taken, none made.
+    async fn landed(&self, env: &Env, attempts: u32, why: &str) {
+        assert_eq!(self.rows, 8);
+        let sent = self.gate.reshards.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(sent, attempts, "{why}");
+        assert_eq!(
+            whole_available(env, "rpm").await,
+            Tokens::new(1_000 - 100 - self.taken),
+            "every token the others took stays taken, none is made"
+        );
+    }
+}
+
 async fn reshard_raced(env: &Env, ignores_moves: bool, costs: &[i64]) -> RacedReshard {
     reshard_raced_on(env, ignores_moves, false, costs).await
 }
@@ -539,20 +554,9 @@ pub async fn a_reshard_lands_on_rows_other_clients_take_from_meanwhile(env: Env)
 /// taken.
 pub async fn a_reshard_lands_on_a_row_another_sdk_wrote_while_others_take_from_it(env: Env) {
     let raced = reshard_raced_on(&env, false, true, &[7, 9, 11, 13]).await;
-    assert_eq!(raced.rows, 8);
-    assert_eq!(
-        raced
-            .gate
-            .reshards
-            .load(std::sync::atomic::Ordering::SeqCst),
-        1,
-        "the reshard landed at its first attempt"
-    );
-    assert_eq!(
-        whole_available(&env, "rpm").await,
-        Tokens::new(1_000 - 100 - raced.taken),
-        "every token the others took stays taken, none is made"
-    );
+    raced
+        .landed(&env, 1, "the reshard landed at its first attempt")
+        .await;
 }
 
 /// A store may ignore a reshard's moves (see `Store::respread_buckets`): then a reshard
@@ -560,20 +564,9 @@ pub async fn a_reshard_lands_on_a_row_another_sdk_wrote_while_others_take_from_i
 /// again and lands; what the others took stays taken, and no token is made.
 pub async fn a_store_that_ignores_moves_still_reshards_exactly(env: Env) {
     let raced = reshard_raced(&env, true, &[7, 9, 11]).await;
-    assert_eq!(raced.rows, 8);
-    assert_eq!(
-        raced
-            .gate
-            .reshards
-            .load(std::sync::atomic::Ordering::SeqCst),
-        2,
-        "refused once (its rows moved), then landed"
-    );
-    assert_eq!(
-        whole_available(&env, "rpm").await,
-        Tokens::new(1_000 - 100 - raced.taken),
-        "every token the others took stays taken, none is made"
-    );
+    raced
+        .landed(&env, 2, "refused once (its rows moved), then landed")
+        .await;
 }
 
 /// A bucket whose definition pins or caps its rows: defining it spreads it, a reshard by
