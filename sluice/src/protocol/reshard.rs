@@ -11,6 +11,7 @@ use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::retry::Budget;
 use crate::shared::Core;
+use crate::store::StoreError;
 
 use super::lost_race;
 
@@ -91,9 +92,22 @@ pub(crate) async fn reshard_from(
             }
         }
         // Rows that stay are moved by what they give or take, not conditioned on being as
-        // read: a hot bucket's rows change between any read and any write.
-        let moves = crate::bucket::shards::moves(&rows, &next, now, budget.lost() > 0);
-        if core.store.respread_buckets(&rows, &next, &moves).await? {
+        // read: a hot bucket's rows change between any read and any write. A spread this
+        // client decided on is of a row it measured hot: a full one is moved as after a lost
+        // race from the first attempt (its exact move fails on the next grant's refill,
+        // costing the spread a round of reads and a cancelled transaction).
+        let hot = from.is_some() && usize::from(to) > now_at;
+        let raced = hot || budget.lost() > 0;
+        let moves = crate::bucket::shards::moves(&rows, &next, now, raced);
+        let applied = match core.store.respread_buckets(&rows, &next, &moves).await {
+            Ok(applied) => applied,
+            // A spread writes the row it relieves, which the store throttles as it does
+            // the takes racing it: sent again like a lost race, within the budget (given
+            // up, the row stays throttled until another client decides to spread it).
+            Err(StoreError::Throttled { .. }) if hot => false,
+            Err(e) => return Err(e.into()),
+        };
+        if applied {
             tracing::info!(dimension = %base, from = rows.len(), to, "bucket resharded");
             for (k, row) in next.iter_mut().enumerate() {
                 // A moved row keeps the write id it had (a move is a commuting change).

@@ -30,7 +30,10 @@ use crate::shared::remembered::Recall;
 use crate::tokens::Tokens;
 
 use super::{fast, reshard, seed};
-use seen::{Seen, gathers_short, learn_shards, remembered, spread_since, within_twice};
+use seen::{
+    Seen, drawn, gathers_short, learn_shards, remembered, spread_since, throttles_since,
+    within_twice,
+};
 
 /// How many times the whole bucket is read again when its rows moved on between the read
 /// and the write that relied on it.
@@ -159,7 +162,7 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     let seen_as = (shards, so_far >= 2);
     let measure = core.heat.observe(&row, version, seen_as, learned_at)?;
     let per_row = measure.per_row;
-    let (throttles, teaching) = throttles_since(lane, short, measure.whole);
+    let (throttles, teaching) = throttles_since(lane, short, measure.whole, measure.own);
     let throttled = throttles > 0;
     // The ceiling told (configured, or the store's own), or the lower one the store's
     // throttles showed (see `Heat::ceiling`).
@@ -202,33 +205,10 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     let at_ceiling = Sharding::at_ceiling(per_row, limit);
     let lone = hot && n == 1 && at_ceiling;
     let sure = lone || heated >= Sharding::HOT_WINDOWS;
-    // Every writer measured the same heat: about two spread it (see `Measure::drawn`).
-    let first = if lone { 1 } else { Sharding::HOT_WINDOWS };
-    let drawn = measure.drawn(rand::rng().random(), heated.saturating_sub(first));
+    let drawn = drawn(&measure, heated, lone);
     let spread = founded && sure && !short && !refill_bound && drawn;
     let to = target.filter(|_| !spreads || spread)?;
     Some((to, per_row, throttled))
-}
-
-/// The throttles of `lane`'s row since its heat was last measured whole (taken, when the
-/// measure is `whole`), none for a `short` row; and those of them that teach the row's
-/// ceiling: none when this client's own writes of the row failed their condition
-/// meanwhile. Those lost races were billed and pressed on the ceiling, but the row's
-/// version does not count them, so what it took then says less than the store let it
-/// take (in the 48-process demo behind the proxy at 100 write units a second, while the
-/// fleet's fills of the `rpm` row failed on others' takes, a client measured 1.9 writes
-/// a second there while throttled, and set out to spread a bucket its refill binds).
-fn throttles_since(lane: &Lane, short: bool, whole: bool) -> (u32, u32) {
-    let count = |n: &std::sync::atomic::AtomicU32| {
-        if whole {
-            n.swap(0, Relaxed)
-        } else {
-            n.load(Relaxed)
-        }
-    };
-    let throttles = count(&lane.throttles) * u32::from(!short);
-    let lost = count(&lane.lost_races);
-    (throttles, if lost == 0 { throttles } else { 0 })
 }
 
 /// The acquire answered by the whole bucket: from what this client remembers of every

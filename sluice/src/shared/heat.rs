@@ -183,12 +183,13 @@ impl Heat {
     }
 
     /// Whether this client may read `base`'s first row at `now` to learn whether other
-    /// clients spread the bucket: once a [`WINDOW`] at most (noted as done when `true`).
+    /// clients spread the bucket: once a [`THROTTLED_WINDOW`] at most (noted as done when
+    /// `true`), as often as its throttles are measured.
     pub(crate) fn look(&self, base: &Dimension, now: UnixMillis) -> bool {
         let mut looked = lock(&self.looked);
         let due = looked.get(base).is_none_or(|at| {
             let since = now.as_millis() - at.as_millis();
-            !(0..WINDOW.as_millis() as i64).contains(&since)
+            !(0..THROTTLED_WINDOW.as_millis() as i64).contains(&since)
         });
         if due {
             looked.insert(base.clone(), now);
@@ -335,9 +336,10 @@ mod tests {
         heat.done(&base, t(10_400), false);
         assert_eq!(cool(1), 1);
         assert_eq!(heat.cool(&base, 4, false), 0);
-        // A look at the first row: once a window, again after one (or a clock stepped back).
-        assert!(heat.look(&base, t(10_000)) && !heat.look(&base, t(10_999)));
-        assert!(heat.look(&base, t(11_000)) && heat.look(&base, t(9_000)));
+        // A look at the first row: once a throttled window, again after one (or a clock
+        // stepped back).
+        assert!(heat.look(&base, t(10_000)) && !heat.look(&base, t(10_249)));
+        assert!(heat.look(&base, t(10_250)) && heat.look(&base, t(9_000)));
         assert_eq!(
             (heat.cool(&base, 4, true), heat.cool(&base, 4, true)),
             (1, 2)

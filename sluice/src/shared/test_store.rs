@@ -30,9 +30,10 @@ pub(crate) trait Hooks: Send + Sync + std::fmt::Debug + 'static {
         Ok(())
     }
 
-    /// Before a reshard's transaction: `false` answers that it lost its race.
-    fn respread(&self) -> bool {
-        true
+    /// Before a reshard's transaction, with the moves of the rows it keeps: `Ok(false)`
+    /// answers that it lost its race, an error refuses it.
+    fn respread(&self, _moves: &[Option<Commute>]) -> Result<bool, StoreError> {
+        Ok(true)
     }
 
     /// Before bucket rows are read.
@@ -106,7 +107,7 @@ hooked_store!({
         rows: &[BucketState],
         moves: &[Option<Commute>],
     ) -> Result<bool, StoreError> {
-        if !self.hooks.respread() {
+        if !self.hooks.respread(moves)? {
             return Ok(false);
         }
         self.inner.respread_buckets(expected, rows, moves).await

@@ -21,6 +21,14 @@ const MAX_THROTTLED: u32 = 16;
 const THROTTLE_FIRST: Duration = Duration::from_millis(20);
 const THROTTLE_MOST: Duration = Duration::from_millis(1_000);
 
+/// The longest wait after a throttle of a bucket's only row while the client may spread
+/// it: the throttles are what spreads it (see [`Sharding`](crate::Sharding)), and once
+/// spread (by this client or another) the row takes the demand at once. A caller asleep
+/// for the doubled wait would hear it up to a second later; in a fleet of 48
+/// single-caller processes started one after another on one row at 100 write units a
+/// second, those waits reached 640 ms, after the spread had landed.
+const THROTTLE_MOST_LONE: Duration = Duration::from_millis(200);
+
 impl Write<'_> {
     /// A throttled write: back-pressure. Acquires hear a RetryIn of a jittered wait (a
     /// waiting caller waits it out, within its deadline, and asks again); releases wait it
@@ -28,7 +36,7 @@ impl Write<'_> {
     pub(super) async fn throttled(&mut self) -> Next {
         self.throttled += 1;
         let streak = self.lane.throttled.fetch_add(1, Ordering::Relaxed) + 1;
-        let wait = throttle_wait(streak);
+        let wait = throttle_wait(streak, self.spreads());
         self.lane.pushed_back.fetch_add(1, Ordering::Relaxed);
         answer_each(
             std::mem::take(&mut self.acquires),
@@ -45,14 +53,104 @@ impl Write<'_> {
         tokio::time::sleep(wait).await;
         Next::Again
     }
+
+    /// Whether the throttled row is a bucket's only one as this client knows it, one that
+    /// may be spread (it refills, and its bound on its rows allows two), and this client
+    /// spreads buckets: its throttles are waited out briefly (see [`THROTTLE_MOST_LONE`]).
+    fn spreads(&self) -> bool {
+        let may = self.lane.memory().row().is_none_or(|row| {
+            let bound = row.bucket.shard_limit();
+            row.shards == 1
+                && row.bucket.limit_type().refills()
+                && bound.is_none_or(|bound| bound.allows(2))
+        });
+        may && self.dimension.shard_index() == 0 && self.core.config.sharding.automatic()
+    }
 }
 
-/// The wait after the `n`th throttle in a row: half to all of a doubling bound.
-fn throttle_wait(n: u32) -> Duration {
+/// The wait after the `n`th throttle in a row: half to all of a doubling bound, shorter
+/// for a row that is being spread (`spreads`).
+fn throttle_wait(n: u32, spreads: bool) -> Duration {
+    let most = if spreads {
+        THROTTLE_MOST_LONE
+    } else {
+        THROTTLE_MOST
+    };
     let bound = THROTTLE_FIRST
         .saturating_mul(1 << n.saturating_sub(1).min(10))
-        .min(THROTTLE_MOST);
+        .min(most);
     let half = bound / 2;
     let jitter = rand::rng().random_range(0..=half.as_micros() as u64);
     half + Duration::from_micros(jitter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Throttles every change of `t#rpm`.
+    #[derive(Debug)]
+    struct Throttling;
+
+    impl crate::shared::test_store::Hooks for Throttling {
+        fn change(
+            &self,
+            change: &crate::store::BucketChange,
+        ) -> Result<(), crate::store::ChangeError> {
+            if change.dimension.as_str() == "t#rpm" {
+                return Err(StoreError::Throttled { source: None }.into());
+            }
+            Ok(())
+        }
+    }
+
+    /// The longest RetryIn of 12 acquires of `t#rpm`, every one throttled, by a client
+    /// that spreads buckets over `max_shards` rows at most.
+    async fn longest_wait(max_shards: u16) -> Duration {
+        let store = std::sync::Arc::new(crate::shared::test_store::Hooked::new(Throttling));
+        let config = crate::Config {
+            sharding: crate::Sharding {
+                max_shards,
+                ..crate::Sharding::default()
+            },
+            ..crate::Config::default()
+        };
+        let sluice = crate::SluiceBuilder::from_config(config)
+            .store_arc(store)
+            .build()
+            .unwrap();
+        let bucket = crate::Bucket::requests(crate::RefillRate::per_second(1_000));
+        sluice.put_bucket("t#rpm", bucket).await.unwrap();
+        let mut longest = Duration::ZERO;
+        for _ in 0..12 {
+            match sluice.acquire("t#rpm").await {
+                Err(Error::RetryIn(wait)) => longest = longest.max(wait),
+                other => panic!("{other:?}"),
+            }
+        }
+        longest
+    }
+
+    #[tokio::test]
+    async fn a_lone_row_a_client_may_spread_waits_its_throttles_out_briefly() {
+        let lone = longest_wait(crate::MAX_SHARDS).await;
+        assert!(lone <= THROTTLE_MOST_LONE, "{lone:?}");
+        // One it never spreads waits them out as long as any row: after 12 throttles in a
+        // row, half to all of a second.
+        let kept = longest_wait(1).await;
+        assert!(kept >= THROTTLE_MOST / 2, "{kept:?}");
+    }
+
+    #[test]
+    fn throttle_waits_double_up_to_their_bound() {
+        for n in 1..40 {
+            for (spreads, most) in [(false, THROTTLE_MOST), (true, THROTTLE_MOST_LONE)] {
+                let wait = throttle_wait(n, spreads);
+                let bound = THROTTLE_FIRST
+                    .saturating_mul(1 << (n - 1).min(10))
+                    .min(most);
+                assert!(wait >= bound / 2 && wait <= bound, "{n}: {wait:?}");
+            }
+        }
+    }
 }

@@ -1,15 +1,20 @@
-//! What a lane remembers of its row, as the sharded path measures how hot it is, and how
-//! it learns how many rows the bucket has.
+//! What a lane remembers of its row, as the sharded path measures how hot it is, how it
+//! learns how many rows the bucket has, and which writer acts on a measure.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
+
+use rand::RngExt as _;
 
 use crate::acquire::Wanted;
 use crate::clock::UnixMillis;
+use crate::config::Sharding;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::grant::Grant;
 use crate::shared::Core;
+use crate::shared::heat::Measure;
 use crate::shared::lanes::Lane;
 use crate::tokens::Tokens;
 
@@ -99,10 +104,11 @@ pub(super) fn learn_shards(core: &Core, base: &Dimension, lane: &Lane) -> u16 {
 }
 
 /// A throttle's `refused` on the only row this client knows of `wanted`'s bucket: one
-/// read of that row, at most once a second, learns whether the bucket was spread since;
-/// when it was, the whole bucket answers at once (a client with one caller would
-/// otherwise learn it only from a write the hot row takes, after waits of up to a second
-/// each). A read has its own ceiling, apart from the writes'.
+/// read of that row, at most once a
+/// [`THROTTLED_WINDOW`](crate::shared::heat::THROTTLED_WINDOW), learns whether the bucket
+/// was spread since; when it was, the whole bucket answers at once (a client with one
+/// caller would otherwise learn it only from a write the hot row takes, after a throttle's
+/// wait each). A read has its own ceiling, apart from the writes'.
 pub(super) async fn spread_since(
     core: &Arc<Core>,
     wanted: &Wanted,
@@ -129,4 +135,50 @@ pub(super) async fn spread_since(
     }
     core.lanes.note_shards(base, shards);
     super::whole(core, wanted, ttl, fresh_after, (refused, 0)).await
+}
+
+/// The extra doublings of a writer's odds to act on a measure of a lone row throttled at
+/// its ceiling (see [`Measure::drawn`](crate::shared::heat::Measure::drawn)): about four
+/// writers spread it, not two. Each writer measures it at its own instant, and in a fleet
+/// of 48 processes started one after another every draw of the first 0.3 s was lost, the
+/// row refusing demand all the while; a spread that loses its race to another's costs one
+/// cancelled transaction, since it moves the rows by what they hold.
+const LONE_ODDS: u32 = 1;
+
+/// Whether this client is the writer that acts on `measure` of a row it found hot `heated`
+/// times in a row (see [`Measure::drawn`]): every writer measured the same heat, and about
+/// two spread it; four a `lone` row throttled at its ceiling (see [`LONE_ODDS`]).
+pub(super) fn drawn(measure: &Measure, heated: u32, lone: bool) -> bool {
+    let (first, odds) = if lone {
+        (1, LONE_ODDS)
+    } else {
+        (Sharding::HOT_WINDOWS, 0)
+    };
+    measure.drawn(rand::rng().random(), heated.saturating_sub(first) + odds)
+}
+
+/// The throttles of `lane`'s row since its heat was last measured whole (taken, when the
+/// measure is `whole`), none for a `short` row; and those of them that teach the row's
+/// ceiling: none when more of this client's writes of the row lost a race (failed their
+/// condition) than applied, of its `own` acquires in the measure less those throttled.
+/// Lost races were billed and pressed on the ceiling, but the row's version does not
+/// count them, so what it took then says less than the store let it take (in the
+/// 48-process demo behind the proxy at 100 write units a second, while the fleet's fills
+/// of the `rpm` row failed on others' takes, a client measured 1.9 writes a second there
+/// while throttled, and set out to spread a bucket its refill binds). A few (two fills of
+/// a full bucket in the same instant) leave the version at half of what the row took at
+/// least, if the other writers fared as this client did.
+pub(super) fn throttles_since(lane: &Lane, short: bool, whole: bool, own: u64) -> (u32, u32) {
+    let count = |n: &std::sync::atomic::AtomicU32| {
+        if whole {
+            n.swap(0, Relaxed)
+        } else {
+            n.load(Relaxed)
+        }
+    };
+    let throttles = count(&lane.throttles);
+    let lost = u64::from(count(&lane.lost_races));
+    let applied = own.saturating_sub(u64::from(throttles));
+    let throttles = throttles * u32::from(!short);
+    (throttles, if lost <= applied { throttles } else { 0 })
 }

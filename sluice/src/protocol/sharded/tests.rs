@@ -3,6 +3,7 @@
 use super::*;
 
 mod lost_races;
+mod spread;
 
 #[test]
 fn the_whole_bucket_sends_an_acquire_to_another_row_than_the_one_tried() {
@@ -309,13 +310,16 @@ struct LosingGathers {
 }
 
 impl crate::shared::test_store::Hooks for LosingGathers {
-    fn respread(&self) -> bool {
+    fn respread(
+        &self,
+        _moves: &[Option<crate::bucket::Commute>],
+    ) -> Result<bool, crate::store::StoreError> {
         if !self.lose.load(std::sync::atomic::Ordering::Relaxed) {
-            return true;
+            return Ok(true);
         }
         self.respreads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        false
+        Ok(false)
     }
 }
 
