@@ -30,6 +30,7 @@ use crate::shared::remembered::Recall;
 use crate::tokens::Tokens;
 
 use super::{fast, reshard, seed};
+pub(super) use seen::may_spread;
 use seen::{
     Seen, drawn, gathers_short, learn_shards, remembered, spread_since, throttles_since,
     within_twice,
@@ -99,7 +100,9 @@ pub(crate) async fn acquire(
         }
         // The bucket's only row as this client knows it, throttled: other clients may
         // have spread it since, and a throttle's answer does not say.
-        Err(refused @ Error::RetryIn(_)) if known == 1 && throttled => {
+        Err(refused @ Error::RetryIn(_))
+            if known == 1 && throttled && may_spread(core, &lane, &base) =>
+        {
             spread_since(core, &wanted, ttl, fresh_after, refused).await
         }
         answer => answer,
@@ -162,7 +165,8 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     let seen_as = (shards, so_far >= 2);
     let measure = core.heat.observe(&row, version, seen_as, learned_at)?;
     let per_row = measure.per_row;
-    let (throttles, teaching) = throttles_since(lane, short, measure.whole, measure.own);
+    let ample = told.is_some_and(|c| !within_twice(refill_per_ks, cost, u64::from(c) * 1_000));
+    let (throttles, teaching) = throttles_since(lane, short, measure.whole, (measure.own, ample));
     let throttled = throttles > 0;
     // The ceiling told (configured, or the store's own), or the lower one the store's
     // throttles showed (see `Heat::ceiling`).

@@ -54,17 +54,11 @@ impl Write<'_> {
         Next::Again
     }
 
-    /// Whether the throttled row is a bucket's only one as this client knows it, one that
-    /// may be spread (it refills, and its bound on its rows allows two), and this client
-    /// spreads buckets: its throttles are waited out briefly (see [`THROTTLE_MOST_LONE`]).
+    /// Whether the throttled row is one this client may spread for its throttles (see
+    /// [`may_spread`](crate::protocol::sharded::may_spread)): they are then waited out
+    /// briefly (see [`THROTTLE_MOST_LONE`]).
     fn spreads(&self) -> bool {
-        let may = self.lane.memory().row().is_none_or(|row| {
-            let bound = row.bucket.shard_limit();
-            row.shards == 1
-                && row.bucket.limit_type().refills()
-                && bound.is_none_or(|bound| bound.allows(2))
-        });
-        may && self.dimension.shard_index() == 0 && self.core.config.sharding.automatic()
+        crate::protocol::sharded::may_spread(self.core, self.lane, &self.dimension)
     }
 }
 

@@ -91,6 +91,22 @@ pub(super) fn remembered(core: &Core, lane: &Lane) -> Option<Seen> {
     })
 }
 
+/// Whether this client may spread the bucket of `row`, its only row as the client knows it,
+/// for its throttles: the row is the bucket's first and only one (or not yet known), it
+/// refills and is not short (see [`Seen::short`]), its bound allows two rows, and the
+/// client spreads buckets. Its throttles are then waited out briefly, and it is read to
+/// learn of a spread (see [`spread_since`]); a short one is not spread by them, and its
+/// waiters back off as on any row.
+pub(in crate::protocol) fn may_spread(core: &Core, lane: &Lane, row: &Dimension) -> bool {
+    let lone = remembered(core, lane).is_none_or(|seen| {
+        seen.shards == 1
+            && seen.refills
+            && !seen.short
+            && seen.bound.is_none_or(|bound| bound.allows(2))
+    });
+    lone && row.shard_index() == 0 && core.config.sharding.automatic()
+}
+
 /// Notes how many rows the bucket of `base` has, as the row of `lane` just told; the count.
 pub(super) fn learn_shards(core: &Core, base: &Dimension, lane: &Lane) -> u16 {
     let told = lane.memory().row().map(|row| row.shards);
@@ -159,16 +175,23 @@ pub(super) fn drawn(measure: &Measure, heated: u32, lone: bool) -> bool {
 
 /// The throttles of `lane`'s row since its heat was last measured whole (taken, when the
 /// measure is `whole`), none for a `short` row; and those of them that teach the row's
-/// ceiling: none when more of this client's writes of the row lost a race (failed their
-/// condition) than applied, of its `own` acquires in the measure less those throttled.
-/// Lost races were billed and pressed on the ceiling, but the row's version does not
-/// count them, so what it took then says less than the store let it take (in the
-/// 48-process demo behind the proxy at 100 write units a second, while the fleet's fills
-/// of the `rpm` row failed on others' takes, a client measured 1.9 writes a second there
-/// while throttled, and set out to spread a bucket its refill binds). A few (two fills of
-/// a full bucket in the same instant) leave the version at half of what the row took at
-/// least, if the other writers fared as this client did.
-pub(super) fn throttles_since(lane: &Lane, short: bool, whole: bool, own: u64) -> (u32, u32) {
+/// ceiling: none when this client's own writes of the row failed their condition
+/// meanwhile. Those lost races were billed and pressed on the ceiling, but the row's
+/// version does not count them, so what it took then says less than the store let it
+/// take (in the 48-process demo behind the proxy at 100 write units a second, while the
+/// fleet's fills of the `rpm` row failed on others' takes, a client measured 1.9 writes
+/// a second there while throttled, and set out to spread a bucket its refill binds).
+/// Except on an `ample` bucket (its refill, in calls, more than twice what one row takes
+/// at the ceiling told: no refill binds it), where a few (no more than applied, of the
+/// client's `own` acquires of the row less those throttled; two fills of a full row at
+/// once) leave the measure close to what the row took: there they are how a hot full
+/// row's writes meet, and a `tpm` row so could wait seconds for a measure without one.
+pub(super) fn throttles_since(
+    lane: &Lane,
+    short: bool,
+    whole: bool,
+    (own, ample): (u64, bool),
+) -> (u32, u32) {
     let count = |n: &std::sync::atomic::AtomicU32| {
         if whole {
             n.swap(0, Relaxed)
@@ -179,6 +202,7 @@ pub(super) fn throttles_since(lane: &Lane, short: bool, whole: bool, own: u64) -
     let throttles = count(&lane.throttles);
     let lost = u64::from(count(&lane.lost_races));
     let applied = own.saturating_sub(u64::from(throttles));
+    let few = lost == 0 || (ample && lost <= applied);
     let throttles = throttles * u32::from(!short);
-    (throttles, if lost <= applied { throttles } else { 0 })
+    (throttles, if few { throttles } else { 0 })
 }

@@ -1,5 +1,5 @@
 //! A row's throttles teach its ceiling only where the client's own writes of it did not
-//! lose more races meanwhile than applied.
+//! lose races meanwhile, or, on a bucket no refill binds, lost no more than applied.
 
 use super::*;
 
@@ -26,9 +26,10 @@ impl crate::shared::test_store::Hooks for RacedCeiling {
 }
 
 /// A client of a store that throttles `hot#rpm` past 20 writes in a second and fails
-/// `lost.0` of every `lost.1` of its writes, on an ample bucket there; the row after 400
-/// acquires 10 ms apart, and how many the store throttled.
-async fn hammered_losing(lost: (u32, u32)) -> (crate::BucketState, u32) {
+/// `lost.0` of every `lost.1` of its writes, on a bucket there refilling `per_second`,
+/// told a ceiling of 1,000 writes a second (as DynamoDB's store tells it); the row after
+/// 400 acquires 10 ms apart, and how many the store throttled.
+async fn hammered_losing(lost: (u32, u32), per_second: u64) -> (crate::BucketState, u32) {
     use crate::clock::ManualClock;
     let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
     let store = Arc::new(crate::shared::test_store::Hooked::new(RacedCeiling {
@@ -40,14 +41,21 @@ async fn hammered_losing(lost: (u32, u32)) -> (crate::BucketState, u32) {
         writes: std::sync::atomic::AtomicU32::default(),
         lost,
     }));
-    let sluice = crate::Sluice::builder()
+    let config = crate::Config {
+        sharding: crate::Sharding {
+            item_write_ceiling: Some(1_000),
+            ..crate::Sharding::default()
+        },
+        ..crate::Config::default()
+    };
+    let sluice = crate::SluiceBuilder::from_config(config)
         .store_arc(store)
         .clock(clock.clone())
         .build()
         .unwrap();
-    let ample =
-        crate::Bucket::requests(crate::RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
-    sluice.put_bucket("hot#rpm", ample).await.unwrap();
+    let bucket =
+        crate::Bucket::requests(crate::RefillRate::per_second(per_second)).with_capacity(1_000_000);
+    sluice.put_bucket("hot#rpm", bucket).await.unwrap();
     let throttled = hammer(&sluice, &clock, Duration::ZERO).await;
     (sluice.bucket("hot#rpm").await.unwrap().unwrap(), throttled)
 }
@@ -57,18 +65,22 @@ async fn throttles_of_a_row_whose_writes_lose_races_teach_no_ceiling() {
     // As in `a_bucket_whose_row_the_store_throttles_spreads_with_no_ceiling_told`, which
     // spreads it; but what the row took while throttled is not what it could take: two
     // writes in three lost their race.
-    let (row, throttled) = hammered_losing((2, 3)).await;
+    let (row, throttled) = hammered_losing((2, 3), 1_000_000).await;
     assert!(throttled > 0, "the store throttled the row");
     assert_eq!(row.shards, 1, "spread for a ceiling its lost races hid");
     assert_eq!(row.write_ceiling, None);
 }
 
 #[tokio::test]
-async fn throttles_of_a_row_whose_writes_lose_a_few_races_still_spread_it() {
-    // One write in five lost its race (two fills of a full bucket at once): the version
-    // still says most of what the row took, and the throttles spread it.
-    let (row, throttled) = hammered_losing((1, 5)).await;
+async fn on_a_bucket_no_refill_binds_a_few_lost_races_still_teach() {
+    // One write in five lost its race (two fills of a full row at once): on a bucket
+    // refilling far past what a row takes, the throttles spread it.
+    let (row, throttled) = hammered_losing((1, 5), 1_000_000).await;
     assert!(throttled > 0, "the store throttled the row");
     assert!(row.shards > 1, "not spread: {row:?}");
     assert!(row.write_ceiling.is_some());
+    // Refilling 1,500 calls a second, within twice the ceiling told: its lost races teach
+    // nothing.
+    let (row, _) = hammered_losing((1, 5), 1_500).await;
+    assert_eq!(row.shards, 1, "spread for a ceiling its lost races hid");
 }

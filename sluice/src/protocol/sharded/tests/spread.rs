@@ -118,3 +118,24 @@ async fn an_operators_reshard_the_store_throttles_answers_the_throttle() {
     }
     assert_eq!(store.hooks.sent.lock().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn only_a_lone_row_that_is_not_short_is_spread_for_its_throttles() {
+    let (_store, clock, sluice) = spreading(0).await;
+    let core = sluice.core();
+    let base: crate::dimension::Dimension = "hot#rpm".parse().unwrap();
+    let lane = core.lane(&base);
+    // Not yet known, or known full: its throttles may spread it.
+    assert!(super::super::may_spread(core, &lane, &base));
+    let mut row = sluice.bucket("hot#rpm").await.unwrap().unwrap();
+    core.lanes.learn(row.clone(), clock.now());
+    assert!(super::super::may_spread(core, &lane, &base));
+    // Short (its callers wait in its debt): its throttles are a burst's, not a ceiling's.
+    row.tokens = crate::Tokens::new(-5);
+    row.last_refill_at = clock.now();
+    core.lanes.learn(row.clone(), clock.now());
+    assert!(!super::super::may_spread(core, &lane, &base));
+    // A shard row, or a bucket already spread, is not a lone row.
+    let shard = base.shard(1);
+    assert!(!super::super::may_spread(core, &core.lane(&shard), &shard));
+}
