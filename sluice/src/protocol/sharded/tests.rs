@@ -31,6 +31,38 @@ struct ItemCeiling {
     landed: std::sync::Mutex<(i64, u32)>,
 }
 
+impl ItemCeiling {
+    /// Throttling `hot#rpm` past `per_second` writes in each second of `clock`.
+    fn new(clock: &crate::clock::ManualClock, per_second: u32) -> ItemCeiling {
+        ItemCeiling {
+            clock: clock.clone(),
+            per_second,
+            landed: std::sync::Mutex::new((0, 0)),
+        }
+    }
+}
+
+/// A client of `store` reading `clock`, told a per-item write ceiling of `told` writes a
+/// second when given (as DynamoDB's store tells its 1,000).
+fn client_of(
+    store: Arc<dyn crate::Store>,
+    clock: &crate::clock::ManualClock,
+    told: Option<u32>,
+) -> crate::Sluice {
+    let config = crate::Config {
+        sharding: crate::Sharding {
+            item_write_ceiling: told,
+            ..crate::Sharding::default()
+        },
+        ..crate::Config::default()
+    };
+    crate::SluiceBuilder::from_config(config)
+        .store_arc(store)
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
 impl crate::shared::test_store::Hooks for ItemCeiling {
     fn change(&self, change: &crate::store::BucketChange) -> Result<(), crate::store::ChangeError> {
         if change.dimension.as_str() != "hot#rpm" {
@@ -330,18 +362,7 @@ async fn a_gather_that_lost_its_race_is_not_sent_again_and_the_next_waits_longer
         LosingGathers::default(),
     ));
     let clock = crate::clock::ManualClock::new(UnixMillis::from_secs(1_700_000_000));
-    let config = crate::Config {
-        sharding: crate::Sharding {
-            item_write_ceiling: Some(1_000),
-            ..crate::Sharding::default()
-        },
-        ..crate::Config::default()
-    };
-    let sluice = crate::SluiceBuilder::from_config(config)
-        .store_arc(store.clone())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let sluice = client_of(store.clone(), &clock, Some(1_000));
     let ample = crate::Bucket::requests(crate::RefillRate::per_second(1_000)).with_capacity(1_000);
     sluice.put_bucket("cool#rpm", ample).await.unwrap();
     sluice.reshard("cool#rpm", 4).await.unwrap();
@@ -367,16 +388,10 @@ async fn a_gather_that_lost_its_race_is_not_sent_again_and_the_next_waits_longer
 #[tokio::test]
 async fn a_client_that_never_met_the_throttles_measures_the_rows_against_the_ceiling_they_carry() {
     let clock = crate::clock::ManualClock::new(UnixMillis::from_secs(1_700_000_000));
-    let store = Arc::new(crate::shared::test_store::Hooked::new(ItemCeiling {
-        clock: clock.clone(),
-        per_second: 20,
-        landed: std::sync::Mutex::new((0, 0)),
-    }));
-    let first = crate::Sluice::builder()
-        .store_arc(store.clone())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let store = Arc::new(crate::shared::test_store::Hooked::new(ItemCeiling::new(
+        &clock, 20,
+    )));
+    let first = client_of(store.clone(), &clock, None);
     let ample =
         crate::Bucket::requests(crate::RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
     first.put_bucket("hot#rpm", ample).await.unwrap();

@@ -33,26 +33,11 @@ async fn hammered_losing(lost: (u32, u32), per_second: u64) -> (crate::BucketSta
     use crate::clock::ManualClock;
     let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
     let store = Arc::new(crate::shared::test_store::Hooked::new(RacedCeiling {
-        ceiling: ItemCeiling {
-            clock: clock.clone(),
-            per_second: 20,
-            landed: std::sync::Mutex::new((0, 0)),
-        },
+        ceiling: ItemCeiling::new(&clock, 20),
         writes: std::sync::atomic::AtomicU32::default(),
         lost,
     }));
-    let config = crate::Config {
-        sharding: crate::Sharding {
-            item_write_ceiling: Some(1_000),
-            ..crate::Sharding::default()
-        },
-        ..crate::Config::default()
-    };
-    let sluice = crate::SluiceBuilder::from_config(config)
-        .store_arc(store)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let sluice = client_of(store, &clock, Some(1_000));
     let bucket =
         crate::Bucket::requests(crate::RefillRate::per_second(per_second)).with_capacity(1_000_000);
     sluice.put_bucket("hot#rpm", bucket).await.unwrap();

@@ -54,19 +54,11 @@ async fn spreading(
 ) {
     let clock = crate::clock::ManualClock::new(UnixMillis::from_secs(1_700_000_000));
     let store = Arc::new(crate::shared::test_store::Hooked::new(ThrottledSpreads {
-        ceiling: ItemCeiling {
-            clock: clock.clone(),
-            per_second: 20,
-            landed: std::sync::Mutex::new((0, 0)),
-        },
+        ceiling: ItemCeiling::new(&clock, 20),
         throttled,
         sent: std::sync::Mutex::default(),
     }));
-    let sluice = crate::Sluice::builder()
-        .store_arc(store.clone())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let sluice = client_of(store.clone(), &clock, None);
     let ample =
         crate::Bucket::requests(crate::RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
     sluice.put_bucket("hot#rpm", ample.clone()).await.unwrap();
