@@ -262,7 +262,11 @@ mod tests {
         let vendor = VendorSim::start(VendorConfig::default()).await;
         // A fixed clock: the token bucket does not refill during the call.
         let clock = ManualClock::new(UnixMillis::from_secs(1_800_000_000));
-        let sluice = Sluice::builder().clock(clock).build().unwrap();
+        let sluice = Sluice::builder()
+            .store(sluice::MemoryStore::new())
+            .clock(clock)
+            .build()
+            .unwrap();
         quota(&sluice, 1).await.unwrap();
         let tally = burst(&through_middleware(&sluice, &vendor), 1).await;
         assert_eq!(tally.completed, 1, "{tally:?}");

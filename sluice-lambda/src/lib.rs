@@ -47,8 +47,8 @@ pub async fn handler(sluice: &Sluice, event: LambdaEvent<Value>) -> Result<Value
 }
 
 /// The client the function runs on: configured from the environment like any sluice
-/// client, except that a missing `SLUICE_TABLE_NAME` is an error. (An SDK client falls back
-/// to an in-memory store; a reconciler there would report empty passes forever.)
+/// client, except that the table is required even with `SLUICE_STORE=memory` (a reconciler
+/// on a store only it sees would report empty passes forever).
 pub async fn client_from_env() -> Result<Sluice, Error> {
     let config = sluice::Config::from_env()?;
     require_table(&config)?;

@@ -17,7 +17,11 @@ fn clock() -> ManualClock {
 }
 
 async fn client() -> Sluice {
-    let sluice = Sluice::builder().clock(clock()).build().unwrap();
+    let sluice = Sluice::builder()
+        .store(sluice::MemoryStore::new())
+        .clock(clock())
+        .build()
+        .unwrap();
     sluice
         .put_bucket(
             "vendor#rpm",
@@ -297,7 +301,11 @@ mod http_on_loopback {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_requests_through_a_real_http_client_get_at_most_the_bucket() {
         let (addr, served) = vendor().await;
-        let sluice = Sluice::builder().clock(clock()).build().unwrap();
+        let sluice = Sluice::builder()
+            .store(sluice::MemoryStore::new())
+            .clock(clock())
+            .build()
+            .unwrap();
         sluice
             .put_bucket(
                 "vendor#rpm",
@@ -354,7 +362,11 @@ mod too_many_requests {
 
     #[tokio::test]
     async fn retry_in_becomes_429_with_retry_after_rounded_up() {
-        let sluice = Sluice::builder().clock(clock()).build().unwrap();
+        let sluice = Sluice::builder()
+            .store(sluice::MemoryStore::new())
+            .clock(clock())
+            .build()
+            .unwrap();
         // 5 tokens per 6 s: the next token is 1.2 s away, advertised as 2 s.
         sluice
             .put_bucket(
@@ -399,6 +411,7 @@ async fn a_caller_that_requeues_on_retry_in_gets_the_slot_another_client_freed()
     let store = Arc::new(sluice::MemoryStore::new());
     let on_store = || {
         Sluice::builder()
+            .store(sluice::MemoryStore::new())
             .store_arc(store.clone())
             .clock(clock.clone())
             .build()

@@ -39,6 +39,7 @@ impl World {
 
     fn sluice(&self) -> Sluice {
         Sluice::builder()
+            .store(sluice::MemoryStore::new())
             .store_arc(self.store.clone())
             .clock(self.clock.clone())
             .build()
@@ -645,6 +646,7 @@ async fn waiting_inline_gets_the_next_token() {
     let world = World::new().await;
     // Real time here: the wait is a real sleep of at most 100 ms.
     let sluice = Sluice::builder()
+        .store(sluice::MemoryStore::new())
         .store_arc(world.store.clone())
         .build()
         .unwrap();

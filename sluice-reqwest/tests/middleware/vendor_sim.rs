@@ -21,7 +21,11 @@ impl World {
         let clock = ManualClock::new(UnixMillis::from_secs(1_800_000_000));
         World {
             vendor: VendorSim::start(config).await,
-            sluice: Sluice::builder().clock(clock).build().unwrap(),
+            sluice: Sluice::builder()
+                .store(sluice::MemoryStore::new())
+                .clock(clock)
+                .build()
+                .unwrap(),
         }
     }
 

@@ -281,7 +281,7 @@ impl Sluice {
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
     /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
-    /// let sluice = Sluice::builder().clock(clock).build()?;
+    /// let sluice = Sluice::builder().store(sluice::MemoryStore::new()).clock(clock).build()?;
     /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_second(10))).await?;
     ///
     /// // The vendor answered 429 with `retry-after: 7`: every client now waits 7 s.
@@ -315,7 +315,7 @@ impl Sluice {
     /// use sluice::{Acquire, Audit, Bucket, Error, ManualClock, RefillRate, Restock, Sluice, Tokens, UnixMillis};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-    /// let sluice = Sluice::builder().clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000))).build()?;
+    /// let sluice = Sluice::builder().store(sluice::MemoryStore::new()).clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000))).build()?;
     /// sluice.put_bucket("openai#tpm", Bucket::tokens(RefillRate::per_day(1)).with_capacity(1_000)).await?;
     /// drop(sluice.acquire(Acquire::with_cost("openai#tpm", 900)).await?);
     ///
@@ -367,7 +367,7 @@ impl Sluice {
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
     /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
-    /// let sluice = Sluice::builder().clock(clock.clone()).build()?;
+    /// let sluice = Sluice::builder().store(sluice::MemoryStore::new()).clock(clock.clone()).build()?;
     /// sluice.put_bucket("elevenlabs#concurrent", Bucket::concurrent(2)).await?;
     ///
     /// // A caller takes a slot and "crashes": the lease is never released.

@@ -49,7 +49,7 @@ impl SluiceBuilder {
     /// use sluice::{Config, SluiceBuilder};
     ///
     /// let config = Config { max_retries: 2, ..Config::default() };
-    /// let sluice = SluiceBuilder::from_config(config).lease_ttl(Duration::from_secs(5)).build()?;
+    /// let sluice = SluiceBuilder::from_config(config).store(sluice::MemoryStore::new()).lease_ttl(Duration::from_secs(5)).build()?;
     /// assert_eq!((sluice.config().max_retries, sluice.config().lease_ttl), (2, Duration::from_secs(5)));
     /// # Ok::<(), sluice::Error>(())
     /// ```
@@ -99,7 +99,7 @@ impl SluiceBuilder {
     /// [`Config::priority`]).
     ///
     /// ```
-    /// let sluice = sluice::Sluice::builder().priority("batch".parse()?).build()?;
+    /// let sluice = sluice::Sluice::builder().store(sluice::MemoryStore::new()).priority("batch".parse()?).build()?;
     /// assert_eq!(sluice.config().priority.as_ref().map(|p| p.as_str()), Some("batch"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -116,7 +116,7 @@ impl SluiceBuilder {
     /// use sluice::{Acquire, Bucket, Mode, RefillRate, Sluice};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-    /// let sluice = Sluice::builder().mode(Mode::Shadow).build()?;
+    /// let sluice = Sluice::builder().store(sluice::MemoryStore::new()).mode(Mode::Shadow).build()?;
     /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(1)).with_capacity(1)).await?;
     /// // Never refused: the second is counted as one an enforcing client would have refused.
     /// let _first = sluice.acquire("openai#rpm").await?;
@@ -134,7 +134,7 @@ impl SluiceBuilder {
     /// ```
     /// use sluice::Protocol;
     ///
-    /// let sluice = sluice::Sluice::builder().protocol(Protocol::Seed).build()?;
+    /// let sluice = sluice::Sluice::builder().store(sluice::MemoryStore::new()).protocol(Protocol::Seed).build()?;
     /// assert_eq!(sluice.config().protocol, Protocol::Seed);
     /// # Ok::<(), sluice::Error>(())
     /// ```
@@ -157,7 +157,7 @@ impl SluiceBuilder {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let sluice = sluice::Sluice::builder().fold_after(Duration::from_secs(10)).build()?;
+    /// let sluice = sluice::Sluice::builder().store(sluice::MemoryStore::new()).fold_after(Duration::from_secs(10)).build()?;
     /// assert_eq!(sluice.config().fold_after, Duration::from_secs(10));
     /// # Ok::<(), sluice::Error>(())
     /// ```
@@ -172,7 +172,7 @@ impl SluiceBuilder {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let sluice = sluice::Sluice::builder().heal_settle(Duration::from_secs(30)).build()?;
+    /// let sluice = sluice::Sluice::builder().store(sluice::MemoryStore::new()).heal_settle(Duration::from_secs(30)).build()?;
     /// assert_eq!(sluice.config().heal_settle, Duration::from_secs(30));
     /// # Ok::<(), sluice::Error>(())
     /// ```
@@ -187,7 +187,7 @@ impl SluiceBuilder {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let sluice = sluice::Sluice::builder().lease_record_after(Duration::ZERO).build()?;
+    /// let sluice = sluice::Sluice::builder().store(sluice::MemoryStore::new()).lease_record_after(Duration::ZERO).build()?;
     /// assert_eq!(sluice.config().lease_record_after, Duration::ZERO);
     /// # Ok::<(), sluice::Error>(())
     /// ```
@@ -204,7 +204,7 @@ impl SluiceBuilder {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let sluice = sluice::Sluice::builder()
+    /// let sluice = sluice::Sluice::builder().store(sluice::MemoryStore::new())
     ///     .store_timeouts(Duration::from_millis(800), Duration::from_millis(300))
     ///     .build()?;
     /// assert_eq!(sluice.config().store_timeout, Duration::from_millis(800));
@@ -224,7 +224,7 @@ impl SluiceBuilder {
     /// use std::time::Duration;
     /// use sluice::Sluice;
     ///
-    /// let sluice = Sluice::builder().clock_skew(Duration::from_millis(250)).build()?;
+    /// let sluice = Sluice::builder().store(sluice::MemoryStore::new()).clock_skew(Duration::from_millis(250)).build()?;
     /// assert_eq!(sluice.config().clock_skew, Duration::from_millis(250));
     /// # Ok::<(), sluice::Error>(())
     /// ```
@@ -246,7 +246,7 @@ impl SluiceBuilder {
     /// ```
     /// use sluice::{FailurePolicy, Sluice};
     ///
-    /// let sluice = Sluice::builder()
+    /// let sluice = Sluice::builder().store(sluice::MemoryStore::new())
     ///     .failure_policy(FailurePolicy::Open { percent: 20 })
     ///     .failure_policy_for("openai#tpm".parse()?, FailurePolicy::Closed)
     ///     .build()?;
@@ -283,8 +283,16 @@ impl SluiceBuilder {
 
     /// Builds the client without I/O.
     ///
-    /// Without an explicit store, a new [`MemoryStore`] is used; a table name in the
-    /// configuration then asks for [`connect`](Self::connect) instead.
+    /// Without an explicit store, a configuration that chose the in-memory store
+    /// ([`Config::in_memory`]) gets a new [`MemoryStore`]; one that names a table asks for
+    /// [`connect`](Self::connect) instead; one that chose neither is refused with
+    /// [`ConfigError::NoStore`].
+    ///
+    /// ```
+    /// use sluice::{ConfigError, Error, Sluice};
+    ///
+    /// assert!(matches!(Sluice::builder().build(), Err(Error::Config(ConfigError::NoStore))));
+    /// ```
     pub fn build(self) -> Result<Sluice, Error> {
         self.config.validate()?;
         let store = match (self.store, &self.config.table_name) {
@@ -293,7 +301,8 @@ impl SluiceBuilder {
                 return Err(ConfigError::NeedsConnect(table.clone()).into());
             }
             (None, Some(table)) => return Err(ConfigError::NoDynamoDb(table.clone()).into()),
-            (None, None) => Arc::new(MemoryStore::new()),
+            (None, None) if self.config.in_memory => Arc::new(MemoryStore::new()),
+            (None, None) => return Err(ConfigError::NoStore.into()),
         };
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         Ok(Sluice::from_core(Core::new(store, clock, self.config)))

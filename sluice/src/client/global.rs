@@ -11,7 +11,10 @@ static INIT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl Sluice {
     /// The process-wide default client: the one set with [`Sluice::set_global`], or else
-    /// one built from the environment on first use (see [`Config`](crate::Config)).
+    /// one built from the environment on first use (see [`Sluice::from_env`]): with no
+    /// `SLUICE_TABLE_NAME` and no explicit `SLUICE_STORE=memory`, an error naming them
+    /// ([`ConfigError::NoStore`](crate::ConfigError::NoStore)), tried again on the next
+    /// call.
     pub async fn global() -> Result<Sluice, Error> {
         if let Some(s) = read() {
             return Ok(s);

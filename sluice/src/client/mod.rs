@@ -90,14 +90,11 @@ impl Sluice {
     }
 
     /// A client configured from the environment (`SLUICE_*`, see [`Config`]): the DynamoDB
-    /// store when `SLUICE_TABLE_NAME` is set, else a new in-memory store, with a warning
-    /// (once per process) that its quotas are shared with no other process.
+    /// store of `SLUICE_TABLE_NAME`, or a new in-memory store when `SLUICE_STORE=memory`
+    /// chose it. With neither, [`ConfigError::NoStore`](crate::ConfigError::NoStore): a
+    /// forgotten variable fails here, not by each process limiting itself alone.
     pub async fn from_env() -> Result<Sluice, Error> {
-        let sluice = SluiceBuilder::from_env()?.connect().await?;
-        if sluice.config().table_name.is_none() {
-            memory_fallback_warning();
-        }
-        Ok(sluice)
+        SluiceBuilder::from_env()?.connect().await
     }
 
     /// The client's configuration.
@@ -146,7 +143,7 @@ impl Sluice {
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
     /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
-    /// let sluice = Sluice::builder().clock(clock).build()?;
+    /// let sluice = Sluice::builder().store(sluice::MemoryStore::new()).clock(clock).build()?;
     /// let bucket = Bucket::tokens(RefillRate::per_second(100)).with_capacity(1_000);
     /// sluice.put_bucket("openai#tpm", bucket).await?;
     ///
@@ -405,15 +402,3 @@ const _: () = {
     is_send_sync::<Sluice>();
     is_send_sync::<Lease>();
 };
-
-/// Says once per process that the environment named no table, so quotas are not shared:
-/// otherwise the first sign would be "no bucket is defined" on a bucket that does exist in
-/// the table the user meant.
-fn memory_fallback_warning() {
-    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        tracing::warn!(
-            "SLUICE_TABLE_NAME is not set: sluice is using an in-memory store that only this process sees, so its quotas are not shared with any other process; set SLUICE_TABLE_NAME (and AWS credentials) to share a DynamoDB table"
-        );
-    }
-}

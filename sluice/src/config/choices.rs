@@ -31,7 +31,7 @@ use crate::tokens::Tokens;
 /// use std::time::Duration;
 /// use sluice::{Prefetch, Sluice};
 ///
-/// let sluice = Sluice::builder()
+/// let sluice = Sluice::builder().store(sluice::MemoryStore::new())
 ///     .prefetch("openai#rpm".parse()?, Prefetch::new(20, Duration::from_millis(250)))
 ///     .build()?;
 /// # let _ = sluice;
@@ -205,4 +205,35 @@ impl FromStr for FailurePolicy {
             }
         }
     }
+}
+
+/// Whether `SLUICE_STORE` chose the in-memory store (see
+/// [`Config::in_memory`](super::Config::in_memory)).
+pub(super) fn in_memory(
+    lookup: &impl Fn(&str) -> Option<String>,
+) -> Result<bool, super::ConfigError> {
+    match lookup("SLUICE_STORE") {
+        None => Ok(false),
+        Some(v) => match v.trim() {
+            "memory" => Ok(true),
+            "dynamodb" => Ok(false),
+            _ => Err(super::ConfigError::Invalid {
+                variable: "SLUICE_STORE",
+                value: v.clone(),
+                reason: "expected `dynamodb` (the table SLUICE_TABLE_NAME names) or `memory` (a store only this process sees)",
+            }),
+        },
+    }
+}
+
+/// Refuses a configuration that chose both the in-memory store and a table.
+pub(super) fn one_store(config: &super::Config) -> Result<(), super::ConfigError> {
+    if config.in_memory && config.table_name.is_some() {
+        return Err(super::ConfigError::Invalid {
+            variable: "SLUICE_STORE",
+            value: "memory".into(),
+            reason: "the in-memory store was chosen while SLUICE_TABLE_NAME names a table: choose one",
+        });
+    }
+    Ok(())
 }

@@ -76,6 +76,11 @@ pub enum ConfigError {
         "SLUICE_TABLE_NAME={0:?} is set: build the client with `SluiceBuilder::connect().await` (or `Sluice::from_env().await`), which sets up the DynamoDB client"
     )]
     NeedsConnect(String),
+    /// No store was chosen: no table and no explicit choice of the in-memory store.
+    #[error(
+        "no store chosen: set SLUICE_TABLE_NAME to the DynamoDB table every process shares, or choose the in-memory store (only this process sees it) explicitly with SLUICE_STORE=memory, `Sluice::in_memory()` or `SluiceBuilder::store(MemoryStore::new())`"
+    )]
+    NoStore,
 }
 
 /// Settings of a [`Sluice`](crate::Sluice) client.
@@ -84,7 +89,8 @@ pub enum ConfigError {
 ///
 /// | variable | meaning | default |
 /// |---|---|---|
-/// | `SLUICE_TABLE_NAME` | DynamoDB table; unset: the in-memory store | — |
+/// | `SLUICE_TABLE_NAME` | DynamoDB table every process shares; required unless `SLUICE_STORE=memory` | — |
+/// | `SLUICE_STORE` | `dynamodb`, or `memory`: an in-memory store only this process sees (see [`Config::in_memory`]) | `dynamodb` |
 /// | `SLUICE_ENDPOINT_URL` | DynamoDB endpoint override | AWS default |
 /// | `SLUICE_LEASE_TTL` | default lease TTL, seconds | 60 |
 /// | `SLUICE_MAX_RETRIES` | contention retries before giving up | 5 |
@@ -105,6 +111,11 @@ pub enum ConfigError {
 pub struct Config {
     /// The DynamoDB table, if any.
     pub table_name: Option<String>,
+    /// The in-memory store, chosen explicitly (`SLUICE_STORE=memory`): a client built
+    /// with neither a store, a table nor this choice is refused with
+    /// [`ConfigError::NoStore`], so a forgotten `SLUICE_TABLE_NAME` never makes a fleet's
+    /// limiter silently per-process. Conflicts with [`table_name`](Self::table_name).
+    pub in_memory: bool,
     /// The DynamoDB endpoint override, if any.
     pub endpoint_url: Option<String>,
     /// How long a lease lives unless released.
@@ -192,6 +203,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             table_name: None,
+            in_memory: false,
             endpoint_url: None,
             lease_ttl: DEFAULT_LEASE_TTL,
             max_retries: DEFAULT_MAX_RETRIES,
@@ -285,6 +297,7 @@ impl Config {
             endpoint_url: non_empty("SLUICE_ENDPOINT_URL"),
             ..Config::default()
         };
+        config.in_memory = choices::in_memory(&non_empty)?;
         if let Some(v) = non_empty("SLUICE_LEASE_TTL") {
             config.lease_ttl = whole_seconds("SLUICE_LEASE_TTL", v)?;
         }
@@ -348,6 +361,7 @@ impl Config {
     /// interval and a fold interval of at least a millisecond, and prefetches of a positive
     /// number of tokens held at least a millisecond. Every client is built through it.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        choices::one_store(self)?;
         if self.lease_ttl < Duration::from_millis(1) {
             return Err(ConfigError::Invalid {
                 variable: "SLUICE_LEASE_TTL",

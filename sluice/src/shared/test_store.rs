@@ -54,6 +54,7 @@ pub(crate) fn client(
     clock: &crate::clock::ManualClock,
 ) -> crate::Sluice {
     crate::Sluice::builder()
+        .store(crate::MemoryStore::new())
         .store_arc(store)
         .clock(clock.clone())
         .build()

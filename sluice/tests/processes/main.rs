@@ -17,6 +17,7 @@ mod dynamo_skew;
 mod dynamo_waiters;
 #[path = "../faults/mod.rs"]
 mod faults;
+mod global_store;
 
 fn main() {
     dynamo::worker::dispatch(&[
@@ -28,5 +29,6 @@ fn main() {
         ("dynamo_killed", dynamo_killed::main),
         ("dynamo_skew", dynamo_skew::main),
         ("dynamo_priorities", dynamo_priorities::main),
+        ("global_store", global_store::main),
     ]);
 }

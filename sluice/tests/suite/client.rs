@@ -96,6 +96,7 @@ mod prefetch {
 
     fn client(clock: &ManualClock, store: &std::sync::Arc<MemoryStore>, dim: &str) -> Sluice {
         Sluice::builder()
+            .store(sluice::MemoryStore::new())
             .store_arc(store.clone())
             .clock(clock.clone())
             .prefetch(
@@ -203,6 +204,7 @@ mod prefetch {
         let lean = "near#rpm";
         let leased = "leased#rpm";
         let sluice = Sluice::builder()
+            .store(sluice::MemoryStore::new())
             .store_arc(store.clone())
             .clock(clock.clone())
             .prefetch(
@@ -279,6 +281,7 @@ mod prefetch {
             Prefetch::new(5, Duration::ZERO),
         ] {
             match Sluice::builder()
+                .store(sluice::MemoryStore::new())
                 .prefetch("hot#rpm".parse().unwrap(), p)
                 .build()
             {
@@ -295,6 +298,7 @@ async fn a_waiting_caller_gets_a_slot_freed_by_another_client_within_the_poll_in
     let clock = sluice::TokioClock::starting_at(UnixMillis::from_secs(1_700_000_000));
     let client = |poll: Duration| {
         Sluice::builder()
+            .store(sluice::MemoryStore::new())
             .store_arc(store.clone())
             .clock(clock)
             .slot_poll(poll)

@@ -98,6 +98,7 @@ const TPM: &str = "rows#tpm";
 async fn setup(record_after: Duration) -> (Arc<Counting>, Sluice) {
     let store = Arc::new(Counting::default());
     let sluice = Sluice::builder()
+        .store(sluice::MemoryStore::new())
         .store_arc(store.clone())
         .clock(TokioClock::starting_at(UnixMillis::from_secs(
             1_700_000_000,
@@ -227,6 +228,7 @@ async fn a_pair_refused_on_its_second_dimension_gives_the_first_back_without_a_r
     let (store, sluice) = setup(Duration::from_secs(1)).await;
     // Another client empties tpm; this one has not seen it.
     let other = Sluice::builder()
+        .store(sluice::MemoryStore::new())
         .store_arc(store.clone())
         .clock(TokioClock::starting_at(UnixMillis::from_secs(
             1_700_000_000,

@@ -22,6 +22,7 @@ const START: UnixMillis = UnixMillis::from_secs(1_700_000_000);
 
 fn client(store: Arc<dyn Store>, clock: SkewedClock<TokioClock>, skew: Duration) -> Sluice {
     Sluice::builder()
+        .store(sluice::MemoryStore::new())
         .store_arc(store)
         .clock(clock)
         .clock_skew(skew)

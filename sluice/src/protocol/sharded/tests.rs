@@ -57,6 +57,7 @@ fn client_of(
         ..crate::Config::default()
     };
     crate::SluiceBuilder::from_config(config)
+        .store(crate::MemoryStore::new())
         .store_arc(store)
         .clock(clock.clone())
         .build()
@@ -96,6 +97,7 @@ async fn a_bucket_whose_row_the_store_throttles_spreads_with_no_ceiling_told() {
         "the store tells no ceiling"
     );
     let sluice = crate::Sluice::builder()
+        .store(crate::MemoryStore::new())
         .store_arc(store)
         .clock(clock.clone())
         .build()
@@ -140,6 +142,7 @@ fn throttling_client() -> (crate::clock::ManualClock, crate::Sluice) {
         landed: std::sync::Mutex::new((0, 0)),
     }));
     let sluice = crate::Sluice::builder()
+        .store(crate::MemoryStore::new())
         .store_arc(store)
         .clock(clock.clone())
         .build()
@@ -425,6 +428,7 @@ async fn a_client_that_never_met_the_throttles_measures_the_rows_against_the_cei
         ..crate::Config::default()
     };
     let later = crate::SluiceBuilder::from_config(config)
+        .store(crate::MemoryStore::new())
         .store_arc(store)
         .clock(clock.clone())
         .build()
@@ -465,6 +469,7 @@ async fn a_spread_bucket_its_refill_keeps_short_is_gathered() {
         ..crate::Config::default()
     };
     let sluice = crate::SluiceBuilder::from_config(config)
+        .store(crate::MemoryStore::new())
         .clock(clock.clone())
         .build()
         .unwrap();
