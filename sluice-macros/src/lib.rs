@@ -38,8 +38,9 @@ use proc_macro::TokenStream;
 /// - one or more dimensions, each `"vendor#metric"` (its bucket's `cost_per_call`) or
 ///   `"vendor#metric" = cost` where `cost` is an expression that may use the function's
 ///   arguments (e.g. `"openai#tpm" = prompt.len() / 4`); all or nothing;
-/// - `timeout = 30` (seconds) or `timeout = <Duration>`: the lease's TTL and the body's
-///   deadline (default: the client's lease TTL);
+/// - `timeout = 30` (seconds) or `timeout = <Duration>`: the body's deadline, opt-in, also
+///   the lease's TTL (default: no deadline, the client's lease TTL; a `concurrent` slot is
+///   renewed for as long as the body runs);
 /// - `wait = 5` (seconds) or `wait = <Duration>`: on RetryIn, wait inline for capacity up to
 ///   this long in total (default: do not wait);
 /// - `client = <expr>`: the `Sluice` to use (default: `Sluice::global()`);

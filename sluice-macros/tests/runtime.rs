@@ -300,7 +300,6 @@ async fn a_caller_that_requeues_on_retry_in_gets_the_slot_another_client_freed()
     let store = std::sync::Arc::new(sluice::MemoryStore::new());
     let on_store = || {
         Sluice::builder()
-            .store(sluice::MemoryStore::new())
             .store_arc(store.clone())
             .clock(TokioClock::starting_at(UnixMillis::from_secs(
                 1_700_000_000,

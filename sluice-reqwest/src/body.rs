@@ -5,7 +5,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use reqwest::{Body, Response, ResponseBuilderExt as _};
@@ -16,6 +15,7 @@ use crate::usage::Scan;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Ending = Pin<Box<dyn Future<Output = ()> + Send>>;
+type Lost = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// What to do at the end of a body: each dimension whose charge the reported usage
 /// replaces, with the vendor count that replaces it.
@@ -24,9 +24,10 @@ pub(crate) type Corrections = Vec<(Dimension, Signal)>;
 /// `response` with a body that holds `lease` until it ends: then the usage it reported
 /// corrects the charges in `corrections` and the lease is released, before the caller sees
 /// the end. A body dropped before its end releases the lease in the background (the
-/// estimate stays). When the lease holds slots, a body still being read when it expires
-/// fails with [`sluice::Error::Timeout`] and its connection is dropped, since past that
-/// instant its slot may be another caller's.
+/// estimate stays). A body is never cut for time: a lease holding slots is renewed while
+/// it is held, and the body fails, with [`sluice::Error::LeaseNotFound`], and its
+/// connection is dropped, only once the slot is no longer its own
+/// ([`Lease::lost`](sluice::Lease::lost)), since from then it may be another caller's.
 /// Everything else on the response (status, headers, URL, extensions) stays as it was.
 pub(crate) fn hold_until_read(
     response: Response,
@@ -44,12 +45,12 @@ pub(crate) fn hold_until_read(
                 .and_then(|v| v.to_str().ok()),
         )
     };
-    let ttl = lease.remaining();
-    // Only a slot must end by the lease's expiry (past it, it may be another caller's); a
-    // stream held only for its usage may run as long as the vendor streams it.
-    let deadline = lease
+    // Only a slot must end once lost (it may be another caller's from then); a stream held
+    // only for its usage may run as long as the vendor streams it.
+    let lost = lease
         .holds_slots()
-        .then(|| Box::pin(tokio::time::sleep(ttl)));
+        .then(|| Mutex::new(Box::pin(lease.lost()) as Lost));
+    let id = lease.id().to_string();
     let (mut parts, body) = http::Response::<Body>::from(response).into_parts();
     // The way back to a reqwest response reads the URL from an extension the way there
     // drops: put it back.
@@ -58,8 +59,8 @@ pub(crate) fn hold_until_read(
     }
     let guarded = Guarded {
         inner: body,
-        deadline,
-        ttl,
+        lost,
+        id,
         scan,
         corrections,
         lease: Some(lease),
@@ -71,9 +72,11 @@ pub(crate) fn hold_until_read(
 
 struct Guarded {
     inner: Body,
-    /// The lease's expiry, for a lease holding slots.
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-    ttl: Duration,
+    /// Resolves once the lease's slots are no longer its own, for a lease holding slots (a
+    /// mutex only to be `Sync`; never contended).
+    lost: Option<Mutex<Lost>>,
+    /// The lease's id, for the error of a body cut.
+    id: String,
     scan: Scan,
     corrections: Vec<(Dimension, Signal)>,
     /// Held until the body ends; `None` once ended.
@@ -133,21 +136,22 @@ impl HttpBody for Guarded {
         if this.cut {
             return Poll::Ready(None);
         }
-        let expired = this
-            .deadline
-            .as_mut()
-            .is_some_and(|d| d.as_mut().poll(cx).is_ready());
-        if this.lease.is_some() && expired {
-            // The lease is over: its slot may be handed on, so the call must stop here.
-            tracing::warn!(
-                ttl_ms = this.ttl.as_millis() as u64,
-                "response body still open when its lease expired; cut"
-            );
+        let lost = this.lost.as_mut().is_some_and(|l| {
+            let l = l.get_mut().unwrap_or_else(|p| p.into_inner());
+            l.as_mut().poll(cx).is_ready()
+        });
+        if this.lease.is_some() && lost {
+            // The slot is no longer this call's: it may be handed on, so the call stops here.
+            tracing::warn!(lease = %this.id, "response body still open when its slot was lost; cut");
             this.lease = None;
             this.cut = true;
             // The connection goes too: the vendor must stop counting the call.
             this.inner = Body::from(Vec::new());
-            return Poll::Ready(Some(Err(Box::new(sluice::Error::Timeout(this.ttl)))));
+            let lost = format!(
+                "{}: its slot was reclaimed while the body was read",
+                this.id
+            );
+            return Poll::Ready(Some(Err(Box::new(sluice::Error::LeaseNotFound(lost)))));
         }
         match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
             Some(Ok(frame)) => {

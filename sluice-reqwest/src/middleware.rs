@@ -29,10 +29,12 @@ pub const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
 ///   holding a `concurrent` slot lasts until the response body has been read to its end
 ///   or dropped (the vendor counts a streamed call until then). The response is handed
 ///   back whole, its body wrapped: status, headers, [`url`](reqwest::Response::url) and
-///   extensions stay as they were. The lease TTL is also the call's deadline: a request
-///   still waiting for its headers then is abandoned, and a body still being read then is
-///   cut, with [`sluice::Error::Timeout`], so a slot can never outlive its lease. A
-///   RetryIn is returned as `reqwest_middleware::Error::Middleware` carrying
+///   extensions stay as they were. The call is the caller's: sluice never cuts or
+///   abandons it (a deadline is reqwest's own `timeout`). The lease TTL only bounds how
+///   long a slot stays taken after its process dies: a lease holding a slot is renewed
+///   while it is held ([`Lease::lost`](sluice::Lease::lost)), and a body is cut, with
+///   [`sluice::Error::LeaseNotFound`], only if its slot is no longer its own (its process
+///   was frozen, or the store failed every renewal, for a whole TTL). A RetryIn is returned as `reqwest_middleware::Error::Middleware` carrying
 ///   [`sluice::Error::RetryIn`]; find its delay with [`sluice::Error::find_retry_in`],
 ///   however the error is wrapped afterwards.
 /// - **Usage**: on a successful JSON or event-stream response, the vendor's reported
@@ -110,8 +112,8 @@ impl SluiceMiddleware {
         self
     }
 
-    /// The lease TTL, which is also each request's deadline (default: the client's lease
-    /// TTL).
+    /// The lease TTL (default: the client's lease TTL): how long after its process dies a
+    /// request's slot is given back, never a deadline of the request.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = Some(ttl);
         self
@@ -259,7 +261,7 @@ impl Middleware for SluiceMiddleware {
         };
         let sent_at = client.now();
         let sent_system = SystemTime::now();
-        let (response, lease) = send(lease, ttl, next.run(request, extensions)).await?;
+        let (response, lease) = send(lease, next.run(request, extensions)).await?;
         // Held dimensions (`concurrent`) stay held while the vendor streams the body, and
         // token charges wait for the usage the body reports; anything else ends now.
         let corrections = if correct_usage && response.status().is_success() {
@@ -300,39 +302,40 @@ impl Middleware for SluiceMiddleware {
     }
 }
 
-/// Sends the request under `lease`, by the lease's deadline: the response (with the lease,
-/// still held), or the request's error (the lease released). A request still waiting for
-/// its response headers when the lease expires is abandoned with
-/// [`sluice::Error::Timeout`]; a lease granted with no time left sends nothing.
+/// Sends the request under `lease`: the response (with the lease, still held), or the
+/// request's error (the lease released). Never cut for a lease holding no slot; a request
+/// under a slot lease is abandoned, with [`sluice::Error::LeaseNotFound`], only if the
+/// slot stops being its own while it waits for its headers (see
+/// [`Lease::lost`](sluice::Lease::lost)); a lease granted with no time left sends nothing.
 async fn send(
     lease: Lease,
-    ttl: Duration,
     request: impl Future<Output = reqwest_middleware::Result<Response>>,
 ) -> reqwest_middleware::Result<(Response, Lease)> {
-    let deadline = ttl.min(lease.remaining());
     let release = |lease: Lease| async move {
         if let Err(error) = lease.release().await {
             tracing::warn!(%error, "release after a failed request failed; retried in the background");
         }
     };
-    if deadline.is_zero() {
+    if lease.remaining().is_zero() {
+        let ttl = lease.expires_at().saturating_since(lease.created_at());
         release(lease).await;
-        return Err(middleware_error(
-            Fate::NotSent,
-            sluice::Error::Timeout(deadline),
-        ));
+        return Err(middleware_error(Fate::NotSent, sluice::Error::Timeout(ttl)));
     }
-    match tokio::time::timeout(deadline, request).await {
-        Ok(Ok(response)) => Ok((response, lease)),
-        Ok(Err(error)) => {
-            release(lease).await;
-            Err(error)
-        }
-        Err(_elapsed) => {
+    let lost = lease.lost();
+    tokio::select! {
+        outcome = request => match outcome {
+            Ok(response) => Ok((response, lease)),
+            Err(error) => {
+                release(lease).await;
+                Err(error)
+            }
+        },
+        () = lost => {
+            let id = lease.id().to_string();
             release(lease).await;
             Err(middleware_error(
                 Fate::Abandoned,
-                sluice::Error::Timeout(deadline),
+                sluice::Error::LeaseNotFound(format!("{id}: its slot was reclaimed before the response came")),
             ))
         }
     }

@@ -125,7 +125,8 @@ impl<A> SluiceLayer<A> {
         self
     }
 
-    /// The lease's TTL and the inner call's deadline (default: the client's lease TTL).
+    /// The inner call's deadline, opt-in, also the lease's TTL (default: no deadline, the
+    /// client's lease TTL; a `concurrent` slot is renewed for as long as the call runs).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self

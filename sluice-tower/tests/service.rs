@@ -411,7 +411,6 @@ async fn a_caller_that_requeues_on_retry_in_gets_the_slot_another_client_freed()
     let store = Arc::new(sluice::MemoryStore::new());
     let on_store = || {
         Sluice::builder()
-            .store(sluice::MemoryStore::new())
             .store_arc(store.clone())
             .clock(clock.clone())
             .build()

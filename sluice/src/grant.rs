@@ -82,6 +82,10 @@ pub(crate) struct LeasePart {
     pub(crate) kept: Kept,
     /// The lease row's write, when it goes on after the grant was answered.
     pub(crate) recording: Option<Recording>,
+    /// For a lease ended by someone other than its holder (an expired one reclaimed): the
+    /// expiry its row was seen with. Its delete is conditioned on it, so a holder's
+    /// renewal in between wins (see [`Store::renew_lease`](crate::Store::renew_lease)).
+    pub(crate) expiring_at: Option<UnixMillis>,
 }
 
 /// A lease row written after its grant was answered (a `requests`/`tokens` lease row is
@@ -285,8 +289,28 @@ impl Grant {
 impl LeasePart {
     /// The part of the lease `record` describes; `restores`: whether ending it gives its
     /// cost back.
+    /// A part held by its holder, its row (if any) written with the grant.
+    pub(crate) fn new(
+        key: LeaseKey,
+        dimension: Dimension,
+        cost: Tokens,
+        restores: bool,
+        kept: Kept,
+    ) -> LeasePart {
+        LeasePart {
+            key,
+            dimension,
+            cost,
+            restores,
+            kept,
+            recording: None,
+            expiring_at: None,
+        }
+    }
+
     pub(crate) fn of_record(record: LeaseRecord, restores: bool) -> LeasePart {
         LeasePart {
+            expiring_at: Some(record.expires_at),
             kept: Kept::Row,
             key: record.key,
             dimension: record.dimension,

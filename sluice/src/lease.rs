@@ -12,6 +12,7 @@ use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::grant::{Grant, Kept, LeaseId, LeasePart};
+use crate::keep::Keeper;
 use crate::protocol::{adjust, release};
 use crate::shared::Core;
 use crate::tokens::Tokens;
@@ -24,8 +25,11 @@ use crate::tokens::Tokens;
 /// runtime is available; otherwise it expires at [`expires_at`](Lease::expires_at) and,
 /// after the [clock-skew margin](crate::Config::clock_skew) (plus
 /// [`RELEASE_GRACE`](crate::RELEASE_GRACE) for `requests`/`tokens`), the reconciler ends
-/// it. A `concurrent` lease held past its expiry outside [`run`](Lease::run) may be given
-/// to another caller once that margin has passed. [`Sluice::slot`](crate::Sluice::slot) does all of this for you.
+/// it. A lease holding `concurrent` slots is renewed while it is held (every third of its
+/// TTL, one write per slot row, by a task the lease owns), so the TTL bounds how long a
+/// slot stays taken after its holder dies or freezes, not how long it may be held; what
+/// runs under it stops when [`lost`](Lease::lost) says the slot is no longer its own.
+/// [`Sluice::slot`](crate::Sluice::slot) does all of this for you.
 #[must_use = "a lease holds quota until it is released or expires"]
 pub struct Lease {
     /// The state it is released through: the client's, not the client.
@@ -37,13 +41,23 @@ pub struct Lease {
     /// Whether it is a reservation whose turn has not come (see [`Lease::turn`]): dropped
     /// so, it was never used and all of it is given back.
     waiting: bool,
+    /// The heartbeats of its slot rows, if it holds slots (see [`crate::keep`]).
+    keeper: Option<Box<Keeper>>,
 }
 
 impl Lease {
     /// The lease of `grant`, from now on released when dropped.
     pub(crate) fn new(core: Arc<Core>, grant: Grant) -> Lease {
+        let slot_rows = grant
+            .parts
+            .iter()
+            .filter(|p| p.restores && p.kept == Kept::Row && p.recording.is_none())
+            .map(|p| p.key.clone())
+            .collect();
+        let ttl = grant.expires_at.saturating_since(grant.created_at);
         Lease {
             waiting: grant.ready_at > grant.created_at,
+            keeper: Keeper::start(&core, slot_rows, grant.expires_at, ttl).map(Box::new),
             core,
             grant,
             unsettled: Vec::new(),
@@ -87,14 +101,55 @@ impl Lease {
         self.grant.created_at
     }
 
-    /// When the lease expires unless released.
+    /// When the lease expires unless released (or, for a lease holding slots, renewed: its
+    /// holder renews it while it lives, see [`run`](Lease::run)).
     pub fn expires_at(&self) -> UnixMillis {
-        self.grant.expires_at
+        self.keeper
+            .as_ref()
+            .map_or(self.grant.expires_at, |k| k.until())
     }
 
-    /// Time left before the lease expires, by the client's clock.
+    /// Time left before the lease expires, by the client's clock: zero for a lease whose
+    /// slot is no longer its holder's (see [`lost`](Lease::lost)).
     pub fn remaining(&self) -> Duration {
-        self.grant.expires_at.saturating_since(self.core.now())
+        if self.keeper.as_ref().is_some_and(|k| k.is_lost()) {
+            return Duration::ZERO;
+        }
+        self.expires_at().saturating_since(self.core.now())
+    }
+
+    /// Resolves once the lease's slots are no longer its holder's, which is when what runs
+    /// under them must stop: a renewal of its rows found one reclaimed, or its expiry
+    /// passed by this client's clock without a renewal (the process was frozen, or the
+    /// store failed every renewal for a whole TTL). While its holder lives and the store
+    /// answers, a lease holding slots is renewed every third of its TTL (one write per
+    /// slot row) and never lost. A lease holding no slot is never lost: this never
+    /// resolves.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, Sluice};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+    /// let sluice = Sluice::in_memory();
+    /// sluice.put_bucket("elevenlabs#concurrent", Bucket::concurrent(1)).await?;
+    /// let lease = sluice.acquire("elevenlabs#concurrent").await?;
+    /// // Held well past its TTL (60 s): renewed, never lost.
+    /// tokio::select! {
+    ///     () = lease.lost() => unreachable!("renewed while held"),
+    ///     () = tokio::time::sleep(Duration::from_secs(600)) => {}
+    /// }
+    /// # lease.release().await?;
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let lost = self.keeper.as_ref().map(|k| k.lost());
+        async move {
+            match lost {
+                Some(lost) => lost.await,
+                None => std::future::pending().await,
+            }
+        }
     }
 
     /// The dimensions the lease holds tokens on.
@@ -185,7 +240,9 @@ impl Lease {
             return Ok(());
         }
         let (sent, outcome) = tokio::sync::oneshot::channel();
-        let (core, expires_at) = (self.core.clone(), self.grant.expires_at);
+        let (core, expires_at) = (self.core.clone(), self.expires_at());
+        // No renewal once it is being ended.
+        self.keeper = None;
         crate::detach::Detached::new(async move {
             release::release_until_done(&core, parts, expires_at, |result| {
                 if let Err(Err(error)) = sent.send(result) {
@@ -202,38 +259,64 @@ impl Lease {
 
     /// Runs `body` under this lease, then releases it: the lease's slot.
     ///
-    /// The body's deadline is `timeout` or the lease's expiry by this client's clock,
-    /// whichever comes first (give the lease the same TTL when acquiring): a body still
-    /// running then is dropped and the result is [`Error::Timeout`] with the deadline it
-    /// had. The expiry was set before the grant's write, so the body never outlives its
-    /// lease by that write's round trip; other clients give an expired lease back only
-    /// [`Config::clock_skew`](crate::Config::clock_skew) after it, so while clocks agree
-    /// that closely a slot in use is never handed on. A lease with no time left (its grant
-    /// came back after it expired) does not start the body at all. The lease is
-    /// released on every path: when the body finishes, when it times out, when it panics
-    /// (the panic then continues), and when this future is dropped (released in the
-    /// background).
+    /// `timeout` is the body's deadline, the caller's own: a body still running then is
+    /// dropped and the result is [`Error::Timeout`] with that deadline. Whatever the
+    /// deadline, a body under a lease that holds slots is stopped as soon as they are no
+    /// longer its holder's ([`lost`](Lease::lost): a renewal found its row reclaimed, or
+    /// the process woke past its expiry), with [`Error::LeaseNotFound`]: while its holder
+    /// lives, the lease is renewed and the body may run as long as it needs. A lease with
+    /// no time left (its grant came back after it expired) does not start the body at
+    /// all. The lease is released on every path: when the body finishes, when it is
+    /// stopped, when it panics (the panic then continues), and when this future is
+    /// dropped (released in the background).
     pub async fn run<F>(self, timeout: Duration, body: F) -> Result<F::Output, Error>
     where
         F: Future,
     {
-        let timeout = timeout.min(self.remaining());
-        if timeout.is_zero() {
-            // The grant came back after its lease expired (a slow or resent write): the
-            // slot may be another caller's by now, so the body does not start at all.
+        self.run_until(Some(timeout), body).await
+    }
+
+    /// [`run`](Self::run) with the caller's deadline, if any.
+    pub(crate) async fn run_until<F>(
+        self,
+        deadline: Option<Duration>,
+        body: F,
+    ) -> Result<F::Output, Error>
+    where
+        F: Future,
+    {
+        if self.remaining().is_zero() || deadline.is_some_and(|d| d.is_zero()) {
+            // The grant came back after its lease expired (a slow or resent write), or its
+            // renewals failed for a whole TTL: the slot may be another caller's by now,
+            // so the body does not start at all.
             if let Err(error) = self.release().await {
-                tracing::warn!(%error, "release of a lease granted too late failed; retried in the background");
+                tracing::warn!(%error, "release of a lease with no time left failed; retried in the background");
             }
-            return Err(Error::Timeout(timeout));
+            return Err(Error::Timeout(Duration::ZERO));
         }
-        let outcome = tokio::time::timeout(timeout, AssertUnwindSafe(body).catch_unwind()).await;
+        let expired = async {
+            match deadline {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let lost = self.lost();
+        let body = AssertUnwindSafe(body).catch_unwind();
+        let outcome = tokio::select! {
+            outcome = body => Ok(outcome),
+            () = expired => Err(Error::Timeout(deadline.unwrap_or_default())),
+            () = lost => Err(Error::LeaseNotFound(format!(
+                "{}: its slot was reclaimed while the body ran (the process was frozen or the store failed its renewals for a whole TTL)",
+                self.grant.id
+            ))),
+        };
         let release = self.release().await;
         let value = match outcome {
-            Err(_elapsed) => {
+            Err(stopped) => {
                 if let Err(error) = release {
-                    tracing::warn!(%error, "release after timeout failed; retried in the background until the lease may be reclaimed");
+                    tracing::warn!(%error, "release after a stopped body failed; retried in the background until the lease may be reclaimed");
                 }
-                return Err(Error::Timeout(timeout));
+                return Err(stopped);
             }
             Ok(Err(panic)) => std::panic::resume_unwind(panic),
             Ok(Ok(value)) => value,
@@ -332,6 +415,8 @@ impl Drop for Lease {
             return;
         }
         tracing::debug!(lease = %self.grant.id, "lease dropped without release; releasing in the background");
-        release::in_background(&self.core, parts, self.grant.expires_at, false);
+        let expires_at = self.expires_at();
+        self.keeper = None;
+        release::in_background(&self.core, parts, expires_at, false);
     }
 }

@@ -59,6 +59,7 @@ mod dimension;
 mod error;
 mod grant;
 mod ids;
+mod keep;
 mod lease;
 pub mod metrics;
 mod priority;

@@ -19,6 +19,7 @@
 //! | `sluice_bucket_failed_writes_total` | counter | `dimension` | writes of the bucket row whose condition failed (DynamoDB bills them too) |
 //! | `sluice_bucket_throttles_total` | counter | `dimension` | reads and writes of the bucket row the store throttled, or a transaction in flight refused (back-pressure: retried, or a RetryIn) |
 //! | `sluice_bucket_shards` | gauge | `dimension` | rows a bucket is spread over, as set by this client's last reshard of it (see [`Sharding`](crate::Sharding)) |
+//! | `sluice_slot_renewals_total` | counter | `outcome` (`renewed`, `failed`) | heartbeats of held `concurrent` slots: renewals of their lease rows (one write each), and those the store failed (sent again sooner) |
 //! | `sluice_reconcile_passes_total` | counter | | reconcile passes |
 //! | `sluice_reconcile_leases_restored_total` | counter | | expired leases given back |
 //! | `sluice_reconcile_leases_skipped_total` | counter | | expired leases already gone |
@@ -77,6 +78,12 @@ pub(crate) fn acquired<T>(
 pub(crate) fn contention_retry(dimension: &str) {
     metrics::counter!("sluice_contention_retries_total", "dimension" => dimension.to_owned())
         .increment(1);
+}
+
+/// Records a heartbeat of a slot lease's `rows`.
+pub(crate) fn slot_renewed(rows: usize, failed: bool) {
+    let outcome = if failed { "failed" } else { "renewed" };
+    metrics::counter!("sluice_slot_renewals_total", "outcome" => outcome).increment(rows as u64);
 }
 
 /// Records how many grants one fast-path write carried.

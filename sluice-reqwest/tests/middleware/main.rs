@@ -39,7 +39,6 @@ impl World {
 
     fn sluice(&self) -> Sluice {
         Sluice::builder()
-            .store(sluice::MemoryStore::new())
             .store_arc(self.store.clone())
             .clock(self.clock.clone())
             .build()
@@ -238,32 +237,84 @@ async fn the_slot_is_released_on_success_error_statuses_and_connection_errors() 
     assert_eq!(world.leases().await, 0);
 }
 
-#[tokio::test]
-async fn a_request_outliving_its_lease_is_abandoned_and_its_slot_given_back() {
+/// A call is its caller's: on a `requests` bucket a call of five minutes, five times the
+/// default lease TTL, completes (sluice sets no deadline; before, it was abandoned at the
+/// TTL with `Timeout`). Paused time: the vendor's five minutes pass at once.
+#[tokio::test(start_paused = true)]
+async fn a_five_minute_call_on_a_requests_bucket_completes_under_the_default_ttl() {
+    let world = World::new().await;
+    world.bucket("openai#rpm", rpm(10)).await;
+    world.vendor.reply(
+        "/v1/models",
+        Reply::status(200).delay(Duration::from_secs(300)),
+    );
+    let client = world.client();
+    assert_eq!(
+        world.sluice().config().lease_ttl,
+        Duration::from_secs(60),
+        "the default TTL"
+    );
+    let started = tokio::time::Instant::now();
+    let response = client
+        .get(world.url(OPENAI, "/v1/models"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(started.elapsed() >= Duration::from_secs(300));
+    assert_eq!(world.available("openai#rpm").await, Tokens::new(9));
+    assert_eq!(world.leases().await, 0);
+}
+
+/// A slot is held as long as its call runs, renewed past its TTL (here 200 ms, the call
+/// 3 s): meanwhile nobody else gets it, and it comes back when the call ends.
+#[tokio::test(start_paused = true)]
+async fn a_slot_outliving_its_ttl_is_renewed_until_the_call_ends() {
     let world = World::new().await;
     world
         .bucket("elevenlabs#concurrent", Bucket::concurrent(1))
         .await;
-    world.vendor.reply(
-        "/v1/slow",
-        Reply::status(200).delay(Duration::from_secs(30)),
-    );
-    let client =
-        world.client_with(SluiceMiddleware::default().lease_ttl(Duration::from_millis(200)));
-    let error = client
-        .post(world.url(ELEVENLABS, "/v1/slow"))
-        .send()
+    world
+        .vendor
+        .reply("/v1/slow", Reply::status(200).delay(Duration::from_secs(3)));
+    // A clock that follows tokio's (paused) time: the lease expires unless renewed.
+    let sluice = Sluice::builder()
+        .store_arc(world.store.clone())
+        .clock(sluice::TokioClock::starting_at(UnixMillis::from_secs(
+            1_800_000_000,
+        )))
+        .build()
+        .unwrap();
+    let client = ClientBuilder::new(world.vendor.reqwest(&HOSTS))
+        .with(
+            SluiceMiddleware::default()
+                .client(sluice.clone())
+                .lease_ttl(Duration::from_millis(200)),
+        )
+        .build();
+    let url = world.url(ELEVENLABS, "/v1/slow");
+    let call = tokio::spawn(async move { client.post(url).send().await });
+    // Well past the TTL (and its clock-skew margin), the slot is still the call's.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert!(!call.is_finished());
+    let row = sluice
+        .bucket("elevenlabs#concurrent")
         .await
-        .unwrap_err();
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.tokens, Tokens::ZERO, "the slot is held");
     assert!(matches!(
-        &error,
-        reqwest_middleware::Error::Middleware(e)
-            if matches!(e.downcast_ref::<sluice::Error>(), Some(sluice::Error::Timeout(_)))
+        sluice.acquire("elevenlabs#concurrent").await,
+        Err(sluice::Error::RetryIn(_))
     ));
+    let response = call.await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    response.bytes().await.unwrap();
     assert_eq!(
         world.available("elevenlabs#concurrent").await,
         Tokens::new(1)
     );
+    assert_eq!(world.leases().await, 0);
 }
 
 #[tokio::test]
@@ -646,7 +697,6 @@ async fn waiting_inline_gets_the_next_token() {
     let world = World::new().await;
     // Real time here: the wait is a real sleep of at most 100 ms.
     let sluice = Sluice::builder()
-        .store(sluice::MemoryStore::new())
         .store_arc(world.store.clone())
         .build()
         .unwrap();

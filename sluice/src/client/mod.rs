@@ -271,11 +271,12 @@ impl Sluice {
 
     /// Runs `body` while holding capacity on `request`: acquires, runs, releases.
     ///
-    /// `timeout` is both the lease's TTL and the body's deadline, counted from before the
-    /// grant's write (so the body ends by the lease's expiry, see [`Lease::run`]): a body
-    /// still running then is dropped and the slot returns [`Error::Timeout`]. The lease is released on every
-    /// path: when the body finishes, when it times out, when it panics (the panic then
-    /// continues), and when the slot's future is dropped (released in the background).
+    /// `timeout` is both the lease's TTL and the body's deadline: a body still running then
+    /// is dropped and the slot returns [`Error::Timeout`]. (A slot held for as long as its
+    /// body runs, with no deadline: [`slot_within`](Self::slot_within) with `None`.) The
+    /// lease is released on every path: when the body finishes, when it times out, when it
+    /// panics (the panic then continues), and when the slot's future is dropped (released
+    /// in the background).
     pub async fn slot<F>(
         &self,
         request: impl Into<Acquire>,
@@ -296,8 +297,11 @@ impl Sluice {
     /// refusal), runs it under the lease, and releases it on every path (see
     /// [`slot`](Self::slot)).
     ///
-    /// `timeout` is both the lease's TTL and the body's deadline, counted from before the
-    /// grant's write; `None` takes the configured [`lease_ttl`](Config::lease_ttl).
+    /// `timeout`: the caller's own deadline for the body, which is also the lease's TTL.
+    /// `None`: no deadline, and the TTL the request names (else the configured
+    /// [`lease_ttl`](Config::lease_ttl)); a lease holding `concurrent` slots is then renewed
+    /// while the body runs (see [`Lease::lost`]), so the TTL only bounds how long a slot
+    /// stays taken after its holder dies or freezes, never how long a call may take.
     ///
     /// ```
     /// use std::time::Duration;
@@ -322,11 +326,13 @@ impl Sluice {
     where
         F: Future,
     {
-        let timeout = timeout.unwrap_or(self.core.config.lease_ttl);
-        let lease = self
-            .acquire_within(request.into().ttl(timeout), max_wait)
-            .await?;
-        lease.run(timeout, body()).await
+        let request = request.into();
+        let request = match timeout {
+            Some(timeout) => request.ttl(timeout),
+            None => request,
+        };
+        let lease = self.acquire_within(request, max_wait).await?;
+        lease.run_until(timeout, body()).await
     }
 
     /// Like [`try_slot`](Self::try_slot), waiting up to `max_wait` for capacity first (see

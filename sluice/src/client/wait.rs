@@ -185,13 +185,11 @@ impl Sluice {
         };
         let (ready_at, now) = (lease.ready_at(), self.now());
         let wait = ready_at.saturating_since(now).max(MIN_NAP);
-        match self.parked.park(key, lease, (ready_at, now), wait) {
-            Ok(()) => tracing::debug!(
+        if self.parked.park(key, lease, (ready_at, now), wait) {
+            tracing::debug!(
                 turn_ms = wait.as_millis() as u64,
                 "a grant its caller did not wait for, kept for its next ask"
-            ),
-            // No room: given back as it is dropped.
-            Err(lease) => drop(lease),
+            );
         }
         Error::RetryIn(wait)
     }

@@ -130,10 +130,11 @@ pub(crate) async fn end_lease_row(
     core: &Core,
     key: &LeaseKey,
     holder_until: Option<UnixMillis>,
+    expiring_at: Option<UnixMillis>,
 ) -> Result<Ended, Error> {
     let mut pressed = Budget::new(core.config.max_retries);
     let ended = loop {
-        match core.store.end_lease(key).await {
+        match core.store.end_lease(key, expiring_at).await {
             Err(e) if e.is_back_pressure() && pressed.lose() => {
                 tracing::debug!(%key, error = %e, "a lease row's delete met back-pressure; sending it again");
                 pressed.back_off(pressed.lost()).await;
@@ -148,7 +149,7 @@ pub(crate) async fn end_lease_row(
             let row = core.store.read_leases(std::slice::from_ref(key)).await?;
             match (row.first().and_then(Option::as_ref), holder_until) {
                 // Still there: the delete did not apply.
-                (Some(_), _) => Box::pin(end_lease_row(core, key, holder_until)).await,
+                (Some(_), _) => Box::pin(end_lease_row(core, key, holder_until, expiring_at)).await,
                 (None, Some(until)) if core.now() < until => Ok(Ended::Here),
                 (None, _) => {
                     tracing::warn!(%key, error = %e, "a lease row's delete lost its answer and the row is gone; not giving its cost back (the reconciler heals a slot left short)");
@@ -176,7 +177,9 @@ pub(crate) async fn end_leases(
     let mut back: Vec<(Dimension, Tokens)> = Vec::new();
     for part in parts {
         let mine = match part.kept {
-            Kept::Row => end_lease_row(core, &part.key, holder_until).await? == Ended::Here,
+            Kept::Row => {
+                end_lease_row(core, &part.key, holder_until, part.expiring_at).await? == Ended::Here
+            }
             Kept::Nowhere => true,
             Kept::Local => false,
         };

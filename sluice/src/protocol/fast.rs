@@ -78,7 +78,7 @@ pub(crate) async fn release(
     let holder_until = core.config.reclaimable_at(expires_at, true);
     match part.kept {
         Kept::Row => {
-            if end_lease_row(core, &part.key, Some(holder_until)).await? == Ended::Elsewhere {
+            if end_lease_row(core, &part.key, Some(holder_until), None).await? == Ended::Elsewhere {
                 tracing::debug!(key = %part.key, "lease already gone (released or reconciled)");
                 return Ok(());
             }

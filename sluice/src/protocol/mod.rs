@@ -214,5 +214,6 @@ pub(crate) fn rowless_part(
         restores: false,
         kept,
         recording: None,
+        expiring_at: None,
     }
 }

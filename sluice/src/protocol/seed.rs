@@ -229,6 +229,7 @@ fn plan(
             restores,
             kept: if has_row { Kept::Row } else { Kept::Nowhere },
             recording: None,
+            expiring_at: None,
         });
     }
     attempt

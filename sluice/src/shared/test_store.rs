@@ -54,7 +54,6 @@ pub(crate) fn client(
     clock: &crate::clock::ManualClock,
 ) -> crate::Sluice {
     crate::Sluice::builder()
-        .store(crate::MemoryStore::new())
         .store_arc(store)
         .clock(clock.clone())
         .build()
@@ -124,9 +123,13 @@ hooked_store!({
         self.hooks.read_buckets(dimensions);
         self.inner.read_buckets(dimensions).await
     }
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+    async fn end_lease(
+        &self,
+        key: &LeaseKey,
+        expiring_at: Option<crate::clock::UnixMillis>,
+    ) -> Result<bool, StoreError> {
         self.hooks.end_lease(key);
-        self.inner.end_lease(key).await
+        self.inner.end_lease(key, expiring_at).await
     }
     async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
         self.hooks.delete_leases(keys).await?;
@@ -134,6 +137,7 @@ hooked_store!({
     }
 } passed {
     put_leases(leases: &[LeaseRecord]) -> Result<(), StoreError>;
+    renew_lease(key: &LeaseKey, from: crate::clock::UnixMillis, to: crate::clock::UnixMillis) -> Result<bool, StoreError>;
     read_leases(keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError>;
     scan_leases(filter: &LeaseFilter) -> Result<LeaseScan, StoreError>;
     put_bucket(state: &BucketState, expected: Option<&BucketState>) -> Result<bool, StoreError>;

@@ -8,6 +8,7 @@ use super::{
     LeaseKey, LeaseRecord, LeaseScan, LeaseWrite, Store, StoreError,
 };
 use crate::bucket::{BucketState, Commute};
+use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 
 /// The embedded store: buckets and leases in this process's memory.
@@ -168,8 +169,32 @@ impl Store for MemoryStore {
         Ok(after)
     }
 
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-        Ok(self.rows().leases.remove(key).is_some())
+    async fn end_lease(
+        &self,
+        key: &LeaseKey,
+        expiring_at: Option<UnixMillis>,
+    ) -> Result<bool, StoreError> {
+        let mut rows = self.rows();
+        let holds = |r: &LeaseRecord| expiring_at.is_none_or(|at| r.expires_at == at);
+        if !rows.leases.get(key).is_some_and(holds) {
+            return Ok(false);
+        }
+        Ok(rows.leases.remove(key).is_some())
+    }
+
+    async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        from: UnixMillis,
+        to: UnixMillis,
+    ) -> Result<bool, StoreError> {
+        match self.rows().leases.get_mut(key) {
+            Some(row) if row.expires_at == from || row.expires_at == to => {
+                row.expires_at = to;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {

@@ -42,6 +42,7 @@ pub use write::{
 use std::fmt;
 
 use crate::bucket::BucketState;
+use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 
 /// Where sluice keeps bucket and lease rows.
@@ -168,11 +169,29 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// `BatchWriteItem`, up to 25 rows per call.
     async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError>;
 
-    /// Deletes the lease row `key` if it exists; whether this call deleted it. Whoever
-    /// deletes a lease row gives its cost back (once: the delete is conditioned on the row
+    /// Deletes the lease row `key` if it exists and, with `expiring_at`, if it still expires
+    /// then (a reclaim of an expired lease, which loses to its holder's renewal: see
+    /// [`renew_lease`](Store::renew_lease)); whether this call deleted it. Whoever deletes
+    /// a lease row gives its cost back (once: the delete is conditioned on the row
     /// existing). Never sent twice by the store: a failure whose answer was lost [may have
     /// deleted it](StoreError::may_have_applied).
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError>;
+    async fn end_lease(
+        &self,
+        key: &LeaseKey,
+        expiring_at: Option<UnixMillis>,
+    ) -> Result<bool, StoreError>;
+
+    /// Moves the expiry of the lease row `key` from `from` to `to` (a holder's heartbeat:
+    /// its slot stays its own while it lives), on condition that the row exists and
+    /// expires at `from` or already at `to` (a resend of a renewal whose answer was lost
+    /// applies nothing twice). False: the row is gone or was changed (the lease was
+    /// ended or reclaimed), and its holder no longer holds it.
+    async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        from: UnixMillis,
+        to: UnixMillis,
+    ) -> Result<bool, StoreError>;
 
     /// The most writes a second one row takes, if the store bounds it: then a client
     /// spreads a bucket whose rows near it over more rows (see

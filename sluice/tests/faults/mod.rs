@@ -94,9 +94,22 @@ impl Store for Switch {
         self.inner.put_leases(leases).await
     }
 
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+    async fn end_lease(
+        &self,
+        key: &LeaseKey,
+        expiring_at: Option<sluice::UnixMillis>,
+    ) -> Result<bool, StoreError> {
         self.check()?;
-        self.inner.end_lease(key).await
+        self.inner.end_lease(key, expiring_at).await
+    }
+    async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        from: sluice::UnixMillis,
+        to: sluice::UnixMillis,
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.renew_lease(key, from, to).await
     }
 
     async fn respread_buckets(

@@ -12,6 +12,7 @@ mod dynamo_killed;
 mod dynamo_outages;
 mod dynamo_priorities;
 mod dynamo_processes;
+mod dynamo_renewed;
 mod dynamo_shadow_processes;
 mod dynamo_skew;
 mod dynamo_waiters;
@@ -27,6 +28,7 @@ fn main() {
         ("dynamo_faults", dynamo_faults::main),
         ("dynamo_outages", dynamo_outages::main),
         ("dynamo_killed", dynamo_killed::main),
+        ("dynamo_renewed", dynamo_renewed::main),
         ("dynamo_skew", dynamo_skew::main),
         ("dynamo_priorities", dynamo_priorities::main),
         ("global_store", global_store::main),

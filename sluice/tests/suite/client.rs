@@ -96,7 +96,6 @@ mod prefetch {
 
     fn client(clock: &ManualClock, store: &std::sync::Arc<MemoryStore>, dim: &str) -> Sluice {
         Sluice::builder()
-            .store(sluice::MemoryStore::new())
             .store_arc(store.clone())
             .clock(clock.clone())
             .prefetch(
@@ -204,7 +203,6 @@ mod prefetch {
         let lean = "near#rpm";
         let leased = "leased#rpm";
         let sluice = Sluice::builder()
-            .store(sluice::MemoryStore::new())
             .store_arc(store.clone())
             .clock(clock.clone())
             .prefetch(
@@ -298,7 +296,6 @@ async fn a_waiting_caller_gets_a_slot_freed_by_another_client_within_the_poll_in
     let clock = sluice::TokioClock::starting_at(UnixMillis::from_secs(1_700_000_000));
     let client = |poll: Duration| {
         Sluice::builder()
-            .store(sluice::MemoryStore::new())
             .store_arc(store.clone())
             .clock(clock)
             .slot_poll(poll)
@@ -369,4 +366,41 @@ async fn a_ttl_or_slot_timeout_under_a_millisecond_is_a_typed_error() {
         sluice::Tokens::new(60),
         "nothing taken"
     );
+}
+
+/// A slot is held as long as its holder lives, not as long as its TTL: a lease of 60 s
+/// held ten minutes (paused time) is renewed every 20 s, never handed to another caller
+/// nor reclaimed, and comes back once, when released.
+#[tokio::test(start_paused = true)]
+async fn a_slot_held_ten_minutes_is_renewed_and_never_reclaimed_meanwhile() {
+    let sluice = paused_client();
+    let other = Sluice::builder()
+        .store_arc(sluice.store().clone())
+        .clock(sluice::TokioClock::starting_at(UnixMillis::from_secs(
+            1_700_000_000,
+        )))
+        .build()
+        .unwrap();
+    sluice
+        .put_bucket("tts#concurrent", Bucket::concurrent(1))
+        .await
+        .unwrap();
+    let lease = sluice.acquire("tts#concurrent").await.unwrap();
+    let granted_until = lease.expires_at();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(matches!(
+            other.acquire("tts#concurrent").await,
+            Err(Error::RetryIn(_))
+        ));
+        assert_eq!(other.reconcile().await.unwrap().leases_restored, 0);
+        assert!(!lease.remaining().is_zero());
+    }
+    assert!(lease.expires_at() >= granted_until.saturating_add(Duration::from_secs(540)));
+    let lost = lease.lost();
+    tokio::pin!(lost);
+    assert!(futures::poll!(lost.as_mut()).is_pending());
+    lease.release().await.unwrap();
+    let row = other.bucket("tts#concurrent").await.unwrap().unwrap();
+    assert_eq!(row.tokens, sluice::Tokens::new(1));
 }

@@ -32,7 +32,6 @@ async fn setup(policy: FailurePolicy) -> Setup {
     let store = Arc::new(Switch::default());
     let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
     let sluice = Sluice::builder()
-        .store(sluice::MemoryStore::new())
         .store_arc(store.clone())
         .clock(clock.clone())
         .failure_policy(policy)
@@ -148,7 +147,6 @@ async fn concurrent_and_unseen_buckets_and_closed_dimensions_stay_closed() {
     let store = Arc::new(Switch::default());
     let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
     let sluice = Sluice::builder()
-        .store(sluice::MemoryStore::new())
         .store_arc(store.clone())
         .clock(clock.clone())
         .failure_policy(OPEN_10)
@@ -199,7 +197,6 @@ async fn a_pair_fails_open_all_or_nothing() {
     let store = Arc::new(Switch::default());
     let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
     let sluice = Sluice::builder()
-        .store(sluice::MemoryStore::new())
         .store_arc(store.clone())
         .clock(clock.clone())
         .failure_policy(FailurePolicy::Open { percent: 50 })
@@ -315,7 +312,6 @@ async fn shadow_mode_grants_without_a_write_while_the_store_cannot_answer() {
     s.sluice.put_bucket("trial#rpm", trial).await.unwrap();
     drop(s.sluice.acquire("trial#rpm").await.unwrap());
     let shadow_client = Sluice::builder()
-        .store(sluice::MemoryStore::new())
         .store_arc(s.store.clone())
         .clock(s.clock.clone())
         .mode(sluice::Mode::Shadow)

@@ -56,9 +56,21 @@ impl Store for Counting {
         self.puts.fetch_add(1, Ordering::SeqCst);
         self.inner.put_leases(leases).await
     }
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+    async fn end_lease(
+        &self,
+        key: &LeaseKey,
+        expiring_at: Option<sluice::UnixMillis>,
+    ) -> Result<bool, StoreError> {
         self.deletes.fetch_add(1, Ordering::SeqCst);
-        self.inner.end_lease(key).await
+        self.inner.end_lease(key, expiring_at).await
+    }
+    async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        from: sluice::UnixMillis,
+        to: sluice::UnixMillis,
+    ) -> Result<bool, StoreError> {
+        self.inner.renew_lease(key, from, to).await
     }
     async fn respread_buckets(
         &self,
@@ -98,7 +110,6 @@ const TPM: &str = "rows#tpm";
 async fn setup(record_after: Duration) -> (Arc<Counting>, Sluice) {
     let store = Arc::new(Counting::default());
     let sluice = Sluice::builder()
-        .store(sluice::MemoryStore::new())
         .store_arc(store.clone())
         .clock(TokioClock::starting_at(UnixMillis::from_secs(
             1_700_000_000,
@@ -228,7 +239,6 @@ async fn a_pair_refused_on_its_second_dimension_gives_the_first_back_without_a_r
     let (store, sluice) = setup(Duration::from_secs(1)).await;
     // Another client empties tpm; this one has not seen it.
     let other = Sluice::builder()
-        .store(sluice::MemoryStore::new())
         .store_arc(store.clone())
         .clock(TokioClock::starting_at(UnixMillis::from_secs(
             1_700_000_000,

@@ -348,9 +348,25 @@ impl Store for Remote {
         self.run(|s| async move { s.put_leases(&l).await }).await
     }
 
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+    async fn end_lease(
+        &self,
+        key: &LeaseKey,
+        expiring_at: Option<sluice::UnixMillis>,
+    ) -> Result<bool, StoreError> {
         let k = key.clone();
-        self.run(|s| async move { s.end_lease(&k).await }).await
+        self.run(|s| async move { s.end_lease(&k, expiring_at).await })
+            .await
+    }
+
+    async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        from: sluice::UnixMillis,
+        to: sluice::UnixMillis,
+    ) -> Result<bool, StoreError> {
+        let k = key.clone();
+        self.run(|s| async move { s.renew_lease(&k, from, to).await })
+            .await
     }
 
     async fn respread_buckets(
@@ -448,9 +464,23 @@ impl Store for ClientStore {
         self.inner.put_leases(leases).await
     }
 
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
+    async fn end_lease(
+        &self,
+        key: &LeaseKey,
+        expiring_at: Option<sluice::UnixMillis>,
+    ) -> Result<bool, StoreError> {
         self.enter().await;
-        self.inner.end_lease(key).await
+        self.inner.end_lease(key, expiring_at).await
+    }
+
+    async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        from: sluice::UnixMillis,
+        to: sluice::UnixMillis,
+    ) -> Result<bool, StoreError> {
+        self.enter().await;
+        self.inner.renew_lease(key, from, to).await
     }
 
     async fn respread_buckets(
@@ -989,18 +1019,30 @@ impl World {
                             );
                         } else {
                             if let Target::One(dm) = target {
-                                // The store's answer is exact for the true bucket.
-                                let exact = match self.take(&before, dm, cost, client) {
-                                    Take::Short { wait: Some(w) } => w,
-                                    _ => self.slot_wait().await,
-                                };
-                                prop_assert_eq!(
-                                    d,
-                                    exact,
-                                    "the store's RetryIn for {:?} x{}",
-                                    dm,
-                                    cost
-                                );
+                                // The store's answer is exact for the true bucket. A slot's
+                                // wait is read from its leases, which their live holders
+                                // renew meanwhile (only ever later): read after the answer,
+                                // they may give a longer wait, never a shorter one.
+                                match self.take(&before, dm, cost, client) {
+                                    Take::Short { wait: Some(exact) } => prop_assert_eq!(
+                                        d,
+                                        exact,
+                                        "the store's RetryIn for {:?} x{}",
+                                        dm,
+                                        cost
+                                    ),
+                                    _ => {
+                                        let exact = self.slot_wait().await;
+                                        prop_assert!(
+                                            d <= exact,
+                                            "the store's slot wait for {:?} x{}: {:?}, the leases say {:?}",
+                                            dm,
+                                            cost,
+                                            d,
+                                            exact
+                                        );
+                                    }
+                                }
                             }
                             for dm in target.dims() {
                                 if matches!(

@@ -130,7 +130,6 @@ fn clients(store: &std::sync::Arc<MemoryStore>, clock: &ManualClock) -> Vec<Slui
                 },
                 ..Config::default()
             })
-            .store(sluice::MemoryStore::new())
             .store_arc(store.clone())
             .clock(clock.clone())
             .build()
@@ -336,7 +335,6 @@ async fn the_client_default_priority_applies_to_acquires_that_name_none() {
     let clock = ManualClock::new(at(0));
     let store = std::sync::Arc::new(MemoryStore::new());
     let batch = Sluice::builder()
-        .store(sluice::MemoryStore::new())
         .store_arc(store.clone())
         .clock(clock.clone())
         .priority("batch".parse().unwrap())

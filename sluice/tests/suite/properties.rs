@@ -133,8 +133,7 @@ proptest! {
             // Three clients (three processes) sharing one bucket, each prefetching.
             let clients: Vec<Sluice> = (0..3)
                 .map(|_| {
-                    Sluice::builder().store(sluice::MemoryStore::new())
-                        .store_arc(store.clone())
+                    Sluice::builder().store_arc(store.clone())
                         .clock(clock.clone())
                         .prefetch(dim.parse().unwrap(), Prefetch::new(prefetch, hold))
                         .build()

@@ -93,18 +93,20 @@ impl Parked {
 
     /// Keeps `lease`, a grant whose turn is at `ready_at` (`wait` from `now`, zero when it
     /// has come), for `key`; given back if nobody claims it within [`GRACE`] after its
-    /// turn. `Err`: no room, the lease handed back.
+    /// turn. False: no room, and the lease is dropped (given back, as it was never used).
     pub(crate) fn park(
         self: &Arc<Self>,
         key: Key,
         lease: Lease,
         (ready_at, now): (UnixMillis, UnixMillis),
         wait: Duration,
-    ) -> Result<(), Lease> {
+    ) -> bool {
         let id = {
             let mut kept = self.lock();
             if kept.1.len() >= MAX_PARKED {
-                return Err(lease);
+                drop(kept);
+                drop(lease);
+                return false;
             }
             kept.0 += 1;
             let id = kept.0;
@@ -130,7 +132,7 @@ impl Parked {
                 drop(late);
             }
         });
-        Ok(())
+        true
     }
 
     /// Whether no grant is kept.

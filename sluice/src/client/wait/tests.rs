@@ -45,7 +45,6 @@ impl Hooks for Counter {
 /// tokio's paused clock.
 fn process<H: Hooks>(store: &Arc<Hooked<H>>) -> Sluice {
     Sluice::builder()
-        .store(crate::MemoryStore::new())
         .store_arc(store.clone())
         .clock(TokioClock::starting_at(UnixMillis::from_secs(
             1_700_000_000,

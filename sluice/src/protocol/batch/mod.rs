@@ -391,14 +391,7 @@ impl Write<'_> {
             .into_iter()
             .zip(issued)
             .map(|((a, cost), (key, expires_at, kept))| {
-                let part = LeasePart {
-                    key,
-                    dimension: self.dimension.clone(),
-                    cost,
-                    restores,
-                    kept,
-                    recording: None,
-                };
+                let part = LeasePart::new(key, self.dimension.clone(), cost, restores, kept);
                 (a, part, expires_at)
             })
             .collect();

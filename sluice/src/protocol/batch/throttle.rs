@@ -110,7 +110,6 @@ mod tests {
             ..crate::Config::default()
         };
         let sluice = crate::SluiceBuilder::from_config(config)
-            .store(crate::MemoryStore::new())
             .store_arc(store)
             .build()
             .unwrap();

@@ -173,7 +173,14 @@ async fn one_write_gives_back_released_slots_once_and_grants_from_them() {
     // release does, then its slot given back in the same change that grants the acquire.
     let (release_b, b_answer) = release_job(&mut b);
     if let Job::Release(r) = &release_b.job {
-        assert!(sluice.core().store.end_lease(&r.part.key).await.unwrap());
+        assert!(
+            sluice
+                .core()
+                .store
+                .end_lease(&r.part.key, None)
+                .await
+                .unwrap()
+        );
     }
     let (acquire, acquired) = acquire_job(dim);
     let lane = lane_of(&sluice, dim);

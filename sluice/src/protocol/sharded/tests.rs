@@ -57,7 +57,6 @@ fn client_of(
         ..crate::Config::default()
     };
     crate::SluiceBuilder::from_config(config)
-        .store(crate::MemoryStore::new())
         .store_arc(store)
         .clock(clock.clone())
         .build()
@@ -97,7 +96,6 @@ async fn a_bucket_whose_row_the_store_throttles_spreads_with_no_ceiling_told() {
         "the store tells no ceiling"
     );
     let sluice = crate::Sluice::builder()
-        .store(crate::MemoryStore::new())
         .store_arc(store)
         .clock(clock.clone())
         .build()
@@ -142,7 +140,6 @@ fn throttling_client() -> (crate::clock::ManualClock, crate::Sluice) {
         landed: std::sync::Mutex::new((0, 0)),
     }));
     let sluice = crate::Sluice::builder()
-        .store(crate::MemoryStore::new())
         .store_arc(store)
         .clock(clock.clone())
         .build()
@@ -428,7 +425,6 @@ async fn a_client_that_never_met_the_throttles_measures_the_rows_against_the_cei
         ..crate::Config::default()
     };
     let later = crate::SluiceBuilder::from_config(config)
-        .store(crate::MemoryStore::new())
         .store_arc(store)
         .clock(clock.clone())
         .build()

@@ -1,6 +1,7 @@
 //! A [`BucketChange`] as one `UpdateItem`: `ADD` to the stored tokens (or `SET` them, for
 //! a fill), `ADD` one to the version, on the change's conditions.
 
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 
@@ -10,6 +11,7 @@ use super::parts::Conditional;
 use super::row::{self, Expr};
 use super::{DynamoStore, EXISTS, Units};
 use crate::bucket::{BucketState, Commute, Condition, MAX_VERSION, TokensOp};
+use crate::clock::UnixMillis;
 use crate::store::{BucketChange, ChangeError, LeaseKey, StoreError};
 
 /// A call's configuration that sends it once: what adds to a row must not be resent after
@@ -229,12 +231,55 @@ impl DynamoStore {
         }
     }
 
-    /// Deletes the lease row `key` if it exists, never resent by the SDK; whether this call
-    /// deleted it.
-    pub(super) async fn end_lease_row(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-        let delete = lease_delete!(self.client.delete_item(), self.table.as_ref(), key);
+    /// Deletes the lease row `key` if it exists (and, with `expiring_at`, still expires
+    /// then), never resent by the SDK; whether this call deleted it.
+    pub(super) async fn end_lease_row(
+        &self,
+        key: &LeaseKey,
+        expiring_at: Option<UnixMillis>,
+    ) -> Result<bool, StoreError> {
+        let mut delete = lease_delete!(self.client.delete_item(), self.table.as_ref(), key);
+        if let Some(at) = expiring_at {
+            delete = delete
+                .condition_expression(format!("{EXISTS} AND #e = :e"))
+                .expression_attribute_names("#e", row::EXPIRES_AT)
+                .expression_attribute_values(":e", row::n(at));
+        }
         let request = send_once!(delete);
-        match self.billed(Units::Write, request).await {
+        self.applied(self.billed(Units::Write, request).await)
+    }
+
+    /// Moves the lease row `key`'s expiry (and its TTL) from `from` to `to`, on condition
+    /// that it exists and expires at `from` or already at `to`; whether it did.
+    pub(super) async fn renew_lease_row(
+        &self,
+        key: &LeaseKey,
+        from: UnixMillis,
+        to: UnixMillis,
+    ) -> Result<bool, StoreError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(row::key(key.as_str())))
+            .update_expression("SET #e = :to, #t = :ttl")
+            .condition_expression(format!("{EXISTS} AND (#e = :from OR #e = :to)"))
+            .expression_attribute_names("#e", row::EXPIRES_AT)
+            .expression_attribute_names("#t", row::TTL)
+            .expression_attribute_values(":from", row::n(from))
+            .expression_attribute_values(":to", row::n(to))
+            .expression_attribute_values(":ttl", row::n(to.as_secs_ceil() + row::TTL_GRACE_SECS));
+        let request = send_once!(update);
+        self.applied(self.billed(Units::Write, request).await)
+    }
+
+    /// Whether a conditional write applied: a failed condition is `false`.
+    fn applied<T, E, R>(&self, outcome: Result<T, SdkError<E, R>>) -> Result<bool, StoreError>
+    where
+        E: ConditionFailed + ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug + Send + Sync + 'static,
+    {
+        match outcome {
             Ok(_) => Ok(true),
             Err(e)
                 if e.as_service_error()

@@ -4,6 +4,7 @@ use super::billed::{TOTAL, Units};
 use super::define::{Refused, wrote};
 use super::{DynamoStore, error, reshard, row};
 use crate::bucket::BucketState;
+use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::role::{self, Role};
 use crate::store::{
@@ -66,8 +67,21 @@ impl Store for DynamoStore {
         self.put_lease_rows(leases).await
     }
 
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-        self.end_lease_row(key).await
+    async fn end_lease(
+        &self,
+        key: &LeaseKey,
+        expiring_at: Option<UnixMillis>,
+    ) -> Result<bool, StoreError> {
+        self.end_lease_row(key, expiring_at).await
+    }
+
+    async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        from: UnixMillis,
+        to: UnixMillis,
+    ) -> Result<bool, StoreError> {
+        self.renew_lease_row(key, from, to).await
     }
 
     // A query of the sparse index [`row::SLOTS_INDEX`]: one page of at most `limit` slot

@@ -116,8 +116,20 @@ impl Store for Gate {
     async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
         self.inner.put_leases(leases).await
     }
-    async fn end_lease(&self, key: &LeaseKey) -> Result<bool, StoreError> {
-        self.inner.end_lease(key).await
+    async fn end_lease(
+        &self,
+        key: &LeaseKey,
+        expiring_at: Option<sluice::UnixMillis>,
+    ) -> Result<bool, StoreError> {
+        self.inner.end_lease(key, expiring_at).await
+    }
+    async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        from: sluice::UnixMillis,
+        to: sluice::UnixMillis,
+    ) -> Result<bool, StoreError> {
+        self.inner.renew_lease(key, from, to).await
     }
     async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
         self.inner.delete_leases(keys).await

@@ -426,3 +426,36 @@ pub async fn a_process_that_read_the_row_after_a_herd_s_lead_joins_it(env: Env) 
         lease.release().await.unwrap();
     }
 }
+
+/// A holder's renewal and a reclaim of its lease row are both conditioned on the expiry
+/// each last saw: one wins, never both, and a resent renewal applies nothing twice.
+pub async fn a_slot_renewal_and_a_reclaim_of_its_row_never_both_win(env: Env) {
+    let dim = env.dim("concurrent");
+    env.sluice
+        .put_bucket(&dim, Bucket::concurrent(1))
+        .await
+        .unwrap();
+    let lease = env.sluice.acquire(dim.as_str()).await.unwrap();
+    let row = leases(&env, "concurrent").await.remove(0);
+    let (key, seen) = (row.key.clone(), row.expires_at);
+    let later = seen.saturating_add(Duration::from_secs(10));
+    assert!(env.store.renew_lease(&key, seen, later).await.unwrap());
+    // The same renewal again (its answer lost, say): nothing changes twice.
+    assert!(env.store.renew_lease(&key, seen, later).await.unwrap());
+    // A renewal from an expiry the row no longer has: refused.
+    let stale = seen.saturating_add(Duration::from_millis(1));
+    let further = later.saturating_add(Duration::from_secs(1));
+    assert!(!env.store.renew_lease(&key, stale, further).await.unwrap());
+    // A reclaim of the expiry it saw before the renewal: refused, the row stays.
+    assert!(!env.store.end_lease(&key, Some(seen)).await.unwrap());
+    assert_eq!(leases(&env, "concurrent").await[0].expires_at, later);
+    // Past the renewed expiry and the margin, the reconciler reclaims it, once.
+    env.advance_ms(75_000);
+    assert_eq!(env.sluice.reconcile().await.unwrap().leases_restored, 1);
+    assert!(!env.store.renew_lease(&key, later, later).await.unwrap());
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+    // Its holder learns it and gives nothing back twice.
+    assert!(lease.remaining().is_zero());
+    lease.release().await.unwrap();
+    assert_eq!(env.available("concurrent").await, Tokens::new(1));
+}
