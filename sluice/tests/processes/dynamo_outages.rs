@@ -214,6 +214,18 @@ async fn frozen(mode: &str) -> Option<()> {
     };
     tokio::time::sleep(until(FREEZE.0)).await;
     server.freeze();
+    // A wait on the frozen store is a deadline all the same: it returns by it, within
+    // 50 ms, whatever the store does (each call bounded by the time left).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = std::time::Instant::now();
+    let answer = sluice
+        .acquire_within(rpm.as_str(), Duration::from_secs(2))
+        .await;
+    let took = asked.elapsed();
+    assert!(
+        took <= Duration::from_millis(2_050) && answer.is_err(),
+        "{mode}: acquire_within(2 s) on the frozen store: {answer:?} after {took:?}"
+    );
     tokio::time::sleep(until(FREEZE.1)).await;
     server.resume();
 
