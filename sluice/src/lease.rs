@@ -152,18 +152,29 @@ impl Lease {
         }
     }
 
-    /// The dimensions the lease holds tokens on.
-    pub fn dimensions(&self) -> impl Iterator<Item = &Dimension> {
-        self.grant.parts.iter().map(|p| &p.dimension)
+    /// The dimensions the lease holds tokens on, each once, as they were asked for: a grant
+    /// on a bucket spread over several rows names the bucket (`openai#tpm`), whichever of
+    /// its rows it came from.
+    pub fn dimensions(&self) -> impl Iterator<Item = Dimension> {
+        let mut seen: Vec<Dimension> = Vec::with_capacity(self.grant.parts.len());
+        for part in &self.grant.parts {
+            let base = part.dimension.base();
+            if !seen.contains(&base) {
+                seen.push(base);
+            }
+        }
+        seen.into_iter()
     }
 
-    /// The tokens held on `dimension`, if the lease covers it.
+    /// The tokens held on `dimension`, if the lease covers it: on a spread bucket, what it
+    /// holds on all of its rows.
     pub fn cost(&self, dimension: &str) -> Option<Tokens> {
         self.grant
             .parts
             .iter()
-            .find(|p| p.dimension.as_str() == dimension)
+            .filter(|p| p.dimension.base().as_str() == dimension)
             .map(|p| p.cost)
+            .reduce(|a, b| a.saturating_add(b))
     }
 
     /// Whether the lease holds slots of a `concurrent` bucket, which come back only when it

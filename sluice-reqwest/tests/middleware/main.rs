@@ -317,6 +317,56 @@ async fn a_slot_outliving_its_ttl_is_renewed_until_the_call_ends() {
     assert_eq!(world.leases().await, 0);
 }
 
+/// On a bucket spread over four rows, a vendor 429 pauses the whole bucket: every row,
+/// whichever one the grant came from (before, only the one named, of four).
+#[tokio::test]
+async fn a_vendor_429_on_a_bucket_spread_over_four_rows_pauses_all_four() {
+    let world = World::new().await;
+    world
+        .bucket(
+            "openai#rpm",
+            Bucket::requests(RefillRate::per_second(100)).with_capacity(100),
+        )
+        .await;
+    world.sluice().reshard("openai#rpm", 4).await.unwrap();
+    world.vendor.reply(
+        "/v1/chat/completions",
+        Reply::status(429).header("retry-after", "7"),
+    );
+    let error = world
+        .client()
+        .post(world.url(OPENAI, "/v1/chat/completions"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        sluice::Error::find_retry_in(&error),
+        Some(Duration::from_secs(7))
+    );
+    let sluice = world.sluice();
+    let now = world.clock.now();
+    let rows: Vec<_> = sluice
+        .buckets()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.dimension.as_str().starts_with("openai#rpm"))
+        .collect();
+    assert_eq!(rows.len(), 4);
+    for row in rows {
+        assert!(
+            row.refilled(now).tokens < Tokens::new(1),
+            "a row not paused: {row:?}"
+        );
+    }
+    // Any process, on any row, backs off for the vendor's delay.
+    for _ in 0..8 {
+        let refused = world.sluice().acquire("openai#rpm").await.unwrap_err();
+        assert_eq!(refused.retry_in(), Some(Duration::from_secs(7)));
+    }
+    assert_eq!(world.vendor.served(OPENAI), 1);
+}
+
 #[tokio::test]
 async fn a_vendor_429_pauses_every_process_for_the_vendors_delay() {
     let world = World::new().await;

@@ -399,10 +399,23 @@ impl BucketState {
     /// # Ok::<(), sluice::DimensionError>(())
     /// ```
     pub fn emptied_for(&self, pause: Duration, now: UnixMillis) -> Option<Level> {
+        self.holding_after(self.bucket.cost_per_call(), pause, now)
+    }
+
+    /// The level at which the row holds `amount` exactly when `pause` has passed (and less
+    /// until then), or `None` when it already holds no more than that at every instant:
+    /// [`emptied_for`](Self::emptied_for) for a share of a call (a row of a spread bucket,
+    /// whose rows together hold one call's cost then).
+    pub(crate) fn holding_after(
+        &self,
+        amount: Tokens,
+        pause: Duration,
+        now: UnixMillis,
+    ) -> Option<Level> {
         let rate = self.bucket.effective_rate();
         let level = self.refilled(now);
         let ready_at = now.saturating_add(pause);
-        let target = level_reaching(self.bucket.cost_per_call(), ready_at, rate, now)?;
+        let target = level_reaching(amount, ready_at, rate, now)?;
         // Compared where the row's refill begins, which may be later than `now` (a fill
         // stamped ahead): stricter then, the target is stricter at every instant.
         let then = refill(target, self.holds(), rate, level.last_refill_at.max(now));

@@ -134,3 +134,45 @@ pub(crate) async fn reshard_from(
         lost_race(&mut budget, base).await?;
     }
 }
+
+/// Reshards `base`'s bucket from `n` rows to `to` in a task of its own, which owns the
+/// bucket's reshard claim (taken by the caller: one such task per bucket and client) and
+/// gives it up however the task ends: never in a caller's future, so a caller dropped
+/// meanwhile loses nothing and leaves no claim set.
+pub(crate) fn in_background(core: &Arc<Core>, base: &Dimension, n: u16, to: u16) {
+    let (core, base) = (core.clone(), base.clone());
+    tokio::spawn(async move {
+        // Given up if the task ends early (its runtime shutting down): no claim is left set.
+        let mut claim = Claimed {
+            core: &core,
+            base: &base,
+            failed_gather: to < n,
+        };
+        let done = reshard_from(&core, &base, Some(n), to).await;
+        match &done {
+            Ok(rows) => {
+                core.lanes
+                    .note_shards(&base, u16::try_from(rows.len()).unwrap_or(1));
+                crate::metrics::resharded(base.as_str(), rows.len());
+            }
+            Err(e) => tracing::warn!(dimension = %base, error = %e, "resharding a bucket failed"),
+        }
+        claim.failed_gather = to < n && done.is_err();
+    });
+}
+
+/// A bucket's reshard claim, given up when dropped.
+struct Claimed<'a> {
+    core: &'a Core,
+    base: &'a Dimension,
+    /// Whether it ends a gather that failed (the next one waits longer).
+    failed_gather: bool,
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        self.core
+            .heat
+            .done(self.base, self.core.now(), self.failed_gather);
+    }
+}

@@ -70,7 +70,7 @@ pub(crate) async fn acquire(
     let (throttled, pushed) = (throttles() > before, pushes() > pushes_before);
     let known = learn_shards(core, &base, &lane);
     if core.config.sharding.automatic() {
-        watch(core, &base, &lane, known).await;
+        watch(core, &base, &lane, known);
     }
     match answer {
         // The row pushed back, not short: another row takes it, with no read of them all
@@ -111,9 +111,10 @@ pub(crate) async fn acquire(
 
 /// Measures how hot the row of `lane` (of `base`'s bucket, over `n` rows) is, from the
 /// version the row has now as this client knows it, and reshards the bucket when the
-/// measure says so (see [`Sharding`](crate::Sharding)). A reshard that fails is logged,
-/// the acquire's answer stands, and a later measure tries again (a gather, much later).
-async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
+/// measure says so (see [`Sharding`](crate::Sharding)), in a task of its own (see
+/// [`reshard::in_background`]). One that fails is logged, and a later measure tries again
+/// (a gather, much later).
+fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
     let Some((to, per_row, throttled)) = decide(core, base, lane, n) else {
         return;
     };
@@ -121,16 +122,7 @@ async fn watch(core: &Arc<Core>, base: &Dimension, lane: &Lane, n: u16) {
         return;
     }
     tracing::info!(dimension = %base, from = n, to, writes_per_ks = per_row, throttled, "resharding a bucket");
-    let done = reshard::reshard_from(core, base, Some(n), to).await;
-    match &done {
-        Ok(rows) => {
-            core.lanes
-                .note_shards(base, u16::try_from(rows.len()).unwrap_or(1));
-            crate::metrics::resharded(base.as_str(), rows.len());
-        }
-        Err(e) => tracing::warn!(dimension = %base, error = %e, "resharding a bucket failed"),
-    }
-    core.heat.done(base, core.now(), to < n && done.is_err());
+    reshard::in_background(core, base, n, to);
 }
 
 /// What [`watch`] decides for the row of `lane`, on a fresh measure: the rows the bucket

@@ -41,27 +41,26 @@ pub enum Tighten {
 }
 
 /// Makes the bucket of `dimension` stricter, for every process sharing it, with one
-/// conditional write (see [`Sluice::tighten`](crate::Sluice::tighten)).
+/// conditional write (see [`Sluice::tighten`](crate::Sluice::tighten)): every row of a
+/// bucket spread over several, each by its share of what the vendor reported, in one
+/// transaction (a 429 pauses the whole bucket, not the one row a grant came from).
 pub(crate) async fn tighten(
     core: &Core,
     dimension: Dimension,
     how: Tighten,
 ) -> Result<bool, Error> {
+    // A row's name (`openai#tpm#3`, from a grant on a spread bucket) means its bucket.
+    let dimension = dimension.base();
     let lane = core.lane(&dimension);
-    if let Tighten::Reported(_) = how {
+    if let Tighten::Reported(_) = how
+        && unchanged(core, &dimension, how)
+    {
         // A successful answer's report comes with every call: when it changes nothing in
-        // the row this client last saw, it is not worth a read. The stored row may have
-        // moved since (mostly other clients' grants, which only lower it; a refund or
-        // release elsewhere may raise it, and a drift that leaves is caught by a later
+        // the rows this client last saw, it is not worth a read. The stored rows may have
+        // moved since (mostly other clients' grants, which only lower them; a refund or
+        // release elsewhere may raise them, and a drift that leaves is caught by a later
         // report or the vendor's next 429): skipping never loosens a bucket.
-        let now = core.now();
-        let unchanged = lane
-            .memory()
-            .row()
-            .is_some_and(|row| tightening(row, how, now).is_none());
-        if unchanged {
-            return Ok(false);
-        }
+        return Ok(false);
     }
     if !matches!(how, Tighten::Reported(_)) {
         // The vendor said stop: tokens this client took ahead are not granted any more.
@@ -69,25 +68,22 @@ pub(crate) async fn tighten(
     }
     let mut budget = Budget::new(core.config.max_retries);
     loop {
-        // Remembered, so that the reports of the next answers are weighed against it.
-        let row = core
-            .read_into(&lane, &dimension)
-            .await?
-            .ok_or_else(|| core.unknown(&dimension))?;
+        // Remembered, so that the reports of the next answers are weighed against them.
+        let rows = rows_of(core, &lane, &dimension).await?;
         let now = core.now();
-        let Some(commit) = tightening(&row, how, now) else {
+        let Some(commit) = whole_tightening(&rows, how, now) else {
             return Ok(false);
         };
-        let written = commit.buckets.first().map(BucketWrite::after);
+        let written: Vec<BucketState> = commit.buckets.iter().map(BucketWrite::after).collect();
         match core.commit(commit).await {
             Ok(()) => {
                 // What this client took ahead is not granted any more once the vendor's
                 // report has lowered the bucket.
                 lane.memory().set_prefetched(None);
-                if let Some(row) = written {
+                for row in written {
                     core.lanes.learn_written(row, now);
                 }
-                tracing::info!(%dimension, ?how, "bucket tightened from the vendor's report");
+                tracing::info!(%dimension, ?how, rows = rows.len(), "bucket tightened from the vendor's report");
                 return Ok(true);
             }
             Err(CommitError::Condition(failure @ ConditionFailure::LeaseMissing(_))) => {
@@ -109,6 +105,82 @@ pub(crate) async fn tighten(
             Err(CommitError::Store(e)) => return Err(e.into()),
         }
     }
+}
+
+/// Whether `how` changes nothing in the rows of `dimension` this client remembers (all of
+/// them known: a row never seen may need it).
+fn unchanged(core: &Core, dimension: &Dimension, how: Tighten) -> bool {
+    let now = core.now();
+    let Some(first) = core.lane(dimension).memory().row().cloned() else {
+        return false;
+    };
+    let n = first.shards.max(1);
+    let mut rows = vec![first];
+    for k in 1..n {
+        match core.lane(&dimension.shard(k)).memory().row() {
+            Some(row) => rows.push(row.clone()),
+            None => return false,
+        }
+    }
+    whole_tightening(&rows, how, now).is_none()
+}
+
+/// Every row of `dimension`'s bucket, read now and remembered.
+async fn rows_of(
+    core: &Core,
+    lane: &crate::shared::lanes::Lane,
+    dimension: &Dimension,
+) -> Result<Vec<BucketState>, Error> {
+    let sent = core.now();
+    let first = core
+        .read_into(lane, dimension)
+        .await?
+        .ok_or_else(|| core.unknown(dimension))?;
+    if first.shards <= 1 {
+        return Ok(vec![first]);
+    }
+    let rows = super::reshard::rows_of(core, dimension).await?;
+    for row in &rows[1..] {
+        core.lanes.learn(row.clone(), sent);
+    }
+    Ok(rows)
+}
+
+/// The commit that makes every row of a bucket as strict as `how` says at `now`, each by
+/// its share (what a count allows is split as the rows' tokens are); `None` when all
+/// already are.
+fn whole_tightening(rows: &[BucketState], how: Tighten, now: UnixMillis) -> Option<Commit> {
+    let n = u16::try_from(rows.len()).unwrap_or(u16::MAX);
+    let share =
+        |t: Tokens, k: u16| Tokens::from_nanos(crate::bucket::shards::part(t.as_nanos(), n, k));
+    let mut whole = Commit::default();
+    for (k, row) in (0u16..).zip(rows) {
+        let mine = match how {
+            Tighten::AtMost(limit) => Tighten::AtMost(share(limit, k)),
+            Tighten::Reported(report) => Tighten::Reported(Report {
+                remaining: share(report.remaining, k),
+                ..report
+            }),
+            pause @ Tighten::PauseFor(_) => pause,
+        };
+        let spread_pause = match how {
+            Tighten::PauseFor(pause) if n > 1 => Some(pause),
+            _ => None,
+        };
+        if let Some(pause) = spread_pause {
+            // Together the rows hold one call's cost when the pause ends, not one each.
+            let share = share(row.bucket.cost_per_call(), k);
+            if let Some(level) = row.holding_after(share, pause, now) {
+                whole
+                    .buckets
+                    .push(BucketWrite::new(row.clone(), level).with_burst(row.burst));
+            }
+        } else if let Some(commit) = tightening(row, mine, now) {
+            whole.buckets.extend(commit.buckets);
+            whole.leases.extend(commit.leases);
+        }
+    }
+    (!whole.is_empty()).then_some(whole)
 }
 
 /// The commit that makes `row` as strict as `how` says at `now`; `None` when it already is

@@ -164,6 +164,12 @@ impl Heat {
         in_a_row(&self.hot, base, shards, hot)
     }
 
+    /// Whether this client is resharding any bucket now.
+    #[cfg(test)]
+    pub(crate) fn resharding(&self) -> bool {
+        lock(&self.moved).values().any(|(_, running)| *running)
+    }
+
     /// Claims `base` for a reshard by this client at `now`: `false` while it is resharding
     /// it, or did within two windows (its rows' rates still reflect the old count).
     pub(crate) fn claim(&self, base: &Dimension, now: UnixMillis) -> bool {

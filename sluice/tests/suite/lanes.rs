@@ -24,6 +24,9 @@ struct GatedStore {
     gate: Arc<tokio::sync::Semaphore>,
     closed: Arc<std::sync::atomic::AtomicBool>,
     held: Arc<AtomicUsize>,
+    /// While set, every call yields once before it goes on: each is an await point that
+    /// is pending once, where a caller may drop it.
+    stepping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for GatedStore {
@@ -33,6 +36,7 @@ impl Default for GatedStore {
             gate: Arc::new(tokio::sync::Semaphore::new(0)),
             closed: Arc::default(),
             held: Arc::default(),
+            stepping: Arc::default(),
         }
     }
 }
@@ -45,6 +49,13 @@ impl GatedStore {
     fn open(&self) {
         self.closed.store(false, Ordering::SeqCst);
         self.gate.add_permits(1_000);
+    }
+
+    /// Pending once, while stepping.
+    async fn step(&self) {
+        if self.stepping.load(Ordering::SeqCst) {
+            tokio::task::yield_now().await;
+        }
     }
 
     /// Waits until `n` changes are held at the gate.
@@ -61,22 +72,27 @@ impl Store for GatedStore {
         &self,
         dimensions: &[Dimension],
     ) -> Result<Vec<Option<BucketState>>, StoreError> {
+        self.step().await;
         self.inner.read_buckets(dimensions).await
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
+        self.step().await;
         self.inner.commit(commit).await
     }
 
     async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
+        self.step().await;
         self.inner.delete_leases(keys).await
     }
 
     async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
+        self.step().await;
         self.inner.read_leases(keys).await
     }
 
     async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
+        self.step().await;
         self.inner.scan_leases(filter).await
     }
 
@@ -85,10 +101,12 @@ impl Store for GatedStore {
         dimension: &Dimension,
         limit: usize,
     ) -> Result<Vec<LeaseRecord>, StoreError> {
+        self.step().await;
         self.inner.slot_leases(dimension, limit).await
     }
 
     async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
+        self.step().await;
         let result = self.inner.change(change).await;
         if self.closed.load(Ordering::SeqCst) {
             self.held.fetch_add(1, Ordering::SeqCst);
@@ -98,6 +116,7 @@ impl Store for GatedStore {
     }
 
     async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
+        self.step().await;
         self.inner.put_leases(leases).await
     }
 
@@ -106,6 +125,7 @@ impl Store for GatedStore {
         key: &LeaseKey,
         expiring_at: Option<sluice::UnixMillis>,
     ) -> Result<bool, StoreError> {
+        self.step().await;
         self.inner.end_lease(key, expiring_at).await
     }
     async fn renew_lease(
@@ -114,6 +134,7 @@ impl Store for GatedStore {
         from: sluice::UnixMillis,
         to: sluice::UnixMillis,
     ) -> Result<bool, StoreError> {
+        self.step().await;
         self.inner.renew_lease(key, from, to).await
     }
 
@@ -123,6 +144,7 @@ impl Store for GatedStore {
         rows: &[BucketState],
         moves: &[Option<sluice::Commute>],
     ) -> Result<bool, StoreError> {
+        self.step().await;
         self.inner.respread_buckets(expected, rows, moves).await
     }
     async fn put_bucket(
@@ -130,14 +152,17 @@ impl Store for GatedStore {
         state: &BucketState,
         expected: Option<&BucketState>,
     ) -> Result<bool, StoreError> {
+        self.step().await;
         self.inner.put_bucket(state, expected).await
     }
 
     async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
+        self.step().await;
         self.inner.list_buckets().await
     }
 
     async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
+        self.step().await;
         self.inner.delete_bucket(dimension).await
     }
 }
@@ -306,4 +331,51 @@ async fn a_release_dropped_by_its_caller_still_happens() {
     );
     other.release().await.unwrap();
     assert_eq!(tokens(&sluice, dim).await, Tokens::new(3));
+}
+
+/// A sharded acquire dropped at each of its await points (every store call pending once)
+/// takes nothing: the bucket's rows together hold what they held, whatever the point.
+#[tokio::test]
+async fn a_sharded_acquire_dropped_at_every_await_point_takes_nothing() {
+    let (sluice, store, dim) =
+        client_with(Bucket::requests(RefillRate::per_minute(1)).with_capacity(40)).await;
+    sluice.reshard(dim, 4).await.unwrap();
+    let whole = async || {
+        let rows = sluice.buckets().await.unwrap();
+        rows.iter()
+            .filter(|r| r.dimension.as_str().starts_with(dim))
+            .fold(Tokens::ZERO, |sum, r| sum.saturating_add(r.tokens))
+    };
+    let full = whole().await;
+    store.stepping.store(true, Ordering::SeqCst);
+    let mut points = 0;
+    loop {
+        let mut acquire = Box::pin(sluice.acquire(dim));
+        let mut answered = None;
+        for _ in 0..points {
+            if let std::task::Poll::Ready(answer) = futures::poll!(acquire.as_mut()) {
+                answered = Some(answer);
+                break;
+            }
+        }
+        if let Some(answer) = answered {
+            drop(answer.unwrap());
+            assert_eq!(whole().await, full.saturating_sub(Tokens::new(1)));
+            break;
+        }
+        drop(acquire);
+        settle().await;
+        assert_eq!(whole().await, full, "dropped after {points} polls");
+        points += 1;
+        assert!(points < 100, "the acquire never answered");
+    }
+    assert!(points > 1, "{points} await points");
+    // Whichever row a grant came from, its lease names the bucket and what it holds there.
+    store.stepping.store(false, Ordering::SeqCst);
+    for _ in 0..20 {
+        let lease = sluice.acquire(dim).await.unwrap();
+        let named: Vec<String> = lease.dimensions().map(|d| d.to_string()).collect();
+        assert_eq!(named, [dim]);
+        assert_eq!(lease.cost(dim), Some(Tokens::new(1)));
+    }
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 
+mod gathers;
 mod lost_races;
 mod spread;
 
@@ -115,6 +116,7 @@ async fn a_bucket_whose_row_the_store_throttles_spreads_with_no_ceiling_told() {
             Err(Error::RetryIn(_)) => throttled += 1,
             Err(e) => panic!("{e}"),
         }
+        settled(&sluice).await;
         clock.advance(Duration::from_millis(10));
     }
     let row = sluice.bucket("hot#rpm").await.unwrap().unwrap();
@@ -126,6 +128,7 @@ async fn a_bucket_whose_row_the_store_throttles_spreads_with_no_ceiling_told() {
     // Spread, the bucket serves the whole demand: every acquire of the next second.
     for _ in 0..100 {
         drop(sluice.acquire("hot#rpm").await.unwrap());
+        settled(&sluice).await;
         clock.advance(Duration::from_millis(10));
     }
 }
@@ -153,6 +156,19 @@ async fn hammer(sluice: &crate::Sluice, clock: &crate::clock::ManualClock, queue
     hammer_with(sluice, clock, &crate::Acquire::new("hot#rpm"), queue).await
 }
 
+/// Waits (a millisecond of tokio's time at a time, at most five seconds) until no reshard
+/// `sluice` started in the background is still running: a reshard runs in a task of its
+/// own, on the clock the test moves only between acquires.
+async fn settled(sluice: &crate::Sluice) {
+    for _ in 0..5_000 {
+        if !sluice.core().heat.resharding() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("a reshard still running after five seconds");
+}
+
 /// 400 acquires of `request`, 10 ms apart, each waiting up to `queue` for its turn; how
 /// many the store throttled.
 async fn hammer_with(
@@ -168,6 +184,7 @@ async fn hammer_with(
             Err(Error::RetryIn(_)) => throttled += 1,
             Err(e) => panic!("{e}"),
         }
+        settled(sluice).await;
         clock.advance(Duration::from_millis(10));
     }
     throttled
@@ -287,6 +304,7 @@ async fn a_row_the_store_pushes_back_sends_the_acquire_to_another_row_not_to_a_r
     // Half the acquires try the throttled row first: each is granted by the other.
     for _ in 0..40 {
         drop(sluice.acquire("hot#rpm").await.unwrap());
+        settled(&sluice).await;
         clock.advance(Duration::from_millis(10));
     }
     assert!(
@@ -330,59 +348,9 @@ async fn a_row_pushed_back_whose_other_rows_were_gathered_away_asks_the_bucket()
             Err(Error::RetryIn(_)) => {}
             Err(e) => panic!("{e}"),
         }
+        settled(&sluice).await;
         clock.advance(Duration::from_millis(10));
     }
-}
-
-/// Counts reshard transactions, and loses every one once `lose` is set.
-#[derive(Debug, Default)]
-struct LosingGathers {
-    lose: std::sync::atomic::AtomicBool,
-    respreads: std::sync::atomic::AtomicU32,
-}
-
-impl crate::shared::test_store::Hooks for LosingGathers {
-    fn respread(
-        &self,
-        _moves: &[Option<crate::bucket::Commute>],
-    ) -> Result<bool, crate::store::StoreError> {
-        if !self.lose.load(std::sync::atomic::Ordering::Relaxed) {
-            return Ok(true);
-        }
-        self.respreads
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(false)
-    }
-}
-
-#[tokio::test]
-async fn a_gather_that_lost_its_race_is_not_sent_again_and_the_next_waits_longer() {
-    use std::sync::atomic::Ordering::Relaxed;
-    let store = Arc::new(crate::shared::test_store::Hooked::new(
-        LosingGathers::default(),
-    ));
-    let clock = crate::clock::ManualClock::new(UnixMillis::from_secs(1_700_000_000));
-    let sluice = client_of(store.clone(), &clock, Some(1_000));
-    let ample = crate::Bucket::requests(crate::RefillRate::per_second(1_000)).with_capacity(1_000);
-    sluice.put_bucket("cool#rpm", ample).await.unwrap();
-    sluice.reshard("cool#rpm", 4).await.unwrap();
-    // From now on, every gather loses its race (the rows are written meanwhile).
-    store.hooks.lose.store(true, Relaxed);
-    // A cool bucket: one write a second over four rows of a 1,000-write ceiling. The
-    // first gather comes after 30 cool measures, the next after 60 more, then 120.
-    let mut tried_at = Vec::new();
-    for second in 0..200 {
-        let before = store.hooks.respreads.load(Relaxed);
-        drop(sluice.acquire("cool#rpm").await.unwrap());
-        if store.hooks.respreads.load(Relaxed) > before {
-            tried_at.push(second);
-        }
-        clock.advance(Duration::from_secs(1));
-    }
-    // Each gather one transaction, not one per retry; two in 200 s, the second after
-    // twice the cool measures (about 60 s, where it came after about 30 before).
-    assert_eq!(store.hooks.respreads.load(Relaxed), 2, "{tried_at:?}");
-    assert!(tried_at[1] - tried_at[0] >= 50, "{tried_at:?}");
 }
 
 #[tokio::test]
@@ -398,6 +366,7 @@ async fn a_client_that_never_met_the_throttles_measures_the_rows_against_the_cei
     // 100 acquires a second on a row that takes 20: it spreads, and says what it learned.
     for _ in 0..400 {
         drop(first.acquire("hot#rpm").await);
+        settled(&first).await;
         clock.advance(Duration::from_millis(10));
     }
     let spread = first.bucket("hot#rpm").await.unwrap().unwrap();
@@ -431,6 +400,7 @@ async fn a_client_that_never_met_the_throttles_measures_the_rows_against_the_cei
         .unwrap();
     for i in 0..3_000 {
         drop(later.acquire("hot#rpm").await.unwrap());
+        settled(&later).await;
         clock.advance(Duration::from_millis(20));
         let row = later.bucket("hot#rpm").await.unwrap().unwrap();
         assert_eq!(row.shards, spread.shards, "gathered after {i} acquires");
@@ -479,6 +449,7 @@ async fn a_spread_bucket_its_refill_keeps_short_is_gathered() {
             granted += 1;
             drop(lease);
         }
+        settled(&sluice).await;
         clock.advance(Duration::from_millis(10));
     }
     // Its refill's 16 writes a second fit in four rows (under 40% of 12 each), not in two.
