@@ -101,6 +101,9 @@ struct RecordingState {
     settled: tokio::sync::watch::Sender<bool>,
     /// Wakes the batch's writer to write now.
     flush: Arc<Notify>,
+    /// How many of the batch's rows are still to be written: when every one was ended
+    /// first, the writer is woken to end (its task does not outlive the leases).
+    pending: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 #[derive(Debug)]
@@ -119,6 +122,7 @@ impl Recording {
     /// The recordings of `records`, and what wakes their writer to write them at once.
     pub(crate) fn batch(records: Vec<LeaseRecord>) -> (Vec<Recording>, Arc<Notify>) {
         let flush = Arc::new(Notify::new());
+        let pending = Arc::new(std::sync::atomic::AtomicUsize::new(records.len()));
         let recordings = records
             .into_iter()
             .map(|record| {
@@ -126,6 +130,7 @@ impl Recording {
                     stage: Mutex::new(Stage::Pending(record)),
                     settled: tokio::sync::watch::channel(false).0,
                     flush: flush.clone(),
+                    pending: pending.clone(),
                 }))
             })
             .collect();
@@ -182,6 +187,14 @@ impl Recording {
                     *stage = Stage::Dropped;
                     drop(stage);
                     self.0.settled.send_replace(true);
+                    let left = self
+                        .0
+                        .pending
+                        .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                    if left == 1 {
+                        // None left to write: the writer has nothing to wait for.
+                        self.0.flush.notify_one();
+                    }
                     return false;
                 }
                 Stage::Dropped => return false,

@@ -30,7 +30,10 @@
 //!
 //! `dimension` is the acquire's dimensions, comma-separated (one, usually); on the
 //! `sluice_bucket_*` counters, the row's key (`{dimension}#{k}` for shard `k` of a sharded
-//! bucket); `priority` the acquire's priority, empty for none (see [`Priority`]).
+//! bucket); `priority` the acquire's priority, empty for none (see [`Priority`]). Labels
+//! stay bounded however many dimensions a client meets (per tenant, per key): the first
+//! 1,000 distinct `dimension` values a client reports are reported as they are, any
+//! other as `other`.
 
 use std::time::Duration;
 
@@ -39,9 +42,35 @@ use crate::priority::Priority;
 use crate::store::StoreError;
 use crate::tokens::Tokens;
 
+/// The most distinct `dimension` label values one client reports; past them, `other`.
+const MAX_DIMENSION_LABELS: usize = 1_000;
+
+/// The `dimension` label values one client has reported: at most
+/// [`MAX_DIMENSION_LABELS`], so a recorder's series stay bounded however many dimensions
+/// the client meets.
+#[derive(Debug, Default)]
+pub(crate) struct Labels(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl Labels {
+    /// The label of `dimension`: itself while fewer than [`MAX_DIMENSION_LABELS`] distinct
+    /// ones were reported (or it is one of them), else `other`.
+    fn of(&self, dimension: &str) -> String {
+        let mut seen = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.contains(dimension) || seen.len() < MAX_DIMENSION_LABELS {
+            seen.insert(dimension.to_owned());
+            return dimension.to_owned();
+        }
+        "other".to_owned()
+    }
+}
+
 /// Records an acquire's outcome and latency.
 /// `dimension` is moved into the label: one allocation per acquire, made by the caller.
 pub(crate) fn acquired<T>(
+    labels: &Labels,
     dimension: String,
     priority: Option<&Priority>,
     result: &Result<T, Error>,
@@ -50,19 +79,19 @@ pub(crate) fn acquired<T>(
     let priority = priority.map_or_else(String::new, |p| p.as_str().to_owned());
     let outcome = match result {
         Ok(_) => {
-            metrics::counter!("sluice_grants_total", "dimension" => dimension, "priority" => priority)
+            metrics::counter!("sluice_grants_total", "dimension" => labels.of(&dimension), "priority" => priority)
                 .increment(1);
             "granted"
         }
         Err(Error::RetryIn(_)) => {
-            metrics::counter!("sluice_retry_in_total", "dimension" => dimension, "priority" => priority)
+            metrics::counter!("sluice_retry_in_total", "dimension" => labels.of(&dimension), "priority" => priority)
                 .increment(1);
             "retry_in"
         }
         Err(e) => {
             metrics::counter!(
                 "sluice_errors_total",
-                "dimension" => dimension,
+                "dimension" => labels.of(&dimension),
                 "priority" => priority,
                 "error" => error_label(e)
             )
@@ -75,8 +104,8 @@ pub(crate) fn acquired<T>(
 }
 
 /// Records a commit lost to another writer, to be retried.
-pub(crate) fn contention_retry(dimension: &str) {
-    metrics::counter!("sluice_contention_retries_total", "dimension" => dimension.to_owned())
+pub(crate) fn contention_retry(labels: &Labels, dimension: &str) {
+    metrics::counter!("sluice_contention_retries_total", "dimension" => labels.of(dimension))
         .increment(1);
 }
 
@@ -92,13 +121,13 @@ pub(crate) fn batch(grants: usize) {
 }
 
 /// Records a grant from a local bucket of the `open` failure policy.
-pub(crate) fn fail_open_grant(dimension: &str) {
-    metrics::counter!("sluice_fail_open_grants_total", "dimension" => dimension.to_owned())
+pub(crate) fn fail_open_grant(labels: &Labels, dimension: &str) {
+    metrics::counter!("sluice_fail_open_grants_total", "dimension" => labels.of(dimension))
         .increment(1);
 }
 
 /// Records a write whose answer was lost, and what became of it.
-pub(crate) fn lost_answer(dimension: &str, outcome: crate::bucket::WriteOutcome) {
+pub(crate) fn lost_answer(labels: &Labels, dimension: &str, outcome: crate::bucket::WriteOutcome) {
     use crate::bucket::WriteOutcome;
     let outcome = match outcome {
         WriteOutcome::Applied => "applied",
@@ -107,51 +136,51 @@ pub(crate) fn lost_answer(dimension: &str, outcome: crate::bucket::WriteOutcome)
     };
     metrics::counter!(
         "sluice_lost_answers_total",
-        "dimension" => dimension.to_owned(),
+        "dimension" => labels.of(dimension),
         "outcome" => outcome
     )
     .increment(1);
 }
 
 /// Records a write of `dimension`'s bucket row whose condition failed.
-pub(crate) fn bucket_failed_write(dimension: &str) {
-    metrics::counter!("sluice_bucket_failed_writes_total", "dimension" => dimension.to_owned())
+pub(crate) fn bucket_failed_write(labels: &Labels, dimension: &str) {
+    metrics::counter!("sluice_bucket_failed_writes_total", "dimension" => labels.of(dimension))
         .increment(1);
 }
 
 /// Records a write of `dimension`'s bucket row the store throttled.
-pub(crate) fn bucket_throttled(dimension: &str) {
-    metrics::counter!("sluice_bucket_throttles_total", "dimension" => dimension.to_owned())
+pub(crate) fn bucket_throttled(labels: &Labels, dimension: &str) {
+    metrics::counter!("sluice_bucket_throttles_total", "dimension" => labels.of(dimension))
         .increment(1);
 }
 
 /// Records a peek's answer.
-pub(crate) fn peeked(dimension: String, answer: &Result<crate::Peek, Error>) {
+pub(crate) fn peeked(labels: &Labels, dimension: String, answer: &Result<crate::Peek, Error>) {
     let outcome = match answer {
         Ok(crate::Peek::Granted) => "granted",
         Ok(crate::Peek::RetryIn(_)) => "retry_in",
         Err(_) => "error",
     };
-    metrics::counter!("sluice_peeks_total", "dimension" => dimension, "outcome" => outcome)
+    metrics::counter!("sluice_peeks_total", "dimension" => labels.of(&dimension), "outcome" => outcome)
         .increment(1);
 }
 
 /// Records an acquire granted in shadow mode that `dimension`'s bucket would have refused.
-pub(crate) fn shadow_refused(dimension: &str, priority: Option<&Priority>) {
+pub(crate) fn shadow_refused(labels: &Labels, dimension: &str, priority: Option<&Priority>) {
     let priority = priority.map_or_else(String::new, |p| p.as_str().to_owned());
-    metrics::counter!("sluice_shadow_refusals_total", "dimension" => dimension.to_owned(), "priority" => priority)
+    metrics::counter!("sluice_shadow_refusals_total", "dimension" => labels.of(dimension), "priority" => priority)
         .increment(1);
 }
 
 /// Records a grant in shadow mode that no write recorded.
-pub(crate) fn shadow_unrecorded(dimension: &str) {
-    metrics::counter!("sluice_shadow_unrecorded_total", "dimension" => dimension.to_owned())
+pub(crate) fn shadow_unrecorded(labels: &Labels, dimension: &str) {
+    metrics::counter!("sluice_shadow_unrecorded_total", "dimension" => labels.of(dimension))
         .increment(1);
 }
 
 /// Records that this client resharded `dimension`'s bucket into `rows` rows.
-pub(crate) fn resharded(dimension: &str, rows: usize) {
-    metrics::gauge!("sluice_bucket_shards", "dimension" => dimension.to_owned()).set(rows as f64);
+pub(crate) fn resharded(labels: &Labels, dimension: &str, rows: usize) {
+    metrics::gauge!("sluice_bucket_shards", "dimension" => labels.of(dimension)).set(rows as f64);
 }
 
 /// Records a reconcile pass.
@@ -210,5 +239,22 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
             StoreError::Rejected { .. } => "store_rejected",
             StoreError::Service { .. } => "store_service",
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_reports_at_most_a_thousand_dimension_labels_then_other() {
+        let labels = Labels::default();
+        for i in 0..MAX_DIMENSION_LABELS {
+            assert_eq!(labels.of(&format!("t{i}#rpm")), format!("t{i}#rpm"));
+        }
+        assert_eq!(labels.of("t-late#rpm"), "other");
+        // Those already reported keep their label.
+        assert_eq!(labels.of("t7#rpm"), "t7#rpm");
+        assert_eq!(labels.0.lock().unwrap().len(), MAX_DIMENSION_LABELS);
     }
 }

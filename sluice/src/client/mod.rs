@@ -160,7 +160,7 @@ impl Sluice {
         let wanted = self.prioritized(&request.into())?;
         let label = DisplayDims(&wanted).to_string();
         let answer = protocol::peek::peek(&self.core, &wanted).await;
-        crate::metrics::peeked(label, &answer);
+        crate::metrics::peeked(&self.core.lanes.labels, label, &answer);
         answer
     }
 
@@ -210,7 +210,13 @@ impl Sluice {
             }
         };
         let result = result.map(|grant| Lease::new(self.core.clone(), grant));
-        crate::metrics::acquired(label, priority.as_ref(), &result, started.elapsed());
+        crate::metrics::acquired(
+            &self.core.lanes.labels,
+            label,
+            priority.as_ref(),
+            &result,
+            started.elapsed(),
+        );
         match &result {
             Ok(lease) => {
                 span.record("outcome", "granted");

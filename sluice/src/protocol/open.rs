@@ -123,7 +123,7 @@ fn local(core: &Core, wanted: &[Request], ttl: Duration) -> Option<Result<Grant,
                 .iter()
                 .zip(costs)
                 .map(|(w, cost)| {
-                    crate::metrics::fail_open_grant(w.dimension.as_str());
+                    crate::metrics::fail_open_grant(&core.lanes.labels, w.dimension.as_str());
                     rowless_part(&w.dimension, &unique, cost, Kept::Local)
                 })
                 .collect();

@@ -153,7 +153,7 @@ pub(crate) fn in_background(core: &Arc<Core>, base: &Dimension, n: u16, to: u16)
             Ok(rows) => {
                 core.lanes
                     .note_shards(&base, u16::try_from(rows.len()).unwrap_or(1));
-                crate::metrics::resharded(base.as_str(), rows.len());
+                crate::metrics::resharded(&core.lanes.labels, base.as_str(), rows.len());
             }
             Err(e) => tracing::warn!(dimension = %base, error = %e, "resharding a bucket failed"),
         }

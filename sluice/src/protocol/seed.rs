@@ -96,7 +96,7 @@ pub(crate) async fn acquire(
                 continue;
             }
             Err(CommitError::TransactionConflict) => {
-                conflicted(&mut conflicts, &dimensions, &mut contended, attempt)?
+                conflicted(core, &mut conflicts, &dimensions, &mut contended, attempt)?
             }
             Err(CommitError::Condition(failure)) => lost_race(
                 core,
@@ -133,12 +133,16 @@ fn granted(
     for row in written {
         core.lanes.learn_written(row, now);
     }
-    would.iter().for_each(|&i| would_refuse(&wanted[i]));
+    would.iter().for_each(|&i| would_refuse(core, &wanted[i]));
 }
 
 /// Reports a grant in shadow mode that `w`'s bucket would have refused.
-pub(super) fn would_refuse(w: &Wanted) {
-    crate::metrics::shadow_refused(w.dimension.as_str(), w.priority.as_ref());
+pub(super) fn would_refuse(core: &Core, w: &Wanted) {
+    crate::metrics::shadow_refused(
+        &core.lanes.labels,
+        w.dimension.as_str(),
+        w.priority.as_ref(),
+    );
     tracing::info!(
         dimension = %w.dimension,
         priority = w.priority.as_ref().map_or("", |p| p.as_str()),
@@ -148,6 +152,7 @@ pub(super) fn would_refuse(w: &Wanted) {
 
 /// A transaction conflict: back off and try again, within the conflicts' budget.
 fn conflicted(
+    core: &Core,
     conflicts: &mut Budget,
     dimensions: &[Dimension],
     contended: &mut Option<Dimension>,
@@ -160,7 +165,7 @@ fn conflicted(
             attempts: attempt,
         });
     }
-    crate::metrics::contention_retry(dimensions[0].as_str());
+    crate::metrics::contention_retry(&core.lanes.labels, dimensions[0].as_str());
     *contended = Some(dimensions[0].clone());
     Ok(Lost::BackOff)
 }
@@ -253,7 +258,7 @@ fn lost_race(
         return Err(StoreError::impossible(&failure).into());
     };
     tracing::debug!(%dimension, "lost the race: the bucket changed since it was read");
-    crate::metrics::contention_retry(dimension.as_str());
+    crate::metrics::contention_retry(&core.lanes.labels, dimension.as_str());
     let i = wanted.iter().position(|w| w.dimension == dimension);
     let handed_back = match (i, current) {
         (Some(i), Some(current)) => {

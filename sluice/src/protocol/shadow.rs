@@ -87,7 +87,7 @@ async fn charged(core: &Core, wanted: &[Wanted], ttl: Duration) -> Result<Grant,
         let part = rowless_part(&w.dimension, &unique, cost, Kept::Nowhere);
         charge(core, &part, cost).await?;
         if shadow_take(&row, cost, w.floor(&row.bucket), now).2 {
-            super::seed::would_refuse(w);
+            super::seed::would_refuse(core, w);
         }
         parts.push(part);
     }
@@ -114,7 +114,7 @@ fn unrecorded(core: &Core, wanted: &[Wanted], ttl: Duration) -> Grant {
                 .map_or(crate::tokens::Tokens::ZERO, |row| {
                     row.bucket.cost_per_call()
                 });
-            crate::metrics::shadow_unrecorded(w.dimension.as_str());
+            crate::metrics::shadow_unrecorded(&core.lanes.labels, w.dimension.as_str());
             rowless_part(&w.dimension, &unique, w.cost(per_call), Kept::Nowhere)
         })
         .collect();

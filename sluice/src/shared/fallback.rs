@@ -7,7 +7,7 @@
 //! [`PROBE`] asks the store first, to learn whether it is back. Each outage starts its
 //! local buckets empty.
 
-use std::collections::HashMap;
+use crate::shared::recent::Recent;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -35,9 +35,9 @@ struct Outage {
     /// When the next acquire asks the store.
     probe_at: Option<UnixMillis>,
     /// The local buckets of this outage.
-    buckets: HashMap<Dimension, BucketState>,
+    buckets: Recent<BucketState>,
     /// The shared buckets' definitions as last seen, for the local buckets.
-    known: HashMap<Dimension, Bucket>,
+    known: Recent<Bucket>,
 }
 
 /// One dimension of a local take: the dimension, its failure policy, and its cost given
@@ -121,7 +121,7 @@ impl Fallback {
         let mut longest = Duration::ZERO;
         let mut after = Vec::with_capacity(wanted.len());
         for (dimension, policy, cost_of, priority) in wanted {
-            let Some(bucket) = state.known.get(*dimension) else {
+            let Some(bucket) = state.known.get(dimension) else {
                 return Local::Closed;
             };
             if *policy == FailurePolicy::Closed || bucket.limit_type() == LimitType::Concurrent {
@@ -130,8 +130,7 @@ impl Fallback {
             let cost = cost_of(bucket);
             let local = state
                 .buckets
-                .entry((*dimension).clone())
-                .or_insert_with(|| local_bucket(dimension, bucket, *policy, now));
+                .get_or_insert_with(dimension, || local_bucket(dimension, bucket, *policy, now));
             match local.take_as(cost, *priority, now) {
                 Take::Granted { level } => after.push(((*dimension).clone(), level)),
                 Take::Short { wait: Some(wait) } => longest = longest.max(wait),

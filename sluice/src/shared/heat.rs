@@ -3,7 +3,7 @@
 //! how many writes a second the row took in between, at no cost (see
 //! [`Sharding`](crate::Sharding)).
 
-use std::collections::HashMap;
+use crate::shared::recent::Recent;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -55,22 +55,22 @@ impl Measure {
 #[derive(Debug, Default)]
 pub(crate) struct Heat {
     /// Per row: the current window.
-    seen: Mutex<HashMap<Dimension, Window>>,
+    seen: Mutex<Recent<Window>>,
     /// Per bucket: the rows it had, and the cool measurements in a row at that count.
-    cool: Mutex<HashMap<Dimension, (u16, u32)>>,
+    cool: Mutex<Recent<(u16, u32)>>,
     /// Per bucket: the rows it had, and the hot measurements in a row at that count.
-    hot: Mutex<HashMap<Dimension, (u16, u32)>>,
+    hot: Mutex<Recent<(u16, u32)>>,
     /// Per bucket: when this client last resharded it (or saw it resharded), and whether
     /// it is resharding it now.
-    moved: Mutex<HashMap<Dimension, (UnixMillis, bool)>>,
+    moved: Mutex<Recent<(UnixMillis, bool)>>,
     /// Per bucket: this client's gathers in a row that failed (see [`Heat::cool`]).
-    gathers_failed: Mutex<HashMap<Dimension, u32>>,
+    gathers_failed: Mutex<Recent<u32>>,
     /// Per bucket: when this client last read its first row to learn whether it was
     /// spread, its only row as this client knew it being throttled.
-    looked: Mutex<HashMap<Dimension, UnixMillis>>,
+    looked: Mutex<Recent<UnixMillis>>,
     /// Per bucket: the writes a second one of its rows took while the store throttled it,
     /// the most a row took as the store says (see [`Heat::ceiling`]).
-    learned_ceilings: Mutex<HashMap<Dimension, u32>>,
+    learned_ceilings: Mutex<Recent<u32>>,
 }
 
 impl Heat {
@@ -182,7 +182,8 @@ impl Heat {
                 false
             }
             _ => {
-                moved.insert(base.clone(), (now, true));
+                // A reshard under way is never forgotten (its claim would be lost).
+                moved.insert_keeping(base.clone(), (now, true), |(_, running)| *running);
                 true
             }
         }
@@ -225,7 +226,7 @@ impl Heat {
         let measured = (throttles >= 2 && per_row > 0)
             .then(|| u32::try_from(per_row.div_ceil(1_000)).unwrap_or(u32::MAX));
         for rate in measured.into_iter().chain(row_says) {
-            let highest = learned.entry(base.clone()).or_insert(rate);
+            let highest = learned.get_or_insert_with(base, || rate);
             *highest = (*highest).max(rate);
         }
         match (told, learned.get(base).copied()) {
@@ -246,7 +247,7 @@ impl Heat {
     pub(crate) fn done(&self, base: &Dimension, now: UnixMillis, failed_gather: bool) {
         let mut failed = lock(&self.gathers_failed);
         if failed_gather {
-            *failed.entry(base.clone()).or_insert(0) += 1;
+            *failed.get_or_insert_with(base, || 0) += 1;
         } else {
             failed.remove(base);
         }
@@ -275,14 +276,9 @@ struct Window {
 
 /// One more measurement of `base` over `shards` rows in `counts`: the measurements in a
 /// row at that count that said `yes`, none once one says no or the count changed.
-fn in_a_row(
-    counts: &Mutex<HashMap<Dimension, (u16, u32)>>,
-    base: &Dimension,
-    shards: u16,
-    yes: bool,
-) -> u32 {
+fn in_a_row(counts: &Mutex<Recent<(u16, u32)>>, base: &Dimension, shards: u16, yes: bool) -> u32 {
     let mut all = lock(counts);
-    let (at, count) = all.entry(base.clone()).or_insert((shards, 0));
+    let (at, count) = all.get_or_insert_with(base, || (shards, 0));
     if *at != shards {
         (*at, *count) = (shards, 0);
     }

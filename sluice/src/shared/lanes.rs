@@ -1,7 +1,6 @@
 //! Each client's lanes: per dimension, what it remembers of the bucket row and the
 //! requests waiting for the fast path's next write to that row.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -11,6 +10,7 @@ use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::grant::{Grant, LeasePart};
+use crate::shared::recent::Recent;
 use crate::shared::remembered::Remembered;
 use crate::store::StoreError;
 
@@ -23,17 +23,16 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// The most releases one write carries.
 pub(crate) const MAX_RELEASES: usize = 64;
 
-/// The most lanes a client keeps: one that cycles through more dimensions than this
-/// forgets the idle ones rather than growing without bound.
-pub(crate) const MAX_LANES: usize = 4096;
-
-/// The lanes of one client, by dimension.
+/// The lanes of one client, by dimension: the most recently used (see [`Recent`]), and
+/// those in use.
 #[derive(Debug, Default)]
 pub(crate) struct Lanes {
-    pub(crate) lanes: Mutex<HashMap<Dimension, Arc<Lane>>>,
+    pub(crate) lanes: Mutex<Recent<Arc<Lane>>>,
     /// How many rows each sharded bucket has, as last heard from any of its rows (see
     /// [`shards`](crate::bucket::shards)); a dimension not listed has one.
-    shards: Mutex<HashMap<Dimension, u16>>,
+    shards: Mutex<Recent<u16>>,
+    /// The `dimension` label values this client's metrics reported (bounded).
+    pub(crate) labels: crate::metrics::Labels,
 }
 
 impl Lanes {
@@ -57,13 +56,13 @@ impl Lanes {
         if let Some(lane) = lanes.get(dimension) {
             return lane.clone();
         }
-        if lanes.len() >= MAX_LANES {
-            // Forget the idle lanes (only the map holds them: no job queued, no write in
-            // flight). Their dimensions cost one read again when next used.
-            lanes.retain(|_, lane| Arc::strong_count(lane) > 1);
-        }
+        // Past the bound, the least recently used idle lanes are forgotten (a lane in use
+        // is held elsewhere too: a job queued, a write in flight). Their dimensions cost
+        // one read again when next used.
         let lane = Arc::new(Lane::default());
-        lanes.insert(dimension.clone(), lane.clone());
+        lanes.insert_keeping(dimension.clone(), lane.clone(), |l| {
+            Arc::strong_count(l) > 1
+        });
         lane
     }
 
@@ -223,8 +222,8 @@ impl Default for Lane {
 
 impl Lane {
     /// Counts a write of the lane's row (of `dimension`) that failed its condition.
-    pub(crate) fn lost_race(&self, dimension: &str) {
-        crate::metrics::contention_retry(dimension);
+    pub(crate) fn lost_race(&self, labels: &crate::metrics::Labels, dimension: &str) {
+        crate::metrics::contention_retry(labels, dimension);
         self.lost_races
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }

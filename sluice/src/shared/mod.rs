@@ -5,6 +5,7 @@
 pub(crate) mod fallback;
 pub(crate) mod heat;
 pub(crate) mod lanes;
+pub(crate) mod recent;
 pub mod remembered;
 pub(crate) mod rows;
 #[cfg(test)]
@@ -159,7 +160,7 @@ impl Core {
             Ok(Err(_)) | Err(_) => (WriteOutcome::Unknown, Err(e.clone_lossy().into())),
         };
         tracing::debug!(dimension = %probe.dimension, ?outcome, error = %e, "a write lost its answer");
-        crate::metrics::lost_answer(probe.dimension.as_str(), outcome);
+        crate::metrics::lost_answer(&self.lanes.labels, probe.dimension.as_str(), outcome);
         result
     }
 
@@ -171,16 +172,20 @@ impl Core {
         let result = self.store.change(change).await;
         match &result {
             Err(ChangeError::Condition(_)) => {
-                crate::metrics::bucket_failed_write(dimension.as_str())
+                crate::metrics::bucket_failed_write(&self.lanes.labels, dimension.as_str())
             }
             Err(ChangeError::Store(e)) if e.is_back_pressure() => {
-                crate::metrics::bucket_throttled(dimension.as_str());
+                crate::metrics::bucket_throttled(&self.lanes.labels, dimension.as_str());
                 // Nothing applied, but the row moves on meanwhile (rule 7 of `remembered`).
                 self.lane(&dimension).memory().pushed_back();
             }
             Err(ChangeError::Store(e)) if e.answer_lost() => {
                 tracing::debug!(%dimension, error = %e, "a change lost its answer");
-                crate::metrics::lost_answer(dimension.as_str(), WriteOutcome::Unknown);
+                crate::metrics::lost_answer(
+                    &self.lanes.labels,
+                    dimension.as_str(),
+                    WriteOutcome::Unknown,
+                );
             }
             _ => {}
         }

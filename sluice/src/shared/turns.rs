@@ -3,28 +3,35 @@
 //! which buckets this client last saw in shadow, kept when the row itself is forgotten
 //! (after a write whose answer was lost): shadow mode holds through a store outage.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::dimension::Dimension;
+use crate::shared::recent::Recent;
 
 /// One async lock per dimension, made on first use.
 #[derive(Debug, Default)]
 pub(crate) struct Turns(
-    Mutex<HashMap<Dimension, Arc<tokio::sync::Mutex<()>>>>,
-    Mutex<HashSet<Dimension>>,
+    Mutex<Recent<Arc<tokio::sync::Mutex<()>>>>,
+    Mutex<Recent<()>>,
 );
 
 impl Turns {
     /// Waits for `dimension`'s turn; it lasts as long as the guard.
     pub(crate) async fn take(&self, dimension: &Dimension) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = self
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(dimension.clone())
-            .or_default()
-            .clone();
+        let lock = {
+            let mut turns = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            match turns.get(dimension) {
+                Some(lock) => lock.clone(),
+                None => {
+                    let lock = Arc::default();
+                    // A turn taken or waited for is never forgotten under its holders.
+                    turns.insert_keeping(dimension.clone(), Arc::clone(&lock), |l| {
+                        Arc::strong_count(l) > 1
+                    });
+                    lock
+                }
+            }
+        };
         lock.lock_owned().await
     }
 
@@ -32,7 +39,7 @@ impl Turns {
     pub(crate) fn saw(&self, dimension: &Dimension, shadow: bool) {
         let mut seen = self.1.lock().unwrap_or_else(PoisonError::into_inner);
         if shadow {
-            seen.insert(dimension.clone());
+            seen.insert(dimension.clone(), ());
         } else {
             seen.remove(dimension);
         }
@@ -43,6 +50,6 @@ impl Turns {
         self.1
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .contains(dimension)
+            .contains_key(dimension)
     }
 }

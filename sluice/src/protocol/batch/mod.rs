@@ -225,7 +225,7 @@ impl Write<'_> {
                 Err(Next::Done)
             }
             Err(e) if e.is_back_pressure() => {
-                crate::metrics::bucket_throttled(self.dimension.as_str());
+                crate::metrics::bucket_throttled(&self.core.lanes.labels, self.dimension.as_str());
                 Err(self.throttled().await)
             }
             Err(e) => {
@@ -246,7 +246,7 @@ impl Write<'_> {
                 Next::Again
             }
             Err(e) if e.is_back_pressure() => {
-                crate::metrics::bucket_throttled(self.dimension.as_str());
+                crate::metrics::bucket_throttled(&self.core.lanes.labels, self.dimension.as_str());
                 self.throttled().await
             }
             Err(e) => {
@@ -312,7 +312,8 @@ impl Write<'_> {
                     )
                 });
                 tracing::debug!(dimension = %self.dimension, attempts = self.attempts, ?failed, "the row was not as remembered: computing the write again from it");
-                self.lane.lost_race(self.dimension.as_str());
+                self.lane
+                    .lost_race(&self.core.lanes.labels, self.dimension.as_str());
                 self.lost += 1;
                 self.beaten_at = current
                     .as_ref()

@@ -1,3 +1,4 @@
+use crate::shared::recent::MAX_DIMENSIONS_KEPT;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use crate::clock::{ManualClock, UnixMillis};
 use crate::dimension::Dimension;
 use crate::lease::Lease;
 use crate::shared::lanes::{
-    AcquireJob, Job, Lane, MAX_BATCH, MAX_LANES, MAX_QUEUED, Queued, ReleaseJob, lock,
+    AcquireJob, Job, Lane, MAX_BATCH, MAX_QUEUED, Queued, ReleaseJob, lock,
 };
 use crate::store::{LeaseFilter, LeaseKey, LeaseRecord, MemoryStore};
 use crate::tokens::Tokens;
@@ -206,7 +207,7 @@ async fn one_write_gives_back_released_slots_once_and_grants_from_them() {
 async fn a_client_cycling_through_many_dimensions_keeps_a_bounded_number_of_lanes() {
     let sluice = Sluice::in_memory();
     let busy = lane_of(&sluice, "vendor#busy");
-    for i in 0..MAX_LANES + 10 {
+    for i in 0..2 * MAX_DIMENSIONS_KEPT + 10 {
         let dim = format!("vendor{i}#rpm");
         sluice
             .put_bucket(&dim, Bucket::requests(crate::RefillRate::per_second(10)))
@@ -220,8 +221,12 @@ async fn a_client_cycling_through_many_dimensions_keeps_a_bounded_number_of_lane
             .await
             .unwrap();
     }
-    let lanes = lock(&sluice.core().lanes.lanes);
-    assert!(lanes.len() <= MAX_LANES, "{} lanes", lanes.len());
+    let mut lanes = lock(&sluice.core().lanes.lanes);
+    assert!(
+        lanes.len() <= 2 * MAX_DIMENSIONS_KEPT + 1,
+        "{} lanes",
+        lanes.len()
+    );
     // A lane in use is never forgotten under its user.
     let kept = lanes.get(&Dimension::new("vendor#busy").unwrap()).unwrap();
     assert!(Arc::ptr_eq(kept, &busy));
