@@ -156,6 +156,31 @@ async fn a_lease_released_before_its_row_is_due_never_writes_one() {
     );
 }
 
+/// The task that would write a lease's row ends as soon as the lease has ended: leases
+/// released at once leave no task asleep for `lease_record_after` (at 100,000 grants a
+/// second, that was 100,000 sleeping tasks).
+#[tokio::test(start_paused = true)]
+async fn a_lease_released_before_its_row_is_due_leaves_no_task_waiting_for_it() {
+    let (_store, sluice) = setup(Duration::from_secs(60)).await;
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let before = tasks();
+    for _ in 0..50 {
+        sluice.acquire(RPM).await.unwrap().release().await.unwrap();
+    }
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        tasks() <= before + 2,
+        "{} tasks alive, {before} before",
+        tasks()
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lease_held_past_record_after_gets_its_row_and_its_release_deletes_it() {
     let (store, sluice) = setup(Duration::from_secs(1)).await;
