@@ -32,9 +32,19 @@ use lambda_runtime::{Error, LambdaEvent};
 use serde_json::{Value, json};
 use sluice::{ReconcileReport, Sluice};
 
+/// How long a handler waits, before it returns, for the client's background work (see
+/// `Sluice::flush`): Lambda freezes the process once the handler returns.
+pub const FLUSH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// One reconcile pass; returns the report's counts, or fails when the pass hit errors.
+/// Before it returns, the client's background work is flushed (within [`FLUSH_DEADLINE`]),
+/// as every Lambda handler using sluice should: a frozen process runs none.
 pub async fn handler(sluice: &Sluice, event: LambdaEvent<Value>) -> Result<Value, Error> {
-    let report = sluice.reconcile().await?;
+    let report = sluice.reconcile().await;
+    if let Err(error) = sluice.flush(FLUSH_DEADLINE).await {
+        tracing::warn!(%error, "background work not settled before the handler returned");
+    }
+    let report = report?;
     tracing::info!(request_id = %event.context.request_id, %report, "reconcile pass");
     if let Some(first) = report.errors.first() {
         return Err(format!(

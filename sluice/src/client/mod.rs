@@ -97,6 +97,32 @@ impl Sluice {
         SluiceBuilder::from_env()?.connect().await
     }
 
+    /// Finishes this client's background work within `deadline`: writes now the lease rows
+    /// still waiting for their delay ([`Config::lease_record_after`]), and waits until they
+    /// and every release nobody waits for (a lease dropped, a release that failed and is
+    /// retried) are settled. [`Error::Timeout`] when they are not by then (the store down,
+    /// say): what is left goes on in the background, or expires and is reconciled.
+    ///
+    /// Call it before a Lambda handler returns (and at a graceful shutdown): a process
+    /// frozen between invocations runs no background work, so its lease rows and retried
+    /// releases would wait for the next invocation, or for the reconciler.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice::{Bucket, RefillRate, Sluice};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sluice = Sluice::in_memory();
+    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(500))).await?;
+    /// let lease = sluice.acquire("openai#rpm").await?;
+    /// drop(lease); // released in the background
+    /// sluice.flush(Duration::from_secs(1)).await?;
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn flush(&self, deadline: Duration) -> Result<(), Error> {
+        self.core.background.flush(deadline).await
+    }
+
     /// The client's configuration.
     pub fn config(&self) -> &Config {
         &self.core.config

@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::grant::{Kept, LeaseId, LeasePart};
 use crate::retry::Backoff;
 use crate::shared::Core;
+use crate::shared::background::{MAX_IN_FLIGHT, Pending};
 use crate::store::LeaseRecord;
 
 use super::ending::{end_in_transactions, end_leases};
@@ -77,52 +78,22 @@ pub(crate) async fn release_until_done(
     let result = release_parts(core, &parts, expires_at).await;
     let retry = matches!(&result, Err(e) if worth_retrying(e, &parts));
     first(result);
-    if !retry {
-        return;
+    if retry {
+        let until = until_reclaimable(core, &parts, expires_at);
+        queue(core, parts, expires_at, until, 1);
     }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(
-            "a release failed outside a tokio runtime; the lease will expire and be reconciled"
-        );
-        return;
-    };
-    runtime.spawn(retry_release(core.clone(), parts, expires_at));
 }
 
-/// Retries a failed release with backoff until it succeeds or anyone may end the lease
-/// (see [`Config::reclaimable_at`](crate::Config::reclaimable_at)): a `requests`/`tokens`
-/// lease its holder released is then refunded only if the store refused the release for
-/// the whole grace.
-async fn retry_release(core: Arc<Core>, parts: Vec<LeasePart>, expires_at: UnixMillis) {
-    let core = &core;
-    let mut backoff = Backoff::new();
-    let mut failures: u32 = 1;
-    let until = parts
+/// When anyone may end the lease of `parts` (see
+/// [`Config::reclaimable_at`](crate::Config::reclaimable_at)): its holder's release is
+/// tried until then, after which a `requests`/`tokens` lease released is refunded only if
+/// the store refused the release for that whole grace.
+fn until_reclaimable(core: &Core, parts: &[LeasePart], expires_at: UnixMillis) -> UnixMillis {
+    parts
         .iter()
         .map(|p| core.config.reclaimable_at(expires_at, p.restores))
         .max()
-        .unwrap_or(expires_at);
-    while core.now() < until {
-        backoff.sleep(failures.min(8)).await;
-        match release_parts(core, &parts, expires_at).await {
-            Ok(()) => {
-                tracing::info!(failures, "a release that had failed went through");
-                return;
-            }
-            Err(e) if worth_retrying(&e, &parts) => {
-                failures += 1;
-                tracing::debug!(error = %e, failures, "a release failed again; retrying");
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "a release failed; the lease will expire and be reconciled");
-                return;
-            }
-        }
-    }
-    tracing::warn!(
-        failures,
-        "a release kept failing until its lease could be reclaimed; the reconciler ends it"
-    );
+        .unwrap_or(expires_at)
 }
 
 /// Gives parts of a grant nobody will use back to their buckets through their lanes,
@@ -143,34 +114,22 @@ pub(crate) async fn give_back_parts(
     .await;
 }
 
-/// Releases `parts` (or, with `give_back`, gives them back) in a task of their own, for a
-/// holder that went away; without a tokio runtime they expire and are reconciled.
+/// Releases `parts` (or, with `give_back`, gives them back) through the client's
+/// background queue, for a holder that went away; without a tokio runtime they expire and
+/// are reconciled.
 pub(crate) fn in_background(
     core: &Arc<Core>,
-    parts: Vec<LeasePart>,
+    mut parts: Vec<LeasePart>,
     expires_at: UnixMillis,
     give_back: bool,
 ) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(
-            %expires_at,
-            "a lease was dropped outside a tokio runtime; it will expire and be reconciled"
-        );
-        return;
-    };
-    let core = core.clone();
-    handle.spawn(async move {
-        if give_back {
-            give_back_parts(&core, parts, expires_at).await;
-        } else {
-            release_until_done(&core, parts, expires_at, |result| {
-                if let Err(error) = result {
-                    tracing::warn!(%error, "a background release failed; retrying until the lease may be reclaimed");
-                }
-            })
-            .await;
+    if give_back {
+        for part in &mut parts {
+            part.restores = true;
         }
-    });
+    }
+    let until = until_reclaimable(core, &parts, expires_at);
+    queue(core, parts, expires_at, until, 0);
 }
 
 /// Releases a lease by id, e.g. one taken by another process. Returns whether any of its
@@ -196,4 +155,88 @@ pub(crate) async fn release_id(core: &Core, id: &LeaseId) -> Result<bool, Error>
         })
         .collect();
     Ok(end_leases(core, parts, None).await? > 0)
+}
+
+/// Queues the release of `parts` in the client's background queue (tried at once, then
+/// with the queue's backoff) until it succeeds or `until`, when anyone may end the lease.
+fn queue(
+    core: &Arc<Core>,
+    parts: Vec<LeasePart>,
+    expires_at: UnixMillis,
+    until: UnixMillis,
+    failures: u32,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(
+            %expires_at,
+            "a release nobody waits for outside a tokio runtime; the lease will expire and be reconciled"
+        );
+        return;
+    };
+    let pending = Pending {
+        parts,
+        expires_at,
+        until,
+        failures,
+    };
+    if core.background.push(pending) {
+        // Owned by the queue: it ends when the queue is empty.
+        runtime.spawn(work(core.clone()));
+    }
+}
+
+/// Works `core`'s background queue until it is empty: a round takes up to
+/// [`MAX_IN_FLIGHT`] releases (one, after a round where every call failed: a probe), and
+/// the queue waits out one backoff (100 to 200 ms at most) after a round with failures.
+async fn work(core: Arc<Core>) {
+    let background = &core.background;
+    let mut backoff = Backoff::new();
+    let mut failed_rounds: u32 = 0;
+    loop {
+        let width = if failed_rounds > 0 { 1 } else { MAX_IN_FLIGHT };
+        let round = background.round(width);
+        if round.is_empty() {
+            return;
+        }
+        let outcomes = futures::future::join_all(
+            round
+                .iter()
+                .map(|p| release_parts(&core, &p.parts, p.expires_at)),
+        )
+        .await;
+        let (mut any_failed, mut all_failed) = (false, true);
+        for (mut pending, outcome) in round.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(()) => {
+                    all_failed = false;
+                    if pending.failures > 0 {
+                        tracing::info!(
+                            failures = pending.failures,
+                            "a release that had failed went through"
+                        );
+                    }
+                    background.end();
+                }
+                Err(e) if worth_retrying(&e, &pending.parts) && core.now() < pending.until => {
+                    any_failed = true;
+                    pending.failures += 1;
+                    tracing::debug!(error = %e, failures = pending.failures, "a background release failed; queued again");
+                    background.requeue(pending);
+                }
+                Err(e) => {
+                    all_failed = false;
+                    tracing::warn!(error = %e, failures = pending.failures, "a release could not be made; the lease will expire and be reconciled");
+                    background.end();
+                }
+            }
+        }
+        failed_rounds = if any_failed && all_failed {
+            failed_rounds + 1
+        } else {
+            0
+        };
+        if any_failed {
+            backoff.sleep(failed_rounds.clamp(1, 8)).await;
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! what this client remembers of each bucket row (its lanes). Protocols borrow it; a
 //! [`Lease`](crate::Lease) holds it, not the client façade.
 
+pub(crate) mod background;
 pub(crate) mod fallback;
 pub(crate) mod heat;
 pub(crate) mod lanes;
@@ -42,6 +43,8 @@ pub(crate) struct Core {
     pub(crate) heat: heat::Heat,
     /// Shadow acquires' turns on each dimension.
     pub(crate) turns: turns::Turns,
+    /// Work nobody waits for: releases queued, lease rows still to write.
+    pub(crate) background: background::Background,
 }
 
 impl fmt::Debug for Core {
@@ -65,6 +68,7 @@ impl Core {
             rows: rows::LeaseRows::default(),
             heat: heat::Heat::default(),
             turns: turns::Turns::default(),
+            background: background::Background::default(),
         }
     }
 

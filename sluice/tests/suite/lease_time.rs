@@ -262,3 +262,53 @@ async fn a_requests_lease_released_after_its_expiry_is_never_refunded() {
         "{now} tokens"
     );
 }
+
+/// The store stopped for two minutes while 1,000 slot leases are released: the releases
+/// wait in the client's one background queue (one probe at a time while every call fails,
+/// never a task per release hammering the store), `flush` with a 1 s deadline returns by
+/// it, and once the store is back every lease ends exactly once: the bucket holds all its
+/// slots again, with no lease row left.
+#[tokio::test(start_paused = true)]
+async fn releases_during_a_two_minute_outage_are_queued_bounded_and_none_is_lost() {
+    let store = Arc::new(Switch::default());
+    let sluice = Sluice::builder()
+        .store_arc(store.clone())
+        .clock(clock(0))
+        .lease_ttl(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    sluice
+        .put_bucket("tts#concurrent", Bucket::concurrent(1_000))
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..1_000 {
+        held.push(sluice.acquire("tts#concurrent").await.unwrap());
+    }
+    store.set_down(true);
+    for lease in held {
+        assert!(lease.release().await.is_err());
+    }
+    let started = Instant::now();
+    assert!(matches!(
+        sluice.flush(Duration::from_secs(1)).await,
+        Err(Error::Timeout(_))
+    ));
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_secs(119)).await;
+    // Two minutes of outage: each release's own attempt, then one probe (a delete and
+    // the read that settles its lost answer) every 100 to 200 ms: about 25 calls a
+    // second at most, where a task per release made 1,000 times that.
+    let calls = store
+        .calls_while_down
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        calls <= 1_000 + 25 * 120,
+        "{calls} calls while the store was down"
+    );
+    store.set_down(false);
+    sluice.flush(Duration::from_secs(30)).await.unwrap();
+    let row = sluice.bucket("tts#concurrent").await.unwrap().unwrap();
+    assert_eq!(row.tokens, Tokens::new(1_000), "every slot back, once");
+    assert!(sluice.leases(&Default::default()).await.unwrap().is_empty());
+}

@@ -61,11 +61,16 @@ pub(super) fn record_in_background<T>(
         }
     }
     let core = core.clone();
+    // Counted until settled, so that a flush waits for it (and tells it to write now).
+    core.background.begin();
+    let mut flushes = core.background.flushes();
+    flushes.mark_unchanged();
     tokio::spawn(async move {
         if !after.is_zero() {
             tokio::select! {
                 () = tokio::time::sleep(after) => {}
                 () = flush.notified() => {}
+                _ = flushes.changed() => {}
             }
         }
         let records: Vec<LeaseRecord> = recordings.iter().filter_map(Recording::start).collect();
@@ -75,6 +80,7 @@ pub(super) fn record_in_background<T>(
         for recording in &recordings {
             recording.finish();
         }
+        core.background.end();
     });
     parts
 }
