@@ -271,11 +271,14 @@ impl SluiceBuilder {
     }
 
     /// Builds the client, connecting to DynamoDB when the configuration names a table and
-    /// no store was given (credentials and region from the standard AWS chain).
+    /// no store was given (credentials and region from the standard AWS chain). A global
+    /// table (replicas in other Regions, by `DescribeTable`) is refused with
+    /// [`ConfigError::GlobalTable`].
     pub async fn connect(self) -> Result<Sluice, Error> {
         #[cfg(feature = "dynamodb")]
         if self.store.is_none() && self.config.table_name.is_some() {
             let store = crate::store::DynamoStore::from_config(&self.config).await?;
+            store.refuse_replicas().await?;
             return self.store(store).build();
         }
         self.build()

@@ -9,9 +9,11 @@ use crate::priority::Priority;
 use crate::tokens::Tokens;
 
 mod choices;
+mod error;
 mod sharding;
 
 pub use choices::{DEFAULT_OPEN_PERCENT, FailurePolicy, Prefetch, Protocol};
+pub use error::ConfigError;
 pub use sharding::Sharding;
 
 /// Default lease TTL (`SLUICE_LEASE_TTL`), seconds.
@@ -51,37 +53,6 @@ pub const RELEASE_GRACE: Duration = Duration::from_secs(60);
 /// `concurrent` bucket (see [`Tighten::PauseFor`](crate::Tighten::PauseFor)). Nothing runs
 /// under one, so it is given back at its expiry exactly, without the clock-skew margin.
 pub const COOLDOWN_CALLER: &str = "sluice-cooldown";
-
-/// An environment variable with a value sluice cannot use.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// A variable's value is invalid.
-    #[error("{variable}={value:?} is invalid: {reason}")]
-    Invalid {
-        /// The variable.
-        variable: &'static str,
-        /// Its value.
-        value: String,
-        /// What was expected.
-        reason: &'static str,
-    },
-    /// A table is configured but this build has no DynamoDB support.
-    #[error(
-        "SLUICE_TABLE_NAME={0:?} is set, but sluice was built without the `dynamodb` feature; enable it or unset the variable to use the in-memory store"
-    )]
-    NoDynamoDb(String),
-    /// A table is configured, but the client was built synchronously.
-    #[error(
-        "SLUICE_TABLE_NAME={0:?} is set: build the client with `SluiceBuilder::connect().await` (or `Sluice::from_env().await`), which sets up the DynamoDB client"
-    )]
-    NeedsConnect(String),
-    /// No store was chosen: no table and no explicit choice of the in-memory store.
-    #[error(
-        "no store chosen: set SLUICE_TABLE_NAME to the DynamoDB table every process shares, or choose the in-memory store (only this process sees it) explicitly with SLUICE_STORE=memory, `Sluice::in_memory()` or `SluiceBuilder::store(MemoryStore::new())`"
-    )]
-    NoStore,
-}
 
 /// Settings of a [`Sluice`](crate::Sluice) client.
 ///

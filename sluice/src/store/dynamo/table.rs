@@ -93,6 +93,34 @@ impl DynamoStore {
         Ok(created)
     }
 
+    /// Refuses a global table (with replicas in other Regions), whose Regions' writes to
+    /// one bucket row would overwrite each other. A table that cannot be described (not
+    /// created yet, the store unreachable, no `DescribeTable` permission) is not refused:
+    /// a warning says the check could not be made.
+    pub(crate) async fn refuse_replicas(&self) -> Result<(), crate::ConfigError> {
+        let out = match self.describe().await {
+            Ok(out) => out,
+            Err(error) => {
+                tracing::warn!(table = %self.table, %error, "could not describe the table to check that it has no replicas in other Regions (a global table would over-grant); needs dynamodb:DescribeTable");
+                return Ok(());
+            }
+        };
+        let regions: Vec<String> = out
+            .table()
+            .map(|t| t.replicas())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| r.region_name().map(str::to_owned))
+            .collect();
+        if regions.is_empty() {
+            return Ok(());
+        }
+        Err(crate::ConfigError::GlobalTable {
+            table: self.table.to_string(),
+            regions,
+        })
+    }
+
     /// The table's description.
     pub(super) async fn describe(
         &self,
