@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
-use sluice::{Acquire, Bucket, DynamoStore, Sluice};
+use sluice::{Acquire, Bucket, Clock as _, DynamoStore, ManualClock, Sluice, SystemClock};
 use sluice_lambda::handler;
 
 /// A store on a fresh table of DynamoDB Local, or `None` (skip) without one.
@@ -65,8 +65,14 @@ async fn the_handler_restores_a_crashed_slot_once() {
         .put_bucket("eleven#concurrent", Bucket::concurrent(2))
         .await
         .unwrap();
-    // A caller that crashed holding a slot.
-    let lease = sluice
+    // A caller that crashed holding a slot: its process froze (its clock stands still, so
+    // its lease is never renewed) and never released it.
+    let frozen = Sluice::builder()
+        .store_arc(sluice.store().clone())
+        .clock(ManualClock::new(SystemClock.now()))
+        .build()
+        .unwrap();
+    let lease = frozen
         .acquire(Acquire::new("eleven#concurrent").ttl(Duration::from_millis(50)))
         .await
         .unwrap();

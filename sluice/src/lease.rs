@@ -28,7 +28,9 @@ use crate::tokens::Tokens;
 /// it. A lease holding `concurrent` slots is renewed while it is held (every third of its
 /// TTL, one write per slot row, by a task the lease owns), so the TTL bounds how long a
 /// slot stays taken after its holder dies or freezes, not how long it may be held; what
-/// runs under it stops when [`lost`](Lease::lost) says the slot is no longer its own.
+/// runs under it stops when [`lost`](Lease::lost) says the slot is no longer its own. A
+/// lease kept alive holds its slots as long as its process lives, so one leaked (kept in
+/// a value never dropped, or passed to `std::mem::forget`) is held until the process ends.
 /// [`Sluice::slot`](crate::Sluice::slot) does all of this for you.
 #[must_use = "a lease holds quota until it is released or expires"]
 pub struct Lease {
