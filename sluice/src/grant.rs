@@ -323,7 +323,7 @@ impl LeasePart {
 
     pub(crate) fn of_record(record: LeaseRecord, restores: bool) -> LeasePart {
         LeasePart {
-            expiring_at: Some(record.expires_at),
+            expiring_at: None,
             kept: Kept::Row,
             key: record.key,
             dimension: record.dimension,

@@ -59,11 +59,14 @@ impl Labels {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if seen.contains(dimension) || seen.len() < MAX_DIMENSION_LABELS {
+        // One allocation, the label's own: the set is only written on a label's first report.
+        if !seen.contains(dimension) {
+            if seen.len() >= MAX_DIMENSION_LABELS {
+                return "other".to_owned();
+            }
             seen.insert(dimension.to_owned());
-            return dimension.to_owned();
         }
-        "other".to_owned()
+        dimension.to_owned()
     }
 }
 

@@ -105,7 +105,10 @@ async fn give_back_until(core: &Core, parts: Vec<LeasePart>, until: tokio::time:
 pub(crate) async fn reclaim(core: &Core, records: Vec<LeaseRecord>) -> Result<usize, Error> {
     let parts = records
         .into_iter()
-        .map(|r| LeasePart::of_record(r, true))
+        .map(|r| LeasePart {
+            expiring_at: Some(r.expires_at),
+            ..LeasePart::of_record(r, true)
+        })
         .collect();
     end_leases(core, parts, None).await
 }

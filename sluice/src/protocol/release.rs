@@ -148,10 +148,7 @@ pub(crate) async fn release_id(core: &Core, id: &LeaseId) -> Result<bool, Error>
         .map(|(r, row)| {
             let restores = row.is_some_and(|b| b.bucket.limit_type().restores_on_release());
             // Released by id, as its holder would: whatever its expiry now.
-            LeasePart {
-                expiring_at: None,
-                ..LeasePart::of_record(r, restores)
-            }
+            LeasePart::of_record(r, restores)
         })
         .collect();
     Ok(end_leases(core, parts, None).await? > 0)
