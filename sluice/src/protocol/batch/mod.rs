@@ -40,9 +40,10 @@ mod throttle;
 use self::plan::{Plan, jobs_of};
 use self::record::{record_in_background, record_leases};
 
-/// Condition failures with a fresh row in hand are retried at once; this bounds them. A
-/// change fails only when the bucket is shorter than remembered or another writer moved
-/// its refill timestamp, so a writer loses few in a row.
+/// Condition failures with a fresh row in hand are retried (a lane write's at once for the
+/// first few, then after a growing pause); this bounds them. A change fails only when the
+/// bucket is shorter than remembered or another writer moved its refill timestamp, so a
+/// writer loses few in a row.
 pub(crate) const MAX_FRESH_RETRIES: u32 = 256;
 
 /// Whether a write goes on with another attempt.
@@ -335,6 +336,7 @@ impl Write<'_> {
                 }
                 // Requests that queued meanwhile join the retry: under contention from
                 // other processes, each write carries more.
+                self.after_lost_race(self.lost).await;
                 join_queued(self.lane, &mut self.acquires, &mut self.releases);
                 Next::Again
             }

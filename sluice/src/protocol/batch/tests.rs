@@ -1,5 +1,6 @@
 //! A lane write's retries after a lost race.
 
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -245,5 +246,53 @@ async fn a_refused_herd_write_is_computed_again_as_a_fill() {
     assert_eq!(
         fresh.bucket(RPM).await.unwrap().unwrap().tokens,
         Tokens::new(99)
+    );
+}
+
+/// Refuses every bucket change with `row` handed back, as a row other writers keep
+/// winning would; counts them.
+#[derive(Debug, Default)]
+struct AlwaysBeaten {
+    row: Mutex<Option<BucketState>>,
+    changes: std::sync::atomic::AtomicU32,
+}
+
+impl Hooks for AlwaysBeaten {
+    fn change(&self, _: &BucketChange) -> Result<(), ChangeError> {
+        self.changes.fetch_add(1, SeqCst);
+        let row = self.row.lock().unwrap().clone();
+        Err(ChangeError::Condition(row.map(Box::new)))
+    }
+}
+
+/// A write that keeps losing races pauses between attempts after the first few (a
+/// doubling, jittered pause of at most 16 ms): not hundreds of billed writes back to back.
+/// It ends with `Contention` after its bounded attempts, within a few seconds.
+#[tokio::test(start_paused = true)]
+async fn a_write_that_keeps_losing_races_backs_off_and_ends() {
+    let store = Arc::new(Hooked::new(AlwaysBeaten::default()));
+    let clock = ManualClock::new(at(0));
+    let admin = client(store.clone(), &clock);
+    admin.put_bucket(RPM, bucket()).await.unwrap();
+    *store.hooks.row.lock().unwrap() = admin.bucket(RPM).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let acquire = tokio::spawn({
+        let sluice = client(store.clone(), &clock);
+        async move { sluice.acquire(RPM).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let early = store.hooks.changes.load(SeqCst);
+    assert!(early <= 20, "{early} writes in the first 50 ms");
+    let answer = acquire.await.unwrap();
+    assert!(
+        matches!(answer, Err(crate::Error::Contention { .. })),
+        "{answer:?}"
+    );
+    let all = store.hooks.changes.load(SeqCst);
+    assert_eq!(all, super::MAX_FRESH_RETRIES + 1);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took <= Duration::from_secs(5),
+        "{took:?}"
     );
 }

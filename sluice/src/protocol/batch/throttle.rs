@@ -29,7 +29,31 @@ const THROTTLE_MOST: Duration = Duration::from_millis(1_000);
 /// second, those waits reached 640 ms, after the spread had landed.
 const THROTTLE_MOST_LONE: Duration = Duration::from_millis(200);
 
+/// Races a lane write loses in a row that it computes again and sends at once: a change
+/// fails its condition only when the bucket is shorter than remembered or another writer
+/// moved its refill timestamp, and the row handed back makes the next attempt right, so a
+/// writer rarely loses more.
+const FREE_RACES: u32 = 4;
+/// The longest pause between two attempts of a write that keeps losing races: from the
+/// fifth loss in a row, a random part of a bound that doubles from 1 ms up to this (each a
+/// billed write on a row others keep winning; `MAX_FRESH_RETRIES` of them take about two
+/// seconds, not a burst of back-to-back writes).
+const RACE_PAUSE_MOST: Duration = Duration::from_millis(16);
+
 impl Write<'_> {
+    /// Pauses before the attempt after the `lost`th race this write lost, once it has lost
+    /// more than [`FREE_RACES`]: a random part (full jitter) of a doubling bound.
+    pub(super) async fn after_lost_race(&self, lost: u32) {
+        let Some(beyond) = lost.checked_sub(FREE_RACES + 1) else {
+            return;
+        };
+        let bound = Duration::from_millis(1)
+            .saturating_mul(1 << beyond.min(10))
+            .min(RACE_PAUSE_MOST);
+        let pause = rand::rng().random_range(0..=bound.as_micros() as u64);
+        tokio::time::sleep(Duration::from_micros(pause)).await;
+    }
+
     /// A throttled write: back-pressure. Acquires hear a RetryIn of a jittered wait (a
     /// waiting caller waits it out, within its deadline, and asks again); releases wait it
     /// out here and are sent again.
