@@ -5,7 +5,8 @@
 #                                 cargo command of a CI run reuses what the last one built)
 #   built_executable KIND NAME    builds the workspace's tests (nothing, when the test
 #                                 command has just built them) and prints the path of the
-#                                 program NAME of KIND (`bin` or `example`) that build made
+#                                 program NAME of KIND (`bin`, `example` or `test`) that
+#                                 build made
 #
 # A program built by `cargo build` or `cargo run` alone would be compiled again with its
 # dependencies, whose features differ from the tests' (no dev-dependencies): minutes of a CI
@@ -23,7 +24,8 @@ for line in sys.stdin:
     m = json.loads(line)
     t = m.get("target", {})
     if m.get("reason") == "compiler-artifact" and t.get("name") == name \
-            and kind in t.get("kind", []) and not m["profile"]["test"] and m.get("executable"):
+            and kind in t.get("kind", []) and (kind == "test" or not m["profile"]["test"]) \
+            and m.get("executable"):
         print(m["executable"])
 ' "$kind" "$name" | tail -n 1)
     if [ -z "$path" ] || [ ! -x "$path" ]; then

@@ -19,10 +19,24 @@ source scripts/dynamodb-local.sh
 source scripts/dynamodb-fidelity.sh
 source scripts/built.sh
 
-trap 'dynamodb_fidelity_stop; dynamodb_local_stop' EXIT
+long_pid=
+stop_long() {
+    if [ -n "$long_pid" ]; then
+        kill "$long_pid" 2>/dev/null || true
+        wait "$long_pid" 2>/dev/null || true
+    fi
+}
+trap 'stop_long; dynamodb_fidelity_stop; dynamodb_local_stop' EXIT
 dynamodb_local_start
 export SLUICE_REQUIRE_DYNAMODB=1
 features=$TEST_FEATURES
+# A slot held ten minutes by a live process, then SIGKILLed (the fleet-safety acceptance):
+# it runs beside everything below, on the same DynamoDB Local, and is waited for at the
+# end; its children are stopped by PID by the test itself (and with it, by `stop_long`).
+long_log="${CARGO_TARGET_DIR:-target}/long-slot-held.log"
+processes_bin=$(built_executable test processes)
+"$processes_bin" long_slot_held_ten_minutes > "$long_log" 2>&1 &
+long_pid=$!
 operations="${CARGO_TARGET_DIR:-target}/dynamodb-operations"
 rm -rf "$operations"
 mkdir -p "$operations"
@@ -46,6 +60,14 @@ SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
     dynamo_processes dynamo_killed dynamo_priorities dynamo_waiters dynamo_faults dynamo_skew \
     dynamo_shadow_processes
 dynamodb_fidelity_stop
+if ! wait "$long_pid"; then
+    long_pid=
+    cat "$long_log"
+    echo "error: the ten-minute slot hold failed" >&2
+    exit 1
+fi
+long_pid=
+cat "$long_log"
 # The shared-quota demo, briefly, end to end: the vendor simulator, every mode's workers (as
 # processes, stopped by PID if they overrun) and the chart. Its numbers are measured by
 # ./scripts/demo-quota.sh and published in the README, never checked here.

@@ -39,7 +39,16 @@ pub fn dispatch(tests: &[(&'static str, fn())]) {
     }
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
     for (name, main) in tests {
-        if filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())) {
+        // A long test runs only when named exactly.
+        let long = name.starts_with("long_");
+        let named = |f: &&String| {
+            if long {
+                f.as_str() == *name
+            } else {
+                name.contains(f.as_str())
+            }
+        };
+        if (filters.is_empty() && !long) || filters.iter().any(named) {
             println!("running {name}");
             *CURRENT.lock().unwrap() = name;
             main();

@@ -3,6 +3,9 @@
 //! DynamoDB Local with a lease of 1 s for 12 s (renewed every third of it); meanwhile the
 //! parent is refused it. Killed by its PID, the child's slot comes back to the parent
 //! within the TTL plus the clock-skew margin (and the parent's poll and round trips).
+//!
+//! `long_slot_held_ten_minutes` is the same with a lease of 10 s held for ten minutes: it
+//! runs only when named (`./scripts/test.sh` runs it beside the other tests).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -15,19 +18,41 @@ use dynamo::worker::{self, Start, Worker};
 use sluice::store::LeaseFilter;
 use sluice::{Acquire, Bucket, Config, DynamoStore, Error, Sluice, SluiceBuilder, SystemClock};
 
-const TTL: Duration = Duration::from_secs(1);
 const SKEW: Duration = Duration::from_millis(250);
 const POLL: Duration = Duration::from_millis(100);
-const HELD: Duration = Duration::from_secs(12);
 /// What a free slot may take on top of TTL + skew to reach the parent: its poll, a read of
 /// the slot leases, the reclaim and the grant, on a loaded two-core machine.
 const REACH: Duration = Duration::from_millis(1_500);
 
+/// The slot's lease, and how long it is held.
+#[derive(Clone, Copy)]
+struct Hold {
+    ttl: Duration,
+    held: Duration,
+}
+
 pub(crate) fn main() {
+    run(Hold {
+        ttl: Duration::from_secs(1),
+        held: Duration::from_secs(12),
+    });
+}
+
+pub(crate) fn ten_minutes() {
+    run(Hold {
+        ttl: Duration::from_secs(10),
+        held: Duration::from_secs(600),
+    });
+}
+
+fn run(hold: Hold) {
     match worker::start(tracing::Level::WARN) {
-        Start::Child(runtime, a) => runtime.block_on(child(&a[0], &a[1], &a[2])),
+        Start::Child(runtime, a) => {
+            let ttl = Duration::from_millis(a[3].parse().unwrap());
+            runtime.block_on(child(&a[0], &a[1], &a[2], ttl));
+        }
         Start::Parent(runtime) => {
-            worker::report("renewed slots", runtime.block_on(parent()));
+            worker::report("renewed slots", runtime.block_on(parent(hold)));
         }
     }
 }
@@ -45,29 +70,30 @@ fn client(endpoint: &str, table: &str, caller: &str) -> Sluice {
     .unwrap()
 }
 
-async fn child(endpoint: &str, table: &str, dimension: &str) {
+async fn child(endpoint: &str, table: &str, dimension: &str, ttl: Duration) {
     let sluice = client(endpoint, table, "holder");
     let lease = sluice
-        .acquire_within(Acquire::new(dimension).ttl(TTL), Duration::from_secs(5))
+        .acquire_within(Acquire::new(dimension).ttl(ttl), Duration::from_secs(5))
         .await
         .unwrap();
     println!("holding");
     std::io::stdout().flush().unwrap();
-    // Held until killed; says so if it ever loses the slot.
+    // Held until killed; says so if it ever loses the slot. Its parent gone (its stdin
+    // closed), it goes too.
     tokio::select! {
         () = lease.lost() => {
             println!("lost");
             std::io::stdout().flush().unwrap();
+            std::future::pending::<()>().await;
         }
         _ = tokio::task::spawn_blocking(|| {
             let mut line = String::new();
             let _ = BufReader::new(std::io::stdin()).read_line(&mut line);
-        }) => {}
+        }) => std::process::exit(0),
     }
-    std::future::pending::<()>().await;
 }
 
-async fn parent() -> Option<()> {
+async fn parent(Hold { ttl, held }: Hold) -> Option<()> {
     let _store = dynamo::store().await?;
     let endpoint = dynamo::endpoint()?;
     let table = dynamo::table_name();
@@ -77,7 +103,13 @@ async fn parent() -> Option<()> {
         .put_bucket(&dimension, Bucket::concurrent(1))
         .await
         .unwrap();
-    let args = [endpoint.as_str(), table, dimension.as_str()];
+    let ttl_ms = ttl.as_millis().to_string();
+    let args = [
+        endpoint.as_str(),
+        table,
+        dimension.as_str(),
+        ttl_ms.as_str(),
+    ];
     let mut holder = Worker::spawn("holder", &args);
     let mut holder = tokio::task::spawn_blocking(move || {
         holder.expect_line("holding");
@@ -91,8 +123,8 @@ async fn parent() -> Option<()> {
     };
     let started = Instant::now();
     let mut checks = 0;
-    while started.elapsed() < HELD {
-        tokio::time::sleep(TTL / 2).await;
+    while started.elapsed() < held {
+        tokio::time::sleep(ttl / 2).await;
         match sluice.acquire(dimension.as_str()).await {
             Err(Error::RetryIn(_)) => {}
             other => panic!(
@@ -116,19 +148,19 @@ async fn parent() -> Option<()> {
     let lease = sluice
         .acquire_within(
             dimension.as_str(),
-            TTL + SKEW + REACH + Duration::from_secs(2),
+            ttl + SKEW + REACH + Duration::from_secs(2),
         )
         .await
         .unwrap();
     let back = killed.elapsed();
     assert!(
-        back <= TTL + SKEW + REACH,
+        back <= ttl + SKEW + REACH,
         "the killed holder's slot came back after {back:?}"
     );
     lease.release().await.unwrap();
     eprintln!(
-        "a slot with a {TTL:?} lease held {HELD:?} ({checks} checks, never handed out); after SIGKILL, back in {back:?} (TTL + skew = {:?})",
-        TTL + SKEW
+        "a slot with a {ttl:?} lease held {held:?} ({checks} checks, never handed out); after SIGKILL, back in {back:?} (TTL + skew = {:?})",
+        ttl + SKEW
     );
     Some(())
 }

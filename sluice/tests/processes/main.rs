@@ -1,7 +1,8 @@
 //! The multi-process tests on DynamoDB Local, one binary (without the test harness): each
 //! test's parent starts this binary again as its children (`--child TEST …`) and talks to
 //! them over their stdin and stdout. Run with no argument, it runs every test one after
-//! another; with arguments, the tests whose names contain one of them.
+//! another; with arguments, the tests whose names contain one of them. A test whose name
+//! starts with `long_` runs only when named exactly.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -29,6 +30,7 @@ fn main() {
         ("dynamo_outages", dynamo_outages::main),
         ("dynamo_killed", dynamo_killed::main),
         ("dynamo_renewed", dynamo_renewed::main),
+        ("long_slot_held_ten_minutes", dynamo_renewed::ten_minutes),
         ("dynamo_skew", dynamo_skew::main),
         ("dynamo_priorities", dynamo_priorities::main),
         ("global_store", global_store::main),
