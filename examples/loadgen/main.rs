@@ -33,6 +33,7 @@
 //! ```text
 //! ./scripts/loadgen.sh                        # starts DynamoDB Local and the proxy, runs everything
 //! ./scripts/loadgen.sh --only fanout          # the fan-out tables alone
+//! ./scripts/loadgen.sh --only slot-wait       # 1,000 callers waiting on a short concurrent bucket
 //! ./scripts/loadgen.sh --shapes 4x8 --seconds 10
 //! ```
 //!
@@ -90,12 +91,12 @@ pub(crate) struct Args {
     /// Shapes to run at the limit.
     #[arg(long, default_value = "1x16,4x8", value_delimiter = ',')]
     pub(crate) limit_shapes: Vec<String>,
-    /// What to run: `throughput`, `limit`, `fanout`, `fleet`, `sharding`, comma-separated
-    /// (all by default); `fleet-wait` runs only the fleet's tables at the limit,
-    /// `fleet-proxy` only those behind the proxy.
+    /// What to run: `throughput`, `limit`, `fanout`, `fleet`, `sharding`, `slot-wait`,
+    /// comma-separated (all by default); `fleet-wait` runs only the fleet's tables at the
+    /// limit, `fleet-proxy` only those behind the proxy.
     #[arg(
         long,
-        default_value = "throughput,limit,fanout,fleet,sharding",
+        default_value = "throughput,limit,fanout,fleet,sharding,slot-wait",
         value_delimiter = ','
     )]
     pub(crate) only: Vec<String>,
@@ -108,6 +109,13 @@ pub(crate) struct Args {
     /// Seconds per fan-out run.
     #[arg(long, default_value_t = 20)]
     pub(crate) fan_seconds: u64,
+    /// The shape of the callers waiting on a short `concurrent` bucket (`slot-wait`):
+    /// processes x callers.
+    #[arg(long, default_value = "50x20")]
+    pub(crate) slot_wait_shape: String,
+    /// How long each `slot-wait` caller holds its slot, milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) slot_wait_hold_ms: u64,
     /// The LLM fan-out shape (rpm + tpm pairs held long): processes x callers.
     #[arg(long, default_value = "16x64")]
     pub(crate) llm_shape: String,
@@ -155,6 +163,7 @@ mod fanrun;
 mod fleet;
 mod report;
 mod sharding;
+mod slotwait;
 mod worker;
 
 use report::{Report, latency, per_grant, shape};
@@ -249,6 +258,22 @@ async fn main() {
     if runs("fleet") || runs("fleet-wait") || runs("fleet-proxy") {
         let plain = !runs("fleet-proxy");
         fleet(&args, &sluice, (runs("fleet") || !plain, plain)).await;
+    }
+    if runs("slot-wait")
+        && let Some(proxy) = &args.fidelity
+    {
+        // The proxy's real per-item ceilings: the waiters' reads are what is measured.
+        dynamodb_fidelity::set_ceilings(proxy, 1_000.0, 3_000.0)
+            .await
+            .expect("set the proxy's ceilings");
+        let target = fanrun::Target {
+            label: "behind dynamodb-fidelity, 1,000 write and 3,000 read units/s per item"
+                .to_owned(),
+            endpoint: Some(proxy.clone()),
+            fidelity: Some((proxy.clone(), 1_000.0)),
+            fleet: true,
+        };
+        slotwait::table(&args, &target, &sluice).await;
     }
     if runs("sharding")
         && let Some(proxy) = &args.fidelity

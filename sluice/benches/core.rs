@@ -32,6 +32,7 @@ fn state() -> BucketState {
         shards: 1,
         write_ceiling: None,
         shadow: Default::default(),
+        waiting: Default::default(),
     }
 }
 

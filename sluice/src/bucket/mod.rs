@@ -13,6 +13,7 @@ mod refill;
 mod schedule;
 pub(crate) mod shards;
 mod state;
+mod waiting;
 
 pub use burst::Report;
 pub use commute::{Commute, Condition, TokensOp};
@@ -28,6 +29,7 @@ pub use schedule::{Limits, Schedule, ScheduleError, TimeOfDay, Window};
 pub use shards::ShardError;
 pub(crate) use state::WriteOutcome;
 pub use state::{BucketState, Take};
+pub use waiting::Waiting;
 
 #[cfg(test)]
 pub(crate) mod testing;

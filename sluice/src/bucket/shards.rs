@@ -226,6 +226,11 @@ pub(crate) fn reshard(
             } else {
                 ShadowLedger::default()
             },
+            // The count of waiting clients goes with the row of the same place.
+            waiting: rows
+                .get(usize::from(k))
+                .map(|r| r.waiting.clone())
+                .unwrap_or_default(),
         });
     }
     level_out(&mut out);

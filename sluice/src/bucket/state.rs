@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use super::recent::{RECENT_WRITES, RecentWrites};
 use super::refill::{Level, RefillCarry, level_reaching, refill, wait_until_available};
-use super::{Bucket, BucketError, LimitType, MAX_VERSION, ShadowLedger, timestamp_in_range};
+use super::{
+    Bucket, BucketError, LimitType, MAX_VERSION, ShadowLedger, Waiting, timestamp_in_range,
+};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::priority::Priority;
@@ -64,6 +66,10 @@ pub struct BucketState {
     /// bucket, or a client of it, ran in [shadow mode](crate::Mode::Shadow). Other SDKs
     /// leave it as it is.
     pub shadow: ShadowLedger,
+    /// The clients waiting for a slot, as the row counts them (see [`Waiting`]); empty
+    /// unless the bucket is `concurrent` and callers waited on it. Other SDKs leave it as
+    /// it is.
+    pub waiting: Waiting,
 }
 
 /// What became of a write whose answer was lost (see [`BucketState::outcome_of`]).
@@ -120,6 +126,7 @@ impl BucketState {
             shards: 1,
             write_ceiling: None,
             shadow: ShadowLedger::default(),
+            waiting: Waiting::default(),
         }
     }
 

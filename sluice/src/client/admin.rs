@@ -471,5 +471,6 @@ pub(super) fn redefined(
         } else {
             crate::ShadowLedger::default()
         },
+        waiting: cur.waiting.clone(),
     }
 }

@@ -198,25 +198,34 @@ impl Sluice {
     /// slot may come back before its RetryIn (released elsewhere), so on a `concurrent`
     /// bucket at most a jittered poll interval.
     fn nap(&self, request: &Acquire, delay: Duration) -> Result<Duration, Error> {
-        let slots = request
+        let now = self.now();
+        let poll = request
             .resolve()?
             .iter()
-            .any(|w| self.core.lanes.holds_slots(&w.dimension));
-        Ok(if slots {
-            delay.min(self.poll_nap())
-        } else {
-            delay.max(MIN_NAP)
+            .filter(|w| self.core.lanes.holds_slots(&w.dimension))
+            .map(|w| {
+                let lane = self.core.lane(&w.dimension);
+                let memory = lane.memory();
+                let base = self.core.config.slot_poll;
+                memory
+                    .row()
+                    .map_or(base, |row| row.waiting.spacing(now, base))
+            })
+            .max();
+        Ok(match poll {
+            Some(poll) => delay.min(poll_nap(poll)),
+            None => delay.max(MIN_NAP),
         })
     }
+}
 
-    /// A wait of half to all of the slot poll interval, drawn at random so that waiting
-    /// processes do not look at the store all at once.
-    fn poll_nap(&self) -> Duration {
-        let poll = self.core.config.slot_poll;
-        let half = poll / 2;
-        let jitter = rand::rng().random_range(0..=(poll - half).as_micros() as u64);
-        (half + Duration::from_micros(jitter)).max(MIN_NAP)
-    }
+/// A wait of half to all of `poll` (the slot poll interval, or longer when many clients
+/// wait: see [`Waiting`](crate::store::Waiting)), drawn at random so that waiting processes
+/// do not look at the store all at once.
+fn poll_nap(poll: Duration) -> Duration {
+    let half = poll / 2;
+    let jitter = rand::rng().random_range(0..=(poll - half).as_micros() as u64);
+    (half + Duration::from_micros(jitter)).max(MIN_NAP)
 }
 
 #[cfg(test)]

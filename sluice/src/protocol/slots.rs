@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
+use rand::RngExt as _;
+
 use crate::acquire::Wanted;
-use crate::bucket::{BucketState, Take};
+use crate::bucket::{BucketState, Take, Waiting};
 use crate::clock::UnixMillis;
 use crate::config::COOLDOWN_CALLER;
 use crate::error::Error;
@@ -95,18 +97,50 @@ pub(crate) async fn slots_short(
     floor: Tokens,
 ) -> Result<Refusal, Error> {
     let lane = core.lane(&row.dimension);
-    let poll = core.config.slot_poll;
+    // However many clients wait, together they look about a hundred times a second.
+    let poll = row.waiting.spacing(now, core.config.slot_poll);
     let known = lane.memory().slots_back(now, poll);
     let back = match known {
         Some(back) => back,
-        None => match slot_outlook(core, row, now, looked_again).await? {
-            SlotOutlook::LookAgain => return Ok(Refusal::LookAgain),
-            SlotOutlook::BackBy(back) => back,
-        },
+        None => {
+            let (outlook, ()) = tokio::join!(
+                slot_outlook(core, row, now, looked_again),
+                count_waiting(core, row, now)
+            );
+            match outlook? {
+                SlotOutlook::LookAgain => return Ok(Refusal::LookAgain),
+                SlotOutlook::BackBy(back) => back,
+            }
+        }
     };
     Ok(Refusal::Wait(
         lane.memory().confirm_slots_short(now, back, poll, floor),
     ))
+}
+
+/// Counts this client among the clients waiting for a slot of `row`'s bucket, once an
+/// epoch: when many wait, one in `weight` of them does, adding `weight` (see [`Waiting`]).
+/// The count is an estimate, so a failure only leaves it as it was.
+async fn count_waiting(core: &Core, row: &BucketState, now: UnixMillis) {
+    let epoch = Waiting::epoch(now);
+    let lane = core.lane(&row.dimension);
+    if !lane.memory().count_in(epoch) {
+        return;
+    }
+    let weight = row.waiting.weight(now);
+    if weight > 1 && rand::rng().random_range(0..weight) != 0 {
+        return;
+    }
+    let forget = row.waiting.stale(now);
+    match core
+        .store
+        .count_waiting(&row.dimension, epoch, weight, &forget)
+        .await
+    {
+        Ok(Some(after)) => lane.memory().learn_waiting(after.waiting),
+        Ok(None) => {}
+        Err(error) => tracing::debug!(%error, "the waiting clients were not counted"),
+    }
 }
 
 /// What a short `concurrent` bucket's leases say.
@@ -170,7 +204,12 @@ async fn slot_outlook(
     if found_expired && looked_again < MAX_LOOKS_AGAIN {
         // Another client gave them back first: the bucket may hold their slots now.
         let current = core.read_one(dimension).await?;
-        if current.as_ref() != Some(row) {
+        // Counting waiting clients changes nothing else.
+        let unchanged = current.is_some_and(|mut c| {
+            c.waiting = row.waiting.clone();
+            c == *row
+        });
+        if !unchanged {
             return Ok(SlotOutlook::LookAgain);
         }
     }

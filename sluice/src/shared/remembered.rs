@@ -26,7 +26,8 @@
 //!    comes from the store again (rule 2). A denial is never derived again from a row nobody
 //!    has looked at since a RetryIn ran out.
 //! 4. **A short `concurrent` bucket is remembered for at most the slot poll interval**
-//!    ([`Config::slot_poll`](crate::Config::slot_poll), 300 ms by default): its tokens come
+//!    ([`Config::slot_poll`](crate::Config::slot_poll), 300 ms by default, spaced further
+//!    when many clients wait on it: see [`Waiting`](crate::store::Waiting)): its tokens come
 //!    back only through releases, which memory cannot see. Its RetryIn is a good time to
 //!    look again: while any live lease could be released by its holder, the poll
 //!    interval, or sooner if a lease may be given back sooner (its expiry plus the
@@ -107,6 +108,9 @@ pub(crate) struct Remembered {
     wrote: bool,
     /// How often other writers write the row (kept when it is forgotten).
     pace: pace::Pace,
+    /// The last epoch this client counted itself among the clients waiting for a slot
+    /// (see [`Waiting`](crate::bucket::Waiting); kept when the row is forgotten).
+    counted_in: Option<u64>,
 }
 
 /// What the live leases of a short `concurrent` bucket say about when a slot comes back.
@@ -175,6 +179,22 @@ impl Remembered {
     /// [`Want::herd`](crate::bucket::Want)).
     pub(crate) fn wrote(&self) -> bool {
         self.wrote
+    }
+
+    /// Whether this client is to count itself among the clients waiting for a slot in
+    /// `epoch`: once an epoch.
+    pub(crate) fn count_in(&mut self, epoch: u64) -> bool {
+        let first = self.counted_in != Some(epoch);
+        self.counted_in = Some(epoch);
+        first
+    }
+
+    /// The waiting clients as this client's count left them: the row's new counts (the
+    /// count changed nothing else in it).
+    pub(crate) fn learn_waiting(&mut self, waiting: crate::bucket::Waiting) {
+        if let Some(row) = self.row.as_mut() {
+            row.waiting = waiting;
+        }
     }
 
     /// When the remembered row was learned from the store, by the client's clock.
@@ -270,6 +290,7 @@ impl Remembered {
             seen: self.seen,
             wrote: self.wrote,
             pace: self.pace,
+            counted_in: self.counted_in,
             ..Remembered::default()
         };
     }

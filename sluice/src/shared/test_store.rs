@@ -138,6 +138,7 @@ hooked_store!({
 } passed {
     put_leases(leases: &[LeaseRecord]) -> Result<(), StoreError>;
     renew_lease(key: &LeaseKey, from: crate::clock::UnixMillis, to: crate::clock::UnixMillis) -> Result<bool, StoreError>;
+    count_waiting(dimension: &Dimension, epoch: u64, weight: u64, forget: &[u64]) -> Result<Option<BucketState>, StoreError>;
     read_leases(keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError>;
     scan_leases(filter: &LeaseFilter) -> Result<LeaseScan, StoreError>;
     put_bucket(state: &BucketState, expected: Option<&BucketState>) -> Result<bool, StoreError>;

@@ -182,6 +182,20 @@ impl Store for MemoryStore {
         Ok(rows.leases.remove(key).is_some())
     }
 
+    async fn count_waiting(
+        &self,
+        dimension: &Dimension,
+        epoch: u64,
+        weight: u64,
+        forget: &[u64],
+    ) -> Result<Option<BucketState>, StoreError> {
+        let mut rows = self.rows();
+        Ok(rows.buckets.get_mut(dimension).map(|row| {
+            row.waiting.add(epoch, weight, forget);
+            row.clone()
+        }))
+    }
+
     async fn renew_lease(
         &self,
         key: &LeaseKey,

@@ -32,6 +32,7 @@ mod error;
 mod lease;
 mod write;
 
+pub use crate::bucket::Waiting;
 pub use error::{BoxError, StoreError};
 pub use lease::{LeaseFilter, LeaseKey, LeaseRecord, LeaseScan};
 pub(crate) use write::WriteProbe;
@@ -192,6 +193,28 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         from: UnixMillis,
         to: UnixMillis,
     ) -> Result<bool, StoreError>;
+
+    /// Counts `weight` more clients waiting for a slot of `dimension`'s bucket in `epoch`
+    /// and forgets the counts of the epochs `forget` (see
+    /// [`Waiting`](crate::store::Waiting)), changing nothing else in the row: not its
+    /// version nor its write id, so that it never fails another writer's condition. The
+    /// row as it stands after, or `None` when there is no bucket (none is created). A
+    /// count is an estimate: one lost, or applied twice, only spaces the waiting clients'
+    /// looks a little differently.
+    ///
+    /// The default counts nothing and reads the row: the waiting clients then look at the
+    /// slot poll interval, however many wait.
+    async fn count_waiting(
+        &self,
+        dimension: &Dimension,
+        epoch: u64,
+        weight: u64,
+        forget: &[u64],
+    ) -> Result<Option<BucketState>, StoreError> {
+        let _ = (epoch, weight, forget);
+        let mut rows = self.read_buckets(std::slice::from_ref(dimension)).await?;
+        Ok(rows.pop().flatten())
+    }
 
     /// The most writes a second one row takes, if the store bounds it: then a client
     /// spreads a bucket whose rows near it over more rows (see

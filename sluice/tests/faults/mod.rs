@@ -112,6 +112,19 @@ impl Store for Switch {
         self.inner.renew_lease(key, from, to).await
     }
 
+    async fn count_waiting(
+        &self,
+        dimension: &Dimension,
+        epoch: u64,
+        weight: u64,
+        forget: &[u64],
+    ) -> Result<Option<BucketState>, StoreError> {
+        self.check()?;
+        self.inner
+            .count_waiting(dimension, epoch, weight, forget)
+            .await
+    }
+
     async fn respread_buckets(
         &self,
         expected: &[BucketState],

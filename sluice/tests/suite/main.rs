@@ -34,3 +34,4 @@ mod priorities;
 mod properties;
 mod retry_partitions;
 mod tracing;
+mod waiting;

@@ -369,6 +369,18 @@ impl Store for Remote {
             .await
     }
 
+    async fn count_waiting(
+        &self,
+        dimension: &Dimension,
+        epoch: u64,
+        weight: u64,
+        forget: &[u64],
+    ) -> Result<Option<BucketState>, StoreError> {
+        let (d, forget) = (dimension.clone(), forget.to_vec());
+        self.run(|s| async move { s.count_waiting(&d, epoch, weight, &forget).await })
+            .await
+    }
+
     async fn respread_buckets(
         &self,
         expected: &[BucketState],
@@ -481,6 +493,19 @@ impl Store for ClientStore {
     ) -> Result<bool, StoreError> {
         self.enter().await;
         self.inner.renew_lease(key, from, to).await
+    }
+
+    async fn count_waiting(
+        &self,
+        dimension: &Dimension,
+        epoch: u64,
+        weight: u64,
+        forget: &[u64],
+    ) -> Result<Option<BucketState>, StoreError> {
+        self.enter().await;
+        self.inner
+            .count_waiting(dimension, epoch, weight, forget)
+            .await
     }
 
     async fn respread_buckets(

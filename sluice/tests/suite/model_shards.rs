@@ -156,6 +156,17 @@ impl Store for Counted {
     ) -> Result<bool, StoreError> {
         self.inner.renew_lease(key, from, to).await
     }
+    async fn count_waiting(
+        &self,
+        dimension: &Dimension,
+        epoch: u64,
+        weight: u64,
+        forget: &[u64],
+    ) -> Result<Option<BucketState>, StoreError> {
+        self.inner
+            .count_waiting(dimension, epoch, weight, forget)
+            .await
+    }
     fn loses_answers(&self) -> bool {
         self.inner.loses_answers()
     }

@@ -12,6 +12,7 @@ use super::row::{self, Expr};
 use super::{DynamoStore, EXISTS, Units};
 use crate::bucket::{BucketState, Commute, Condition, MAX_VERSION, TokensOp};
 use crate::clock::UnixMillis;
+use crate::dimension::Dimension;
 use crate::store::{BucketChange, ChangeError, LeaseKey, StoreError};
 
 /// A call's configuration that sends it once: what adds to a row must not be resent after
@@ -271,6 +272,47 @@ impl DynamoStore {
             .expression_attribute_values(":ttl", row::n(to.as_secs_ceil() + row::TTL_GRACE_SECS));
         let request = send_once!(update);
         self.applied(self.billed(Units::Write, request).await)
+    }
+
+    /// Adds `weight` to the row's count of clients waiting in `epoch` and removes the
+    /// counts of the epochs `forget`, in one `UpdateItem` on condition that the row exists
+    /// (see [`Store::count_waiting`](crate::store::Store::count_waiting)); the row after.
+    pub(super) async fn count_waiting_row(
+        &self,
+        dimension: &Dimension,
+        epoch: u64,
+        weight: u64,
+        forget: &[u64],
+    ) -> Result<Option<BucketState>, StoreError> {
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(row::key(dimension.as_str())))
+            .condition_expression(EXISTS)
+            .expression_attribute_names("#c", row::waiting_attribute(epoch))
+            .expression_attribute_values(":zero", row::n(0))
+            .expression_attribute_values(":w", row::n(weight))
+            .return_values(ReturnValue::AllNew);
+        let mut expression = "SET #c = if_not_exists(#c, :zero) + :w".to_owned();
+        let stale: Vec<u64> = forget.iter().copied().filter(|e| *e != epoch).collect();
+        for (i, e) in stale.iter().enumerate() {
+            expression.push_str(if i == 0 { " REMOVE " } else { ", " });
+            expression.push_str(&format!("#f{i}"));
+            update =
+                update.expression_attribute_names(format!("#f{i}"), row::waiting_attribute(*e));
+        }
+        let request = send_once!(update.update_expression(expression));
+        match self.billed(Units::Write, request).await {
+            Ok(out) => out.attributes().map(row::bucket_state).transpose(),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(UpdateItemError::is_conditional_check_failed_exception) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(self.err(e)),
+        }
     }
 
     /// Whether a conditional write applied: a failed condition is `false`.

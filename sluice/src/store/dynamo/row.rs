@@ -154,6 +154,7 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
         item.insert(MODE.to_owned(), mode);
     }
     item.extend(ledger_attributes(&state.shadow));
+    item.extend(waiting_attributes(&state.waiting));
     if let Some(schedule) = state.bucket.schedule() {
         item.insert(SCHEDULE.to_owned(), s(schedule.to_string()));
     }
@@ -338,6 +339,7 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
         shards,
         write_ceiling: read_write_ceiling(&r)?,
         shadow: read_ledger(&r)?,
+        waiting: read_waiting(&r, item)?,
     };
     // A row that cannot be a bucket (a `requests` row that never refills, a lean
     // `concurrent` one, values beyond every bound) is refused, never used.
@@ -427,6 +429,7 @@ mod reserves;
 mod same;
 mod schedule;
 mod shadow;
+mod waiting;
 mod writes;
 
 pub(crate) use rate::{carry_value, rate_attributes};
@@ -439,6 +442,8 @@ pub(crate) use schedule::SCHEDULE;
 use schedule::read_schedule;
 pub(crate) use shadow::{MODE, SHADOW_OWED, SHADOW_REFUSED, ledger_attributes, mode_value};
 use shadow::{read_ledger, read_mode};
+use waiting::read_waiting;
+pub(crate) use waiting::{waiting_attribute, waiting_attributes};
 use writes::{
     read_recent_writes, read_shard_limit, read_shards, read_write_ceiling, read_write_id,
 };

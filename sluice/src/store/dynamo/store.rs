@@ -75,6 +75,17 @@ impl Store for DynamoStore {
         self.end_lease_row(key, expiring_at).await
     }
 
+    async fn count_waiting(
+        &self,
+        dimension: &Dimension,
+        epoch: u64,
+        weight: u64,
+        forget: &[u64],
+    ) -> Result<Option<BucketState>, StoreError> {
+        self.count_waiting_row(dimension, epoch, weight, forget)
+            .await
+    }
+
     async fn renew_lease(
         &self,
         key: &LeaseKey,

@@ -131,6 +131,17 @@ impl Store for Gate {
     ) -> Result<bool, StoreError> {
         self.inner.renew_lease(key, from, to).await
     }
+    async fn count_waiting(
+        &self,
+        dimension: &Dimension,
+        epoch: u64,
+        weight: u64,
+        forget: &[u64],
+    ) -> Result<Option<BucketState>, StoreError> {
+        self.inner
+            .count_waiting(dimension, epoch, weight, forget)
+            .await
+    }
     async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
         self.inner.delete_leases(keys).await
     }

@@ -459,3 +459,43 @@ pub async fn a_slot_renewal_and_a_reclaim_of_its_row_never_both_win(env: Env) {
     lease.release().await.unwrap();
     assert_eq!(env.available("concurrent").await, Tokens::new(1));
 }
+
+/// Counting the clients that wait for a slot changes nothing else in the row (its
+/// version, write id and tokens stay, so no other writer's condition fails), forgets the
+/// epochs it is told to, and never creates a bucket.
+pub async fn counting_waiting_clients_changes_nothing_else_in_the_row(env: Env) {
+    let dim: sluice::Dimension = env.dim("concurrent").parse().unwrap();
+    env.sluice
+        .put_bucket(dim.as_str(), Bucket::concurrent(2))
+        .await
+        .unwrap();
+    let before = env.sluice.bucket(dim.as_str()).await.unwrap().unwrap();
+    let counts = |row: &BucketState| row.waiting.counts().collect::<Vec<_>>();
+    let counted = env.store.count_waiting(&dim, 7, 3, &[]).await.unwrap();
+    let counted = counted.expect("the row");
+    assert_eq!(counts(&counted), vec![(7, 3)]);
+    let mut rest = counted.clone();
+    rest.waiting = before.waiting.clone();
+    assert_eq!(rest, before, "nothing else changed");
+    // The next epoch, forgetting the one before the last.
+    env.store.count_waiting(&dim, 8, 32, &[]).await.unwrap();
+    env.store.count_waiting(&dim, 9, 1, &[7]).await.unwrap();
+    let counted = env.store.count_waiting(&dim, 9, 2, &[]).await.unwrap();
+    assert_eq!(counts(&counted.unwrap()), vec![(8, 32), (9, 3)]);
+    // A grant goes on as before, and leaves the counts.
+    let lease = env.sluice.acquire(dim.as_str()).await.unwrap();
+    let after = env.sluice.bucket(dim.as_str()).await.unwrap().unwrap();
+    assert_eq!(after.tokens, Tokens::new(1));
+    assert_eq!(counts(&after), vec![(8, 32), (9, 3)]);
+    lease.release().await.unwrap();
+    // No bucket: nothing counted, nothing created.
+    let gone: sluice::Dimension = env.dim("gone").parse().unwrap();
+    assert!(
+        env.store
+            .count_waiting(&gone, 9, 1, &[])
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(env.sluice.bucket(gone.as_str()).await.unwrap().is_none());
+}

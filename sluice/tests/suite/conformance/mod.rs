@@ -260,6 +260,7 @@ macro_rules! suite {
             fills_within_one_millisecond_count_refill_to_the_microsecond,
             slots_are_given_back_exactly_once_by_their_holders,
             a_slot_renewal_and_a_reclaim_of_its_row_never_both_win,
+            counting_waiting_clients_changes_nothing_else_in_the_row,
             a_redefinition_keeps_the_live_leases,
             an_expired_slot_is_reclaimed_once_by_a_short_bucket_or_the_reconciler,
             a_pair_refused_on_one_dimension_holds_nothing_on_the_other,
