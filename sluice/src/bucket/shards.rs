@@ -226,7 +226,7 @@ pub(crate) fn reshard(
             } else {
                 ShadowLedger::default()
             },
-            // The count of waiting clients goes with the row of the same place.
+            // The count of waiting callers goes with the row of the same place.
             waiting: rows
                 .get(usize::from(k))
                 .map(|r| r.waiting.clone())

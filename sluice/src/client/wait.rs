@@ -1,6 +1,8 @@
 //! Waiting for capacity within a deadline: a caller that waits takes its turn in the
 //! bucket's queue with one write, rather than coming back when everyone else does.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rand::RngExt as _;
@@ -13,6 +15,7 @@ use crate::acquire::Acquire;
 use crate::clock::UnixMillis;
 use crate::error::Error;
 use crate::lease::Lease;
+use crate::shared::lanes::Lane;
 use crate::store::StoreError;
 pub(crate) use parked::Parked;
 
@@ -83,6 +86,8 @@ impl Sluice {
             })
         };
         let mut fresh_after = None;
+        // Counted among the callers waiting for a slot while it waits for one.
+        let mut waiting = None;
         // The last RetryIn, and when it was answered: the answer at the deadline when the
         // store has not answered the acquire after it.
         let mut last: Option<(Duration, Instant)> = None;
@@ -114,7 +119,10 @@ impl Sluice {
                 }
                 Ok(lease) => return Err(self.park(&request, lease)),
                 Err(Error::RetryIn(delay)) => {
-                    let nap = self.nap(&request, delay)?;
+                    let (nap, slots) = self.nap(&request, delay)?;
+                    if waiting.is_none() && !slots.is_empty() {
+                        waiting = Some(WaitingForSlots::new(slots));
+                    }
                     // Asked again at the deadline, the store's answer would come after it.
                     if nap >= left() {
                         return Err(Error::RetryIn(delay));
@@ -197,25 +205,51 @@ impl Sluice {
     /// How long a caller refused for `delay` waits before asking again: the delay, but a
     /// slot may come back before its RetryIn (released elsewhere), so on a `concurrent`
     /// bucket at most a jittered poll interval.
-    fn nap(&self, request: &Acquire, delay: Duration) -> Result<Duration, Error> {
+    /// Also returns the lanes of the `concurrent` buckets it waits on.
+    fn nap(&self, request: &Acquire, delay: Duration) -> Result<(Duration, Vec<Arc<Lane>>), Error> {
         let now = self.now();
-        let poll = request
+        let base = self.core.config.slot_poll;
+        let slots: Vec<Arc<Lane>> = request
             .resolve()?
             .iter()
             .filter(|w| self.core.lanes.holds_slots(&w.dimension))
-            .map(|w| {
-                let lane = self.core.lane(&w.dimension);
+            .map(|w| self.core.lane(&w.dimension))
+            .collect();
+        let poll = slots
+            .iter()
+            .map(|lane| {
                 let memory = lane.memory();
-                let base = self.core.config.slot_poll;
                 memory
                     .row()
                     .map_or(base, |row| row.waiting.spacing(now, base))
             })
             .max();
-        Ok(match poll {
+        let nap = match poll {
             Some(poll) => delay.min(poll_nap(poll)),
             None => delay.max(MIN_NAP),
-        })
+        };
+        Ok((nap, slots))
+    }
+}
+
+/// A caller waiting for slots, counted on their lanes while it waits (see
+/// [`Lane::waiting`]).
+struct WaitingForSlots(Vec<Arc<Lane>>);
+
+impl WaitingForSlots {
+    fn new(lanes: Vec<Arc<Lane>>) -> Self {
+        for lane in &lanes {
+            lane.waiting.fetch_add(1, Ordering::Relaxed);
+        }
+        WaitingForSlots(lanes)
+    }
+}
+
+impl Drop for WaitingForSlots {
+    fn drop(&mut self) {
+        for lane in &self.0 {
+            lane.waiting.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 

@@ -105,8 +105,8 @@ pub struct Config {
     /// waiting one within this interval plus a read and a write. Each waiting process reads
     /// the bucket row about once per half interval to once per interval (its waiters on one
     /// dimension share the reads), plus a lease query when the row changed. When more
-    /// processes wait on one bucket than a hundred looks a second allow, each spaces its
-    /// looks further, by the count of waiting clients the row keeps (see
+    /// callers wait on one bucket than a hundred looks a second allow, each spaces its
+    /// looks further, by the count of waiting callers the row keeps (see
     /// [`Waiting`](crate::store::Waiting)): together they look about a hundred times a
     /// second however many wait, and a freed slot still reaches one of them within about
     /// this interval. At least 1 ms.

@@ -118,8 +118,8 @@ pub(crate) async fn slots_short(
     ))
 }
 
-/// Counts this client among the clients waiting for a slot of `row`'s bucket, once an
-/// epoch: when many wait, one in `weight` of them does, adding `weight` (see [`Waiting`]).
+/// Counts this client's callers among the callers waiting for a slot of `row`'s bucket,
+/// once an epoch (by chance when many wait: see [`Waiting::addition`]).
 /// The count is an estimate, so a failure only leaves it as it was.
 async fn count_waiting(core: &Core, row: &BucketState, now: UnixMillis) {
     let epoch = Waiting::epoch(now);
@@ -127,19 +127,23 @@ async fn count_waiting(core: &Core, row: &BucketState, now: UnixMillis) {
     if !lane.memory().count_in(epoch) {
         return;
     }
-    let weight = row.waiting.weight(now);
-    if weight > 1 && rand::rng().random_range(0..weight) != 0 {
+    // This client's callers waiting on it (an acquire that is not waiting counts as one).
+    let mine = lane.waiting.load(std::sync::atomic::Ordering::Relaxed);
+    let Some(addition) = row
+        .waiting
+        .addition(now, mine, |n| rand::rng().random_range(0..n))
+    else {
         return;
-    }
+    };
     let forget = row.waiting.stale(now);
     match core
         .store
-        .count_waiting(&row.dimension, epoch, weight, &forget)
+        .count_waiting(&row.dimension, epoch, addition, &forget)
         .await
     {
         Ok(Some(after)) => lane.memory().learn_waiting(after.waiting),
         Ok(None) => {}
-        Err(error) => tracing::debug!(%error, "the waiting clients were not counted"),
+        Err(error) => tracing::debug!(%error, "the waiting callers were not counted"),
     }
 }
 
@@ -204,7 +208,7 @@ async fn slot_outlook(
     if found_expired && looked_again < MAX_LOOKS_AGAIN {
         // Another client gave them back first: the bucket may hold their slots now.
         let current = core.read_one(dimension).await?;
-        // Counting waiting clients changes nothing else.
+        // Counting waiting callers changes nothing else.
         let unchanged = current.is_some_and(|mut c| {
             c.waiting = row.waiting.clone();
             c == *row

@@ -161,6 +161,10 @@ pub(crate) struct Lane {
     pub(crate) pushed_back: std::sync::atomic::AtomicU64,
     /// What the lane's acquires cost, of late.
     pub(crate) costs: CallCosts,
+    /// Callers of this client waiting for a slot of the lane's bucket (in
+    /// `acquire_within`): what this client adds when it counts the waiting callers on the
+    /// row (see [`Waiting`](crate::store::Waiting)).
+    pub(crate) waiting: std::sync::atomic::AtomicU64,
 }
 
 /// What one acquire of a lane costs, of late: the mean of the costs asked, the older ones
@@ -216,6 +220,7 @@ impl Default for Lane {
             lost_races: std::sync::atomic::AtomicU32::default(),
             pushed_back: std::sync::atomic::AtomicU64::default(),
             costs: CallCosts::default(),
+            waiting: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }

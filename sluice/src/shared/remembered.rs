@@ -189,7 +189,7 @@ impl Remembered {
         first
     }
 
-    /// The waiting clients as this client's count left them: the row's new counts (the
+    /// The waiting callers as this client's count left them: the row's new counts (the
     /// count changed nothing else in it).
     pub(crate) fn learn_waiting(&mut self, waiting: crate::bucket::Waiting) {
         if let Some(row) = self.row.as_mut() {

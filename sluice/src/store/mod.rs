@@ -194,15 +194,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         to: UnixMillis,
     ) -> Result<bool, StoreError>;
 
-    /// Counts `weight` more clients waiting for a slot of `dimension`'s bucket in `epoch`
+    /// Counts `weight` more callers waiting for a slot of `dimension`'s bucket in `epoch`
     /// and forgets the counts of the epochs `forget` (see
     /// [`Waiting`](crate::store::Waiting)), changing nothing else in the row: not its
     /// version nor its write id, so that it never fails another writer's condition. The
     /// row as it stands after, or `None` when there is no bucket (none is created). A
-    /// count is an estimate: one lost, or applied twice, only spaces the waiting clients'
+    /// count is an estimate: one lost, or applied twice, only spaces the waiting callers'
     /// looks a little differently.
     ///
-    /// The default counts nothing and reads the row: the waiting clients then look at the
+    /// The default counts nothing and reads the row: the waiting callers then look at the
     /// slot poll interval, however many wait.
     async fn count_waiting(
         &self,

@@ -7,7 +7,7 @@ use super::{Item, Reader, n};
 use crate::bucket::Waiting;
 use crate::store::StoreError;
 
-/// The prefix of sluice's extra bucket attributes counting waiting clients, one per epoch.
+/// The prefix of sluice's extra bucket attributes counting waiting callers, one per epoch.
 const PREFIX: &str = "waiting_";
 
 /// The attribute counting the clients waiting in `epoch`.
@@ -23,7 +23,7 @@ pub(crate) fn waiting_attributes(waiting: &Waiting) -> Vec<(String, AttributeVal
         .collect()
 }
 
-/// Reads the row's counts of waiting clients.
+/// Reads the row's counts of waiting callers.
 pub(super) fn read_waiting(r: &Reader<'_>, item: &Item) -> Result<Waiting, StoreError> {
     let mut counts = Vec::new();
     for name in item.keys() {
