@@ -196,7 +196,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Counts `weight` more callers waiting for a slot of `dimension`'s bucket in `epoch`
     /// and forgets the counts of the epochs `forget` (see
-    /// [`Waiting`](crate::store::Waiting)), changing nothing else in the row: not its
+    /// [`Waiting`]), changing nothing else in the row: not its
     /// version nor its write id, so that it never fails another writer's condition. The
     /// row as it stands after, or `None` when there is no bucket (none is created). A
     /// count is an estimate: one lost, or applied twice, only spaces the waiting callers'
