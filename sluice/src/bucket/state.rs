@@ -66,7 +66,7 @@ pub struct BucketState {
     /// bucket, or a client of it, ran in [shadow mode](crate::Mode::Shadow). Other SDKs
     /// leave it as it is.
     pub shadow: ShadowLedger,
-    /// The clients waiting for a slot, as the row counts them (see [`Waiting`]); empty
+    /// The callers waiting for a slot, as the row counts them (see [`Waiting`]); empty
     /// unless the bucket is `concurrent` and callers waited on it. Other SDKs leave it as
     /// it is.
     pub waiting: Waiting,

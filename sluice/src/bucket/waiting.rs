@@ -7,14 +7,14 @@ use crate::clock::UnixMillis;
 
 /// How long one count of waiting callers runs, in unix time: a client adds its waiting
 /// callers at most once per epoch.
-pub(crate) const EPOCH: Duration = Duration::from_secs(20);
+const EPOCH: Duration = Duration::from_secs(20);
 /// How many of the clients waiting on a bucket add their callers to an epoch's count,
 /// about: the others are counted by chance (see [`Waiting::addition`]).
 const SAMPLED: u64 = 32;
 /// How often the waiting callers of one bucket together look at its row, about: each
 /// looks once every `waiting callers / LOOKS_PER_SECOND` seconds on average (never more
 /// often than the slot poll interval, never less than once an epoch).
-pub(crate) const LOOKS_PER_SECOND: u64 = 100;
+const LOOKS_PER_SECOND: u64 = 100;
 /// The most epochs a row keeps a count of: the current one and the one before.
 const KEPT: usize = 2;
 
@@ -36,12 +36,12 @@ const KEPT: usize = 2;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Waiting {
-    /// `(epoch, clients)`, by epoch.
+    /// `(epoch, callers)`, by epoch.
     counts: Vec<(u64, u64)>,
 }
 
 impl Waiting {
-    /// The counts as stored, `(epoch, clients)` by epoch, an epoch being the number of
+    /// The counts as stored, `(epoch, callers)` by epoch, an epoch being the number of
     /// whole 20-second spans since the unix epoch.
     pub fn counts(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.counts.iter().copied()

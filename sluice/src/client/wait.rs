@@ -212,8 +212,7 @@ impl Sluice {
         let slots: Vec<Arc<Lane>> = request
             .resolve()?
             .iter()
-            .filter(|w| self.core.lanes.holds_slots(&w.dimension))
-            .map(|w| self.core.lane(&w.dimension))
+            .filter_map(|w| self.core.lanes.slots_lane(&w.dimension))
             .collect();
         let poll = slots
             .iter()
@@ -253,7 +252,7 @@ impl Drop for WaitingForSlots {
     }
 }
 
-/// A wait of half to all of `poll` (the slot poll interval, or longer when many clients
+/// A wait of half to all of `poll` (the slot poll interval, or longer when many callers
 /// wait: see [`Waiting`](crate::store::Waiting)), drawn at random so that waiting processes
 /// do not look at the store all at once.
 fn poll_nap(poll: Duration) -> Duration {

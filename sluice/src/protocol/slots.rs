@@ -12,6 +12,7 @@ use crate::clock::UnixMillis;
 use crate::config::COOLDOWN_CALLER;
 use crate::error::Error;
 use crate::shared::Core;
+use crate::shared::lanes::Lane;
 use crate::shared::remembered::{SlotsBack, retry_in};
 use crate::store::LeaseRecord;
 use crate::tokens::Tokens;
@@ -97,7 +98,7 @@ pub(crate) async fn slots_short(
     floor: Tokens,
 ) -> Result<Refusal, Error> {
     let lane = core.lane(&row.dimension);
-    // However many clients wait, together they look about a hundred times a second.
+    // However many callers wait, together they look about a hundred times a second.
     let poll = row.waiting.spacing(now, core.config.slot_poll);
     let known = lane.memory().slots_back(now, poll);
     let back = match known {
@@ -105,7 +106,7 @@ pub(crate) async fn slots_short(
         None => {
             let (outlook, ()) = tokio::join!(
                 slot_outlook(core, row, now, looked_again),
-                count_waiting(core, row, now)
+                count_waiting(core, &lane, row, now)
             );
             match outlook? {
                 SlotOutlook::LookAgain => return Ok(Refusal::LookAgain),
@@ -121,9 +122,8 @@ pub(crate) async fn slots_short(
 /// Counts this client's callers among the callers waiting for a slot of `row`'s bucket,
 /// once an epoch (by chance when many wait: see [`Waiting::addition`]).
 /// The count is an estimate, so a failure only leaves it as it was.
-async fn count_waiting(core: &Core, row: &BucketState, now: UnixMillis) {
+async fn count_waiting(core: &Core, lane: &Lane, row: &BucketState, now: UnixMillis) {
     let epoch = Waiting::epoch(now);
-    let lane = core.lane(&row.dimension);
     if !lane.memory().count_in(epoch) {
         return;
     }

@@ -84,11 +84,13 @@ impl Lanes {
         }
     }
 
-    /// Whether `dimension` is, as far as this client knows, a `concurrent` bucket.
-    pub(crate) fn holds_slots(&self, dimension: &Dimension) -> bool {
+    /// The lane of `dimension` when it is, as far as this client knows, a `concurrent`
+    /// bucket.
+    pub(crate) fn slots_lane(&self, dimension: &Dimension) -> Option<Arc<Lane>> {
         lock(&self.lanes)
             .get(dimension)
-            .is_some_and(|lane| lane.memory().holds_slots())
+            .filter(|lane| lane.memory().holds_slots())
+            .cloned()
     }
 }
 

@@ -9,6 +9,7 @@ mod architecture;
 mod client;
 mod concurrency;
 mod conformance;
+mod counted;
 mod docs;
 #[path = "../dynamo/mod.rs"]
 mod dynamo;

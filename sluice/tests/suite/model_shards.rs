@@ -21,6 +21,7 @@
 //!
 //! On the in-memory store (many cases) and on DynamoDB (fewer, a table each).
 
+use crate::counted::Counted;
 use crate::dynamo;
 
 use std::collections::HashMap;
@@ -29,13 +30,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use sluice::store::{
-    BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
-    Store, StoreError,
-};
+use sluice::store::Store;
 use sluice::{
-    Acquire, Bucket, BucketState, Config, Dimension, Error, Lease, ManualClock, MemoryStore,
-    Priority, Protocol, RefillRate, Sluice, Tokens, UnixMillis,
+    Acquire, Bucket, BucketState, Config, Error, Lease, ManualClock, MemoryStore, Priority,
+    Protocol, RefillRate, Sluice, Tokens, UnixMillis,
 };
 
 const D: &str = "model#tpm";
@@ -74,108 +72,6 @@ fn op() -> impl Strategy<Value = Op> {
 /// every reserve).
 fn priority_of(i: usize) -> Option<Priority> {
     [None, Some("interactive"), Some("batch")][i % 3].map(|p| p.parse().unwrap())
-}
-
-/// A client's view of the shared store: the same store, its calls on bucket rows counted
-/// (a refusal answered with no call came from the client's memory).
-#[derive(Debug)]
-struct Counted {
-    inner: Arc<dyn Store>,
-    calls: Arc<AtomicU64>,
-    reads: Arc<AtomicU64>,
-}
-
-impl Counted {
-    fn count(&self) {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for Counted {
-    async fn read_buckets(&self, d: &[Dimension]) -> Result<Vec<Option<BucketState>>, StoreError> {
-        self.count();
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.read_buckets(d).await
-    }
-    async fn commit(&self, commit: Commit) -> Result<(), CommitError> {
-        self.count();
-        self.inner.commit(commit).await
-    }
-    async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
-        self.count();
-        self.inner.change(change).await
-    }
-    async fn respread_buckets(
-        &self,
-        old: &[BucketState],
-        new: &[BucketState],
-        moves: &[Option<sluice::Commute>],
-    ) -> Result<bool, StoreError> {
-        self.count();
-        self.inner.respread_buckets(old, new, moves).await
-    }
-    async fn delete_leases(&self, keys: &[LeaseKey]) -> Result<(), StoreError> {
-        self.inner.delete_leases(keys).await
-    }
-    async fn read_leases(&self, keys: &[LeaseKey]) -> Result<Vec<Option<LeaseRecord>>, StoreError> {
-        self.inner.read_leases(keys).await
-    }
-    async fn scan_leases(&self, filter: &LeaseFilter) -> Result<LeaseScan, StoreError> {
-        self.inner.scan_leases(filter).await
-    }
-    async fn slot_leases(
-        &self,
-        d: &Dimension,
-        limit: usize,
-    ) -> Result<Vec<LeaseRecord>, StoreError> {
-        self.inner.slot_leases(d, limit).await
-    }
-    async fn put_bucket(
-        &self,
-        state: &BucketState,
-        expected: Option<&BucketState>,
-    ) -> Result<bool, StoreError> {
-        self.inner.put_bucket(state, expected).await
-    }
-    async fn put_leases(&self, leases: &[LeaseRecord]) -> Result<(), StoreError> {
-        self.inner.put_leases(leases).await
-    }
-    async fn end_lease(
-        &self,
-        key: &LeaseKey,
-        expiring_at: Option<sluice::UnixMillis>,
-    ) -> Result<bool, StoreError> {
-        self.inner.end_lease(key, expiring_at).await
-    }
-    async fn renew_lease(
-        &self,
-        key: &LeaseKey,
-        from: sluice::UnixMillis,
-        to: sluice::UnixMillis,
-    ) -> Result<bool, StoreError> {
-        self.inner.renew_lease(key, from, to).await
-    }
-    async fn count_waiting(
-        &self,
-        dimension: &Dimension,
-        epoch: u64,
-        weight: u64,
-        forget: &[u64],
-    ) -> Result<Option<BucketState>, StoreError> {
-        self.inner
-            .count_waiting(dimension, epoch, weight, forget)
-            .await
-    }
-    fn loses_answers(&self) -> bool {
-        self.inner.loses_answers()
-    }
-    async fn list_buckets(&self) -> Result<Vec<BucketState>, StoreError> {
-        self.inner.list_buckets().await
-    }
-    async fn delete_bucket(&self, d: &Dimension) -> Result<bool, StoreError> {
-        self.inner.delete_bucket(d).await
-    }
 }
 
 struct Client {
@@ -277,9 +173,9 @@ impl World {
                     ..Config::default()
                 })
                 .store(Counted {
-                    inner: store.clone(),
                     calls: calls.clone(),
                     reads: reads.clone(),
+                    ..Counted::new(store.clone())
                 })
                 .clock(clock.clone())
                 .build()
