@@ -215,7 +215,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 #[cfg(test)]
 mod tests {
-    use sluice::{ManualClock, Tokens, UnixMillis};
+    use sluice::{Tokens, clock::ManualClock, clock::UnixMillis};
 
     use super::*;
 

@@ -18,7 +18,8 @@ use sluice::store::{
     Store, StoreError,
 };
 use sluice::{
-    Bucket, BucketState, Clock as _, Dimension, RefillRate, Sluice, SystemClock, UnixMillis,
+    Bucket, Dimension, RefillRate, Sluice, bucket::BucketState, clock::Clock as _,
+    clock::SystemClock, clock::UnixMillis,
 };
 
 const DIMENSIONS: usize = 100_000;
@@ -74,7 +75,7 @@ impl Store for Forgetful {
         &self,
         _expected: &[BucketState],
         _rows: &[BucketState],
-        _moves: &[Option<sluice::Commute>],
+        _moves: &[Option<sluice::store::Commute>],
     ) -> Result<bool, StoreError> {
         Ok(true)
     }

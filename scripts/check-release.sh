@@ -74,6 +74,9 @@ with zipfile.ZipFile(sys.argv[1]) as z:
 print(f"ok: {sys.argv[1]} holds an executable bootstrap of {info.file_size} bytes")
 PY
 
+# The API checker, built by the test build before the RUSTC_BOOTSTRAP builds below.
+api_check=$(built_executable bin api-check)
+
 # docs.rs documents with nightly and `--cfg docsrs`; RUSTC_BOOTSTRAP lets this stable
 # toolchain take the same path (`doc_cfg`), and warnings (broken links) fail it. Last:
 # build scripts that probe the toolchain (proc-macro2's) run again when RUSTC_BOOTSTRAP
@@ -81,7 +84,7 @@ PY
 # comes before this one.
 RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo doc --no-deps --locked \
     -p sluice-limiter -p sluice-dimension -p sluice-macros -p sluice-tower -p sluice-reqwest \
-    -p sluice-lambda --features sluice-limiter/dynamodb,sluice-limiter/macros,sluice-limiter/serde,sluice-tower/http
+    -p sluice-lambda --features sluice-limiter/dynamodb,sluice-limiter/macros,sluice-limiter/serde,sluice-limiter/unstable-store,sluice-tower/http
 marked() {
     if ! grep -q "Available on <strong>crate feature <code>$2</code></strong> only" "$target/doc/$1"; then
         echo "FAILED: $1 does not say it needs the crate feature $2" >&2
@@ -92,3 +95,8 @@ marked() {
 marked sluice_tower/struct.TooManyRequestsLayer.html http
 marked sluice/store/struct.DynamoStore.html dynamodb
 marked sluice/attr.rate_limited.html macros
+marked sluice/store/trait.Store.html unstable-store
+
+# The public API of each published crate, as committed under api/ (after the docs, for the
+# same reason: rustdoc's JSON needs RUSTC_BOOTSTRAP too).
+API_CHECK_BIN="$api_check" ./scripts/check-api.sh

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use sluice::store::StoreError;
-use sluice::{Acquire, Clock as _, Config, Error, SystemClock, UnixMillis};
+use sluice::{Acquire, Config, Error, clock::Clock as _, clock::SystemClock, clock::UnixMillis};
 
 use crate::Args;
 use crate::worker::{Costs, store};
@@ -241,7 +241,7 @@ pub(crate) async fn child(args: Args, kind_of_run: String) {
             max_shards: if args.max_shards > 0 {
                 args.max_shards
             } else {
-                sluice::MAX_SHARDS
+                sluice::config::MAX_SHARDS
             },
         },
         ..Config::default()

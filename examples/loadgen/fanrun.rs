@@ -6,7 +6,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use dynamodb_fidelity::{ItemStats, Stats};
-use sluice::{Bucket, Clock as _, RefillRate, Sluice, SystemClock, Tokens, UnixMillis};
+use sluice::{
+    Bucket, RefillRate, Sluice, Tokens, clock::Clock as _, clock::SystemClock, clock::UnixMillis,
+};
 
 use crate::Args;
 use crate::fanout::{FLOOR, FanReport, MODES, SLOTS, floor_key};

@@ -10,7 +10,7 @@
 //! grant, the waits against a fair queue's, and fairness across processes).
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use sluice::{Bucket, Clock as _, RefillRate, Sluice, SystemClock};
+use sluice::{Bucket, RefillRate, Sluice, clock::Clock as _, clock::SystemClock};
 
 use crate::Args;
 use crate::fanout::{FLOOR, WAIT_AT_MOST, floor_key};

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice::{Acquire, Bucket, BucketState, Clock as _, RefillRate, Sluice, SystemClock, Tokens};
+use sluice::{
+    Acquire, Bucket, RefillRate, Sluice, Tokens, bucket::BucketState, clock::Clock as _,
+    clock::SystemClock,
+};
 
 use crate::Args;
 use crate::fanrun::{Target, errors, items, ratio, run as fan_run, warm_up};
@@ -30,7 +33,7 @@ async fn rows_of(sluice: &Sluice, dimension: &str) -> Vec<BucketState> {
 /// Every key a bucket of `dimension` may have rows under.
 pub(crate) fn keys(dimension: &str) -> Vec<String> {
     std::iter::once(dimension.to_owned())
-        .chain((1..sluice::MAX_SHARDS).map(|k| format!("{dimension}#{k}")))
+        .chain((1..sluice::config::MAX_SHARDS).map(|k| format!("{dimension}#{k}")))
         .collect()
 }
 

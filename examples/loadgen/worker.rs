@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
 use sluice::{
-    Acquire, Bucket, Clock as _, Config, DynamoStore, Error, Prefetch, Protocol, SystemClock,
-    Tokens, UnixMillis,
+    Acquire, Bucket, Config, DynamoStore, Error, Prefetch, Tokens, clock::Clock as _,
+    clock::SystemClock, clock::UnixMillis, config::Protocol,
 };
 
 use crate::Args;

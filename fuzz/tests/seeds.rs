@@ -8,7 +8,9 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use sluice::__fuzz::{Item, read_bucket_row, read_lease_row, write_bucket_row, write_lease_row};
 use sluice::store::{LeaseKey, LeaseRecord};
-use sluice::{Bucket, BucketState, RecentWrites, RefillRate, Tokens, UnixMillis};
+use sluice::{
+    Bucket, RefillRate, Tokens, bucket::BucketState, clock::UnixMillis, store::RecentWrites,
+};
 use sluice_fuzz::input::Reader;
 use sluice_fuzz::targets::row;
 use sluice_fuzz::{Budget, TARGETS, Target, driver};
@@ -118,16 +120,14 @@ fn realistic_rows() -> Vec<(&'static str, Item)> {
         Bucket::requests(RefillRate::per_minute(500)),
         at,
     );
-    let stamped = BucketState {
-        write_id: Some(0x00ab_cdef_0123_4567),
-        version: 42,
-        tokens: "46.5".parse().unwrap(),
-        recent_writes: RecentWrites {
-            writes: vec![(1, at), (u64::MAX, UnixMillis::new(at.as_millis() + 10))],
-            forgotten: UnixMillis::new(at.as_millis() - 500),
-        },
-        ..rpm.clone()
-    };
+    let mut stamped = rpm.clone();
+    stamped.set_write_id(Some(0x00ab_cdef_0123_4567));
+    stamped.version = 42;
+    stamped.tokens = "46.5".parse().unwrap();
+    stamped.set_recent_writes(RecentWrites {
+        writes: vec![(1, at), (u64::MAX, UnixMillis::new(at.as_millis() + 10))],
+        forgotten: UnixMillis::new(at.as_millis() - 500),
+    });
     let lean = BucketState::full(
         "openai#tpm".parse().unwrap(),
         Bucket::tokens(RefillRate::per_minute(2_000_000)).lean(),
@@ -140,14 +140,12 @@ fn realistic_rows() -> Vec<(&'static str, Item)> {
     );
     // One a day, refilled a millisecond after it was drained: it carries a part of a
     // billionth.
-    let mut daily = BucketState {
-        tokens: Tokens::ZERO,
-        ..BucketState::full(
-            "mail#daily".parse().unwrap(),
-            Bucket::requests(RefillRate::per_day(1)).with_capacity(10),
-            at,
-        )
-    };
+    let mut daily = BucketState::full(
+        "mail#daily".parse().unwrap(),
+        Bucket::requests(RefillRate::per_day(1)).with_capacity(10),
+        at,
+    );
+    daily.tokens = Tokens::ZERO;
     daily.set_level(daily.refilled(UnixMillis::new(at.as_millis() + 1)));
     let reserved = BucketState::full(
         "openai#tpm".parse().unwrap(),

@@ -30,7 +30,7 @@
 
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::{Value, json};
-use sluice::{ReconcileReport, Sluice};
+use sluice::{Sluice, admin::ReconcileReport};
 
 /// How long a handler waits, before it returns, for the client's background work (see
 /// `Sluice::flush`): Lambda freezes the process once the handler returns.

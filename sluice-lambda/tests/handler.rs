@@ -8,7 +8,9 @@ use std::time::Duration;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
-use sluice::{Acquire, Bucket, Clock as _, DynamoStore, ManualClock, Sluice, SystemClock};
+use sluice::{
+    Acquire, Bucket, DynamoStore, Sluice, clock::Clock as _, clock::ManualClock, clock::SystemClock,
+};
 use sluice_lambda::handler;
 
 /// A store on a fresh table of DynamoDB Local, or `None` (skip) without one.

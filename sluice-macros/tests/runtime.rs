@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use sluice::{Bucket, RefillRate, Sluice, Tokens, TokioClock, UnixMillis, rate_limited};
+use sluice::{
+    Bucket, RefillRate, Sluice, Tokens, clock::TokioClock, clock::UnixMillis, rate_limited,
+};
 
 #[derive(Debug)]
 enum AppError {
@@ -313,12 +315,12 @@ async fn a_caller_that_requeues_on_retry_in_gets_the_slot_another_client_freed()
         .await
         .unwrap();
     let caller = on_store();
-    for released_after in [Duration::ZERO, sluice::DEFAULT_SLOT_POLL / 2] {
+    for released_after in [Duration::ZERO, sluice::config::DEFAULT_SLOT_POLL / 2] {
         let held = holder.acquire("test#concurrent").await.unwrap();
         let Err(AppError::RateLimited(wait)) = one_slot(&caller).await else {
             panic!("the slot is held elsewhere");
         };
-        assert!(wait <= sluice::DEFAULT_SLOT_POLL, "{wait:?}");
+        assert!(wait <= sluice::config::DEFAULT_SLOT_POLL, "{wait:?}");
         tokio::time::sleep(released_after).await;
         held.release().await.unwrap();
         // The caller requeues for the RetryIn, and the slot is there when it asks again.

@@ -8,7 +8,9 @@ use std::future::Future;
 use http::{Extensions, StatusCode};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
-use sluice::{Acquire, Lease, Priority, Report, Sluice, Tighten, Tokens, UnixMillis};
+use sluice::{
+    Acquire, Lease, Priority, Sluice, Tokens, admin::Tighten, bucket::Report, clock::UnixMillis,
+};
 
 use crate::body::{Corrections, hold_until_read};
 use crate::error::{Fate, middleware_error};

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use reqwest::{Request, Url};
-use sluice::{Acquire, Dimension, DimensionError, Priority, Tokens};
+use sluice::{Acquire, Dimension, Priority, Tokens, error::DimensionError};
 
 use crate::headers::Signal;
 
@@ -39,7 +39,7 @@ impl fmt::Debug for Cost {
 /// let tpm = Limit::parse("openai#tpm")?.estimate(estimate::chat_tokens).signal(Signal::Tokens);
 /// let images = Limit::parse("openai#images")?.cost(4);
 /// # let _ = (rpm, tpm, images);
-/// # Ok::<(), sluice::DimensionError>(())
+/// # Ok::<(), sluice::error::DimensionError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Limit {
@@ -119,7 +119,7 @@ impl Limit {
 ///     .path_prefix("/v1/embeddings")
 ///     .limit(Limit::parse("openai#embeddings-rpm")?);
 /// # let _ = embeddings;
-/// # Ok::<(), sluice::DimensionError>(())
+/// # Ok::<(), sluice::error::DimensionError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Route {
@@ -193,7 +193,7 @@ impl Route {
     ///     ])
     ///     .model("gpt-4o", [Limit::parse("openai#gpt-4o-rpm")?.signal(Signal::Requests)]);
     /// # let _ = chat;
-    /// # Ok::<(), sluice::DimensionError>(())
+    /// # Ok::<(), sluice::error::DimensionError>(())
     /// ```
     pub fn model(
         mut self,
@@ -285,7 +285,7 @@ impl Route {
 ///     .route(Route::new("search.internal").limit(Limit::parse("search#concurrent")?))
 ///     .without("api.groq.com");
 /// assert_eq!(routes.routes().len(), 8);
-/// # Ok::<(), sluice::DimensionError>(())
+/// # Ok::<(), sluice::error::DimensionError>(())
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Routes {

@@ -57,7 +57,7 @@ where
 ///     sluice::Acquire::with_cost("openai#tpm", job.1.len() / 4).priority(tier.parse().unwrap())
 /// });
 /// # let _ = (layer, per_request, batch, tiered);
-/// # Ok::<(), sluice::PriorityError>(())
+/// # Ok::<(), sluice::error::PriorityError>(())
 /// ```
 #[derive(Debug)]
 pub struct SluiceLayer<A = Fixed> {

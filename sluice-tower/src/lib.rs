@@ -4,7 +4,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use sluice::{Bucket, ManualClock, MemoryStore, RefillRate, Sluice, UnixMillis};
+//! use sluice::{Bucket, clock::ManualClock, MemoryStore, RefillRate, Sluice, clock::UnixMillis};
 //! use sluice_tower::SluiceLayer;
 //! use tower::{Service, ServiceBuilder, ServiceExt};
 //!

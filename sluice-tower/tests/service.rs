@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt as _;
-use sluice::{Bucket, ManualClock, RefillRate, Sluice, Tokens, UnixMillis};
+use sluice::{Bucket, RefillRate, Sluice, Tokens, clock::ManualClock, clock::UnixMillis};
 use sluice_tower::{RetryIn, SluiceLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tower_test::mock;
@@ -424,11 +424,11 @@ async fn a_caller_that_requeues_on_retry_in_gets_the_slot_another_client_freed()
     let mut svc = ServiceBuilder::new()
         .layer(SluiceLayer::new("vendor#concurrent").client(on_store()))
         .service_fn(|n: u32| async move { Ok::<_, Infallible>(n + 1) });
-    for released_after in [Duration::ZERO, sluice::DEFAULT_SLOT_POLL / 2] {
+    for released_after in [Duration::ZERO, sluice::config::DEFAULT_SLOT_POLL / 2] {
         let held = holder.acquire("vendor#concurrent").await.unwrap();
         let e = svc.ready().await.unwrap().call(1).await.unwrap_err();
         let wait = e.downcast_ref::<RetryIn>().expect("a RetryIn").retry_in();
-        assert!(wait <= sluice::DEFAULT_SLOT_POLL, "{wait:?}");
+        assert!(wait <= sluice::config::DEFAULT_SLOT_POLL, "{wait:?}");
         clock.advance(released_after);
         held.release().await.unwrap();
         // The caller requeues for the RetryIn, and the slot is there when it asks again.

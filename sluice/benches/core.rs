@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use divan::{Bencher, black_box};
 use sluice::{
-    Acquire, Bucket, BucketState, Dimension, ManualClock, MemoryStore, RefillRate, Sluice, Tokens,
-    UnixMillis, refill,
+    Acquire, Bucket, Dimension, MemoryStore, RefillRate, Sluice, Tokens, bucket::BucketState,
+    clock::ManualClock, clock::UnixMillis, store::refill,
 };
 
 fn main() {
@@ -18,22 +18,15 @@ fn main() {
 }
 
 fn state() -> BucketState {
-    BucketState {
-        dimension: Dimension::new("openai#rpm").unwrap(),
-        bucket: Bucket::requests(RefillRate::per_minute(500)),
-        tokens: Tokens::new(250),
-        last_refill_at: UnixMillis::from_secs(1_700_000_000),
-        refill_carry: sluice::RefillCarry::ZERO,
-        herd_at: None,
-        version: 7,
-        write_id: Some(42),
-        recent_writes: sluice::RecentWrites::default(),
-        burst: None,
-        shards: 1,
-        write_ceiling: None,
-        shadow: Default::default(),
-        waiting: Default::default(),
-    }
+    let mut state = BucketState::full(
+        Dimension::new("openai#rpm").unwrap(),
+        Bucket::requests(RefillRate::per_minute(500)),
+        UnixMillis::from_secs(1_700_000_000),
+    );
+    state.tokens = Tokens::new(250);
+    state.version = 7;
+    state.set_write_id(Some(42));
+    state
 }
 
 #[divan::bench]

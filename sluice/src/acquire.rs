@@ -4,14 +4,11 @@ use std::time::Duration;
 
 use crate::bucket::{Bucket, BucketState, Take};
 use crate::clock::UnixMillis;
+use crate::config::MAX_DIMENSIONS;
 use crate::dimension::Dimension;
 use crate::error::Error;
 use crate::priority::Priority;
 use crate::tokens::Tokens;
-
-/// The most dimensions one acquire may name: each takes two rows of one atomic write,
-/// and DynamoDB transactions hold at most 100.
-pub const MAX_DIMENSIONS: usize = 50;
 
 /// A request for capacity on one or several dimensions, all or nothing.
 ///
@@ -80,7 +77,7 @@ impl Acquire {
     ///
     /// let request = Acquire::with_cost("openai#tpm", 4_000).priority("batch".parse()?);
     /// assert_eq!(request.priority_value().map(Priority::as_str), Some("batch"));
-    /// # Ok::<(), sluice::PriorityError>(())
+    /// # Ok::<(), sluice::error::PriorityError>(())
     /// ```
     pub fn priority(mut self, priority: Priority) -> Self {
         self.priority = Some(priority);

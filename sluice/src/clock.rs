@@ -95,11 +95,11 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// bucket read it: refill timestamps are whole milliseconds, and a fill counts the
     /// refill from the start of its millisecond to this microsecond, so that two fills
     /// within one millisecond both apply when the refill between them covers the first
-    /// one's take (see [`Commute::or_when`](crate::Commute::or_when)). By default, the
+    /// one's take (see `Commute::or_when`). By default, the
     /// start of [`now`](Self::now)'s millisecond.
     ///
     /// ```
-    /// use sluice::{Clock, ManualClock, UnixMillis};
+    /// use sluice::{clock::Clock, clock::ManualClock, clock::UnixMillis};
     ///
     /// let clock = ManualClock::new(UnixMillis::new(1_700_000_000_250));
     /// assert_eq!(clock.now_micros(), 1_700_000_000_250_000);
@@ -138,7 +138,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sluice::{Clock, ManualClock, UnixMillis};
+/// use sluice::{clock::Clock, clock::ManualClock, clock::UnixMillis};
 ///
 /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
 /// clock.advance(Duration::from_millis(1_500));

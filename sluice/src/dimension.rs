@@ -20,7 +20,7 @@ pub(crate) use sluice_dimension::LEASE_PREFIX;
 /// assert_eq!(d.vendor(), "openai");
 /// assert_eq!(d.metric(), "rpm");
 /// assert!("openai".parse::<Dimension>().is_err());
-/// # Ok::<(), sluice::DimensionError>(())
+/// # Ok::<(), sluice::error::DimensionError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Dimension(Arc<str>);

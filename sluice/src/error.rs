@@ -1,15 +1,26 @@
-//! The one error type of the `sluice` crate.
+//! Errors: [`Error`], what every call of the limiter returns, with its [`Delay`]; and the
+//! errors of reading or building the values a call takes (dimensions, priorities, bucket
+//! definitions, schedules, configuration).
+
+pub use crate::bucket::definition::{BucketError, UnknownLimitType};
+pub use crate::bucket::limit::ShardLimitError;
+pub use crate::bucket::mode::UnknownMode;
+pub use crate::bucket::schedule::ScheduleError;
+pub use crate::bucket::shards::ShardError;
+pub use crate::config::ConfigError;
+pub use crate::decimal::DecimalError;
+pub use crate::dimension::DimensionError;
+pub use crate::grant::LeaseIdError;
+pub use crate::priority::PriorityError;
+pub use crate::store::StoreError;
 
 use std::fmt;
 use std::time::Duration;
 
 use ref_cast::RefCast;
 
-use crate::bucket::BucketError;
-use crate::config::ConfigError;
-use crate::dimension::{Dimension, DimensionError};
-use crate::priority::{Priority, PriorityError};
-use crate::store::StoreError;
+use crate::dimension::Dimension;
+use crate::priority::Priority;
 use crate::tokens::Tokens;
 
 /// Everything that can go wrong when asking sluice for capacity.
@@ -34,7 +45,7 @@ pub enum Error {
     /// It is exact for the bucket row it was computed from: one millisecond earlier that
     /// row could not serve the request, at the delay it can. That row is the store's, read
     /// for this answer or at the start of a denial window this client is in (see
-    /// [`remembered`](crate::remembered)). With other processes sharing the bucket, the
+    /// `remembered`). With other processes sharing the bucket, the
     /// delay may be **early** (they took tokens since: asking again gets a new, exact
     /// RetryIn), and it is never **late**, except when tokens came back other than by refill
     /// since that row was read (a refund, a reconciled lease, a raised limit, a lowered
@@ -75,7 +86,7 @@ pub enum Error {
     UnknownDimension {
         /// The dimension.
         dimension: Dimension,
-        /// Where the client looked ([`Store::describe`](crate::Store::describe)).
+        /// Where the client looked (`Store::describe`).
         store: String,
     },
     /// A cost is negative.
@@ -384,7 +395,7 @@ mod tests {
         assert_eq!(e.retry_in(), None);
         let unknown = Error::UnknownDimension {
             dimension: d,
-            store: crate::Store::describe(&crate::MemoryStore::new()),
+            store: crate::store::Store::describe(&crate::MemoryStore::new()),
         }
         .to_string();
         assert!(unknown.contains("sluice bucket put"), "{unknown}");

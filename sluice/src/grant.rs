@@ -84,7 +84,7 @@ pub(crate) struct LeasePart {
     pub(crate) recording: Option<Recording>,
     /// For a lease ended by someone other than its holder (an expired one reclaimed): the
     /// expiry its row was seen with. Its delete is conditioned on it, so a holder's
-    /// renewal in between wins (see [`Store::renew_lease`](crate::Store::renew_lease)).
+    /// renewal in between wins (see [`Store::renew_lease`](crate::store::Store::renew_lease)).
     pub(crate) expiring_at: Option<UnixMillis>,
 }
 

@@ -31,8 +31,8 @@
 //! ```
 //!
 //! The pieces, from the bottom up: exact fixed-point [`Tokens`] and [`RefillRate`]s; the
-//! pure bucket arithmetic on [`BucketState`]; the [`Store`] trait with its embedded
-//! [`MemoryStore`]; the [`Sluice`] client that runs the acquisition protocol.
+//! pure bucket arithmetic on [`BucketState`]; the `Store` trait with its embedded
+//! `MemoryStore`; the [`Sluice`] client that runs the acquisition protocol.
 //!
 //! The guide, one page per subject (its examples compiled and run as tests):
 //! [concepts and the RetryIn contract](https://github.com/sluice-rs/sluice/blob/main/docs/concepts.md),
@@ -48,15 +48,29 @@
 // docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say which.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// A method of a stored row that a store of one's own needs and a user of the limiter does
+/// not: public with the `unstable-store` feature, crate-private without it.
+macro_rules! storage_fn {
+    ($(#[$meta:meta])* fn $($rest:tt)*) => {
+        #[cfg(feature = "unstable-store")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "unstable-store")))]
+        $(#[$meta])* pub fn $($rest)*
+        #[cfg(not(feature = "unstable-store"))]
+        #[allow(dead_code)]
+        $(#[$meta])* pub(crate) fn $($rest)*
+    };
+}
+
 mod acquire;
-mod bucket;
+pub mod admin;
+pub mod bucket;
 mod client;
-mod clock;
-mod config;
+pub mod clock;
+pub mod config;
 mod decimal;
 mod detach;
 mod dimension;
-mod error;
+pub mod error;
 mod grant;
 mod ids;
 mod keep;
@@ -76,33 +90,56 @@ pub mod store;
 mod text;
 mod tokens;
 
-pub use acquire::{Acquire, MAX_DIMENSIONS};
-pub use bucket::{
-    Bucket, BucketError, BucketState, Commute, Condition, Level, LimitType, Limits, MAX_VERSION,
-    Mode, RECENT_WRITES, RecentWrites, RefillCarry, Report, Schedule, ScheduleError, ShadowLedger,
-    ShardError, ShardLimit, ShardLimitError, Take, TimeOfDay, TokensOp, UnknownLimitType,
-    UnknownMode, Window, refill,
-};
+// The root holds what a user of the limiter needs; the rest lives in the modules above,
+// named for what it is (see `api/sluice-limiter.txt`, which CI compares with the code).
+pub use acquire::Acquire;
+pub use bucket::{Bucket, LimitType, Mode};
 pub use client::{Sluice, SluiceBuilder};
-pub use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};
-pub use config::{
-    COOLDOWN_CALLER, Config, ConfigError, DEFAULT_CLOCK_SKEW, DEFAULT_FOLD_AFTER,
-    DEFAULT_HEAL_SETTLE, DEFAULT_LEASE_RECORD_AFTER, DEFAULT_LEASE_TTL, DEFAULT_MAX_RETRIES,
-    DEFAULT_OPEN_PERCENT, DEFAULT_SLOT_POLL, DEFAULT_STORE_ATTEMPT_TIMEOUT, DEFAULT_STORE_TIMEOUT,
-    FailurePolicy, MAX_CLOCK_SKEW, Prefetch, Protocol, RELEASE_GRACE, Sharding,
-};
-pub use decimal::{DecimalError, Rounding};
-pub use dimension::{Dimension, DimensionError, MAX_SHARDS};
+pub use config::{Config, FailurePolicy, Prefetch, Sharding};
+pub use dimension::Dimension;
 pub use error::{Delay, Error};
-pub use grant::{LeaseId, LeaseIdError};
+pub use grant::LeaseId;
 pub use lease::Lease;
-pub use priority::{MAX_RESERVES, Priority, PriorityError, Reserve};
-pub use protocol::peek::Peek;
-pub use protocol::reconcile::{ReconcileError, ReconcileReport};
-pub use protocol::restock::{Audit, Restock, Restocked};
-pub use protocol::tighten::Tighten;
+pub use priority::Priority;
 pub use rate::RefillRate;
-pub use shared::remembered;
+#[cfg(feature = "dynamodb")]
+pub use store::DynamoStore;
+pub use store::MemoryStore;
+pub use tokens::Tokens;
+
+// The same names inside the crate, where they were at the root before.
+#[allow(unused_imports)]
+pub(crate) use bucket::{
+    BucketError, BucketState, Commute, Condition, Level, Limits, MAX_VERSION, RECENT_WRITES,
+    RecentWrites, RefillCarry, Report, Schedule, ScheduleError, ShadowLedger, ShardError,
+    ShardLimit, ShardLimitError, Take, TimeOfDay, TokensOp, UnknownLimitType, UnknownMode, Window,
+    refill,
+};
+#[allow(unused_imports)]
+pub(crate) use clock::{Clock, ManualClock, SystemClock, TokioClock, UnixMillis};
+#[allow(unused_imports)]
+pub(crate) use config::{
+    COOLDOWN_CALLER, ConfigError, DEFAULT_CLOCK_SKEW, DEFAULT_FOLD_AFTER, DEFAULT_HEAL_SETTLE,
+    DEFAULT_LEASE_RECORD_AFTER, DEFAULT_LEASE_TTL, DEFAULT_MAX_RETRIES, DEFAULT_OPEN_PERCENT,
+    DEFAULT_SLOT_POLL, DEFAULT_STORE_ATTEMPT_TIMEOUT, DEFAULT_STORE_TIMEOUT, MAX_CLOCK_SKEW,
+    Protocol, RELEASE_GRACE,
+};
+#[allow(unused_imports)]
+pub(crate) use decimal::{DecimalError, Rounding};
+#[allow(unused_imports)]
+pub(crate) use dimension::{DimensionError, MAX_SHARDS};
+#[allow(unused_imports)]
+pub(crate) use grant::LeaseIdError;
+#[allow(unused_imports)]
+pub(crate) use priority::{MAX_RESERVES, PriorityError, Reserve};
+#[allow(unused_imports)]
+pub(crate) use protocol::peek::Peek;
+#[allow(unused_imports)]
+pub(crate) use protocol::reconcile::{ReconcileError, ReconcileReport};
+#[allow(unused_imports)]
+pub(crate) use protocol::restock::{Audit, Restock, Restocked};
+#[allow(unused_imports)]
+pub(crate) use protocol::tighten::Tighten;
 /// Runs an `async fn` in a slot of a shared quota.
 ///
 /// ```
@@ -141,11 +178,8 @@ pub use shared::remembered;
 /// The arguments are described in [`sluice_macros::rate_limited`].
 #[cfg(feature = "macros")]
 pub use sluice_macros::rate_limited;
-pub use snapshot::Snapshot;
-#[cfg(feature = "dynamodb")]
-pub use store::{DynamoStats, DynamoStore, SLOTS_INDEX};
-pub use store::{MemoryStore, Store};
-pub use tokens::Tokens;
+#[allow(unused_imports)]
+pub(crate) use snapshot::Snapshot;
 
 #[doc(hidden)]
 #[path = "private.rs"]

@@ -23,7 +23,7 @@ use crate::tokens::Tokens;
 /// let p: Priority = "interactive".parse()?;
 /// assert_eq!(p.as_str(), "interactive");
 /// assert!("batch jobs".parse::<Priority>().is_err());
-/// # Ok::<(), sluice::PriorityError>(())
+/// # Ok::<(), sluice::error::PriorityError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Priority(Arc<str>);

@@ -54,7 +54,7 @@ const UNITS: [(&str, i128); 5] = [
 /// assert_eq!("500/min".parse::<RefillRate>()?, rpm);
 /// assert_eq!("1.667".parse::<RefillRate>()?.to_string(), "1.667/s");
 /// assert_eq!("0.5/s".parse::<RefillRate>()?, "30/min".parse()?);
-/// # Ok::<(), sluice::DecimalError>(())
+/// # Ok::<(), sluice::error::DecimalError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RefillRate {
@@ -153,7 +153,7 @@ impl RefillRate {
     /// let hourly = RefillRate::per_hour(1);
     /// assert_eq!(hourly.refill_over(Duration::from_secs(1_800)), "0.5".parse()?);
     /// assert_eq!(hourly.refill_over(Duration::from_secs(3_600)), Tokens::new(1));
-    /// # Ok::<(), sluice::DecimalError>(())
+    /// # Ok::<(), sluice::error::DecimalError>(())
     /// ```
     pub fn refill_over(self, span: Duration) -> Tokens {
         let product = U256::from(self.amount.unsigned_abs()) * U256::from(span.as_nanos());

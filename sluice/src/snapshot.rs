@@ -53,7 +53,7 @@ pub struct Snapshot {
     /// The bucket's [`Mode`](crate::Mode).
     pub mode: crate::Mode,
     /// How many acquires shadow mode granted that the bucket would have refused (see
-    /// [`ShadowLedger`](crate::ShadowLedger)).
+    /// `ShadowLedger`).
     pub shadow_refused: u64,
     /// When the bucket's schedule changes its limits next, and to what (see
     /// [`Bucket::with_schedule`](crate::Bucket::with_schedule)); `None` without one.

@@ -20,7 +20,7 @@ pub(crate) const NANOS_PER_TOKEN: i128 = 1_000_000_000;
 /// let t: Tokens = "1.5".parse()?;
 /// assert_eq!(t + Tokens::from(2), "3.5".parse()?);
 /// assert_eq!(t.to_string(), "1.5");
-/// # Ok::<(), sluice::DecimalError>(())
+/// # Ok::<(), sluice::error::DecimalError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Tokens(i128);

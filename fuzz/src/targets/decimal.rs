@@ -6,7 +6,7 @@
 //! the rest the text.
 
 use sluice::__fuzz::{format_decimal, parse_decimal};
-use sluice::{RefillRate, Rounding, Tokens, UnixMillis};
+use sluice::{RefillRate, Tokens, bucket::Rounding, clock::UnixMillis};
 
 use crate::Target;
 

@@ -11,7 +11,9 @@ use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use reqwest_retry::RetryTransientMiddleware;
 use reqwest_retry::policies::ExponentialBackoff;
 use sluice::store::{LeaseFilter, Store};
-use sluice::{Bucket, ManualClock, MemoryStore, RefillRate, Sluice, Tokens, UnixMillis};
+use sluice::{
+    Bucket, MemoryStore, RefillRate, Sluice, Tokens, clock::ManualClock, clock::UnixMillis,
+};
 use sluice_reqwest::{Limit, Override, Route, Routes, Signal, SluiceMiddleware, estimate};
 use vendor::{Reply, Vendor};
 
@@ -127,7 +129,7 @@ async fn a_bucket_in_shadow_mode_lets_every_request_through_and_counts_the_exces
     assert_eq!(world.vendor.served(OPENAI), 5);
     assert_eq!(world.available("openai#rpm").await, Tokens::new(-3));
     let row = world.sluice().bucket("openai#rpm").await.unwrap().unwrap();
-    assert_eq!(row.shadow.refused, 3);
+    assert_eq!(row.shadow_refused(), 3);
 }
 
 #[tokio::test]
@@ -280,9 +282,9 @@ async fn a_slot_outliving_its_ttl_is_renewed_until_the_call_ends() {
     // A clock that follows tokio's (paused) time: the lease expires unless renewed.
     let sluice = Sluice::builder()
         .store_arc(world.store.clone())
-        .clock(sluice::TokioClock::starting_at(UnixMillis::from_secs(
-            1_800_000_000,
-        )))
+        .clock(sluice::clock::TokioClock::starting_at(
+            UnixMillis::from_secs(1_800_000_000),
+        ))
         .build()
         .unwrap();
     let client = ClientBuilder::new(world.vendor.reqwest(&HOSTS))
@@ -811,11 +813,11 @@ async fn a_caller_that_requeues_on_retry_in_gets_the_slot_another_client_freed()
             .send()
     };
     // Released at once, or half-way through the wait the caller was given.
-    for released_after in [Duration::ZERO, sluice::DEFAULT_SLOT_POLL / 2] {
+    for released_after in [Duration::ZERO, sluice::config::DEFAULT_SLOT_POLL / 2] {
         let held = holder.acquire("elevenlabs#concurrent").await.unwrap();
         let error = send().await.unwrap_err();
         let wait = sluice::Error::find_retry_in(&error).expect("a RetryIn");
-        assert!(wait <= sluice::DEFAULT_SLOT_POLL, "{wait:?}");
+        assert!(wait <= sluice::config::DEFAULT_SLOT_POLL, "{wait:?}");
         world.clock.advance(released_after);
         held.release().await.unwrap();
         // The caller requeues for the RetryIn, and the slot is there when it asks again.

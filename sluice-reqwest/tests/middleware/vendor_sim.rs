@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use serde_json::json;
-use sluice::{Bucket, ManualClock, RefillRate, Sluice, Tokens, UnixMillis};
+use sluice::{Bucket, RefillRate, Sluice, Tokens, clock::ManualClock, clock::UnixMillis};
 use sluice_reqwest::{Limit, Route, Routes, Signal, SluiceMiddleware, estimate};
 use sluice_vendor_sim::{Shape, VendorConfig, VendorSim};
 

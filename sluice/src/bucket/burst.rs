@@ -33,73 +33,75 @@ pub struct Report {
 }
 
 impl BucketState {
-    /// The level and [burst](Self::burst) the row gets from the vendor's `report` at
-    /// `now`, or `None` when it changes nothing.
-    ///
-    /// - **Now**: a bucket holding more than the vendor can hold now (what it held when it
-    ///   counted, plus what the bucket's rate refills since `counted_after`) has drifted,
-    ///   and is lowered to what the vendor held when it counted: its whole `remaining`
-    ///   count, made exact to the reset's millisecond by the burst less the refill the
-    ///   reset waits for (never more than one above the count). A bucket within a
-    ///   hundredth of a token (or two milliseconds of refill) of it is left as it is.
-    /// - **Burst**: `remaining + rate × full_in`, to the nearest whole token and at least
-    ///   `cost_per_call`: the most the bucket refills to from now on. A report at or above
-    ///   the capacity lifts the burst (the bucket holds its capacity again); nothing ever
-    ///   makes it hold more than its capacity, and no report adds tokens.
-    ///
-    /// With the bucket's rate at the vendor's, both are exact; with a lower rate (the
-    /// bucket is a share of the vendor's limit), both are lower than the vendor's: stricter.
-    /// `concurrent` buckets (which do not refill) take no report.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use sluice::{Bucket, BucketState, RefillRate, Report, Tokens, UnixMillis};
-    ///
-    /// let now = UnixMillis::from_secs(1_700_000_000);
-    /// let row = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_minute(600)), now);
-    /// // The vendor has 7 left and is full in 300 ms: it holds 7 + 10/s x 0.3 s = 10 at once,
-    /// // and had 10 - 3 = 7 when it counted (7.01 with a reset rounded up to the millisecond).
-    /// let report = Report { remaining: Tokens::new(7), full_in: Duration::from_millis(300), counted_after: now };
-    /// let (level, burst) = row.reported(&report, now).unwrap();
-    /// assert_eq!((level.tokens, burst), (Tokens::from_nanos(7_010_000_000), Some(Tokens::new(10))));
-    /// # Ok::<(), sluice::DimensionError>(())
-    /// ```
-    pub fn reported(&self, report: &Report, now: UnixMillis) -> Option<(Level, Option<Tokens>)> {
-        if self.bucket.limit_type() == LimitType::Concurrent {
-            return None;
+    storage_fn! {
+        /// The level and [burst](Self::burst) the row gets from the vendor's `report` at
+        /// `now`, or `None` when it changes nothing.
+        ///
+        /// - **Now**: a bucket holding more than the vendor can hold now (what it held when it
+        ///   counted, plus what the bucket's rate refills since `counted_after`) has drifted,
+        ///   and is lowered to what the vendor held when it counted: its whole `remaining`
+        ///   count, made exact to the reset's millisecond by the burst less the refill the
+        ///   reset waits for (never more than one above the count). A bucket within a
+        ///   hundredth of a token (or two milliseconds of refill) of it is left as it is.
+        /// - **Burst**: `remaining + rate × full_in`, to the nearest whole token and at least
+        ///   `cost_per_call`: the most the bucket refills to from now on. A report at or above
+        ///   the capacity lifts the burst (the bucket holds its capacity again); nothing ever
+        ///   makes it hold more than its capacity, and no report adds tokens.
+        ///
+        /// With the bucket's rate at the vendor's, both are exact; with a lower rate (the
+        /// bucket is a share of the vendor's limit), both are lower than the vendor's: stricter.
+        /// `concurrent` buckets (which do not refill) take no report.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use sluice::{Bucket, bucket::BucketState, RefillRate, bucket::Report, Tokens, clock::UnixMillis};
+        ///
+        /// let now = UnixMillis::from_secs(1_700_000_000);
+        /// let row = BucketState::full("openai#rpm".parse()?, Bucket::requests(RefillRate::per_minute(600)), now);
+        /// // The vendor has 7 left and is full in 300 ms: it holds 7 + 10/s x 0.3 s = 10 at once,
+        /// // and had 10 - 3 = 7 when it counted (7.01 with a reset rounded up to the millisecond).
+        /// let report = Report { remaining: Tokens::new(7), full_in: Duration::from_millis(300), counted_after: now };
+        /// let (level, burst) = row.reported(&report, now).unwrap();
+        /// assert_eq!((level.tokens, burst), (Tokens::from_nanos(7_010_000_000), Some(Tokens::new(10))));
+        /// # Ok::<(), sluice::error::DimensionError>(())
+        /// ```
+        fn reported(&self, report: &Report, now: UnixMillis) -> Option<(Level, Option<Tokens>)> {
+            if self.bucket.limit_type() == LimitType::Concurrent {
+                return None;
+            }
+            let rate = self.bucket.effective_rate();
+            let capacity = self.bucket.capacity();
+            let burst = self.burst_from(report);
+            let held = self.vendor_held(report);
+            let can_hold_now = held.saturating_add(refill_over(
+                rate,
+                now.saturating_since(report.counted_after),
+            ));
+            // From what the bucket holds now: a burst raised is refilled to from now on, never
+            // as if it had been there all along.
+            let level = self.refilled(now);
+            let was = level.tokens;
+            let holds = burst.unwrap_or(capacity);
+            // A bucket above what the vendor can possibly hold now has drifted from it (another
+            // tool's calls, a grant the vendor counted later than sluice): it goes back to what
+            // the vendor held when it counted, which leaves it no more than the vendor whatever
+            // was in flight. Within a tolerance it is left alone: a report per call must not
+            // cost a write per call.
+            let tolerance =
+                Tokens::from_nanos(TOLERANCE_NANOS).max(refill_over(rate, RESET_PRECISION * 2));
+            let tokens = if was > can_hold_now.saturating_add(tolerance) {
+                held
+            } else {
+                was
+            }
+            .min(holds);
+            let level = if tokens < was {
+                Level::new(tokens, level.last_refill_at)
+            } else {
+                level
+            };
+            (tokens < was || burst != self.burst).then_some((level, burst))
         }
-        let rate = self.bucket.effective_rate();
-        let capacity = self.bucket.capacity();
-        let burst = self.burst_from(report);
-        let held = self.vendor_held(report);
-        let can_hold_now = held.saturating_add(refill_over(
-            rate,
-            now.saturating_since(report.counted_after),
-        ));
-        // From what the bucket holds now: a burst raised is refilled to from now on, never
-        // as if it had been there all along.
-        let level = self.refilled(now);
-        let was = level.tokens;
-        let holds = burst.unwrap_or(capacity);
-        // A bucket above what the vendor can possibly hold now has drifted from it (another
-        // tool's calls, a grant the vendor counted later than sluice): it goes back to what
-        // the vendor held when it counted, which leaves it no more than the vendor whatever
-        // was in flight. Within a tolerance it is left alone: a report per call must not
-        // cost a write per call.
-        let tolerance =
-            Tokens::from_nanos(TOLERANCE_NANOS).max(refill_over(rate, RESET_PRECISION * 2));
-        let tokens = if was > can_hold_now.saturating_add(tolerance) {
-            held
-        } else {
-            was
-        }
-        .min(holds);
-        let level = if tokens < was {
-            Level::new(tokens, level.last_refill_at)
-        } else {
-            level
-        };
-        (tokens < was || burst != self.burst).then_some((level, burst))
     }
 
     /// The most the vendor held when it counted: its whole `remaining` count hides less

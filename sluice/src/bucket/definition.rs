@@ -131,7 +131,7 @@ pub enum BucketError {
     /// A stored bucket's refill timestamp is before the epoch or after the year 9999.
     #[error("the refill timestamp must be between 1970 and 9999, got {0}")]
     RefillTimestamp(UnixMillis),
-    /// A stored bucket's version is above [`MAX_VERSION`].
+    /// A stored bucket's version is above `MAX_VERSION`.
     #[error("version must be at most {max}, got {0}", max = MAX_VERSION)]
     Version(u64),
     /// A reserve of no tokens, fewer, or more than [`Tokens::MAX`].
@@ -203,6 +203,7 @@ impl BucketError {
 
 /// The largest version a bucket row may carry: 2^53 - 1, the largest integer every SDK
 /// sharing the table (JavaScript's numbers included) holds exactly.
+#[cfg_attr(not(feature = "unstable-store"), allow(unreachable_pub))]
 pub const MAX_VERSION: u64 = (1 << 53) - 1;
 
 /// The latest refill timestamp a row may carry: the last millisecond of the year 9999.
@@ -344,7 +345,7 @@ impl Bucket {
     /// assert_eq!(tpm.floor_for(Some(&"batch".parse()?)), Tokens::new(400_000));
     /// assert_eq!(tpm.floor_for(Some(&"interactive".parse()?)), Tokens::ZERO);
     /// assert_eq!(tpm.floor_for(None), Tokens::ZERO);
-    /// # Ok::<(), sluice::PriorityError>(())
+    /// # Ok::<(), sluice::error::PriorityError>(())
     /// ```
     pub fn with_reserve(mut self, priority: Priority, tokens: impl Into<Tokens>) -> Self {
         self.reserves.push(Reserve {

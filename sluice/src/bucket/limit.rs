@@ -11,7 +11,7 @@ use crate::dimension::MAX_SHARDS;
 /// and defining the bucket moves it into it.
 ///
 /// ```
-/// use sluice::{Bucket, RefillRate, ShardLimit};
+/// use sluice::{Bucket, RefillRate, bucket::ShardLimit};
 ///
 /// // Always over 4 rows; or spread on its own, over 8 at most.
 /// let pinned = Bucket::requests(RefillRate::per_minute(60_000)).with_shards(ShardLimit::Pinned(4));
@@ -19,7 +19,7 @@ use crate::dimension::MAX_SHARDS;
 /// assert_eq!(pinned.shard_limit().map(|l| l.clamp(16)), Some(4));
 /// assert_eq!(capped.shard_limit().map(|l| l.clamp(16)), Some(8));
 /// assert_eq!("<=8".parse(), Ok(ShardLimit::AtMost(8)));
-/// # Ok::<(), sluice::BucketError>(())
+/// # Ok::<(), sluice::error::BucketError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ShardLimit {

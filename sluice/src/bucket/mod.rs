@@ -1,35 +1,45 @@
-//! Buckets: their definitions, their stored state, and the pure arithmetic on them.
+//! Buckets: their definitions ([`Bucket`], its [`LimitType`], [`Mode`], [`Schedule`] and
+//! reserves), the state a bucket is in ([`BucketState`]), and the pure arithmetic on them.
 //!
 //! Nothing in this module does I/O. All arithmetic is on integers: tokens in billionths,
 //! time in milliseconds, rates in billionths of a token per second.
 
-mod burst;
-mod commute;
-mod definition;
-mod limit;
-mod mode;
-mod recent;
-mod refill;
-mod schedule;
+pub(crate) mod burst;
+pub(crate) mod commute;
+pub(crate) mod definition;
+pub(crate) mod limit;
+pub(crate) mod mode;
+pub(crate) mod recent;
+pub(crate) mod refill;
+pub(crate) mod schedule;
 pub(crate) mod shards;
-mod state;
-mod waiting;
+pub(crate) mod state;
+mod storage;
+pub(crate) mod waiting;
 
 pub use burst::Report;
-pub use commute::{Commute, Condition, TokensOp};
+pub(crate) use commute::{Commute, Condition, TokensOp};
 pub(crate) use commute::{Herd, Want, commute};
-pub use definition::{Bucket, BucketError, LimitType, MAX_VERSION, UnknownLimitType};
+pub use definition::{Bucket, LimitType};
+pub(crate) use definition::{BucketError, MAX_VERSION, UnknownLimitType};
 pub(crate) use definition::{first_version, timestamp_in_range};
-pub use limit::{ShardLimit, ShardLimitError};
+pub use limit::ShardLimit;
+pub(crate) use limit::ShardLimitError;
+pub use mode::Mode;
 pub(crate) use mode::shadow_take;
-pub use mode::{Mode, ShadowLedger, UnknownMode};
-pub use recent::{RECENT_WRITES, RecentWrites};
-pub use refill::{Level, RefillCarry, refill};
-pub use schedule::{Limits, Schedule, ScheduleError, TimeOfDay, Window};
-pub use shards::ShardError;
+pub(crate) use mode::{ShadowLedger, UnknownMode};
+pub(crate) use recent::{RECENT_WRITES, RecentWrites};
+pub(crate) use refill::{Level, RefillCarry, refill};
+pub(crate) use schedule::ScheduleError;
+pub use schedule::{Limits, Schedule, TimeOfDay, Window};
+pub(crate) use shards::ShardError;
+pub use state::BucketState;
+pub(crate) use state::Take;
 pub(crate) use state::WriteOutcome;
-pub use state::{BucketState, Take};
-pub use waiting::Waiting;
+pub(crate) use waiting::Waiting;
+
+pub use crate::decimal::Rounding;
+pub use crate::priority::{MAX_RESERVES, Reserve};
 
 #[cfg(test)]
 pub(crate) mod testing;

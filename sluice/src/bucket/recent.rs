@@ -1,6 +1,9 @@
 //! The last sluice writes a bucket row remembers, so that a writer whose answer was lost
 //! can learn whether its write applied.
 
+// Public with the `unstable-store` feature (`sluice::store`), crate-private without it.
+#![cfg_attr(not(feature = "unstable-store"), allow(unreachable_pub))]
+
 use crate::clock::UnixMillis;
 
 /// How many writes a bucket's row lists at most ([`RecentWrites::writes`]): 16 bytes each
@@ -8,6 +11,7 @@ use crate::clock::UnixMillis;
 /// writes conditioned on the exact row list themselves (a definition, a vendor's report,
 /// healing, the seed's protocol): the grants and give-backs that commute with other
 /// writers' (see [`Commute`](crate::Commute)) leave the list as it is.
+#[cfg_attr(not(feature = "unstable-store"), allow(unreachable_pub))]
 pub const RECENT_WRITES: usize = 8;
 
 /// The last sluice writes to a bucket row (see
@@ -24,7 +28,7 @@ pub const RECENT_WRITES: usize = 8;
 /// "unknown", never wrong.
 ///
 /// ```
-/// use sluice::{RecentWrites, UnixMillis};
+/// use sluice::{store::RecentWrites, clock::UnixMillis};
 ///
 /// let recent = RecentWrites::default();
 /// assert!(!recent.contains(7));

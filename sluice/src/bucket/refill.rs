@@ -20,7 +20,7 @@ use crate::tokens::Tokens;
 ///
 /// ```
 /// use std::time::Duration;
-/// use sluice::{Bucket, BucketState, RefillRate, Tokens, UnixMillis};
+/// use sluice::{Bucket, bucket::BucketState, RefillRate, Tokens, clock::UnixMillis};
 ///
 /// let t0 = UnixMillis::from_secs(1_700_000_000);
 /// let mut row = BucketState::full("mail#daily".parse()?, Bucket::requests(RefillRate::per_day(1)).with_capacity(10), t0);
@@ -34,7 +34,7 @@ use crate::tokens::Tokens;
 /// }
 /// assert_eq!(stepped.tokens, Tokens::new(1));
 /// assert_eq!(row.available(end), Tokens::new(1));
-/// # Ok::<(), sluice::DimensionError>(())
+/// # Ok::<(), sluice::error::DimensionError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RefillCarry {
@@ -133,6 +133,7 @@ impl Level {
 /// whole billionths of a token to the tokens, the rest to the carry. A full bucket earns
 /// nothing (and carries nothing). The timestamp never moves backwards: a clock behind it
 /// adds nothing.
+#[cfg_attr(not(feature = "unstable-store"), allow(unreachable_pub))]
 pub fn refill(level: Level, capacity: Tokens, rate: RefillRate, now: UnixMillis) -> Level {
     if level.tokens >= capacity {
         // Full (or above a lowered capacity): nothing accrues while full.

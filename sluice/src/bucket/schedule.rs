@@ -241,7 +241,7 @@ impl Bucket {
     /// window from 22:00 to 06:00 runs past midnight.
     ///
     /// ```
-    /// use sluice::{Bucket, Limits, RefillRate, TimeOfDay, UnixMillis, Window};
+    /// use sluice::{Bucket, bucket::Limits, RefillRate, bucket::TimeOfDay, clock::UnixMillis, bucket::Window};
     ///
     /// // Five times the allowance at night, for batch jobs.
     /// let night = Window {
@@ -256,7 +256,7 @@ impl Bucket {
     /// assert_eq!(bucket.at(noon).capacity(), 1_000.into());
     /// let (next, _) = bucket.schedule().unwrap().next_change(noon).unwrap();
     /// assert_eq!(next, UnixMillis::from_secs(1_800_057_600 + 22 * 3_600));
-    /// # Ok::<(), sluice::ScheduleError>(())
+    /// # Ok::<(), sluice::error::ScheduleError>(())
     /// ```
     pub fn with_schedule(mut self, windows: Vec<Window>) -> Self {
         let base = self.limits();

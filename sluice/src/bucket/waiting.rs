@@ -1,6 +1,9 @@
 //! Callers waiting for a slot of a `concurrent` bucket, counted on its row, so that however
 //! many wait, together they look at the row at a bounded rate (see [`Waiting`]).
 
+// Public with the `unstable-store` feature (`sluice::store`), crate-private without it.
+#![cfg_attr(not(feature = "unstable-store"), allow(unreachable_pub))]
+
 use std::time::Duration;
 
 use crate::clock::UnixMillis;
@@ -40,6 +43,11 @@ pub struct Waiting {
     counts: Vec<(u64, u64)>,
 }
 
+// How a store reads and writes the counts: DynamoDB's rows, or a store of one's own.
+#[cfg_attr(
+    not(any(feature = "dynamodb", feature = "unstable-store")),
+    allow(dead_code)
+)]
 impl Waiting {
     /// The counts as stored, `(epoch, callers)` by epoch, an epoch being the number of
     /// whole 20-second spans since the unix epoch.
@@ -110,7 +118,7 @@ impl Waiting {
     }
 
     /// Adds `weight` callers to `epoch`'s count and forgets the `stale` epochs: what the
-    /// store does (see [`Store::count_waiting`](crate::Store::count_waiting)).
+    /// store does (see [`Store::count_waiting`](crate::store::Store::count_waiting)).
     pub(crate) fn add(&mut self, epoch: u64, weight: u64, stale: &[u64]) {
         self.counts
             .retain(|(e, _)| *e == epoch || !stale.contains(e));

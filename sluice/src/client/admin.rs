@@ -110,7 +110,7 @@ impl Sluice {
     /// Defines or redefines the bucket of `dimension`.
     ///
     /// A new bucket starts full, at a version above any its dimension had before (see
-    /// [`MAX_VERSION`](crate::MAX_VERSION)). Redefining a `requests` or `tokens` bucket keeps
+    /// `MAX_VERSION`). Redefining a `requests` or `tokens` bucket keeps
     /// the tokens it holds now (capped at the new capacity), so changing a limit never hands
     /// out a fresh burst; redefining a `concurrent` one keeps the slots held, so its free
     /// slots move with the capacity (4 slots with 1 held, lowered to 2: 1 free). Other
@@ -277,7 +277,7 @@ impl Sluice {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use sluice::{Bucket, ManualClock, RefillRate, Sluice, Tighten, UnixMillis};
+    /// use sluice::{Bucket, clock::ManualClock, RefillRate, Sluice, admin::Tighten, clock::UnixMillis};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
     /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
@@ -312,7 +312,7 @@ impl Sluice {
     /// [`Error::Contention`]; ask again).
     ///
     /// ```
-    /// use sluice::{Acquire, Audit, Bucket, Error, ManualClock, RefillRate, Restock, Sluice, Tokens, UnixMillis};
+    /// use sluice::{Acquire, admin::Audit, Bucket, Error, clock::ManualClock, RefillRate, admin::Restock, Sluice, Tokens, clock::UnixMillis};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
     /// let sluice = Sluice::builder().store(sluice::MemoryStore::new()).clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000))).build()?;
@@ -363,7 +363,7 @@ impl Sluice {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use sluice::{Acquire, Bucket, ManualClock, Sluice, UnixMillis};
+    /// use sluice::{Acquire, Bucket, clock::ManualClock, Sluice, clock::UnixMillis};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
     /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));

@@ -17,7 +17,7 @@ use super::Sluice;
 ///
 /// ```
 /// use std::time::Duration;
-/// use sluice::{ManualClock, MemoryStore, Sluice, UnixMillis};
+/// use sluice::{clock::ManualClock, MemoryStore, Sluice, clock::UnixMillis};
 ///
 /// let sluice = Sluice::builder()
 ///     .store(MemoryStore::new())
@@ -60,15 +60,19 @@ impl SluiceBuilder {
         }
     }
 
-    /// The store to use (default: a new [`MemoryStore`]).
+    /// The store to use (default: a new [`MemoryStore`]): a [`MemoryStore`], a
+    /// `DynamoStore` (feature `dynamodb`), or, with the `unstable-store` feature, a store
+    /// of one's own.
     pub fn store(self, store: impl Store) -> Self {
         self.store_arc(Arc::new(store))
     }
 
-    /// The store to use, already shared.
-    pub fn store_arc(mut self, store: Arc<dyn Store>) -> Self {
-        self.store = Some(store);
-        self
+    storage_fn! {
+        /// The store to use, already shared.
+        fn store_arc(mut self, store: Arc<dyn Store>) -> Self {
+            self.store = Some(store);
+            self
+        }
     }
 
     /// The clock to use (default: [`SystemClock`]).
@@ -121,7 +125,7 @@ impl SluiceBuilder {
     /// // Never refused: the second is counted as one an enforcing client would have refused.
     /// let _first = sluice.acquire("openai#rpm").await?;
     /// let _second = sluice.acquire("openai#rpm").await?;
-    /// assert_eq!(sluice.bucket("openai#rpm").await?.unwrap().shadow.refused, 1);
+    /// assert_eq!(sluice.bucket("openai#rpm").await?.unwrap().shadow_refused(), 1);
     /// # Ok::<(), sluice::Error>(()) }).unwrap();
     /// ```
     pub fn mode(mut self, mode: crate::Mode) -> Self {
@@ -132,7 +136,7 @@ impl SluiceBuilder {
     /// How acquires talk to the store (`SLUICE_PROTOCOL`, see [`Protocol`](crate::Protocol)).
     ///
     /// ```
-    /// use sluice::Protocol;
+    /// use sluice::config::Protocol;
     ///
     /// let sluice = sluice::Sluice::builder().store(sluice::MemoryStore::new()).protocol(Protocol::Seed).build()?;
     /// assert_eq!(sluice.config().protocol, Protocol::Seed);
@@ -292,7 +296,7 @@ impl SluiceBuilder {
     /// [`ConfigError::NoStore`].
     ///
     /// ```
-    /// use sluice::{ConfigError, Error, Sluice};
+    /// use sluice::{error::ConfigError, Error, Sluice};
     ///
     /// assert!(matches!(Sluice::builder().build(), Err(Error::Config(ConfigError::NoStore))));
     /// ```

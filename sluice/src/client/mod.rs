@@ -128,9 +128,11 @@ impl Sluice {
         &self.core.config
     }
 
-    /// The client's store.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.core.store
+    storage_fn! {
+        /// The client's store.
+        fn store(&self) -> &Arc<dyn Store> {
+            &self.core.store
+        }
     }
 
     /// The current time by the client's clock.
@@ -155,7 +157,7 @@ impl Sluice {
     /// anything: no write, and at most one read (of every row the request names, in one
     /// call).
     ///
-    /// The freshness rules ([`remembered`](crate::remembered)) hold as for an acquire: a
+    /// The freshness rules (in `shared/remembered.rs`) hold as for an acquire: a
     /// "granted" is never answered from memory (another process may have taken the
     /// tokens since), so it comes from a read; a refusal comes from memory, with no call,
     /// inside a denial window the store confirmed. A cost the bucket can never grant at
@@ -165,7 +167,7 @@ impl Sluice {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use sluice::{Acquire, Bucket, ManualClock, Peek, RefillRate, Sluice, UnixMillis};
+    /// use sluice::{Acquire, Bucket, clock::ManualClock, admin::Peek, RefillRate, Sluice, clock::UnixMillis};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
     /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));

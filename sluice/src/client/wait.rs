@@ -61,7 +61,7 @@ impl Sluice {
     /// use sluice::{Bucket, RefillRate, Sluice};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
-    /// let sluice = Sluice::builder().store(sluice::MemoryStore::new()).clock(sluice::TokioClock::starting_at(sluice::UnixMillis::from_secs(1_700_000_000))).build()?;
+    /// let sluice = Sluice::builder().store(sluice::MemoryStore::new()).clock(sluice::clock::TokioClock::starting_at(sluice::clock::UnixMillis::from_secs(1_700_000_000))).build()?;
     /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_second(10)).with_capacity(1)).await?;
     /// sluice.acquire("openai#rpm").await?.release().await?;
     /// // The next token is 100 ms away: waiting up to a second gets it.

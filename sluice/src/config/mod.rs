@@ -1,4 +1,5 @@
-//! Configuration from the environment (`SLUICE_*`) and from code.
+//! Configuration from the environment (`SLUICE_*`) and from code: [`Config`], what
+//! [`SluiceBuilder`](crate::SluiceBuilder) builds from, its choices and its defaults.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -15,6 +16,12 @@ mod sharding;
 pub use choices::{DEFAULT_OPEN_PERCENT, FailurePolicy, Prefetch, Protocol};
 pub use error::ConfigError;
 pub use sharding::Sharding;
+
+pub use crate::dimension::MAX_SHARDS;
+
+/// The most dimensions one acquire may name: each takes two rows of one atomic write,
+/// and DynamoDB transactions hold at most 100.
+pub const MAX_DIMENSIONS: usize = 50;
 
 /// Default lease TTL (`SLUICE_LEASE_TTL`), seconds.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
@@ -107,7 +114,7 @@ pub struct Config {
     /// dimension share the reads), plus a lease query when the row changed. When more
     /// callers wait on one bucket than a hundred looks a second allow, each spaces its
     /// looks further, by the count of waiting callers the row keeps (see
-    /// [`Waiting`](crate::store::Waiting)): together they look about a hundred times a
+    /// `Waiting`): together they look about a hundred times a
     /// second however many wait, and a freed slot still reaches one of them within about
     /// this interval. At least 1 ms.
     pub slot_poll: Duration,
@@ -220,7 +227,7 @@ impl Config {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use sluice::{Config, UnixMillis};
+    /// use sluice::{Config, clock::UnixMillis};
     ///
     /// let config = Config { clock_skew: Duration::from_secs(2), ..Config::default() };
     /// let expires = UnixMillis::from_secs(1_700_000_000);

@@ -29,12 +29,12 @@ use super::ConfigError;
 /// // `SLUICE_MAX_SHARDS=1` turns automatic sharding off.
 /// let off = Config::from_lookup(|v| (v == "SLUICE_MAX_SHARDS").then(|| "1".to_owned()))?;
 /// assert!(!off.sharding.automatic());
-/// # Ok::<(), sluice::ConfigError>(())
+/// # Ok::<(), sluice::error::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sharding {
     /// Writes a second one row takes at most (`SLUICE_ITEM_WRITE_CEILING`, at least 1);
-    /// `None`: the store's own ([`Store::item_write_ceiling`](crate::Store::item_write_ceiling):
+    /// `None`: the store's own (`Store::item_write_ceiling`:
     /// 1,000 on DynamoDB, none in memory, where no bucket is spread on its own).
     pub item_write_ceiling: Option<u32>,
     /// The most rows this client spreads a bucket over (`SLUICE_MAX_SHARDS`, 1 to

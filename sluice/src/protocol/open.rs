@@ -116,7 +116,9 @@ fn local(core: &Core, wanted: &[Request], ttl: Duration) -> Option<Result<Grant,
     let answer = core.fallback.take(&dimensions, now);
     match answer {
         Local::Closed => None,
-        Local::Short(wait) => Some(Err(Error::RetryIn(crate::remembered::retry_in(wait)))),
+        Local::Short(wait) => Some(Err(Error::RetryIn(crate::shared::remembered::retry_in(
+            wait,
+        )))),
         Local::Granted(costs) => {
             let unique = new_unique();
             let parts = wanted

@@ -35,7 +35,7 @@ pub enum Tighten {
     PauseFor(Duration),
     /// What a successful response's headers report (remaining, time until full): the
     /// bucket holds no more than the vendor can now, and refills no further than the
-    /// vendor's burst from then on (see [`BucketState::reported`]). Only refilling buckets
+    /// vendor's burst from then on (see `BucketState::reported`). Only refilling buckets
     /// take this.
     Reported(Report),
 }

@@ -7,7 +7,7 @@ pub(crate) mod fallback;
 pub(crate) mod heat;
 pub(crate) mod lanes;
 pub(crate) mod recent;
-pub mod remembered;
+pub(crate) mod remembered;
 pub(crate) mod rows;
 #[cfg(test)]
 pub(crate) mod test_store;

@@ -7,6 +7,7 @@ use super::{BucketWrite, ConditionFailure};
 use crate::bucket::BucketState;
 
 /// A boxed error from a store's underlying client.
+#[cfg_attr(not(feature = "unstable-store"), allow(unreachable_pub))]
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
 /// A failure of the store itself (as opposed to a condition that did not hold).
@@ -57,7 +58,7 @@ pub enum StoreError {
     },
     /// A write conditioned on the exact row lost its answer, and the row no longer tells
     /// whether it applied (it tells while the write is among the row's
-    /// [`BucketState::recent_writes`]). sluice then never assumes it applied where that
+    /// `BucketState::recent_writes`). sluice then never assumes it applied where that
     /// could over-grant: a grant is not given; the tokens it took may be lost. (A change,
     /// which adds to the row, never tells: its lost answer stays the error that lost it.)
     #[error(

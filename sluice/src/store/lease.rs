@@ -58,7 +58,7 @@ impl fmt::Debug for LeaseKey {
 pub struct LeaseRecord {
     /// Whether the lease holds slots of a `concurrent` bucket. sluice marks such rows so
     /// that a short bucket finds its leases, earliest expiry first, without scanning the
-    /// table ([`Store::slot_leases`](crate::Store::slot_leases)); rows other SDKs write are not marked.
+    /// table (`Store::slot_leases`); rows other SDKs write are not marked.
     pub slot: bool,
     /// The row's key.
     pub key: LeaseKey,

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sluice::{
-    Acquire, Bucket, Config, Dimension, DynamoStore, ManualClock, Prefetch, Protocol, RefillRate,
-    SLOTS_INDEX, Sluice, SluiceBuilder, Tighten, UnixMillis,
+    Acquire, Bucket, Config, Dimension, DynamoStore, Prefetch, RefillRate, Sluice, SluiceBuilder,
+    admin::Tighten, clock::ManualClock, clock::UnixMillis, config::Protocol, store::SLOTS_INDEX,
 };
 
 const ROLES: [&str; 3] = ["application", "reconciler", "operator"];
@@ -448,10 +448,10 @@ async fn reconcile(operator: &Sluice, fast: &Sluice, seed: &Sluice, clock: &Manu
         let m = (now / 60_000 + offset).rem_euclid(24 * 60);
         format!("{:02}:{:02}", m / 60, m % 60)
     };
-    let window = sluice::Window {
+    let window = sluice::bucket::Window {
         from: minute(1).parse().unwrap(),
         to: minute(30).parse().unwrap(),
-        limits: sluice::Limits {
+        limits: sluice::bucket::Limits {
             capacity: 50.into(),
             refill: RefillRate::per_second(5),
             reserves: Vec::new(),

@@ -538,14 +538,14 @@ fn a_burst_learned_from_the_vendor_is_shown_and_kept_by_a_redefinition() {
     runtime.block_on(async {
         let store = sluice::DynamoStore::new(dynamo::client(&cli.endpoint), cli.table.clone());
         let sluice = sluice::Sluice::builder().store(store).build().unwrap();
-        let report = sluice::Report {
+        let report = sluice::bucket::Report {
             remaining: sluice::Tokens::new(9),
             full_in: Duration::from_millis(100),
             counted_after: sluice.now(),
         };
         assert!(
             sluice
-                .tighten("openai#rpm", sluice::Tighten::Reported(report))
+                .tighten("openai#rpm", sluice::admin::Tighten::Reported(report))
                 .await
                 .unwrap()
         );

@@ -172,11 +172,11 @@ pub fn report(name: &str, outcome: Option<()>) -> bool {
 /// each prints until its `done`, and checks that each exited successfully. Returns the
 /// lines and when the run started and ended (system clock, milliseconds).
 pub fn run_together(workers: &mut [Worker], run: std::time::Duration) -> (Vec<String>, i64, i64) {
-    use sluice::Clock as _;
+    use sluice::clock::Clock as _;
     for w in workers.iter_mut() {
         w.expect_line("ready");
     }
-    let started = sluice::SystemClock.now().as_millis();
+    let started = sluice::clock::SystemClock.now().as_millis();
     let deadline = started + run.as_millis() as i64;
     for w in workers.iter_mut() {
         w.say(&format!("go {deadline}"));

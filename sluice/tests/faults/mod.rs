@@ -10,7 +10,9 @@ use sluice::store::{
     BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
     StoreError,
 };
-use sluice::{BucketState, Clock, Dimension, MemoryStore, Store, UnixMillis};
+use sluice::{
+    Dimension, MemoryStore, bucket::BucketState, clock::Clock, clock::UnixMillis, store::Store,
+};
 
 /// `inner`'s time moved by `offset_ms` (negative: behind), like a host whose clock is off.
 #[derive(Debug, Clone)]
@@ -97,7 +99,7 @@ impl Store for Switch {
     async fn end_lease(
         &self,
         key: &LeaseKey,
-        expiring_at: Option<sluice::UnixMillis>,
+        expiring_at: Option<sluice::clock::UnixMillis>,
     ) -> Result<bool, StoreError> {
         self.check()?;
         self.inner.end_lease(key, expiring_at).await
@@ -105,8 +107,8 @@ impl Store for Switch {
     async fn renew_lease(
         &self,
         key: &LeaseKey,
-        from: sluice::UnixMillis,
-        to: sluice::UnixMillis,
+        from: sluice::clock::UnixMillis,
+        to: sluice::clock::UnixMillis,
     ) -> Result<bool, StoreError> {
         self.check()?;
         self.inner.renew_lease(key, from, to).await
@@ -129,7 +131,7 @@ impl Store for Switch {
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
-        moves: &[Option<sluice::Commute>],
+        moves: &[Option<sluice::store::Commute>],
     ) -> Result<bool, StoreError> {
         self.check()?;
         self.inner.respread_buckets(expected, rows, moves).await

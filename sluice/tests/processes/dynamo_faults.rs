@@ -28,8 +28,8 @@ use dynamo::proxy::{Faults, Proxy};
 use dynamo::worker::{self, Start, Worker};
 use sluice::store::LeaseFilter;
 use sluice::{
-    Acquire, Bucket, Clock as _, Config, Error, Lease, RefillRate, Sluice, SluiceBuilder,
-    SystemClock, Tokens, UnixMillis,
+    Acquire, Bucket, Config, Error, Lease, RefillRate, Sluice, SluiceBuilder, Tokens,
+    clock::Clock as _, clock::SystemClock, clock::UnixMillis,
 };
 
 const PROCESSES: usize = 4;
@@ -229,7 +229,7 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str) {
 }
 
 /// The tokens a bucket row held at `baseline`, plus what refilled until `until`.
-fn supply(baseline: &sluice::BucketState, rate: u64, until: UnixMillis) -> Tokens {
+fn supply(baseline: &sluice::bucket::BucketState, rate: u64, until: UnixMillis) -> Tokens {
     let ms = i128::from(until.as_millis() - baseline.last_refill_at.as_millis());
     baseline.tokens
         + RefillRate::per_second(rate)
@@ -306,7 +306,7 @@ async fn parent(mode: &str) -> Option<()> {
     // taken (counted by the children, and give-backs whose answer was lost, one cost each
     // at most): never more granted than taken.
     let faults = lost + reset;
-    let within = |row: &sluice::BucketState, used: u64, unknown: u64, supplied: Tokens| {
+    let within = |row: &sluice::bucket::BucketState, used: u64, unknown: u64, supplied: Tokens| {
         let taken = supplied - row.tokens;
         let most_cost = 5;
         taken >= Tokens::from(used) && taken <= Tokens::from(used + unknown + faults * most_cost)

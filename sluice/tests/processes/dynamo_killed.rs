@@ -14,8 +14,8 @@ use std::time::Duration;
 use dynamo::worker::{self, Start, Worker};
 use sluice::store::LeaseFilter;
 use sluice::{
-    Acquire, Bucket, Clock as _, Config, DynamoStore, Error, Sluice, SluiceBuilder, SystemClock,
-    Tokens, UnixMillis,
+    Acquire, Bucket, Config, DynamoStore, Error, Sluice, SluiceBuilder, Tokens, clock::Clock as _,
+    clock::SystemClock, clock::UnixMillis,
 };
 
 const SLOTS: u64 = 150;

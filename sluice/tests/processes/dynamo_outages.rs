@@ -22,8 +22,8 @@ use dynamo::server::Server;
 use dynamo::worker::{self, Start, Worker};
 use sluice::store::{LeaseFilter, StoreError};
 use sluice::{
-    Acquire, Bucket, Clock as _, Config, DynamoStore, Error, FailurePolicy, RefillRate, Sluice,
-    SluiceBuilder, SystemClock, Tokens, UnixMillis,
+    Acquire, Bucket, Config, DynamoStore, Error, FailurePolicy, RefillRate, Sluice, SluiceBuilder,
+    Tokens, clock::Clock as _, clock::SystemClock, clock::UnixMillis,
 };
 
 const PROCESSES: usize = 4;

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use dynamo::worker::{self, Start, Worker};
 use sluice::{
-    Bucket, Clock as _, Config, DynamoStore, Error, Priority, RefillRate, Sluice, SluiceBuilder,
-    SystemClock, Tokens, UnixMillis,
+    Bucket, Config, DynamoStore, Error, Priority, RefillRate, Sluice, SluiceBuilder, Tokens,
+    clock::Clock as _, clock::SystemClock, clock::UnixMillis,
 };
 
 const CAPACITY: u64 = 40;

@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use sluice::store::LeaseFilter;
 use sluice::{
-    Acquire, Bucket, Clock as _, Config, DynamoStore, Error, Prefetch, Protocol, RefillRate,
-    Sluice, SystemClock, Tokens, UnixMillis,
+    Acquire, Bucket, Config, DynamoStore, Error, Prefetch, RefillRate, Sluice, Tokens,
+    clock::Clock as _, clock::SystemClock, clock::UnixMillis, config::Protocol,
 };
 
 const PROCESSES: usize = 4;

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use dynamo::worker::{self, Start, Worker};
 use sluice::store::LeaseFilter;
-use sluice::{Acquire, Bucket, Config, DynamoStore, Error, Sluice, SluiceBuilder, SystemClock};
+use sluice::{
+    Acquire, Bucket, Config, DynamoStore, Error, Sluice, SluiceBuilder, clock::SystemClock,
+};
 
 const SKEW: Duration = Duration::from_millis(250);
 const POLL: Duration = Duration::from_millis(100);

@@ -14,8 +14,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use sluice::{
-    Bucket, Clock as _, Config, DynamoStore, Error, Mode, RefillRate, Sluice, SystemClock, Tokens,
-    UnixMillis,
+    Bucket, Config, DynamoStore, Error, Mode, RefillRate, Sluice, Tokens, clock::Clock as _,
+    clock::SystemClock, clock::UnixMillis,
 };
 
 const TASKS: usize = 4;
@@ -159,11 +159,11 @@ async fn parent() -> Option<()> {
         row.tokens < Tokens::ZERO,
         "the shadow processes put it in debt"
     );
-    assert!(row.shadow.refused > 0);
+    assert!(row.shadow_refused() > 0);
     println!(
         "shadow processes granted {shadow_granted}, the enforcing one {enforce_granted} \
          (refused {enforce_refused}), {} would-refusals counted",
-        row.shadow.refused
+        row.shadow_refused()
     );
     Some(())
 }

@@ -23,8 +23,8 @@ use dynamo::worker::{self, Start, Worker};
 use faults::SkewedClock;
 use rand::RngExt as _;
 use sluice::{
-    Acquire, Bucket, Clock as _, Config, DynamoStore, Error, RefillRate, Sluice, SluiceBuilder,
-    SystemClock,
+    Acquire, Bucket, Config, DynamoStore, Error, RefillRate, Sluice, SluiceBuilder,
+    clock::Clock as _, clock::SystemClock,
 };
 
 const SLOTS: u64 = 4;

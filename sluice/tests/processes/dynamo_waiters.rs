@@ -21,7 +21,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use sluice::store::LeaseFilter;
-use sluice::{Bucket, Clock as _, DynamoStore, Lease, Sluice, SystemClock, UnixMillis};
+use sluice::{
+    Bucket, DynamoStore, Lease, Sluice, clock::Clock as _, clock::SystemClock, clock::UnixMillis,
+};
 
 const SLOTS: usize = 2;
 const ROUNDS: usize = 6;

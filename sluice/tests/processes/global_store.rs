@@ -8,7 +8,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice::{ConfigError, Error, Sluice};
+use sluice::{Error, Sluice, error::ConfigError};
 
 use crate::dynamo::worker::{self, Start};
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sluice::{Bucket, Error, MemoryStore, RefillRate, Sluice, UnixMillis};
+use sluice::{Bucket, Error, MemoryStore, RefillRate, Sluice, clock::UnixMillis};
 
 #[tokio::test]
 async fn the_global_client_is_the_one_set_in_code() {
@@ -45,9 +45,9 @@ async fn a_table_name_asks_for_connect_when_built_without_io() {
 fn paused_client() -> Sluice {
     Sluice::builder()
         .store(MemoryStore::new())
-        .clock(sluice::TokioClock::starting_at(UnixMillis::from_secs(
-            1_700_000_000,
-        )))
+        .clock(sluice::clock::TokioClock::starting_at(
+            UnixMillis::from_secs(1_700_000_000),
+        ))
         .build()
         .unwrap()
 }
@@ -92,7 +92,7 @@ async fn acquire_within_waits_exactly_the_retry_in_and_stops_at_its_bound() {
 
 mod prefetch {
     use super::*;
-    use sluice::{Acquire, ManualClock, Prefetch, Tokens};
+    use sluice::{Acquire, Prefetch, Tokens, clock::ManualClock};
 
     fn client(clock: &ManualClock, store: &std::sync::Arc<MemoryStore>, dim: &str) -> Sluice {
         Sluice::builder()
@@ -264,7 +264,10 @@ mod prefetch {
         // not even from what this client took ahead.
         assert!(
             sluice
-                .tighten(dim, sluice::Tighten::PauseFor(Duration::from_secs(7)))
+                .tighten(
+                    dim,
+                    sluice::admin::Tighten::PauseFor(Duration::from_secs(7))
+                )
                 .await
                 .unwrap()
         );
@@ -293,7 +296,7 @@ mod prefetch {
 #[tokio::test(start_paused = true)]
 async fn a_waiting_caller_gets_a_slot_freed_by_another_client_within_the_poll_interval() {
     let store = std::sync::Arc::new(MemoryStore::new());
-    let clock = sluice::TokioClock::starting_at(UnixMillis::from_secs(1_700_000_000));
+    let clock = sluice::clock::TokioClock::starting_at(UnixMillis::from_secs(1_700_000_000));
     let client = |poll: Duration| {
         Sluice::builder()
             .store_arc(store.clone())
@@ -376,9 +379,9 @@ async fn a_slot_held_ten_minutes_is_renewed_and_never_reclaimed_meanwhile() {
     let sluice = paused_client();
     let other = Sluice::builder()
         .store_arc(sluice.store().clone())
-        .clock(sluice::TokioClock::starting_at(UnixMillis::from_secs(
-            1_700_000_000,
-        )))
+        .clock(sluice::clock::TokioClock::starting_at(
+            UnixMillis::from_secs(1_700_000_000),
+        ))
         .build()
         .unwrap();
     sluice

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sluice::store::LeaseFilter;
-use sluice::{Bucket, Clock as _, Error, MemoryStore, RefillRate, Sluice, SystemClock, Tokens};
+use sluice::{
+    Bucket, Error, MemoryStore, RefillRate, Sluice, Tokens, clock::Clock as _, clock::SystemClock,
+};
 
 const TASKS: usize = 64;
 const RUN: Duration = Duration::from_millis(2_500);

@@ -8,7 +8,7 @@ use sluice::store::{
     BucketChange, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey, LeaseRecord, LeaseScan,
     Store, StoreError,
 };
-use sluice::{BucketState, Dimension};
+use sluice::{Dimension, bucket::BucketState};
 
 /// A client's view of a shared store: the same store, its calls on bucket rows counted
 /// (a refusal answered with no call came from the client's memory): reads, commits,
@@ -59,7 +59,7 @@ impl Store for Counted {
         &self,
         old: &[BucketState],
         new: &[BucketState],
-        moves: &[Option<sluice::Commute>],
+        moves: &[Option<sluice::store::Commute>],
     ) -> Result<bool, StoreError> {
         self.count();
         self.inner.respread_buckets(old, new, moves).await
@@ -94,15 +94,15 @@ impl Store for Counted {
     async fn end_lease(
         &self,
         key: &LeaseKey,
-        expiring_at: Option<sluice::UnixMillis>,
+        expiring_at: Option<sluice::clock::UnixMillis>,
     ) -> Result<bool, StoreError> {
         self.inner.end_lease(key, expiring_at).await
     }
     async fn renew_lease(
         &self,
         key: &LeaseKey,
-        from: sluice::UnixMillis,
-        to: sluice::UnixMillis,
+        from: sluice::clock::UnixMillis,
+        to: sluice::clock::UnixMillis,
     ) -> Result<bool, StoreError> {
         self.inner.renew_lease(key, from, to).await
     }

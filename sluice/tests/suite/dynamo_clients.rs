@@ -13,8 +13,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use sluice::store::{LeaseFilter, Store as _};
 use sluice::{
-    Acquire, Bucket, DynamoStore, Error, ManualClock, RefillRate, SLOTS_INDEX, Sluice, Tokens,
-    UnixMillis,
+    Acquire, Bucket, DynamoStore, Error, RefillRate, Sluice, Tokens, clock::ManualClock,
+    clock::UnixMillis, store::SLOTS_INDEX,
 };
 
 fn vendor() -> String {
@@ -128,7 +128,7 @@ async fn a_bucket_reseeded_raw_at_version_zero_never_serves_a_warm_clients_old_r
     }
     let row = other.bucket(&dim).await.unwrap().unwrap();
     assert_eq!(
-        (row.version, row.tokens, row.write_id),
+        (row.version, row.tokens, row.write_id()),
         (1, Tokens::new(3), None)
     );
 }
@@ -294,7 +294,7 @@ async fn create_table_adds_the_slots_index_to_a_table_created_without_it() {
     // the poll interval, and nothing fails.
     let other = client(&store, &clock, "other");
     let e = other.acquire(dim.as_str()).await.unwrap_err();
-    assert_eq!(e.retry_in(), Some(sluice::DEFAULT_SLOT_POLL));
+    assert_eq!(e.retry_in(), Some(sluice::config::DEFAULT_SLOT_POLL));
     // `create_table` on the existing table adds the index, and does not wait for DynamoDB
     // to build it. While it is built, refusals still answer the poll interval. (DynamoDB
     // Local sometimes never finishes building an index added to an existing table, and then
@@ -316,7 +316,7 @@ async fn create_table_adds_the_slots_index_to_a_table_created_without_it() {
     // The poll interval while the index is built, the lease's expiry once it is.
     let e = third.acquire(dim.as_str()).await.unwrap_err();
     assert!(
-        [sluice::DEFAULT_SLOT_POLL, Duration::from_secs(30)]
+        [sluice::config::DEFAULT_SLOT_POLL, Duration::from_secs(30)]
             .map(Some)
             .contains(&e.retry_in()),
         "{e}"

@@ -23,7 +23,9 @@ use sluice::store::{
     BucketWrite, Commit, CommitError, ConditionFailure, LeaseKey, LeaseRecord, LeaseWrite,
     StoreError,
 };
-use sluice::{DynamoStore, Error, ManualClock, Sluice, Store, Tokens, UnixMillis};
+use sluice::{
+    DynamoStore, Error, Sluice, Tokens, clock::ManualClock, clock::UnixMillis, store::Store,
+};
 
 fn error_response(kind: &str, extra: &str) -> HttpResponse {
     let body = format!(
@@ -55,7 +57,7 @@ fn sluice_on(client: Client, retries: u32) -> Sluice {
         .store(DynamoStore::new(client, "buckets"))
         .clock(ManualClock::new(UnixMillis::from_secs(1_700_000_000)))
         .max_retries(retries)
-        .protocol(sluice::Protocol::Seed)
+        .protocol(sluice::config::Protocol::Seed)
         .build()
         .unwrap()
 }
@@ -222,15 +224,16 @@ fn two_item_commit() -> Commit {
     let d: sluice::Dimension = "openai#rpm".parse().unwrap();
     Commit {
         buckets: vec![BucketWrite::new(
-            sluice::BucketState {
-                version: 3,
-                ..sluice::BucketState::full(
+            {
+                let mut row = sluice::bucket::BucketState::full(
                     d.clone(),
                     sluice::Bucket::requests(sluice::RefillRate::per_second(1)).with_capacity(10),
                     UnixMillis::from_secs(1_700_000_000),
-                )
+                );
+                row.version = 3;
+                row
             },
-            sluice::Level::new(Tokens::new(9), UnixMillis::from_secs(1_700_000_000)),
+            sluice::store::Level::new(Tokens::new(9), UnixMillis::from_secs(1_700_000_000)),
         )],
         leases: vec![LeaseWrite::Create(LeaseRecord {
             slot: false,

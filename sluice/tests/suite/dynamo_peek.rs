@@ -7,7 +7,10 @@ use crate::dynamo;
 use std::time::Duration;
 
 use dynamodb_fidelity::{Config as FidelityConfig, Fidelity, ItemStats};
-use sluice::{Acquire, Bucket, Config, DynamoStore, ManualClock, Peek, RefillRate, UnixMillis};
+use sluice::{
+    Acquire, Bucket, Config, DynamoStore, RefillRate, admin::Peek, clock::ManualClock,
+    clock::UnixMillis,
+};
 
 #[tokio::test]
 async fn peek_never_writes_and_reads_at_most_once_per_peek() {

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use dynamo::proxy::{Faults, Proxy};
 use sluice::{
-    Acquire, Bucket, Config, ManualClock, RefillRate, Sluice, SluiceBuilder, Tokens, UnixMillis,
+    Acquire, Bucket, Config, RefillRate, Sluice, SluiceBuilder, Tokens, clock::ManualClock,
+    clock::UnixMillis,
 };
 
 /// A client of `table` at `endpoint` on `clock`, with store deadlines short enough that

@@ -13,7 +13,9 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
 use sluice::store::LeaseFilter;
-use sluice::{Bucket, DynamoStore, ManualClock, RefillRate, Sluice, Tokens, UnixMillis};
+use sluice::{
+    Bucket, DynamoStore, RefillRate, Sluice, Tokens, clock::ManualClock, clock::UnixMillis,
+};
 
 fn vendor() -> String {
     format!("rows{:08x}", rand::random::<u32>())
@@ -228,11 +230,9 @@ async fn the_write_ceiling_a_client_learned_goes_with_every_row_through_reshards
     let bucket = Bucket::requests(RefillRate::per_second(1_000)).with_capacity(10_000);
     let defined = sluice.put_bucket(&dim, bucket).await.unwrap();
     // As the client that spread it for the store's throttles leaves it.
-    let learned = sluice::BucketState {
-        write_ceiling: Some(160),
-        version: defined.version + 1,
-        ..defined.clone()
-    };
+    let mut learned = defined.clone();
+    learned.set_write_ceiling(Some(160));
+    learned.version = defined.version + 1;
     assert!(
         sluice::store::Store::put_bucket(&store, &learned, Some(&defined))
             .await
@@ -255,5 +255,5 @@ async fn the_write_ceiling_a_client_learned_goes_with_every_row_through_reshards
         }
     }
     let row = sluice.bucket(&dim).await.unwrap().unwrap();
-    assert_eq!((row.shards, row.write_ceiling), (1, Some(160)));
+    assert_eq!((row.shards, row.write_ceiling()), (1, Some(160)));
 }

@@ -13,8 +13,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use sluice::store::{LeaseFilter, StoreError};
 use sluice::{
-    Acquire, Bucket, Config, DynamoStore, Error, Level, ManualClock, Protocol, RefillRate, Sluice,
-    Store, Tokens, UnixMillis,
+    Acquire, Bucket, Config, DynamoStore, Error, RefillRate, Sluice, Tokens, clock::ManualClock,
+    clock::UnixMillis, config::Protocol, store::Level, store::Store,
 };
 
 /// Each conformance test on a table of its own: the reconciler works table-wide.
@@ -1035,11 +1035,9 @@ async fn healing_never_raises_a_concurrent_bucket_with_an_unreadable_lease_row()
     )
     .await;
     let before = sluice.bucket(&dim).await.unwrap().unwrap();
-    let row = sluice::BucketState {
-        tokens: Tokens::new(1),
-        version: before.version + 1,
-        ..before.clone()
-    };
+    let mut row = before.clone();
+    row.tokens = Tokens::new(1);
+    row.version = before.version + 1;
     assert!(store.put_bucket(&row, Some(&before)).await.unwrap());
     let scan = store.scan_leases(&LeaseFilter::default()).await.unwrap();
     assert_eq!(scan.leases.len(), 1);
@@ -1297,7 +1295,7 @@ async fn a_single_write_resent_after_a_lost_answer_is_not_applied_twice() {
     );
     let after = sluice.bucket(&dim).await.unwrap().unwrap();
     assert_eq!(
-        (after.version, after.tokens, after.write_id),
+        (after.version, after.tokens, after.write_id()),
         (
             row.version + 1,
             row.tokens - Tokens::new(1),
@@ -1325,19 +1323,17 @@ async fn a_single_write_resent_after_a_lost_answer_is_not_applied_twice() {
     // the leases the row keeps).
     let (proxied, puts) = answer_losing_proxy_for(endpoint, "UpdateItem").await;
     let store = DynamoStore::new(dynamo::client(&proxied), direct.table());
-    let redefined = sluice::BucketState {
-        version: after.version + 1,
-        write_id: Some(7),
-        recent_writes: sluice::RecentWrites {
-            writes: [
-                after.recent_writes.writes.as_slice(),
-                &[(7, after.last_refill_at)],
-            ]
-            .concat(),
-            forgotten: after.recent_writes.forgotten,
-        },
-        ..after.clone()
-    };
+    let mut redefined = after.clone();
+    redefined.version = after.version + 1;
+    redefined.set_write_id(Some(7));
+    redefined.set_recent_writes(sluice::store::RecentWrites {
+        writes: [
+            after.recent_writes().writes.as_slice(),
+            &[(7, after.last_refill_at)],
+        ]
+        .concat(),
+        forgotten: after.recent_writes().forgotten,
+    });
     assert!(store.put_bucket(&redefined, Some(&after)).await.unwrap());
     assert_eq!(
         puts.load(std::sync::atomic::Ordering::SeqCst),

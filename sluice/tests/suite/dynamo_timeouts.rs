@@ -10,7 +10,7 @@ use crate::dynamo;
 use std::time::Duration;
 
 use sluice::store::StoreError;
-use sluice::{Config, DEFAULT_STORE_TIMEOUT, Error, SluiceBuilder};
+use sluice::{Config, Error, SluiceBuilder, config::DEFAULT_STORE_TIMEOUT};
 
 /// A loopback endpoint that accepts connections and never answers; dropped, it stops.
 async fn silent_endpoint() -> (String, tokio::task::JoinHandle<()>) {
@@ -154,7 +154,7 @@ async fn a_table_with_a_replica_region_is_refused_at_start() {
         ..Config::default()
     };
     match SluiceBuilder::from_config(config).connect().await {
-        Err(Error::Config(sluice::ConfigError::GlobalTable { table, regions })) => {
+        Err(Error::Config(sluice::error::ConfigError::GlobalTable { table, regions })) => {
             assert_eq!(
                 (table.as_str(), regions),
                 ("shared", vec!["eu-west-1".to_owned()])

@@ -13,7 +13,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sluice::{
-    Acquire, Bucket, Error, FailurePolicy, ManualClock, RefillRate, Sluice, Tokens, UnixMillis,
+    Acquire, Bucket, Error, FailurePolicy, RefillRate, Sluice, Tokens, clock::ManualClock,
+    clock::UnixMillis,
 };
 
 use faults::Switch;
@@ -342,5 +343,5 @@ async fn shadow_mode_grants_without_a_write_while_the_store_cannot_answer() {
     s.store.set_down(false);
     // What was granted unrecorded was not taken; the commuting change took its one.
     let row = s.sluice.bucket("trial#rpm").await.unwrap().unwrap();
-    assert_eq!((row.tokens, row.shadow.refused), (Tokens::new(-1), 0));
+    assert_eq!((row.tokens, row.shadow_refused()), (Tokens::new(-1), 0));
 }

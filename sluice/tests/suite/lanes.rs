@@ -13,8 +13,8 @@ use sluice::store::{
     Store, StoreError,
 };
 use sluice::{
-    Bucket, BucketState, Dimension, ManualClock, MemoryStore, RefillRate, Sluice, Tokens,
-    UnixMillis,
+    Bucket, Dimension, MemoryStore, RefillRate, Sluice, Tokens, bucket::BucketState,
+    clock::ManualClock, clock::UnixMillis,
 };
 
 /// A memory store whose changes wait, once applied, for the gate to open.
@@ -123,7 +123,7 @@ impl Store for GatedStore {
     async fn end_lease(
         &self,
         key: &LeaseKey,
-        expiring_at: Option<sluice::UnixMillis>,
+        expiring_at: Option<sluice::clock::UnixMillis>,
     ) -> Result<bool, StoreError> {
         self.step().await;
         self.inner.end_lease(key, expiring_at).await
@@ -131,8 +131,8 @@ impl Store for GatedStore {
     async fn renew_lease(
         &self,
         key: &LeaseKey,
-        from: sluice::UnixMillis,
-        to: sluice::UnixMillis,
+        from: sluice::clock::UnixMillis,
+        to: sluice::clock::UnixMillis,
     ) -> Result<bool, StoreError> {
         self.step().await;
         self.inner.renew_lease(key, from, to).await
@@ -142,7 +142,7 @@ impl Store for GatedStore {
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
-        moves: &[Option<sluice::Commute>],
+        moves: &[Option<sluice::store::Commute>],
     ) -> Result<bool, StoreError> {
         self.step().await;
         self.inner.respread_buckets(expected, rows, moves).await

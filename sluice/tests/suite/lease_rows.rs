@@ -14,8 +14,8 @@ use sluice::store::{
     Store, StoreError,
 };
 use sluice::{
-    Acquire, Bucket, BucketState, Dimension, MemoryStore, RefillRate, Sluice, Tokens, TokioClock,
-    UnixMillis,
+    Acquire, Bucket, Dimension, MemoryStore, RefillRate, Sluice, Tokens, bucket::BucketState,
+    clock::TokioClock, clock::UnixMillis,
 };
 
 /// A store counting the calls that write or delete lease rows.
@@ -59,7 +59,7 @@ impl Store for Counting {
     async fn end_lease(
         &self,
         key: &LeaseKey,
-        expiring_at: Option<sluice::UnixMillis>,
+        expiring_at: Option<sluice::clock::UnixMillis>,
     ) -> Result<bool, StoreError> {
         self.deletes.fetch_add(1, Ordering::SeqCst);
         self.inner.end_lease(key, expiring_at).await
@@ -67,8 +67,8 @@ impl Store for Counting {
     async fn renew_lease(
         &self,
         key: &LeaseKey,
-        from: sluice::UnixMillis,
-        to: sluice::UnixMillis,
+        from: sluice::clock::UnixMillis,
+        to: sluice::clock::UnixMillis,
     ) -> Result<bool, StoreError> {
         self.inner.renew_lease(key, from, to).await
     }
@@ -76,7 +76,7 @@ impl Store for Counting {
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
-        moves: &[Option<sluice::Commute>],
+        moves: &[Option<sluice::store::Commute>],
     ) -> Result<bool, StoreError> {
         self.inner.respread_buckets(expected, rows, moves).await
     }

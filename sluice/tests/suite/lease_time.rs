@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice::{
-    Acquire, Bucket, Error, MemoryStore, RefillRate, Sluice, Store, Tokens, TokioClock, UnixMillis,
+    Acquire, Bucket, Error, MemoryStore, RefillRate, Sluice, Tokens, clock::TokioClock,
+    clock::UnixMillis, store::Store,
 };
 use tokio::time::Instant;
 
@@ -251,7 +252,7 @@ async fn a_requests_lease_released_after_its_expiry_is_never_refunded() {
     assert_eq!(report.leases_restored, 0, "{report}");
     // The holder's retry gets through within its backoff, and the lease is gone.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    tokio::time::sleep(sluice::RELEASE_GRACE).await;
+    tokio::time::sleep(sluice::config::RELEASE_GRACE).await;
     let report = reconciler.reconcile().await.unwrap();
     assert_eq!(report.leases_seen, 0, "{report}");
     assert_eq!(report.leases_restored, 0, "{report}");

@@ -5,7 +5,7 @@ use crate::conformance;
 
 use std::sync::Arc;
 
-use sluice::{MemoryStore, Store};
+use sluice::{MemoryStore, store::Store};
 
 async fn memory_store() -> Option<Arc<dyn Store>> {
     Some(Arc::new(MemoryStore::new()))

@@ -13,8 +13,8 @@ use sluice::store::{
     StoreError,
 };
 use sluice::{
-    Acquire, Bucket, BucketState, Dimension, ManualClock, MemoryStore, RefillRate, Sluice, Store,
-    UnixMillis,
+    Acquire, Bucket, Dimension, MemoryStore, RefillRate, Sluice, bucket::BucketState,
+    clock::ManualClock, clock::UnixMillis, store::Store,
 };
 
 /// The in-memory store, except that the first change loses a race and reads of
@@ -74,15 +74,15 @@ impl Store for Scripted {
     async fn end_lease(
         &self,
         key: &LeaseKey,
-        expiring_at: Option<sluice::UnixMillis>,
+        expiring_at: Option<sluice::clock::UnixMillis>,
     ) -> Result<bool, StoreError> {
         self.inner.end_lease(key, expiring_at).await
     }
     async fn renew_lease(
         &self,
         key: &LeaseKey,
-        from: sluice::UnixMillis,
-        to: sluice::UnixMillis,
+        from: sluice::clock::UnixMillis,
+        to: sluice::clock::UnixMillis,
     ) -> Result<bool, StoreError> {
         self.inner.renew_lease(key, from, to).await
     }
@@ -91,7 +91,7 @@ impl Store for Scripted {
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
-        moves: &[Option<sluice::Commute>],
+        moves: &[Option<sluice::store::Commute>],
     ) -> Result<bool, StoreError> {
         self.inner.respread_buckets(expected, rows, moves).await
     }

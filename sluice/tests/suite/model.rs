@@ -57,8 +57,9 @@ use sluice::store::{
     Store, StoreError,
 };
 use sluice::{
-    Acquire, Bucket, BucketState, Config, Dimension, Error, Lease, ManualClock, MemoryStore,
-    Prefetch, Priority, Protocol, RefillRate, Sluice, Take, Tighten, Tokens, UnixMillis,
+    Acquire, Bucket, Config, Dimension, Error, Lease, MemoryStore, Prefetch, Priority, RefillRate,
+    Sluice, Tokens, admin::Tighten, bucket::BucketState, clock::ManualClock, clock::UnixMillis,
+    config::Protocol, store::Take,
 };
 
 /// Where the in-memory runs' clocks start.
@@ -74,7 +75,7 @@ const SKEW: Duration = Duration::from_millis(300);
 /// When an expired slot lease may be given back: `SKEW` after its expiry, a vendor pause's
 /// cool-down lease at its expiry exactly.
 fn back_at(lease: &sluice::store::LeaseRecord) -> UnixMillis {
-    if lease.caller == sluice::COOLDOWN_CALLER {
+    if lease.caller == sluice::config::COOLDOWN_CALLER {
         lease.expires_at
     } else {
         lease.expires_at.saturating_add(SKEW)
@@ -351,7 +352,7 @@ impl Store for Remote {
     async fn end_lease(
         &self,
         key: &LeaseKey,
-        expiring_at: Option<sluice::UnixMillis>,
+        expiring_at: Option<sluice::clock::UnixMillis>,
     ) -> Result<bool, StoreError> {
         let k = key.clone();
         self.run(|s| async move { s.end_lease(&k, expiring_at).await })
@@ -361,8 +362,8 @@ impl Store for Remote {
     async fn renew_lease(
         &self,
         key: &LeaseKey,
-        from: sluice::UnixMillis,
-        to: sluice::UnixMillis,
+        from: sluice::clock::UnixMillis,
+        to: sluice::clock::UnixMillis,
     ) -> Result<bool, StoreError> {
         let k = key.clone();
         self.run(|s| async move { s.renew_lease(&k, from, to).await })
@@ -385,7 +386,7 @@ impl Store for Remote {
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
-        moves: &[Option<sluice::Commute>],
+        moves: &[Option<sluice::store::Commute>],
     ) -> Result<bool, StoreError> {
         let (expected, rows, moves) = (expected.to_vec(), rows.to_vec(), moves.to_vec());
         self.run(|s| async move { s.respread_buckets(&expected, &rows, &moves).await })
@@ -479,7 +480,7 @@ impl Store for ClientStore {
     async fn end_lease(
         &self,
         key: &LeaseKey,
-        expiring_at: Option<sluice::UnixMillis>,
+        expiring_at: Option<sluice::clock::UnixMillis>,
     ) -> Result<bool, StoreError> {
         self.enter().await;
         self.inner.end_lease(key, expiring_at).await
@@ -488,8 +489,8 @@ impl Store for ClientStore {
     async fn renew_lease(
         &self,
         key: &LeaseKey,
-        from: sluice::UnixMillis,
-        to: sluice::UnixMillis,
+        from: sluice::clock::UnixMillis,
+        to: sluice::clock::UnixMillis,
     ) -> Result<bool, StoreError> {
         self.enter().await;
         self.inner.renew_lease(key, from, to).await
@@ -512,7 +513,7 @@ impl Store for ClientStore {
         &self,
         expected: &[BucketState],
         rows: &[BucketState],
-        moves: &[Option<sluice::Commute>],
+        moves: &[Option<sluice::store::Commute>],
     ) -> Result<bool, StoreError> {
         self.enter().await;
         self.inner.respread_buckets(expected, rows, moves).await
@@ -740,7 +741,7 @@ impl World {
             .collect();
         let cooling = live
             .iter()
-            .filter(|l| l.caller == sluice::COOLDOWN_CALLER)
+            .filter(|l| l.caller == sluice::config::COOLDOWN_CALLER)
             .map(back_at)
             .max();
         if let Some(end) = cooling {

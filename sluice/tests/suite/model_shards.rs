@@ -32,8 +32,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use sluice::store::Store;
 use sluice::{
-    Acquire, Bucket, BucketState, Config, Error, Lease, ManualClock, MemoryStore, Priority,
-    Protocol, RefillRate, Sluice, Tokens, UnixMillis,
+    Acquire, Bucket, Config, Error, Lease, MemoryStore, Priority, RefillRate, Sluice, Tokens,
+    bucket::BucketState, clock::ManualClock, clock::UnixMillis, config::Protocol,
 };
 
 const D: &str = "model#tpm";

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sluice::{
-    Acquire, Bucket, BucketState, Config, Error, ManualClock, MemoryStore, Priority, Protocol,
-    RefillRate, Sluice, SluiceBuilder, Take, Tokens, UnixMillis,
+    Acquire, Bucket, Config, Error, MemoryStore, Priority, RefillRate, Sluice, SluiceBuilder,
+    Tokens, bucket::BucketState, clock::ManualClock, clock::UnixMillis, config::Protocol,
+    store::Take,
 };
 
 const NAMES: [&str; 4] = ["interactive", "standard", "batch", "unlisted"];
@@ -126,7 +127,7 @@ fn clients(store: &std::sync::Arc<MemoryStore>, clock: &ManualClock) -> Vec<Slui
                 fold_after: if i == 2 {
                     Duration::from_millis(1)
                 } else {
-                    sluice::DEFAULT_FOLD_AFTER
+                    sluice::config::DEFAULT_FOLD_AFTER
                 },
                 ..Config::default()
             })

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sluice::{
-    Acquire, Bucket, Error, Lease, ManualClock, MemoryStore, Prefetch, RefillRate, Sluice, Tokens,
-    UnixMillis,
+    Acquire, Bucket, Error, Lease, MemoryStore, Prefetch, RefillRate, Sluice, Tokens,
+    clock::ManualClock, clock::UnixMillis,
 };
 
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sluice::{Bucket, ManualClock, MemoryStore, RefillRate, Sluice, UnixMillis};
+use sluice::{Bucket, MemoryStore, RefillRate, Sluice, clock::ManualClock, clock::UnixMillis};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::Layer;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sluice::{Bucket, MemoryStore, Sluice, TokioClock, UnixMillis};
+use sluice::{Bucket, MemoryStore, Sluice, clock::TokioClock, clock::UnixMillis};
 use tokio::time::Instant;
 
 use crate::counted::Counted;

@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use serde_json::json;
-use sluice::{Acquire, Error, Peek, Priority, Sluice, Tokens};
+use sluice::{Acquire, Error, Priority, Sluice, Tokens, admin::Peek};
 
 use crate::{Failure, exit, show};
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 pub(crate) use sluice::__cli::parse;
-use sluice::{Bucket, BucketState, Dimension, LimitType, ShardLimit, Sluice};
+use sluice::{Bucket, Dimension, LimitType, Sluice, bucket::BucketState, bucket::ShardLimit};
 
 use crate::{Failure, exit, show};
 
@@ -317,7 +317,7 @@ impl fmt::Display for Change {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice::{RefillRate, UnixMillis};
+    use sluice::{RefillRate, clock::UnixMillis};
 
     const FILE: &str = r#"
 ["openai#rpm"]

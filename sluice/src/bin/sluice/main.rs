@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use sluice::store::StoreError;
-use sluice::{Audit, Config, DynamoStore, Error, Restock, Sluice};
+use sluice::{Config, DynamoStore, Error, Sluice, admin::Audit, admin::Restock};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -157,7 +157,7 @@ fn log_filter(verbose: u8, rust_log: Option<String>) -> Result<Targets, String> 
 }
 
 /// No bucket for `dimension` in `store`.
-fn unknown(store: &dyn sluice::Store, dimension: sluice::Dimension) -> Failure {
+fn unknown(store: &dyn sluice::store::Store, dimension: sluice::Dimension) -> Failure {
     Error::UnknownDimension {
         dimension,
         store: store.describe(),

@@ -4,7 +4,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice::{Bucket, BucketState, ReconcileReport, Reserve, Snapshot, Tokens};
+use sluice::{
+    Bucket, Tokens, admin::ReconcileReport, admin::Snapshot, bucket::BucketState, bucket::Reserve,
+};
 
 /// A decimal as a JSON number (exact decimal text parsed once, for scripts).
 fn number(text: String) -> Value {
@@ -68,7 +70,7 @@ pub(crate) fn bucket_json(b: &BucketState) -> Value {
         "version": b.version,
         "shards": b.shards,
         "mode": b.bucket.mode().as_str(),
-        "shadow_refused": b.shadow.refused,
+        "shadow_refused": b.shadow_refused(),
         "schedule": b.bucket.schedule().map(ToString::to_string),
     })
 }
@@ -193,7 +195,7 @@ pub(crate) fn bucket_text(b: &BucketState) -> String {
         b.version,
         b.shards,
         b.bucket.mode(),
-        b.shadow.refused
+        b.shadow_refused()
     )
 }
 
@@ -292,13 +294,13 @@ fn adoption_columns(s: &Snapshot, mode: bool, schedule: bool) -> Vec<String> {
 /// When a scheduled bucket's limits change next, and to what: `next change
 /// 2026-11-26T22:00:00Z: capacity=5000 refill=500/s`; `None` for a bucket with no schedule
 /// (or one whose limits never change).
-pub(crate) fn next_change(b: &Bucket, now: sluice::UnixMillis) -> Option<String> {
+pub(crate) fn next_change(b: &Bucket, now: sluice::clock::UnixMillis) -> Option<String> {
     let (at, limits) = b.schedule()?.next_change(now)?;
     Some(format!("next change {}: {limits}", utc(at)))
 }
 
 /// An instant as RFC 3339, UTC, to the second.
-pub(crate) fn utc(at: sluice::UnixMillis) -> String {
+pub(crate) fn utc(at: sluice::clock::UnixMillis) -> String {
     let since = Duration::from_millis(u64::try_from(at.as_millis()).unwrap_or(0));
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + since).to_string()
 }

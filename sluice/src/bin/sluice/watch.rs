@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use sluice::{Snapshot, Tokens};
+use sluice::{Tokens, admin::Snapshot};
 
 /// Samples kept per dimension: two minutes at the default 2 s refresh.
 pub(crate) const HISTORY: usize = 60;

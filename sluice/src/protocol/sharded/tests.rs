@@ -46,7 +46,7 @@ impl ItemCeiling {
 /// A client of `store` reading `clock`, told a per-item write ceiling of `told` writes a
 /// second when given (as DynamoDB's store tells its 1,000).
 fn client_of(
-    store: Arc<dyn crate::Store>,
+    store: Arc<dyn crate::store::Store>,
     clock: &crate::clock::ManualClock,
     told: Option<u32>,
 ) -> crate::Sluice {

@@ -56,7 +56,7 @@ const NOT_EXISTS: &str = "attribute_not_exists(vendor_dimension)";
 /// sluice shares the table with other SDKs that follow it.
 ///
 /// Every operation maps to one DynamoDB call: bucket reads are strongly consistent
-/// `GetItem`/`BatchGetItem`; a [`Commit`](crate::store::Commit) touching one row is a
+/// `GetItem`/`BatchGetItem`; a `Commit` touching one row is a
 /// single conditional write, and one touching several is a `TransactWriteItems` with a
 /// condition per item.
 ///

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sluice::{Bucket, RefillRate, Report, Tighten, Tokens};
+use sluice::{Bucket, RefillRate, Tokens, admin::Tighten, bucket::Report};
 
 use super::{Env, acquire_n, retry_in};
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sluice::{Acquire, Bucket, BucketState, Error, RefillRate, Take, Tokens};
+use sluice::{Acquire, Bucket, Error, RefillRate, Tokens, bucket::BucketState, store::Take};
 
 use super::{Env, SLOT_POLL, requests, retry_in};
 

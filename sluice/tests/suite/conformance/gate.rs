@@ -8,7 +8,7 @@ use sluice::store::{
     BoxError, BucketChange, BucketWrite, ChangeError, Commit, CommitError, LeaseFilter, LeaseKey,
     LeaseRecord, LeaseScan, Store, StoreError,
 };
-use sluice::{BucketState, Commute, Dimension, Sluice};
+use sluice::{Dimension, Sluice, bucket::BucketState, store::Commute};
 
 use super::Env;
 
@@ -119,15 +119,15 @@ impl Store for Gate {
     async fn end_lease(
         &self,
         key: &LeaseKey,
-        expiring_at: Option<sluice::UnixMillis>,
+        expiring_at: Option<sluice::clock::UnixMillis>,
     ) -> Result<bool, StoreError> {
         self.inner.end_lease(key, expiring_at).await
     }
     async fn renew_lease(
         &self,
         key: &LeaseKey,
-        from: sluice::UnixMillis,
-        to: sluice::UnixMillis,
+        from: sluice::clock::UnixMillis,
+        to: sluice::clock::UnixMillis,
     ) -> Result<bool, StoreError> {
         self.inner.renew_lease(key, from, to).await
     }

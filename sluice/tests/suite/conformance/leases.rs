@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use sluice::store::{LeaseFilter, LeaseRecord};
-use sluice::{Acquire, Bucket, BucketState, Protocol, RefillRate, Tokens};
+use sluice::{Acquire, Bucket, RefillRate, Tokens, bucket::BucketState, config::Protocol};
 
 use super::{Env, Gate, requests, retry_in};
 
@@ -92,10 +92,10 @@ pub async fn other_clients_grants_do_not_make_a_grant_fail(env: Env) {
 
 /// A clock that reads the suite's milliseconds and a fixed microsecond within each.
 #[derive(Debug, Clone)]
-struct AtMicro(sluice::ManualClock, i64);
+struct AtMicro(sluice::clock::ManualClock, i64);
 
-impl sluice::Clock for AtMicro {
-    fn now(&self) -> sluice::UnixMillis {
+impl sluice::clock::Clock for AtMicro {
+    fn now(&self) -> sluice::clock::UnixMillis {
         self.0.now()
     }
 
@@ -359,7 +359,7 @@ pub async fn a_fleet_s_first_grants_on_a_full_row_each_take_one_write(env: Env) 
         let first = start.saturating_add(Duration::from_millis(3));
         let stored = row(&env, "slow").await;
         assert_eq!(
-            (stored.last_refill_at, stored.herd_at),
+            (stored.last_refill_at, stored.herd_at()),
             (first, Some(first))
         );
         // Full again a second later: a process's next grant fills it, which ends the herd.
@@ -371,7 +371,7 @@ pub async fn a_fleet_s_first_grants_on_a_full_row_each_take_one_write(env: Env) 
             .release()
             .await
             .unwrap();
-        assert_eq!(row(&env, "slow").await.herd_at, None);
+        assert_eq!(row(&env, "slow").await.herd_at(), None);
     }
     for lease in held {
         lease.release().await.unwrap();
@@ -409,7 +409,7 @@ pub async fn a_process_that_read_the_row_after_a_herd_s_lead_joins_it(env: Env) 
             // Each joins the herd, where a fill from the row it read fails on the takes
             // since.
             assert_eq!(lease.attempts(), 1, "a first grant was turned away");
-            assert_eq!(row(&env, "slow").await.herd_at, Some(lead));
+            assert_eq!(row(&env, "slow").await.herd_at(), Some(lead));
         }
         held.push(lease);
     }
@@ -470,12 +470,12 @@ pub async fn counting_waiting_clients_changes_nothing_else_in_the_row(env: Env) 
         .await
         .unwrap();
     let before = env.sluice.bucket(dim.as_str()).await.unwrap().unwrap();
-    let counts = |row: &BucketState| row.waiting.counts().collect::<Vec<_>>();
+    let counts = |row: &BucketState| row.waiting().counts().collect::<Vec<_>>();
     let counted = env.store.count_waiting(&dim, 7, 3, &[]).await.unwrap();
     let counted = counted.expect("the row");
     assert_eq!(counts(&counted), vec![(7, 3)]);
     let mut rest = counted.clone();
-    rest.waiting = before.waiting.clone();
+    rest.set_waiting(before.waiting().clone());
     assert_eq!(rest, before, "nothing else changed");
     // The next epoch, forgetting the one before the last.
     env.store.count_waiting(&dim, 8, 32, &[]).await.unwrap();

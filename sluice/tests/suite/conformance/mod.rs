@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use sluice::store::{LeaseFilter, Store};
 use sluice::{
-    Acquire, Bucket, Config, Error, LimitType, ManualClock, Protocol, RefillRate, Sluice, Tighten,
-    Tokens, UnixMillis,
+    Acquire, Bucket, Config, Error, LimitType, RefillRate, Sluice, Tokens, admin::Tighten,
+    clock::ManualClock, clock::UnixMillis, config::Protocol,
 };
 
 /// The clock skew every client of the suite allows for: an expired slot comes back this
@@ -44,7 +44,7 @@ pub const SKEW: Duration = Duration::from_millis(250);
 /// its two writes.
 pub const HEAL_SETTLE: Duration = Duration::from_millis(300);
 /// The slot poll interval of every client (the default).
-pub const SLOT_POLL: Duration = sluice::DEFAULT_SLOT_POLL;
+pub const SLOT_POLL: Duration = sluice::config::DEFAULT_SLOT_POLL;
 
 /// One test's world: a store, a manual clock, and a client on both.
 pub struct Env {
@@ -203,10 +203,10 @@ fn retry_in(result: Result<sluice::Lease, Error>) -> Duration {
 /// (`None`: the store is not available and the test skips).
 macro_rules! suite {
     ($make:ident) => {
-        $crate::conformance::suite!(@all $make, ::sluice::Protocol::Fast);
+        $crate::conformance::suite!(@all $make, ::sluice::config::Protocol::Fast);
         /// The same suite on the seed design's protocol (read, then write).
         mod seed_protocol {
-            $crate::conformance::suite!(@all super::$make, ::sluice::Protocol::Seed);
+            $crate::conformance::suite!(@all super::$make, ::sluice::config::Protocol::Seed);
         }
     };
     (@all $make:path, $protocol:expr) => {
@@ -303,7 +303,7 @@ macro_rules! suite {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $name() {
-                let store: Option<::std::sync::Arc<dyn ::sluice::Store>> = $make().await;
+                let store: Option<::std::sync::Arc<dyn ::sluice::store::Store>> = $make().await;
                 if let Some(store) = store {
                     $crate::conformance::$name($crate::conformance::Env::new(store, $protocol))
                         .await;
@@ -1122,7 +1122,7 @@ pub async fn reconcile_refunds_a_crashed_requests_lease_capped_at_capacity(env: 
     let waiting = env.sluice.reconcile().await.unwrap();
     assert_eq!(waiting.leases_in_grace, 2, "{waiting}");
     assert_eq!(waiting.leases_restored, 0, "{waiting}");
-    env.advance_ms(sluice::RELEASE_GRACE.as_millis() as u64 - 1);
+    env.advance_ms(sluice::config::RELEASE_GRACE.as_millis() as u64 - 1);
     assert_eq!(env.sluice.reconcile().await.unwrap().leases_in_grace, 2);
     // Then refunded, capped at capacity (refill has filled the bucket meanwhile).
     env.advance_ms(1);

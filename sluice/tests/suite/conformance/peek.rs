@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice::{Acquire, Bucket, Error, Peek, Priority, RefillRate, Tokens};
+use sluice::{Acquire, Bucket, Error, Priority, RefillRate, Tokens, admin::Peek};
 
 use super::{Env, retry_in};
 
@@ -155,7 +155,7 @@ pub async fn a_peek_on_a_spread_bucket_answers_for_the_whole(env: Env) {
         )
         .await;
     env.sluice.reshard(&d, 4).await.unwrap();
-    if env.protocol() == sluice::Protocol::Seed {
+    if env.protocol() == sluice::config::Protocol::Seed {
         // The seed's protocol sees the dimension's own row, a bucket of its share (250):
         // its peek answers as its acquire does.
         for client in [&env.sluice, &env.client("seed")] {

@@ -1,7 +1,7 @@
 //! Reset and top-up by hand: conditional, refused on a bucket changed since it was read,
 //! consistent with the leases.
 
-use sluice::{Acquire, Audit, Bucket, Error, RefillRate, Restock, Tokens};
+use sluice::{Acquire, Bucket, Error, RefillRate, Tokens, admin::Audit, admin::Restock};
 
 use super::Env;
 

@@ -1,6 +1,8 @@
 //! Scheduled limits: applied at their boundary by the reconciler, once.
 
-use sluice::{Acquire, Bucket, Error, Limits, RefillRate, Tokens, UnixMillis, Window};
+use sluice::{
+    Acquire, Bucket, Error, RefillRate, Tokens, bucket::Limits, bucket::Window, clock::UnixMillis,
+};
 
 use super::{Env, Gate, retry_in};
 

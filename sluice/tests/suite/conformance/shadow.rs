@@ -18,8 +18,7 @@ async fn counted(env: &Env, dimension: &str) -> u64 {
         .await
         .unwrap()
         .unwrap()
-        .shadow
-        .refused
+        .shadow_refused()
 }
 
 /// A load beyond capacity on a bucket in shadow: never refused, every cost taken (the row
@@ -103,7 +102,7 @@ pub async fn a_shadow_client_and_an_enforcing_client_conserve_tokens(env: Env) {
     }
     let row = env.sluice.bucket(&d).await.unwrap().unwrap();
     assert_eq!(row.tokens, Tokens::new(-5), "every grant taken");
-    assert_eq!(row.shadow.refused, 5);
+    assert_eq!(row.shadow_refused(), 5);
     // The enforcing client waits out the debt: 6 s to hold one again.
     let wait = retry_in(env.sluice.acquire(d.as_str()).await);
     assert_eq!(wait, std::time::Duration::from_secs(6));
@@ -135,7 +134,10 @@ pub async fn switching_a_shadow_bucket_to_enforce_is_one_definition(env: Env) {
         Err(Error::RetryIn(_))
     ));
     let row = env.sluice.bucket(&d).await.unwrap().unwrap();
-    assert_eq!((row.bucket.mode(), row.shadow.refused), (Mode::Enforce, 0));
+    assert_eq!(
+        (row.bucket.mode(), row.shadow_refused()),
+        (Mode::Enforce, 0)
+    );
     assert_eq!(
         row.tokens,
         Tokens::new(-2),

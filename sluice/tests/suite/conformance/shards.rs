@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use sluice::{Acquire, Bucket, Error, Protocol, RefillRate, ShardError, ShardLimit, Tokens};
+use sluice::{
+    Acquire, Bucket, Error, RefillRate, Tokens, bucket::ShardLimit, config::Protocol,
+    error::ShardError,
+};
 
 use super::Env;
 
@@ -480,12 +483,10 @@ async fn reshard_raced_on(
     ];
     if seed_written {
         let read = env.sluice.bucket(&d).await.unwrap().unwrap();
-        let seed = sluice::BucketState {
-            version: read.version + 1,
-            write_id: None,
-            recent_writes: sluice::RecentWrites::default(),
-            ..read.clone()
-        };
+        let mut seed = read.clone();
+        seed.version = read.version + 1;
+        seed.set_write_id(None);
+        seed.set_recent_writes(sluice::store::RecentWrites::default());
         assert!(env.store.put_bucket(&seed, Some(&read)).await.unwrap());
     }
     let (gate, open) = super::Gate::new(env, "rpm");
@@ -679,13 +680,13 @@ pub async fn a_client_throttled_on_a_row_since_spread_learns_the_spread_at_once(
 /// A clock some milliseconds off another's, for a client of the suite on another "host".
 #[derive(Debug, Clone)]
 struct Skewed {
-    inner: sluice::ManualClock,
+    inner: sluice::clock::ManualClock,
     offset_ms: i64,
 }
 
-impl sluice::Clock for Skewed {
-    fn now(&self) -> sluice::UnixMillis {
-        sluice::UnixMillis::new(self.inner.now().as_millis() + self.offset_ms)
+impl sluice::clock::Clock for Skewed {
+    fn now(&self) -> sluice::clock::UnixMillis {
+        sluice::clock::UnixMillis::new(self.inner.now().as_millis() + self.offset_ms)
     }
 }
 

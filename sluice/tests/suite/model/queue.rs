@@ -12,7 +12,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use sluice::{Error, Take, Tokens};
+use sluice::{Error, Tokens, store::Take};
 
 use super::{Dim, Granted, Mode, PREFETCH, Target, Truth, World};
 
