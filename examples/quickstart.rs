@@ -94,7 +94,7 @@ async fn main() -> Result<(), Error> {
                         lease.release().await?;
                         tokio::time::sleep(think).await;
                     }
-                    Err(Error::RetryIn(delay)) => {
+                    Err(Error::RetryIn(sluice::RetryIn { delay, .. })) => {
                         tallies.lock().unwrap()[second][p].retry_in += 1;
                         honoured.lock().unwrap().waits += 1;
                         not_before = Some(Instant::now() + delay);

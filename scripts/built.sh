@@ -12,7 +12,7 @@
 # dependencies, whose features differ from the tests' (no dev-dependencies): minutes of a CI
 # run each, for the same code.
 
-TEST_FEATURES=sluice-limiter/cli,sluice-examples/dynamodb,sluice-examples/demo,sluice-tower/http
+TEST_FEATURES=sluice-limiter/cli,sluice-limiter/record-operations,sluice-examples/dynamodb,sluice-examples/demo,sluice-tower/http
 
 built_executable() {
     local kind=$1 name=$2 path

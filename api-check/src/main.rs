@@ -66,18 +66,38 @@ fn check(json: &Path, file: &Path, bless: bool) -> Result<bool, String> {
         println!("ok: the public API matches {}", file.display());
         return Ok(true);
     }
-    let old: BTreeSet<&str> = committed.lines().collect();
-    let new: BTreeSet<&str> = rendered.lines().collect();
     eprintln!(
         "FAILED: the public API differs from {} (`scripts/check-api.sh --bless` writes it, \
          and CHANGELOG.md says why):",
         file.display()
     );
-    for line in old.difference(&new) {
-        eprintln!("- {line}");
-    }
-    for line in new.difference(&old) {
-        eprintln!("+ {line}");
+    for line in difference(&committed, &rendered) {
+        eprintln!("{line}");
     }
     Ok(false)
+}
+
+/// The lines only in `committed` (`- `) and only in `rendered` (`+ `), each sorted.
+fn difference(committed: &str, rendered: &str) -> Vec<String> {
+    let old: BTreeSet<&str> = committed.lines().collect();
+    let new: BTreeSet<&str> = rendered.lines().collect();
+    let removed = old.difference(&new).map(|line| format!("- {line}"));
+    let added = new.difference(&old).map(|line| format!("+ {line}"));
+    removed.chain(added).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::difference;
+
+    #[test]
+    fn a_difference_lists_what_was_removed_and_what_was_added() {
+        let committed = "pub fn a::f()\npub struct a::S\n";
+        let rendered = "pub struct a::S\npub fn a::g()\n";
+        assert_eq!(
+            difference(committed, rendered),
+            ["- pub fn a::f()", "+ pub fn a::g()"]
+        );
+        assert!(difference(committed, committed).is_empty());
+    }
 }

@@ -311,7 +311,7 @@ pub(crate) async fn child(args: Args, kind_of_run: String) {
                             r.held.push((granted, SystemClock.now().as_millis()));
                         }
                     }
-                    Err(Error::RetryIn(d)) => {
+                    Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => {
                         r.retry_ins += 1;
                         tokio::time::sleep(d).await;
                     }

@@ -208,7 +208,7 @@ pub(crate) async fn child(args: Args, kind: String) {
                             r.errors += 1;
                         }
                     }
-                    Err(Error::RetryIn(d)) => {
+                    Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => {
                         r.denials += 1;
                         tokio::time::sleep(d).await;
                     }

@@ -201,6 +201,58 @@ async fn per_dimension_costs_computed_from_arguments_are_charged() {
     assert_eq!(available(&sluice, "test#rpm").await, Tokens::new(2));
 }
 
+/// An error that keeps the whole `sluice::Error`, refusal included.
+#[derive(Debug)]
+struct Refused(sluice::Error);
+
+impl From<sluice::Error> for Refused {
+    fn from(e: sluice::Error) -> Self {
+        Refused(e)
+    }
+}
+
+#[rate_limited("test#rpm", "test#tpm" = max_tokens, client = sluice)]
+async fn budgeted(sluice: &Sluice, max_tokens: usize) -> Result<(), Refused> {
+    Ok(())
+}
+
+/// The caller's error says which dimension was short and when each serves, so a job short
+/// of tokens is requeued by tokens and one short of requests by requests.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_names_the_dimension_that_was_short_and_its_wait() {
+    let sluice = client().await;
+    budgeted(&sluice, 900).await.unwrap();
+    // 100 tokens left, refilling 100 a second: 300 more wait 2 s; requests are there.
+    let before = sluice.now();
+    let Err(Refused(e)) = budgeted(&sluice, 300).await else {
+        panic!("expected a refusal");
+    };
+    let after = sluice.now();
+    let refusal = e.refusal().expect("a RetryIn");
+    let short: Vec<&str> = refusal.short.iter().map(|s| s.dimension.as_str()).collect();
+    assert_eq!(short, ["test#tpm"]);
+    assert_eq!(refusal.delay, Duration::from_secs(2));
+    assert_eq!(refusal.delay_of("test#tpm"), Some(Duration::from_secs(2)));
+    assert_eq!(refusal.delay_of("test#rpm"), None);
+    let wait = Duration::from_secs(2);
+    assert!(
+        before.saturating_add(wait) <= refusal.at && refusal.at <= after.saturating_add(wait),
+        "{refusal:?}"
+    );
+    assert_eq!(sluice::Error::find_refusal(&e), Some(refusal));
+    // Now the requests: two of three were taken, the third goes; the fourth waits for
+    // the refill of one (2 a second).
+    budgeted(&sluice, 0).await.unwrap();
+    budgeted(&sluice, 0).await.unwrap();
+    let Err(Refused(e)) = budgeted(&sluice, 0).await else {
+        panic!("expected a refusal");
+    };
+    let refusal = e.refusal().expect("a RetryIn");
+    let short: Vec<&str> = refusal.short.iter().map(|s| s.dimension.as_str()).collect();
+    assert_eq!(short, ["test#rpm"]);
+    assert_eq!(refusal.delay, Duration::from_millis(500));
+}
+
 #[rate_limited("test#reserved", client = sluice, priority = "batch")]
 async fn batch_call(sluice: &Sluice) -> Result<(), AppError> {
     Ok(())

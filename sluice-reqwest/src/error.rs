@@ -40,7 +40,7 @@ mod tests {
     fn retry(ms: u64) -> reqwest_middleware::Error {
         middleware_error(
             Fate::NotSent,
-            sluice::Error::RetryIn(Duration::from_millis(ms)),
+            sluice::Error::RetryIn(sluice::RetryIn::after(Duration::from_millis(ms))),
         )
     }
 
@@ -86,7 +86,10 @@ mod tests {
             text.contains("held the request back") && text.contains("1.250s"),
             "{text}"
         );
-        let paused = middleware_error(Fate::Paused, sluice::Error::RetryIn(Duration::from_secs(2)));
+        let paused = middleware_error(
+            Fate::Paused,
+            sluice::Error::RetryIn(sluice::RetryIn::after(Duration::from_secs(2))),
+        );
         assert!(
             paused.to_string().starts_with("the vendor answered 429"),
             "{paused}"

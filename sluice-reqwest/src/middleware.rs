@@ -37,7 +37,7 @@ pub const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
 ///   while it is held ([`Lease::lost`](sluice::Lease::lost)), and a body is cut, with
 ///   [`sluice::Error::LeaseNotFound`], only if its slot is no longer its own (its process
 ///   was frozen, or the store failed every renewal, for a whole TTL). A RetryIn is returned as `reqwest_middleware::Error::Middleware` carrying
-///   [`sluice::Error::RetryIn`]; find its delay with [`sluice::Error::find_retry_in`],
+///   [`sluice::Error::RetryIn`]; find its delay with [`sluice::Error::find_retry_in`] (and the short dimensions with [`sluice::Error::find_refusal`]),
 ///   however the error is wrapped afterwards.
 /// - **Usage**: on a successful JSON or event-stream response, the vendor's reported
 ///   `usage` (OpenAI's `total_tokens`, Anthropic's `input_tokens + output_tokens`, a
@@ -292,7 +292,7 @@ impl Middleware for SluiceMiddleware {
             {
                 return Err(middleware_error(
                     Fate::Paused,
-                    sluice::Error::RetryIn(pause),
+                    sluice::Error::RetryIn(sluice::RetryIn::after(pause)),
                 ));
             }
         }

@@ -19,9 +19,12 @@
 //!     .service_fn(|name: &'static str| async move { Ok::<_, std::convert::Infallible>(format!("hello {name}")) });
 //!
 //! assert_eq!(svc.ready().await.unwrap().call("world").await.unwrap(), "hello world");
-//! // The bucket is empty now: the error says exactly when to retry.
+//! // The bucket is empty now: the error says exactly when to retry, and which dimension
+//! // was short (the boxed `sluice::Error::RetryIn`).
 //! let e = svc.ready().await.unwrap().call("again").await.unwrap_err();
 //! assert_eq!(sluice::Error::find_retry_in(&*e), Some(Duration::from_secs(1)));
+//! let refusal = sluice::Error::find_refusal(&*e).unwrap();
+//! assert_eq!(refusal.delay_of("vendor#rpm"), Some(Duration::from_secs(1)));
 //! # });
 //! ```
 //!
@@ -39,7 +42,7 @@ mod http;
 mod layer;
 mod service;
 
-pub use error::{BoxError, RetryIn};
+pub use error::BoxError;
 pub use future::ResponseFuture;
 #[cfg(feature = "http")]
 pub use http::{TooManyRequests, TooManyRequestsLayer};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::FutureExt as _;
 use sluice::{Bucket, RefillRate, Sluice, Tokens, clock::ManualClock, clock::UnixMillis};
-use sluice_tower::{RetryIn, SluiceLayer};
+use sluice_tower::SluiceLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tower_test::mock;
 
@@ -64,6 +64,40 @@ async fn each_call_takes_one_token_and_reaches_the_inner_service() {
     );
 }
 
+/// With several dimensions, the refusal names the one that was short and its wait: the
+/// caller requeues by it.
+#[tokio::test]
+async fn a_refusal_names_the_dimension_that_was_short() {
+    let sluice = client().await;
+    sluice
+        .put_bucket(
+            "vendor#tpm",
+            Bucket::tokens(RefillRate::per_second(4)).with_capacity(1),
+        )
+        .await
+        .unwrap();
+    let mut svc = ServiceBuilder::new()
+        .layer(
+            SluiceLayer::new("vendor#rpm")
+                .and("vendor#tpm")
+                .client(sluice.clone()),
+        )
+        .service_fn(|n: u32| async move { Ok::<_, Infallible>(n + 1) });
+    assert_eq!(svc.ready().await.unwrap().call(1).await.unwrap(), 2);
+    let e = svc.ready().await.unwrap().call(1).await.unwrap_err();
+    let refusal = sluice::Error::find_refusal(&*e).expect("a RetryIn");
+    let short: Vec<&str> = refusal.short.iter().map(|s| s.dimension.as_str()).collect();
+    // Requests are there (2 of 3); a token comes back in a quarter of a second.
+    assert_eq!(short, ["vendor#tpm"]);
+    assert_eq!(refusal.delay, Duration::from_millis(250));
+    assert_eq!(
+        refusal.delay_of("vendor#tpm"),
+        Some(Duration::from_millis(250))
+    );
+    assert_eq!(refusal.at, sluice.now().saturating_add(refusal.delay));
+    assert_eq!(available(&sluice, "vendor#rpm").await, Tokens::new(2));
+}
+
 #[tokio::test]
 async fn retry_in_is_a_downcastable_error_with_the_exact_delay_and_the_inner_is_not_called() {
     let sluice = client().await;
@@ -77,13 +111,16 @@ async fn retry_in_is_a_downcastable_error_with_the_exact_delay_and_the_inner_is_
         f.await.unwrap().unwrap();
     }
     let e = svc.ready().await.unwrap().call("x").await.unwrap_err();
-    let retry = e.downcast_ref::<RetryIn>().expect("a RetryIn error");
-    assert_eq!(retry.retry_in(), Duration::from_millis(500));
+    let refused = e.downcast_ref::<sluice::Error>().expect("a sluice::Error");
+    assert_eq!(refused.retry_in(), Some(Duration::from_millis(500)));
     assert_eq!(
         sluice::Error::find_retry_in(&*e),
         Some(Duration::from_millis(500))
     );
-    assert_eq!(e.to_string(), "rate limited: retry in 500 ms");
+    assert_eq!(
+        e.to_string(),
+        "rate limited: `vendor#rpm` short: retry in 500ms"
+    );
     assert!(
         handle.next_request().now_or_never().is_none(),
         "the inner service was not called"
@@ -120,7 +157,7 @@ async fn a_client_in_shadow_mode_is_never_refused_and_counts_what_would_have_bee
     );
     assert!(matches!(
         enforcing.acquire("vendor#rpm").await,
-        Err(sluice::Error::RetryIn(d)) if d == Duration::from_millis(1_500)
+        Err(sluice::Error::RetryIn(sluice::RetryIn { delay: d, .. })) if d == Duration::from_millis(1_500)
     ));
 }
 
@@ -427,7 +464,7 @@ async fn a_caller_that_requeues_on_retry_in_gets_the_slot_another_client_freed()
     for released_after in [Duration::ZERO, sluice::config::DEFAULT_SLOT_POLL / 2] {
         let held = holder.acquire("vendor#concurrent").await.unwrap();
         let e = svc.ready().await.unwrap().call(1).await.unwrap_err();
-        let wait = e.downcast_ref::<RetryIn>().expect("a RetryIn").retry_in();
+        let wait = sluice::Error::find_retry_in(&*e).expect("a RetryIn");
         assert!(wait <= sluice::config::DEFAULT_SLOT_POLL, "{wait:?}");
         clock.advance(released_after);
         held.release().await.unwrap();

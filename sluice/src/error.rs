@@ -1,4 +1,4 @@
-//! Errors: [`Error`], what every call of the limiter returns, with its [`Delay`]; and the
+//! Errors: [`Error`], what every call of the limiter returns, with its [`RetryIn`]; and the
 //! errors of reading or building the values a call takes (dimensions, priorities, bucket
 //! definitions, schedules, configuration).
 
@@ -13,11 +13,12 @@ pub use crate::dimension::DimensionError;
 pub use crate::grant::LeaseIdError;
 pub use crate::priority::PriorityError;
 pub use crate::store::StoreError;
+pub use refusal::{RetryIn, Short};
+
+mod refusal;
 
 use std::fmt;
 use std::time::Duration;
-
-use ref_cast::RefCast;
 
 use crate::dimension::Dimension;
 use crate::priority::Priority;
@@ -35,12 +36,15 @@ use crate::tokens::Tokens;
 /// fn requeue_delay(e: &sluice::Error) -> Option<Duration> {
 ///     e.retry_in()
 /// }
-/// assert_eq!(requeue_delay(&sluice::Error::RetryIn(Duration::from_millis(1500))), Some(Duration::from_millis(1500)));
+/// let e = sluice::Error::RetryIn(sluice::RetryIn::after(Duration::from_millis(1500)));
+/// assert_eq!(requeue_delay(&e), Some(Duration::from_millis(1500)));
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// Not enough tokens now: retry after this delay, rounded up to the millisecond.
+    /// Not enough tokens now: retry after [`RetryIn::delay`], rounded up to the
+    /// millisecond, at [`RetryIn::at`] by the client's clock; [`RetryIn::short`] names the
+    /// dimensions that were short, each with its own wait.
     ///
     /// It is exact for the bucket row it was computed from: one millisecond earlier that
     /// row could not serve the request, at the delay it can. That row is the store's, read
@@ -55,7 +59,7 @@ pub enum Error {
     /// an upper bound (a release may free a slot sooner), or the slot poll interval when no
     /// live lease shows; [`Sluice::acquire_within`](crate::Sluice::acquire_within) and the
     /// waits built on it look again at most every poll interval.
-    RetryIn(Duration),
+    RetryIn(RetryIn),
     /// The cost is larger than the bucket's capacity, so the request can never be granted.
     CostExceedsCapacity {
         /// The dimension.
@@ -150,7 +154,7 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::RetryIn(delay) => write!(f, "rate limited: retry in {}", fmt_duration(*delay)),
+            Error::RetryIn(refusal) => write!(f, "rate limited: {refusal}"),
             Error::CostExceedsCapacity {
                 dimension,
                 cost,
@@ -217,13 +221,13 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {
-    /// A RetryIn's source is its [`Delay`]: even a wrapper that forwards `source()` past
-    /// the `sluice::Error` it holds (`#[error(transparent)]`) leads to the delay.
+    /// A RetryIn's source is its [`RetryIn`]: even a wrapper that forwards `source()` past
+    /// the `sluice::Error` it holds (`#[error(transparent)]`) leads to it.
     /// Transparent variants (a malformed name, a store or configuration error) forward
     /// their inner error's source, as `#[error(transparent)]` does.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::RetryIn(delay) => Some(Delay::ref_cast(delay)),
+            Error::RetryIn(refusal) => Some(refusal),
             Error::InvalidDimension(e) => e.source(),
             Error::InvalidPriority(e) => e.source(),
             Error::Store(e) => e.source(),
@@ -264,44 +268,17 @@ impl From<ConfigError> for Error {
     }
 }
 
-/// The delay of a [`Error::RetryIn`], as that error's [`source`](std::error::Error::source).
-///
-/// It is what lets [`Error::find_retry_in`] find a RetryIn that a transparent wrapper holds
-/// directly: such a wrapper's `source()` is the `sluice::Error`'s source, this delay.
-///
-/// ```
-/// use std::error::Error as _;
-/// use std::time::Duration;
-///
-/// let e = sluice::Error::RetryIn(Duration::from_millis(250));
-/// let delay = e.source().and_then(|s| s.downcast_ref::<sluice::Delay>()).unwrap();
-/// assert_eq!(delay.duration(), Duration::from_millis(250));
-/// assert_eq!(delay.to_string(), "250ms");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, RefCast)]
-#[repr(transparent)]
-pub struct Delay(Duration);
-
-impl Delay {
-    /// The wait before the request can be granted.
-    pub fn duration(&self) -> Duration {
-        self.0
-    }
-}
-
-impl fmt::Display for Delay {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&fmt_duration(self.0))
-    }
-}
-
-impl std::error::Error for Delay {}
-
 impl Error {
     /// The delay to wait before retrying, when this error is a quota denial.
     pub fn retry_in(&self) -> Option<Duration> {
+        self.refusal().map(|r| r.delay)
+    }
+
+    /// The refusal, when this error is a quota denial: its delay, its instant and the
+    /// dimensions that were short.
+    pub fn refusal(&self) -> Option<&RetryIn> {
         match self {
-            Error::RetryIn(d) => Some(*d),
+            Error::RetryIn(refusal) => Some(refusal),
             _ => None,
         }
     }
@@ -326,7 +303,7 @@ impl Error {
     /// A `sluice::Error` held *directly* by a transparent wrapper
     /// (`#[error(transparent)] Sluice(#[from] sluice::Error)`, or
     /// `reqwest_middleware::Error::middleware(sluice_error)` in a middleware of your own) is
-    /// found too: such a wrapper's `source()` is the RetryIn's own source, its [`Delay`].
+    /// found too: such a wrapper's `source()` is the RetryIn's own source, its [`RetryIn`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -337,7 +314,8 @@ impl Error {
     ///     Summarize(#[source] sluice::Error),
     /// }
     ///
-    /// let e = AppError::Summarize(sluice::Error::RetryIn(Duration::from_millis(1_500)));
+    /// let refusal = sluice::RetryIn::after(Duration::from_millis(1_500));
+    /// let e = AppError::Summarize(sluice::Error::RetryIn(refusal));
     /// assert_eq!(sluice::Error::find_retry_in(&e), Some(Duration::from_millis(1_500)));
     ///
     /// let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(e);
@@ -347,12 +325,38 @@ impl Error {
     /// assert_eq!(sluice::Error::find_retry_in(&other), None);
     /// ```
     pub fn find_retry_in(error: &(dyn std::error::Error + 'static)) -> Option<Duration> {
+        Self::find_refusal(error).map(|r| r.delay)
+    }
+
+    /// The refusal any error carrying a sluice RetryIn holds, however it was wrapped (see
+    /// [`find_retry_in`](Self::find_retry_in)): which dimensions were short, and when each
+    /// will serve.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// use sluice::{Acquire, Bucket, RefillRate, Sluice};
+    /// let sluice = Sluice::in_memory();
+    /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(500))).await?;
+    /// sluice.put_bucket("openai#tpm", Bucket::tokens(RefillRate::per_minute(1_000))).await?;
+    /// let request = || Acquire::new("openai#rpm").and_cost("openai#tpm", 1_000);
+    /// let _held = sluice.acquire(request()).await?;
+    /// let e = sluice.acquire(request()).await.unwrap_err();
+    /// let refusal = sluice::Error::find_refusal(&e).unwrap();
+    /// // Tokens were short, not requests: requeue by tokens.
+    /// let short: Vec<&str> = refusal.short.iter().map(|s| s.dimension.as_str()).collect();
+    /// assert_eq!(short, ["openai#tpm"]);
+    /// assert_eq!(refusal.delay, Duration::from_secs(60));
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub fn find_refusal<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a RetryIn> {
         let mut current = Some(error);
-        // A RetryIn's source is its `Delay`: the walk reaches it from the error itself and
-        // from any wrapper, transparent ones included.
+        // A RetryIn's source is its `RetryIn`: the walk reaches it from the error itself
+        // and from any wrapper, transparent ones included.
         while let Some(e) = current {
-            if let Some(delay) = e.downcast_ref::<Delay>() {
-                return Some(delay.duration());
+            if let Some(refusal) = e.downcast_ref::<RetryIn>() {
+                return Some(refusal);
             }
             current = e.source();
         }
@@ -378,11 +382,11 @@ mod tests {
     #[test]
     fn display_texts_say_what_to_do() {
         assert_eq!(
-            Error::RetryIn(Duration::from_millis(1_250)).to_string(),
+            Error::RetryIn(RetryIn::after(Duration::from_millis(1_250))).to_string(),
             "rate limited: retry in 1.250s"
         );
         assert_eq!(
-            Error::RetryIn(Duration::from_millis(7)).to_string(),
+            Error::RetryIn(RetryIn::after(Duration::from_millis(7))).to_string(),
             "rate limited: retry in 7ms"
         );
         let d = Dimension::new("openai#tpm").unwrap();
@@ -409,7 +413,7 @@ mod tests {
             #[error(transparent)]
             Sluice(#[from] Error),
         }
-        let app = App::from(Error::RetryIn(Duration::from_millis(1_250)));
+        let app = App::from(Error::RetryIn(RetryIn::after(Duration::from_millis(1_250))));
         assert_eq!(app.to_string(), "rate limited: retry in 1.250s");
         assert_eq!(
             Error::find_retry_in(&app),
@@ -433,7 +437,7 @@ mod tests {
         #[derive(Debug, thiserror::Error)]
         #[error("app failed")]
         struct App(#[source] Error);
-        let app = App(Error::RetryIn(Duration::from_secs(2)));
+        let app = App(Error::RetryIn(RetryIn::after(Duration::from_secs(2))));
         assert_eq!(Error::find_retry_in(&app), Some(Duration::from_secs(2)));
         let other = App(Error::Timeout(Duration::from_secs(1)));
         assert_eq!(Error::find_retry_in(&other), None);

@@ -24,7 +24,7 @@
 //! // Or wrap the call in a slot: released on every path, with a hard deadline.
 //! match sluice.slot("openai#rpm", Duration::from_secs(30), async { /* vendor call */ }).await {
 //!     Ok(()) => {}
-//!     Err(sluice::Error::RetryIn(delay)) => { /* requeue after `delay` */ }
+//!     Err(sluice::Error::RetryIn(refusal)) => { /* requeue after `refusal.delay` */ }
 //!     Err(other) => return Err(other),
 //! }
 //! # Ok::<(), sluice::Error>(()) }).unwrap();
@@ -97,7 +97,7 @@ pub use bucket::{Bucket, LimitType, Mode};
 pub use client::{Sluice, SluiceBuilder};
 pub use config::{Config, FailurePolicy, Prefetch, Sharding};
 pub use dimension::Dimension;
-pub use error::{Delay, Error};
+pub use error::{Error, RetryIn};
 pub use grant::LeaseId;
 pub use lease::Lease;
 pub use priority::Priority;

@@ -9,14 +9,19 @@
 //! operator's. Nothing is scoped, and nothing costs anything, unless
 //! [`RECORD_VARIABLE`] names a directory.
 
-// Only the DynamoDB store records; without it, the scopes are all there is.
-#![cfg_attr(not(feature = "dynamodb"), allow(dead_code))]
+// Only the DynamoDB store records, with the `record-operations` feature; without it, the
+// scopes are all there is.
+#![cfg_attr(not(feature = "record-operations"), allow(dead_code))]
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(feature = "record-operations")]
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// The environment variable naming the directory operations are recorded in.
+/// The environment variable naming the directory operations are recorded in (read with
+/// the `record-operations` feature only).
+#[cfg_attr(not(feature = "record-operations"), allow(dead_code))]
 pub(crate) const RECORD_VARIABLE: &str = "SLUICE_RECORD_DYNAMODB_OPERATIONS";
 
 /// A role with a policy of its own.
@@ -48,7 +53,16 @@ tokio::task_local! {
 /// The role of every call this process makes, when it declared one (the `sluice` binary).
 static PROCESS_ROLE: OnceLock<Role> = OnceLock::new();
 
+/// The directory operations are recorded in, read once from [`RECORD_VARIABLE`]; never
+/// without the `record-operations` feature (a test hook: production builds read no such
+/// variable).
+#[cfg(not(feature = "record-operations"))]
+pub(crate) fn recording_dir() -> Option<&'static Path> {
+    None
+}
+
 /// The directory operations are recorded in, read once from [`RECORD_VARIABLE`].
+#[cfg(feature = "record-operations")]
 pub(crate) fn recording_dir() -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {

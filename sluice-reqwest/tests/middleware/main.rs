@@ -151,6 +151,11 @@ async fn retry_in_is_found_with_and_without_the_retry_middleware() {
         sluice::Error::find_retry_in(&error),
         Some(Duration::from_secs(1))
     );
+    // Which dimension was short, and its wait.
+    let refusal = sluice::Error::find_refusal(&error).expect("a RetryIn");
+    let short: Vec<&str> = refusal.short.iter().map(|s| s.dimension.as_str()).collect();
+    assert_eq!(short, ["openai#rpm"]);
+    assert_eq!(refusal.delay_of("openai#rpm"), Some(Duration::from_secs(1)));
     assert!(matches!(
         &error,
         reqwest_middleware::Error::Middleware(e)

@@ -81,13 +81,13 @@ impl SluiceBuilder {
         self
     }
 
-    /// The default lease TTL (`SLUICE_LEASE_TTL`).
+    /// The default lease TTL (`SLUICE_LEASE_TTL_MS`).
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.config.lease_ttl = ttl;
         self
     }
 
-    /// Retries of a write lost to another writer (`SLUICE_MAX_RETRIES`).
+    /// Retries of a write lost to another writer, on the seed protocol.
     pub fn max_retries(mut self, retries: u32) -> Self {
         self.config.max_retries = retries;
         self
@@ -133,7 +133,7 @@ impl SluiceBuilder {
         self
     }
 
-    /// How acquires talk to the store (`SLUICE_PROTOCOL`, see [`Protocol`](crate::Protocol)).
+    /// How acquires talk to the store (see [`Protocol`](crate::config::Protocol)).
     ///
     /// ```
     /// use sluice::config::Protocol;
@@ -201,7 +201,7 @@ impl SluiceBuilder {
     }
 
     /// The longest one store call may take, its retries included, and one attempt of it
-    /// (`SLUICE_STORE_TIMEOUT_MS`, `SLUICE_STORE_ATTEMPT_TIMEOUT_MS`; see
+    /// (`SLUICE_STORE_TIMEOUT_MS` sets the first; see
     /// [`Config::store_timeout`]). Applied to the DynamoDB client
     /// [`connect`](Self::connect) builds.
     ///

@@ -252,7 +252,7 @@ impl Sluice {
             }
             Err(Error::RetryIn(d)) => {
                 span.record("outcome", "retry_in");
-                span.record("retry_in_ms", d.as_millis() as u64);
+                span.record("retry_in_ms", d.delay.as_millis() as u64);
             }
             Err(e) => {
                 span.record("outcome", "error");

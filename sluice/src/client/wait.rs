@@ -13,7 +13,7 @@ use super::Sluice;
 mod parked;
 use crate::acquire::Acquire;
 use crate::clock::UnixMillis;
-use crate::error::Error;
+use crate::error::{Error, RetryIn};
 use crate::lease::Lease;
 use crate::shared::lanes::Lane;
 use crate::store::StoreError;
@@ -26,9 +26,9 @@ const MIN_NAP: Duration = Duration::from_millis(1);
 /// The answer of a wait whose deadline passed with an acquire in flight: the last RetryIn
 /// it heard, counted down (the bucket was short, and nothing since said otherwise), or
 /// [`Error::Timeout`] when the store never answered.
-fn out_of_time(last: Option<(Duration, Instant)>, max_wait: Duration) -> Error {
+fn out_of_time(last: Option<(RetryIn, Instant)>, max_wait: Duration) -> Error {
     match last {
-        Some((delay, at)) => Error::RetryIn(delay.saturating_sub(at.elapsed()).max(MIN_NAP)),
+        Some((refusal, at)) => Error::RetryIn(refusal.since(at.elapsed(), MIN_NAP)),
         None => Error::Timeout(max_wait),
     }
 }
@@ -90,7 +90,7 @@ impl Sluice {
         let mut waiting = None;
         // The last RetryIn, and when it was answered: the answer at the deadline when the
         // store has not answered the acquire after it.
-        let mut last: Option<(Duration, Instant)> = None;
+        let mut last: Option<(RetryIn, Instant)> = None;
         loop {
             // The turn must come by the deadline, clear of it by a millisecond.
             let queue = left().saturating_sub(MIN_NAP);
@@ -118,16 +118,17 @@ impl Sluice {
                     return Ok(lease.turn().await);
                 }
                 Ok(lease) => return Err(self.park(&request, lease)),
-                Err(Error::RetryIn(delay)) => {
+                Err(Error::RetryIn(refusal)) => {
+                    let delay = refusal.delay;
                     let (nap, slots) = self.nap(&request, delay)?;
                     if waiting.is_none() && !slots.is_empty() {
                         waiting = Some(WaitingForSlots::new(slots));
                     }
                     // Asked again at the deadline, the store's answer would come after it.
                     if nap >= left() {
-                        return Err(Error::RetryIn(delay));
+                        return Err(Error::RetryIn(refusal));
                     }
-                    last = Some((delay, Instant::now()));
+                    last = Some((refusal, Instant::now()));
                     tracing::debug!(delay_ms = nap.as_millis() as u64, "waiting for capacity");
                     // What the store says after the wait, not what was remembered before it.
                     fresh_after = Some(self.now());
@@ -188,18 +189,25 @@ impl Sluice {
     fn park(&self, request: &Acquire, mut lease: Lease) -> Error {
         lease.unused();
         // Resolved once already, by the acquire that granted it.
-        let Ok(key) = self.key_of(request) else {
-            return Error::RetryIn(lease.ready_at().saturating_since(self.now()).max(MIN_NAP));
-        };
         let (ready_at, now) = (lease.ready_at(), self.now());
         let wait = ready_at.saturating_since(now).max(MIN_NAP);
+        // Every dimension of the request waits its turn.
+        let refusal = lease
+            .dimensions()
+            .fold(RetryIn::pressed(wait, now), |r, d| {
+                r.and(RetryIn::on(&d, wait, now))
+            });
+        // Resolved once already, by the acquire that granted it.
+        let Ok(key) = self.key_of(request) else {
+            return Error::RetryIn(refusal);
+        };
         if self.parked.park(key, lease, (ready_at, now), wait) {
             tracing::debug!(
                 turn_ms = wait.as_millis() as u64,
                 "a grant its caller did not wait for, kept for its next ask"
             );
         }
-        Error::RetryIn(wait)
+        Error::RetryIn(refusal)
     }
 
     /// How long a caller refused for `delay` waits before asking again: the delay, but a

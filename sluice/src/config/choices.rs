@@ -64,7 +64,7 @@ impl Prefetch {
     }
 }
 
-/// How acquires talk to the store (`SLUICE_PROTOCOL`).
+/// How acquires talk to the store ([`SluiceBuilder::protocol`](crate::SluiceBuilder::protocol)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Protocol {
@@ -79,34 +79,18 @@ pub enum Protocol {
     Seed,
 }
 
-/// Reads `SLUICE_PROTOCOL` and `SLUICE_MODE` through `non_empty` (each its default when
-/// unset).
-pub(super) fn protocol_and_mode(
+/// Reads `SLUICE_MODE` through `non_empty` (its default when unset).
+pub(super) fn mode(
     non_empty: &dyn Fn(&str) -> Option<String>,
-) -> Result<(Protocol, crate::Mode), super::ConfigError> {
-    let protocol = match non_empty("SLUICE_PROTOCOL") {
-        None => Protocol::default(),
-        Some(v) => match v.trim() {
-            "fast" => Protocol::Fast,
-            "seed" => Protocol::Seed,
-            _ => {
-                return Err(super::ConfigError::Invalid {
-                    variable: "SLUICE_PROTOCOL",
-                    value: v,
-                    reason: "expected `fast` or `seed`",
-                });
-            }
-        },
-    };
-    let mode = match non_empty("SLUICE_MODE") {
-        None => crate::Mode::default(),
+) -> Result<crate::Mode, super::ConfigError> {
+    match non_empty("SLUICE_MODE") {
+        None => Ok(crate::Mode::default()),
         Some(v) => v.parse().map_err(|_| super::ConfigError::Invalid {
             variable: "SLUICE_MODE",
             value: v.clone(),
             reason: "expected `enforce` or `shadow`",
-        })?,
-    };
-    Ok((protocol, mode))
+        }),
+    }
 }
 
 /// What an acquire does when the store cannot answer it (a timeout, a lost connection, a

@@ -37,6 +37,15 @@ pub enum ConfigError {
         /// The Regions of its replicas.
         regions: Vec<String>,
     },
+    /// A variable sluice no longer reads is set: refused rather than ignored, since the
+    /// process that sets it expects what it asked for.
+    #[error("{variable} is no longer read: {instead}")]
+    Removed {
+        /// The variable.
+        variable: &'static str,
+        /// What to do instead.
+        instead: &'static str,
+    },
     /// No store was chosen: no table and no explicit choice of the in-memory store.
     #[error(
         "no store chosen: set SLUICE_TABLE_NAME to the DynamoDB table every process shares, or choose the in-memory store (only this process sees it) explicitly with SLUICE_STORE=memory, `Sluice::in_memory()` or `SluiceBuilder::store(MemoryStore::new())`"

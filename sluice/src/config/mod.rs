@@ -19,13 +19,47 @@ pub use sharding::Sharding;
 
 pub use crate::dimension::MAX_SHARDS;
 
+/// The variables sluice read once and reads no more, with what to do instead: a process
+/// that sets one is refused at start ([`ConfigError::Removed`]).
+const REMOVED: [(&str, &str); 7] = [
+    (
+        "SLUICE_LEASE_TTL",
+        "set SLUICE_LEASE_TTL_MS (milliseconds; every duration variable is in milliseconds)",
+    ),
+    (
+        "SLUICE_PROTOCOL",
+        "the seed protocol is a choice in code: `SluiceBuilder::protocol(Protocol::Seed)`",
+    ),
+    (
+        "SLUICE_MAX_RETRIES",
+        "the seed protocol's retries are set in code: `SluiceBuilder::max_retries`",
+    ),
+    (
+        "SLUICE_HEAL_SETTLE_MS",
+        "the reconciler's settle time is set in code: `SluiceBuilder::heal_settle`",
+    ),
+    (
+        "SLUICE_STORE_ATTEMPT_TIMEOUT_MS",
+        "an attempt's deadline is set in code with the call's: `SluiceBuilder::store_timeouts`; SLUICE_STORE_TIMEOUT_MS sets the call's",
+    ),
+    (
+        "SLUICE_MAX_SHARDS",
+        "spreading is set in code: `Config::sharding` (`Sharding::max_shards`)",
+    ),
+    (
+        "SLUICE_ITEM_WRITE_CEILING",
+        "the ceiling is learned from the store's throttles; set it in code if needed: `Config::sharding` (`Sharding::item_write_ceiling`)",
+    ),
+];
+
 /// The most dimensions one acquire may name: each takes two rows of one atomic write,
 /// and DynamoDB transactions hold at most 100.
 pub const MAX_DIMENSIONS: usize = 50;
 
-/// Default lease TTL (`SLUICE_LEASE_TTL`), seconds.
+/// Default lease TTL (`SLUICE_LEASE_TTL_MS`).
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
-/// Default contention retries before giving up (`SLUICE_MAX_RETRIES`).
+/// Default contention retries of the seed protocol before giving up
+/// ([`SluiceBuilder::max_retries`](crate::SluiceBuilder::max_retries)).
 pub const DEFAULT_MAX_RETRIES: u32 = 5;
 /// Default slot poll interval (`SLUICE_SLOT_POLL_MS`): how long a short `concurrent` bucket
 /// is remembered, and the longest a waiting caller sleeps before looking again.
@@ -34,7 +68,7 @@ pub const DEFAULT_SLOT_POLL: Duration = Duration::from_millis(300);
 /// since folds it into the row (see [`Config::fold_after`]).
 pub const DEFAULT_FOLD_AFTER: Duration = Duration::from_secs(60);
 /// Default time a `concurrent` bucket that does not match its leases must stay unchanged
-/// before the reconciler corrects it (`SLUICE_HEAL_SETTLE_MS`; see [`Config::heal_settle`]).
+/// before the reconciler corrects it (see [`Config::heal_settle`]).
 pub const DEFAULT_HEAL_SETTLE: Duration = Duration::from_secs(10);
 
 /// How long a `requests`/`tokens` lease is held before its row is written
@@ -43,8 +77,7 @@ pub const DEFAULT_LEASE_RECORD_AFTER: Duration = Duration::from_secs(1);
 /// Default deadline of one store call, its retries included (`SLUICE_STORE_TIMEOUT_MS`;
 /// see [`Config::store_timeout`]).
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Default deadline of one attempt of a store call (`SLUICE_STORE_ATTEMPT_TIMEOUT_MS`; see
-/// [`Config::store_attempt_timeout`]).
+/// Default deadline of one attempt of a store call (see [`Config::store_attempt_timeout`]).
 pub const DEFAULT_STORE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default most two hosts' clocks may disagree (`SLUICE_CLOCK_SKEW_MS`; see
 /// [`Config::clock_skew`]).
@@ -70,21 +103,15 @@ pub const COOLDOWN_CALLER: &str = "sluice-cooldown";
 /// | `SLUICE_TABLE_NAME` | DynamoDB table every process shares; required unless `SLUICE_STORE=memory` | — |
 /// | `SLUICE_STORE` | `dynamodb`, or `memory`: an in-memory store only this process sees (see [`Config::in_memory`]) | `dynamodb` |
 /// | `SLUICE_ENDPOINT_URL` | DynamoDB endpoint override | AWS default |
-/// | `SLUICE_LEASE_TTL` | default lease TTL, seconds | 60 |
-/// | `SLUICE_MAX_RETRIES` | contention retries before giving up | 5 |
+/// | `SLUICE_LEASE_TTL_MS` | default lease TTL, milliseconds | 60000 |
 /// | `SLUICE_CALLER` | `caller` written on leases | Lambda function name or host name |
-/// | `SLUICE_PROTOCOL` | `fast` or `seed` (see [`Protocol`]) | `fast` |
 /// | `SLUICE_MODE` | `enforce` or `shadow`: this client's acquires never refused, what would have been counted (see [`Mode`](crate::Mode)) | `enforce` |
 /// | `SLUICE_SLOT_POLL_MS` | slot poll interval, milliseconds (see [`Config::slot_poll`]) | 300 |
 /// | `SLUICE_LEASE_RECORD_AFTER_MS` | how long a `requests`/`tokens` lease is held before its row is written, milliseconds (see [`Config::lease_record_after`]) | 1000 |
-/// | `SLUICE_HEAL_SETTLE_MS` | how long a `concurrent` bucket off its leases must stay unchanged before the reconciler corrects it, milliseconds (see [`Config::heal_settle`]) | 10000 |
 /// | `SLUICE_STORE_TIMEOUT_MS` | deadline of one store call, retries included, milliseconds (see [`Config::store_timeout`]) | 3000 |
-/// | `SLUICE_STORE_ATTEMPT_TIMEOUT_MS` | deadline of one attempt of a store call, milliseconds | 1000 |
 /// | `SLUICE_CLOCK_SKEW_MS` | most two hosts' clocks may disagree, milliseconds (see [`Config::clock_skew`]) | 1000 |
 /// | `SLUICE_FAILURE_POLICY` | `closed`, `open` or `open:N` when the store cannot answer (see [`FailurePolicy`]) | `closed` |
 /// | `SLUICE_PRIORITY` | the priority of acquires that name none (see [`Config::priority`]) | none: the highest |
-/// | `SLUICE_ITEM_WRITE_CEILING` | writes a second one row takes at most (see [`Sharding`]) | 1000 |
-/// | `SLUICE_MAX_SHARDS` | the most rows this client spreads a bucket over; 1: never (see [`Sharding`]) | 32 |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The DynamoDB table, if any.
@@ -280,19 +307,12 @@ impl Config {
             endpoint_url: non_empty("SLUICE_ENDPOINT_URL"),
             ..Config::default()
         };
+        refuse_removed(&non_empty)?;
         config.in_memory = choices::in_memory(&non_empty)?;
-        if let Some(v) = non_empty("SLUICE_LEASE_TTL") {
-            config.lease_ttl = whole_seconds("SLUICE_LEASE_TTL", v)?;
-        }
-        config.sharding = Sharding::from_lookup(&non_empty)?;
-        if let Some(v) = non_empty("SLUICE_MAX_RETRIES") {
-            config.max_retries = v.trim().parse().map_err(|_| ConfigError::Invalid {
-                variable: "SLUICE_MAX_RETRIES",
-                value: v.clone(),
-                reason: "expected a whole number, 0 or more",
-            })?;
-        }
         let millis = |variable| millis_from(1, variable, non_empty(variable));
+        if let Some(ttl) = millis("SLUICE_LEASE_TTL_MS")? {
+            config.lease_ttl = ttl;
+        }
         if let Some(poll) = millis("SLUICE_SLOT_POLL_MS")? {
             config.slot_poll = poll;
         }
@@ -303,21 +323,17 @@ impl Config {
         )? {
             config.lease_record_after = after;
         }
-        if let Some(settle) = millis("SLUICE_HEAL_SETTLE_MS")? {
-            config.heal_settle = settle;
-        }
         if let Some(timeout) = millis("SLUICE_STORE_TIMEOUT_MS")? {
             config.store_timeout = timeout;
-        }
-        if let Some(timeout) = millis("SLUICE_STORE_ATTEMPT_TIMEOUT_MS")? {
-            config.store_attempt_timeout = timeout;
+            // An attempt never outlasts its call.
+            config.store_attempt_timeout = config.store_attempt_timeout.min(timeout);
         }
         if let Some(skew) =
             millis_from(0, "SLUICE_CLOCK_SKEW_MS", non_empty("SLUICE_CLOCK_SKEW_MS"))?
         {
             config.clock_skew = skew;
         }
-        (config.protocol, config.mode) = choices::protocol_and_mode(&non_empty)?;
+        config.mode = choices::mode(&non_empty)?;
         if let Some(v) = non_empty("SLUICE_FAILURE_POLICY") {
             config.failure_policy = v.parse().map_err(|_| ConfigError::Invalid {
                 variable: "SLUICE_FAILURE_POLICY",
@@ -345,26 +361,21 @@ impl Config {
     /// number of tokens held at least a millisecond. Every client is built through it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         choices::one_store(self)?;
-        if self.lease_ttl < Duration::from_millis(1) {
-            return Err(ConfigError::Invalid {
-                variable: "SLUICE_LEASE_TTL",
-                value: format!("{:?}", self.lease_ttl),
-                reason: "the lease TTL must be at least one millisecond",
-            });
-        }
-        if self.fold_after < Duration::from_millis(1) {
-            return Err(ConfigError::Invalid {
-                variable: "fold_after",
-                value: format!("{:?}", self.fold_after),
-                reason: "the fold interval must be at least one millisecond",
-            });
-        }
-        if self.heal_settle < Duration::from_millis(1) {
-            return Err(ConfigError::Invalid {
-                variable: "SLUICE_HEAL_SETTLE_MS",
-                value: format!("{:?}", self.heal_settle),
-                reason: "the heal settle interval must be at least one millisecond",
-            });
+        let at_least_a_millisecond = [
+            ("SLUICE_LEASE_TTL_MS", self.lease_ttl),
+            ("fold_after", self.fold_after),
+            ("heal_settle", self.heal_settle),
+            ("SLUICE_SLOT_POLL_MS", self.slot_poll),
+            ("SLUICE_STORE_TIMEOUT_MS", self.store_timeout),
+        ];
+        for (variable, value) in at_least_a_millisecond {
+            if value < Duration::from_millis(1) {
+                return Err(ConfigError::Invalid {
+                    variable,
+                    value: format!("{value:?}"),
+                    reason: "must be at least one millisecond",
+                });
+            }
         }
         if self.clock_skew > MAX_CLOCK_SKEW {
             return Err(ConfigError::Invalid {
@@ -373,29 +384,16 @@ impl Config {
                 reason: "at most 600000 ms (ten minutes)",
             });
         }
-        if self.slot_poll < Duration::from_millis(1) {
-            return Err(ConfigError::Invalid {
-                variable: "SLUICE_SLOT_POLL_MS",
-                value: format!("{:?}", self.slot_poll),
-                reason: "the slot poll interval must be at least one millisecond",
-            });
-        }
-        if self.store_timeout < Duration::from_millis(1) {
-            return Err(ConfigError::Invalid {
-                variable: "SLUICE_STORE_TIMEOUT_MS",
-                value: format!("{:?}", self.store_timeout),
-                reason: "the store timeout must be at least one millisecond",
-            });
-        }
         if self.store_attempt_timeout < Duration::from_millis(1)
             || self.store_attempt_timeout > self.store_timeout
         {
             return Err(ConfigError::Invalid {
-                variable: "SLUICE_STORE_ATTEMPT_TIMEOUT_MS",
+                variable: "store_attempt_timeout",
                 value: format!("{:?}", self.store_attempt_timeout),
                 reason: "an attempt's timeout must be at least one millisecond and at most the store timeout",
             });
         }
+        self.sharding.validate()?;
         let policies = self.failure_policies.iter().map(|(d, p)| (Some(d), p));
         for (dimension, policy) in policies.chain([(None, &self.failure_policy)]) {
             if !policy.is_valid() {
@@ -427,14 +425,11 @@ impl Config {
 
 /// A duration in whole milliseconds, at least 1, from `variable`'s value (if set).
 /// A whole number of seconds, at least 1, from `variable`'s value `v`.
-fn whole_seconds(variable: &'static str, v: String) -> Result<Duration, ConfigError> {
-    match v.trim().parse::<u64>() {
-        Ok(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
-        _ => Err(ConfigError::Invalid {
-            variable,
-            value: v,
-            reason: "expected a whole number of seconds, at least 1",
-        }),
+/// [`ConfigError::Removed`] for the first variable of [`REMOVED`] the environment sets.
+fn refuse_removed(non_empty: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+    match REMOVED.iter().find(|(v, _)| non_empty(v).is_some()) {
+        Some((variable, instead)) => Err(ConfigError::Removed { variable, instead }),
+        None => Ok(()),
     }
 }
 

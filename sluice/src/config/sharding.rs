@@ -26,18 +26,18 @@ use super::ConfigError;
 /// // At most 16 rows per bucket; each row's ceiling the store's own (DynamoDB: 1,000).
 /// let config = Config { sharding: Sharding { max_shards: 16, ..Sharding::default() }, ..Config::default() };
 /// assert_eq!(config.sharding.item_write_ceiling, None);
-/// // `SLUICE_MAX_SHARDS=1` turns automatic sharding off.
-/// let off = Config::from_lookup(|v| (v == "SLUICE_MAX_SHARDS").then(|| "1".to_owned()))?;
+/// // At most one row turns automatic sharding off.
+/// let off = Config { sharding: Sharding { max_shards: 1, ..Sharding::default() }, ..Config::default() };
 /// assert!(!off.sharding.automatic());
 /// # Ok::<(), sluice::error::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sharding {
-    /// Writes a second one row takes at most (`SLUICE_ITEM_WRITE_CEILING`, at least 1);
+    /// Writes a second one row takes at most (at least 1);
     /// `None`: the store's own (`Store::item_write_ceiling`:
     /// 1,000 on DynamoDB, none in memory, where no bucket is spread on its own).
     pub item_write_ceiling: Option<u32>,
-    /// The most rows this client spreads a bucket over (`SLUICE_MAX_SHARDS`, 1 to
+    /// The most rows this client spreads a bucket over (1 to
     /// [`MAX_SHARDS`](crate::MAX_SHARDS)); 1 never spreads one, nor gathers one back.
     pub max_shards: u16,
 }
@@ -133,36 +133,24 @@ impl Sharding {
         per_row.saturating_mul(10) >= u64::from(ceiling) * 8 * 1_000
     }
 
-    pub(super) fn from_lookup(
-        non_empty: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Sharding, ConfigError> {
-        let mut sharding = Sharding::default();
-        if let Some(v) = non_empty("SLUICE_ITEM_WRITE_CEILING") {
-            sharding.item_write_ceiling = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|n| *n >= 1)
-                .map(Some)
-                .ok_or_else(|| ConfigError::Invalid {
-                    variable: "SLUICE_ITEM_WRITE_CEILING",
-                    value: v.clone(),
-                    reason: "expected a whole number of writes a second, 1 or more",
-                })?;
+    /// Checks the settings: a ceiling of at least one write a second, and 1 to
+    /// [`MAX_SHARDS`](super::MAX_SHARDS) rows.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.item_write_ceiling == Some(0) {
+            return Err(ConfigError::Invalid {
+                variable: "sharding.item_write_ceiling",
+                value: "0".to_owned(),
+                reason: "expected a whole number of writes a second, 1 or more",
+            });
         }
-        if let Some(v) = non_empty("SLUICE_MAX_SHARDS") {
-            sharding.max_shards = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|n| (1..=crate::dimension::MAX_SHARDS).contains(n))
-                .ok_or_else(|| ConfigError::Invalid {
-                    variable: "SLUICE_MAX_SHARDS",
-                    value: v.clone(),
-                    reason: "expected a whole number from 1 to 32",
-                })?;
+        if !(1..=crate::dimension::MAX_SHARDS).contains(&self.max_shards) {
+            return Err(ConfigError::Invalid {
+                variable: "sharding.max_shards",
+                value: self.max_shards.to_string(),
+                reason: "expected a whole number from 1 to 32",
+            });
         }
-        Ok(sharding)
+        Ok(())
     }
 }
 
@@ -216,33 +204,16 @@ mod tests {
     }
 
     #[test]
-    fn settings_are_read_from_the_environment_and_checked() {
-        let read = |pairs: &'static [(&str, &str)]| {
-            Sharding::from_lookup(&|name: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, v)| (*v).to_owned())
-            })
+    fn settings_are_checked() {
+        let with = |item_write_ceiling, max_shards| Sharding {
+            item_write_ceiling,
+            max_shards,
         };
-        assert_eq!(read(&[]), Ok(Sharding::default()));
-        assert_eq!(
-            read(&[
-                ("SLUICE_ITEM_WRITE_CEILING", "50"),
-                ("SLUICE_MAX_SHARDS", "8")
-            ]),
-            Ok(Sharding {
-                item_write_ceiling: Some(50),
-                max_shards: 8
-            })
-        );
-        for bad in [
-            ("SLUICE_ITEM_WRITE_CEILING", "0"),
-            ("SLUICE_MAX_SHARDS", "33"),
-            ("SLUICE_MAX_SHARDS", "0"),
-        ] {
-            let pairs: &'static [(&str, &str)] = Box::leak(Box::new([bad]));
-            assert!(read(pairs).is_err(), "{bad:?}");
+        assert_eq!(Sharding::default().validate(), Ok(()));
+        assert_eq!(with(Some(50), 8).validate(), Ok(()));
+        assert_eq!(with(None, 1).validate(), Ok(()));
+        for bad in [with(Some(0), 8), with(None, 33), with(None, 0)] {
+            assert!(bad.validate().is_err(), "{bad:?}");
         }
     }
 }

@@ -31,7 +31,7 @@ fn defaults_apply_when_nothing_is_set() {
     let c = lookup(&[]).unwrap();
     assert_eq!(c.table_name, None);
     assert_eq!(c.lease_ttl, Duration::from_secs(60));
-    assert_eq!(c.max_retries, 5);
+    assert_eq!(c.protocol, Protocol::Fast);
     assert!(!c.caller.is_empty());
 }
 
@@ -40,17 +40,12 @@ fn every_variable_is_read() {
     let c = lookup(&[
         ("SLUICE_TABLE_NAME", "vendor-buckets-pre"),
         ("SLUICE_ENDPOINT_URL", "http://127.0.0.1:8000"),
-        ("SLUICE_LEASE_TTL", "30"),
-        ("SLUICE_MAX_RETRIES", "2"),
+        ("SLUICE_LEASE_TTL_MS", "30000"),
         ("SLUICE_CALLER", "audit-service"),
-        ("SLUICE_PROTOCOL", "seed"),
         ("SLUICE_SLOT_POLL_MS", "150"),
-        ("SLUICE_HEAL_SETTLE_MS", "2500"),
     ])
     .unwrap();
     assert_eq!(c.slot_poll, Duration::from_millis(150));
-    assert_eq!(c.heal_settle, Duration::from_millis(2_500));
-    assert_eq!(c.protocol, Protocol::Seed);
     for (millis, after) in [
         ("0", Duration::ZERO),
         ("2500", Duration::from_millis(2_500)),
@@ -60,30 +55,68 @@ fn every_variable_is_read() {
     }
     let defaults = lookup(&[]).unwrap();
     assert_eq!(
-        (
-            defaults.lease_record_after,
-            defaults.heal_settle,
-            defaults.slot_poll
-        ),
-        (
-            crate::DEFAULT_LEASE_RECORD_AFTER,
-            crate::DEFAULT_HEAL_SETTLE,
-            DEFAULT_SLOT_POLL
-        )
+        (defaults.lease_record_after, defaults.slot_poll),
+        (crate::DEFAULT_LEASE_RECORD_AFTER, DEFAULT_SLOT_POLL)
     );
     for refused in [
-        ("SLUICE_HEAL_SETTLE_MS", "0"),
         ("SLUICE_LEASE_RECORD_AFTER_MS", "soon"),
         ("SLUICE_SLOT_POLL_MS", "0"),
-        ("SLUICE_PROTOCOL", "turbo"),
+        ("SLUICE_LEASE_TTL_MS", "0"),
     ] {
         assert!(lookup(&[refused]).is_err(), "{refused:?}");
     }
     assert_eq!(c.table_name.as_deref(), Some("vendor-buckets-pre"));
     assert_eq!(c.endpoint_url.as_deref(), Some("http://127.0.0.1:8000"));
     assert_eq!(c.lease_ttl, Duration::from_secs(30));
-    assert_eq!(c.max_retries, 2);
     assert_eq!(c.caller, "audit-service");
+}
+
+/// The client variables, each read, each in the table of `Config`'s documentation; at
+/// most twelve.
+#[test]
+fn the_client_reads_twelve_variables_at_most() {
+    let read = std::cell::RefCell::new(Vec::new());
+    Config::from_lookup(|name| {
+        read.borrow_mut().push(name.to_owned());
+        None
+    })
+    .unwrap();
+    let read: Vec<String> = read
+        .into_inner()
+        .into_iter()
+        .filter(|name| name.starts_with("SLUICE_"))
+        .filter(|name| !REMOVED.iter().any(|(removed, _)| removed == name))
+        .collect();
+    assert!(read.len() <= 12, "{read:?}");
+    let docs = include_str!("../../../docs/operating.md");
+    for name in &read {
+        assert!(
+            docs.contains(&format!("| `{name}` |")),
+            "{name} is not in operating.md"
+        );
+        let durations = ["_MS", "TABLE_NAME", "STORE", "ENDPOINT_URL", "CALLER"];
+        let kinds = ["FAILURE_POLICY", "PRIORITY", "MODE"];
+        assert!(
+            durations
+                .iter()
+                .chain(&kinds)
+                .any(|end| name.ends_with(end)),
+            "{name}: a duration's unit is in its name"
+        );
+    }
+}
+
+#[test]
+fn removed_variables_are_refused_with_what_to_do_instead() {
+    for (variable, _) in REMOVED {
+        let e = lookup(&[(variable, "1")]).unwrap_err();
+        assert!(matches!(e, ConfigError::Removed { .. }), "{e}");
+        assert!(e.to_string().contains(variable), "{e}");
+    }
+    let e = lookup(&[("SLUICE_LEASE_TTL", "30")]).unwrap_err();
+    assert!(e.to_string().contains("SLUICE_LEASE_TTL_MS"), "{e}");
+    // Empty is unset, as for every variable.
+    assert!(lookup(&[("SLUICE_PROTOCOL", " ")]).is_ok());
 }
 
 #[test]
@@ -94,45 +127,37 @@ fn lambda_function_name_is_the_default_caller() {
 
 #[test]
 fn bad_values_are_named_in_the_error() {
-    let e = lookup(&[("SLUICE_LEASE_TTL", "1m")]).unwrap_err();
-    assert!(e.to_string().contains("SLUICE_LEASE_TTL=\"1m\""), "{e}");
-    assert!(lookup(&[("SLUICE_LEASE_TTL", "0")]).is_err());
-    assert!(lookup(&[("SLUICE_MAX_RETRIES", "-1")]).is_err());
+    let e = lookup(&[("SLUICE_LEASE_TTL_MS", "1m")]).unwrap_err();
+    assert!(e.to_string().contains("SLUICE_LEASE_TTL_MS=\"1m\""), "{e}");
+    assert!(lookup(&[("SLUICE_LEASE_TTL_MS", "0")]).is_err());
 }
 
 #[test]
-fn store_timeouts_come_from_the_environment_and_are_validated() {
+fn store_timeouts_come_from_the_environment_and_code_and_are_validated() {
     let c = lookup(&[]).unwrap();
     assert_eq!(
         (c.store_timeout, c.store_attempt_timeout),
         (DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_ATTEMPT_TIMEOUT)
     );
     assert_eq!(c.validate(), Ok(()));
-    let c = lookup(&[
-        ("SLUICE_STORE_TIMEOUT_MS", "800"),
-        ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "250"),
-    ])
-    .unwrap();
+    let c = lookup(&[("SLUICE_STORE_TIMEOUT_MS", "800")]).unwrap();
     assert_eq!(c.store_timeout, Duration::from_millis(800));
-    assert_eq!(c.store_attempt_timeout, Duration::from_millis(250));
-    for (variable, value) in [
-        ("SLUICE_STORE_TIMEOUT_MS", "0"),
-        ("SLUICE_STORE_TIMEOUT_MS", "soon"),
-        ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "-1"),
-    ] {
-        assert_refused(variable, value);
+    // An attempt never outlasts its call.
+    assert_eq!(c.store_attempt_timeout, Duration::from_millis(800));
+    assert_eq!(c.validate(), Ok(()));
+    let c = lookup(&[("SLUICE_STORE_TIMEOUT_MS", "5000")]).unwrap();
+    assert_eq!(c.store_attempt_timeout, DEFAULT_STORE_ATTEMPT_TIMEOUT);
+    for value in ["0", "soon"] {
+        assert_refused("SLUICE_STORE_TIMEOUT_MS", value);
     }
-    // An attempt may not outlast the whole call.
-    let c = lookup(&[
-        ("SLUICE_STORE_TIMEOUT_MS", "500"),
-        ("SLUICE_STORE_ATTEMPT_TIMEOUT_MS", "900"),
-    ])
-    .unwrap();
+    // Set in code, an attempt may not outlast the whole call either.
+    let c = Config {
+        store_timeout: Duration::from_millis(500),
+        store_attempt_timeout: Duration::from_millis(900),
+        ..Config::default()
+    };
     let e = c.validate().unwrap_err();
-    assert!(
-        e.to_string().contains("SLUICE_STORE_ATTEMPT_TIMEOUT_MS"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("store_attempt_timeout"), "{e}");
 }
 
 #[test]

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use crate::acquire::Wanted;
 use crate::clock::UnixMillis;
-use crate::error::Error;
+use crate::error::{Error, RetryIn};
 use crate::grant::{Grant, Kept, LeasePart};
 use crate::retry::Backoff;
 use crate::shared::Core;
@@ -51,7 +51,7 @@ pub(crate) async fn acquire(
         }
         if let Recall::Denied(wait) = memory.recall(&wanted, now, fresh_after) {
             memory.answered(now.saturating_add(wait));
-            return Err(Error::RetryIn(wait));
+            return Err(Error::RetryIn(RetryIn::on(&wanted.dimension, wait, now)));
         }
     }
     let (reply, answer) = tokio::sync::oneshot::channel();

@@ -26,7 +26,7 @@ use std::time::Duration;
 use crate::acquire::Wanted;
 use crate::bucket::Take;
 use crate::clock::UnixMillis;
-use crate::error::Error;
+use crate::error::{Error, RetryIn};
 use crate::grant::{Grant, LeasePart};
 use crate::shared::Core;
 use crate::shared::remembered::{Recall, retry_in};
@@ -101,8 +101,8 @@ impl Takes {
                 true
             }
             Err(error) => {
-                if let Error::RetryIn(wait) = error {
-                    self.retry_at = self.retry_at.max(core.now().saturating_add(wait));
+                if let Error::RetryIn(refusal) = &error {
+                    self.retry_at = self.retry_at.max(core.now().saturating_add(refusal.delay));
                 }
                 self.refusal = Some(worse(self.refusal.take(), error));
                 false
@@ -130,7 +130,15 @@ pub(crate) async fn acquire(
         )
         .max();
     if let Some(wait) = denied {
-        return Err(refused(core, &wanted, &[], now, wait, fresh_after));
+        let nothing = RetryIn::pressed(Duration::ZERO, now);
+        return Err(refused(
+            core,
+            &wanted,
+            &[],
+            now,
+            (wait, nothing),
+            fresh_after,
+        ));
     }
     let expires_by = now.saturating_add(ttl);
     // A caller waiting its turn may wait it on any dimension: each part's lease row
@@ -176,9 +184,10 @@ async fn ask_again_under_pressure(
     terms: Terms,
 ) {
     for _ in 0..BACK_PRESSURE_RETRIES {
-        let Some(Error::RetryIn(wait)) = takes.refusal else {
+        let Some(Error::RetryIn(refusal)) = &takes.refusal else {
             return;
         };
+        let wait = refusal.delay;
         let left: Vec<usize> = (0..wanted.len())
             .filter(|&i| takes.taken[i].is_none())
             .collect();
@@ -316,10 +325,10 @@ async fn refuse(
         .await;
     }
     match error {
-        Error::RetryIn(_) => {
+        Error::RetryIn(refusal) => {
             let now = core.now();
             let wait = retry_in(takes.retry_at.saturating_since(now));
-            refused(core, wanted, took, now, wait, terms.fresh_after)
+            refused(core, wanted, took, now, (wait, refusal), terms.fresh_after)
         }
         other => other,
     }
@@ -370,40 +379,45 @@ async fn take_one(core: &Arc<Core>, wanted: &Wanted, terms: Terms) -> Result<Tak
 /// longer of two RetryIns.
 fn worse(a: Option<Error>, b: Error) -> Error {
     match (a, b) {
-        (Some(Error::RetryIn(x)), Error::RetryIn(y)) => Error::RetryIn(x.max(y)),
+        (Some(Error::RetryIn(x)), Error::RetryIn(y)) => Error::RetryIn(x.and(y)),
         (Some(Error::RetryIn(_)) | None, b) => b,
         (Some(a), _) => a,
     }
 }
 
-/// The RetryIn of a several-dimension request refused for `wait` on one dimension: the
-/// longest of it and of the waits memory may answer on the others, except those this
-/// request took (`took`; they are being given back). The caller may be back when it runs
-/// out, asking every dimension again: each remembers that.
+/// The RetryIn of a several-dimension request refused for `wait` (`so_far` naming the
+/// dimensions refused, each with its instant): the longest of it and of the waits memory
+/// may answer on the others, except those this request took (`took`; they are being given
+/// back), every short dimension named. The caller may be back when it runs out, asking
+/// every dimension again: each remembers that.
 fn refused(
     core: &Core,
     wanted: &[Wanted],
     took: &[bool],
     now: UnixMillis,
-    wait: Duration,
+    (wait, so_far): (Duration, RetryIn),
     fresh_after: Option<UnixMillis>,
 ) -> Error {
-    let mut longest = wait;
+    let mut refusal = RetryIn::pressed(wait, now);
+    for s in so_far.short {
+        let own = retry_in(s.at.saturating_since(now));
+        refusal = refusal.and(RetryIn::on(&s.dimension, own, now));
+    }
     for (i, w) in wanted.iter().enumerate() {
         if took.get(i).copied().unwrap_or(false) {
             continue;
         }
         if let Recall::Denied(other) = core.lane(&w.dimension).memory().recall(w, now, fresh_after)
         {
-            longest = longest.max(other);
+            refusal = refusal.and(RetryIn::on(&w.dimension, other, now));
         }
     }
     for w in wanted {
         core.lane(&w.dimension)
             .memory()
-            .answered(now.saturating_add(longest));
+            .answered(now.saturating_add(refusal.delay));
     }
-    Error::RetryIn(longest)
+    Error::RetryIn(refusal)
 }
 
 #[cfg(test)]

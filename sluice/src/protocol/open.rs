@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::acquire::Wanted as Request;
 use crate::bucket::Bucket;
 use crate::clock::UnixMillis;
-use crate::error::Error;
+use crate::error::{Error, RetryIn};
 use crate::grant::{Grant, Kept};
 use crate::ids::new_unique;
 use crate::shared::Core;
@@ -116,9 +116,19 @@ fn local(core: &Core, wanted: &[Request], ttl: Duration) -> Option<Result<Grant,
     let answer = core.fallback.take(&dimensions, now);
     match answer {
         Local::Closed => None,
-        Local::Short(wait) => Some(Err(Error::RetryIn(crate::shared::remembered::retry_in(
-            wait,
-        )))),
+        Local::Short(wait, short) => {
+            let wait = crate::shared::remembered::retry_in(wait);
+            let refusal = short
+                .iter()
+                .fold(RetryIn::pressed(wait, now), |r, (d, own)| {
+                    r.and(RetryIn::on(
+                        d,
+                        crate::shared::remembered::retry_in(*own),
+                        now,
+                    ))
+                });
+            Some(Err(Error::RetryIn(refusal)))
+        }
         Local::Granted(costs) => {
             let unique = new_unique();
             let parts = wanted

@@ -4,7 +4,7 @@
 
 use crate::bucket::{BucketState, Take};
 use crate::clock::UnixMillis;
-use crate::error::Error;
+use crate::error::{Error, RetryIn};
 use crate::shared::Core;
 use crate::shared::lanes::{AcquireJob, Lane, answer_each};
 use crate::shared::remembered::Recall;
@@ -31,7 +31,8 @@ pub(super) fn from_memory(
     for (a, recall) in refused.into_iter().zip(recalled) {
         if let Recall::Denied(wait) = recall {
             memory.answered(now.saturating_add(wait));
-            let _ = a.reply.send(Err(Error::RetryIn(wait)));
+            let refusal = RetryIn::on(&a.wanted.dimension, wait, now);
+            let _ = a.reply.send(Err(Error::RetryIn(refusal)));
         }
     }
     Ok(())
@@ -59,7 +60,8 @@ pub(super) async fn confirmed(
             _ => match refused_now(core, row, &a.wanted, now) {
                 Some(Refusal::Wait(wait)) => {
                     lane.memory().answered(now.saturating_add(wait));
-                    let _ = a.reply.send(Err(Error::RetryIn(wait)));
+                    let refusal = RetryIn::on(&a.wanted.dimension, wait, now);
+                    let _ = a.reply.send(Err(Error::RetryIn(refusal)));
                 }
                 Some(Refusal::Exceeds(error)) => {
                     let _ = a.reply.send(Err(error));
@@ -86,7 +88,8 @@ pub(super) async fn confirmed(
         }
         Ok(Refusal::Wait(wait)) => {
             lane.memory().answered(now.saturating_add(wait));
-            answer_each(slots, |a| a.reply, || Error::RetryIn(wait));
+            let refusal = RetryIn::on(&row.dimension, wait, now);
+            answer_each(slots, |a| a.reply, || Error::RetryIn(refusal.clone()));
         }
         Ok(Refusal::Exceeds(_)) => again.extend(slots),
         Err(e) => {

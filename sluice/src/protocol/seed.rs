@@ -11,7 +11,7 @@ use crate::bucket::{BucketState, Mode, Take, shadow_take};
 use crate::clock::UnixMillis;
 use crate::detach::Detached;
 use crate::dimension::Dimension;
-use crate::error::Error;
+use crate::error::{Error, RetryIn};
 use crate::grant::{Grant, Kept, LeasePart};
 use crate::ids::new_unique;
 use crate::retry::{Backoff, Budget};
@@ -298,9 +298,13 @@ async fn refuse(
         }
     }
     let mut longest = Duration::ZERO;
+    let mut short = Vec::new();
     for &i in refused {
         match refusal(core, &rows[i], &wanted[i], now, looked_again).await? {
-            Some(Refusal::Wait(wait)) => longest = longest.max(wait),
+            Some(Refusal::Wait(wait)) => {
+                longest = longest.max(wait);
+                short.push(RetryIn::on(&wanted[i].dimension, wait, now));
+            }
             Some(Refusal::LookAgain) => return Ok(None),
             Some(Refusal::Exceeds(_)) | None => {}
         }
@@ -312,7 +316,10 @@ async fn refuse(
             .memory()
             .answered(now.saturating_add(wait));
     }
-    Ok(Some(Error::RetryIn(wait)))
+    let named = short
+        .into_iter()
+        .fold(RetryIn::pressed(wait, now), RetryIn::and);
+    Ok(Some(Error::RetryIn(named)))
 }
 
 /// Commits a grant so that it is never lost to a caller that went away: should the

@@ -22,7 +22,7 @@ use crate::bucket::{BucketState, ShardError};
 use crate::clock::UnixMillis;
 use crate::config::Sharding;
 use crate::dimension::Dimension;
-use crate::error::Error;
+use crate::error::{Error, RetryIn};
 use crate::grant::Grant;
 use crate::shared::Core;
 use crate::shared::lanes::Lane;
@@ -226,7 +226,9 @@ async fn whole(
     for _ in 0..WHOLE_ATTEMPTS {
         let rows = match reshard::rows_of(core, &base).await {
             Ok(rows) => rows,
-            Err(Error::Store(e)) if e.is_back_pressure() => return Err(back_pressure(refused)),
+            Err(Error::Store(e)) if e.is_back_pressure() => {
+                return Err(back_pressure(refused, core.now()));
+            }
             // Rows read across a reshard that landed between the reads: read again.
             Err(Error::Shards(ShardError::Inconsistent(..))) => continue,
             Err(e) => return Err(e),
@@ -263,21 +265,21 @@ async fn whole(
             Err(Error::UnknownDimension { .. }) => {}
             // A gather the store throttled or a transaction held: back-pressure.
             Err(Error::Store(e)) if e.is_back_pressure() => {
-                return Err(back_pressure(refused));
+                return Err(back_pressure(refused, core.now()));
             }
             answer => return answer,
         }
     }
-    Err(last.unwrap_or_else(|| back_pressure(refused)))
+    Err(last.unwrap_or_else(|| back_pressure(refused, core.now())))
 }
 
 /// What a shard's refusal becomes when the whole bucket could not be read for
 /// back-pressure: its RetryIn, or (a cost beyond the shard, which the whole might serve)
 /// a short wait to ask again.
-fn back_pressure(refused: Error) -> Error {
+fn back_pressure(refused: Error, now: UnixMillis) -> Error {
     match refused {
         refusal @ Error::RetryIn(_) => refusal,
-        _ => Error::RetryIn(Duration::from_millis(100)),
+        _ => Error::RetryIn(RetryIn::pressed(Duration::from_millis(100), now)),
     }
 }
 
@@ -329,7 +331,7 @@ fn short(
         }
         memory.answered(now.saturating_add(wait));
     }
-    Error::RetryIn(wait)
+    Error::RetryIn(RetryIn::on(&wanted.dimension, wait, now))
 }
 
 /// The whole bucket's refusal from memory alone: every row this client remembers refuses
@@ -347,7 +349,7 @@ fn remembered_refusal(
             .memory()
             .answered(now.saturating_add(wait));
     }
-    Some(Error::RetryIn(wait))
+    Some(Error::RetryIn(RetryIn::on(&wanted.dimension, wait, now)))
 }
 
 /// The rows of `wanted`'s bucket as this client remembers them and the whole bucket's

@@ -53,8 +53,8 @@ pub(crate) type Wanted<'a> = (
 pub(crate) enum Local {
     /// Granted: the cost taken from each dimension, in order.
     Granted(Vec<Tokens>),
-    /// Short: the exact wait until every dimension has enough.
-    Short(Duration),
+    /// Short: the exact wait until every dimension has enough, and each short one's.
+    Short(Duration, Vec<(Dimension, Duration)>),
     /// Some dimension cannot fail open (closed, `concurrent`, or a bucket this client has
     /// not seen, or a cost above the local capacity): the store's error stands.
     Closed,
@@ -119,6 +119,7 @@ impl Fallback {
         let state = &mut *state;
         let mut taken = Vec::with_capacity(wanted.len());
         let mut longest = Duration::ZERO;
+        let mut short = Vec::new();
         let mut after = Vec::with_capacity(wanted.len());
         for (dimension, policy, cost_of, priority) in wanted {
             let Some(bucket) = state.known.get(dimension) else {
@@ -133,7 +134,10 @@ impl Fallback {
                 .get_or_insert_with(dimension, || local_bucket(dimension, bucket, *policy, now));
             match local.take_as(cost, *priority, now) {
                 Take::Granted { level } => after.push(((*dimension).clone(), level)),
-                Take::Short { wait: Some(wait) } => longest = longest.max(wait),
+                Take::Short { wait: Some(wait) } => {
+                    longest = longest.max(wait);
+                    short.push(((*dimension).clone(), wait));
+                }
                 Take::Short { wait: None } | Take::ExceedsCapacity | Take::ExceedsShare { .. } => {
                     return Local::Closed;
                 }
@@ -141,7 +145,7 @@ impl Fallback {
             taken.push(cost);
         }
         if longest > Duration::ZERO {
-            return Local::Short(longest);
+            return Local::Short(longest, short);
         }
         for (dimension, level) in after {
             if let Some(local) = state.buckets.get_mut(&dimension) {

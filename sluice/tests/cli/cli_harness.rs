@@ -36,7 +36,7 @@ impl Cli {
         command
             .args(args)
             .env_remove("SLUICE_TABLE_NAME")
-            .env_remove("SLUICE_LEASE_TTL")
+            .env_remove("SLUICE_LEASE_TTL_MS")
             .env("SLUICE_ENDPOINT_URL", &self.endpoint)
             .env("SLUICE_TABLE_NAME", &self.table)
             .env("AWS_ACCESS_KEY_ID", "sluicelocal")

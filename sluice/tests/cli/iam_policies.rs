@@ -498,7 +498,7 @@ fn sluice_with(
     let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(args)
         .envs(env.iter().copied())
-        .env_remove("SLUICE_LEASE_TTL")
+        .env_remove("SLUICE_LEASE_TTL_MS")
         .env("SLUICE_ENDPOINT_URL", endpoint)
         .env("SLUICE_TABLE_NAME", table)
         .env("SLUICE_RECORD_DYNAMODB_OPERATIONS", dir)

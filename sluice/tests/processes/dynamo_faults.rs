@@ -141,7 +141,7 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str) {
                         .await
                     {
                         Ok(()) => {}
-                        Err(Error::RetryIn(d)) => {
+                        Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => {
                             tokio::time::sleep(d.min(Duration::from_millis(50))).await
                         }
                         Err(Error::Contention { .. } | Error::Store(_)) => {}
@@ -167,7 +167,9 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str) {
                         }
                         held.push(lease);
                     }
-                    Err(Error::RetryIn(d)) => tokio::time::sleep(d).await,
+                    Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => {
+                        tokio::time::sleep(d).await
+                    }
                     Err(Error::Contention { .. }) => {}
                     Err(Error::Store(e)) if e.may_have_applied() => {
                         counts.unknown_rpm += 1;

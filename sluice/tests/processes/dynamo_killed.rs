@@ -80,7 +80,7 @@ async fn child(endpoint: &str, table: &str, dimension: &str, caller: &str, role:
                     let body = tokio::time::sleep(Duration::from_millis(20));
                     match sluice.slot(dimension.as_str(), LEASE, body).await {
                         Ok(()) => granted += 1,
-                        Err(Error::RetryIn(d)) => {
+                        Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => {
                             refused += 1;
                             tokio::time::sleep(d.min(Duration::from_millis(50))).await;
                         }

@@ -114,7 +114,7 @@ async fn task(sluice: Sluice, rpm: String, go: UnixMillis) -> (Vec<sluice::Lease
                     held.push(lease);
                 }
             }
-            Ok(Err(Error::RetryIn(d))) => {
+            Ok(Err(Error::RetryIn(sluice::RetryIn { delay: d, .. }))) => {
                 tokio::time::sleep(d.min(Duration::from_millis(100))).await
             }
             Ok(Err(Error::Store(_) | Error::Contention { .. })) | Err(_) => {

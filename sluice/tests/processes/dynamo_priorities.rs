@@ -85,7 +85,7 @@ async fn batch(sluice: Sluice, dimension: String, deadline: i64) -> Vec<String> 
                 lines.push(format!("grant batch {asked} {}", now()));
                 lease.release().await.unwrap();
             }
-            Err(Error::RetryIn(d)) => tokio::time::sleep(d).await,
+            Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => tokio::time::sleep(d).await,
             Err(e) => lines.push(format!("refused batch {e}")),
         }
     }

@@ -138,7 +138,7 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str, mode: &s
                     {
                         Ok(()) => {}
                         // RetryIn is an upper bound for slots: a release may free one sooner.
-                        Err(Error::RetryIn(d)) => {
+                        Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => {
                             tokio::time::sleep(d.min(Duration::from_millis(50))).await
                         }
                         Err(Error::Contention { .. }) => {}
@@ -154,7 +154,9 @@ async fn child(endpoint: &str, table: &str, vendor: &str, caller: &str, mode: &s
                 };
                 match sluice.acquire(request).await {
                     Ok(lease) => held.push(lease),
-                    Err(Error::RetryIn(d)) => tokio::time::sleep(d).await,
+                    Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => {
+                        tokio::time::sleep(d).await
+                    }
                     Err(Error::Contention { .. }) => {}
                     Err(e) => panic!("acquire failed: {e}"),
                 }

@@ -69,7 +69,9 @@ async fn child(endpoint: &str, table: &str, dimension: &str, mode: &str) {
                     match sluice.acquire(dimension.as_str()).await {
                         Ok(lease) if lease.attempts() == 0 => unrecorded += 1,
                         Ok(_) => granted += 1,
-                        Err(Error::RetryIn(d)) if mode == Mode::Enforce => {
+                        Err(Error::RetryIn(sluice::RetryIn { delay: d, .. }))
+                            if mode == Mode::Enforce =>
+                        {
                             refused += 1;
                             // Never past the deadline: the shadow processes keep the
                             // bucket deep in debt, and a RetryIn of a minute slept out

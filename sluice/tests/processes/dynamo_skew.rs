@@ -146,7 +146,7 @@ async fn take_requests(sluice: Sluice, dimension: String, deadline: i64) -> Vec<
                 granted.push(format!("rpm {asked} {}", true_now()));
                 lease.release().await.unwrap();
             }
-            Err(Error::RetryIn(d)) => tokio::time::sleep(d).await,
+            Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => tokio::time::sleep(d).await,
             Err(e) => panic!("a request acquire saw neither a grant nor a RetryIn: {e}"),
         }
     }

@@ -62,7 +62,9 @@ async fn sixty_four_tasks_never_over_grant_and_account_for_every_token() {
                             granted.fetch_add(1, Ordering::SeqCst);
                             lease.release().await.unwrap();
                         }
-                        Err(Error::RetryIn(d)) => tokio::time::sleep(d).await,
+                        Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => {
+                            tokio::time::sleep(d).await
+                        }
                         Err(e) => panic!("unexpected: {e}"),
                     }
                 } else {

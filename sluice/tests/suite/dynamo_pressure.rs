@@ -95,7 +95,7 @@ async fn throttling_without_a_deadline_is_a_retry_in_never_an_error() {
                             counts.grants.fetch_add(1, Ordering::SeqCst);
                             lease.release().await.expect("a release is never an error");
                         }
-                        Err(Error::RetryIn(wait)) => {
+                        Err(Error::RetryIn(sluice::RetryIn { delay: wait, .. })) => {
                             counts.retries.fetch_add(1, Ordering::SeqCst);
                             assert!(wait <= Duration::from_secs(1), "RetryIn({wait:?})");
                             tokio::time::sleep(wait).await;

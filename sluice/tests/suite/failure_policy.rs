@@ -79,7 +79,7 @@ async fn open_grants_from_an_empty_local_bucket_at_its_share_with_exact_retry_in
     s.store.down.store(true, Ordering::SeqCst);
     // The outage begins: the local bucket starts empty and refills at 10 per second.
     let e = s.sluice.acquire("openai#rpm").await.unwrap_err();
-    let Error::RetryIn(wait) = e else {
+    let Error::RetryIn(sluice::RetryIn { delay: wait, .. }) = e else {
         panic!("expected a RetryIn from the local bucket, got {e:?}");
     };
     assert_eq!(wait, Duration::from_millis(100));
@@ -87,7 +87,7 @@ async fn open_grants_from_an_empty_local_bucket_at_its_share_with_exact_retry_in
     s.clock.advance(Duration::from_millis(99));
     assert!(matches!(
         s.sluice.acquire("openai#rpm").await,
-        Err(Error::RetryIn(d)) if d == Duration::from_millis(1)
+        Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) if d == Duration::from_millis(1)
     ));
     s.clock.advance(Duration::from_millis(1));
     let lease = s.sluice.acquire("openai#rpm").await.unwrap();
@@ -225,7 +225,7 @@ async fn a_pair_fails_open_all_or_nothing() {
     clock.advance(Duration::from_millis(799));
     assert!(matches!(
         sluice.acquire(pair()).await,
-        Err(Error::RetryIn(d)) if d == Duration::from_millis(1)
+        Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) if d == Duration::from_millis(1)
     ));
     clock.advance(Duration::from_millis(1));
     let lease = sluice.acquire(pair()).await.unwrap();
@@ -293,7 +293,7 @@ async fn open_on_a_spread_bucket_keeps_a_share_of_the_whole_not_of_one_row() {
     s.store.down.store(true, Ordering::SeqCst);
     let e = s.sluice.acquire("openai#rpm").await.unwrap_err();
     assert!(
-        matches!(e, Error::RetryIn(d) if d == Duration::from_millis(100)),
+        matches!(e, Error::RetryIn(sluice::RetryIn { delay: d, .. }) if d == Duration::from_millis(100)),
         "10 per second locally, as for the bucket in one row: {e:?}"
     );
     s.clock.advance(Duration::from_millis(100));

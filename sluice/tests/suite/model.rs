@@ -1013,7 +1013,7 @@ impl World {
                         }
                         self.clients[client].leases.push(lease);
                     }
-                    Err(Error::RetryIn(d)) => {
+                    Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => {
                         prop_assert!(d >= Duration::from_millis(1));
                         prop_assert!(
                             !servable || calls == 0 || target == Target::Both,

@@ -264,7 +264,7 @@ impl World {
                         self.retry_ends.remove(&(c, cost));
                         self.clients[c].leases.push((lease, cost));
                     }
-                    Err(Error::RetryIn(wait)) => {
+                    Err(Error::RetryIn(sluice::RetryIn { delay: wait, .. })) => {
                         prop_assert_eq!(left, held, "a refusal takes nothing");
                         prop_assert!(
                             ended.is_none() || reach(&before) < want || (!called && looked_since),

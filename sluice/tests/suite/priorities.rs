@@ -200,7 +200,7 @@ async fn run(
                         lease.release().await.unwrap();
                         answers.push(Answer::Granted);
                     }
-                    Err(Error::RetryIn(d)) => {
+                    Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => {
                         // Never late: a millisecond earlier is refused. At the delay it is
                         // granted, unless another client took tokens after the row it was
                         // computed from (an early RetryIn): then the live row is short.

@@ -68,7 +68,7 @@ proptest! {
                             events.push(Event { at: now, granted: Tokens::new(cost), refunded: Tokens::ZERO });
                             leases.push(lease);
                         }
-                        Err(Error::RetryIn(d)) => prop_assert!(d >= Duration::from_millis(1)),
+                        Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => prop_assert!(d >= Duration::from_millis(1)),
                         Err(Error::CostExceedsCapacity { .. }) => prop_assert!(cost > capacity as i64),
                         Err(e) => prop_assert!(false, "unexpected error {}", e),
                     },
@@ -154,7 +154,7 @@ proptest! {
                         grants.push((now, Tokens::new(cost)));
                         lease.release().await.unwrap();
                     }
-                    Err(Error::RetryIn(d)) => prop_assert!(d >= Duration::from_millis(1)),
+                    Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => prop_assert!(d >= Duration::from_millis(1)),
                     Err(Error::CostExceedsCapacity { .. }) => prop_assert!(cost > capacity as i64),
                     Err(e) => prop_assert!(false, "unexpected error {}", e),
                 }

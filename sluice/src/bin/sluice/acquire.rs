@@ -49,7 +49,8 @@ pub(crate) async fn run(
 ) -> Result<(), Failure> {
     let lease = match sluice.acquire_within(request, how.wait).await {
         Ok(lease) => lease,
-        Err(Error::RetryIn(delay)) => {
+        Err(Error::RetryIn(refusal)) => {
+            let delay = refusal.delay;
             return Err(short(&how, dimension, delay, ("", "retry_in", "retry in")));
         }
         Err(e) => return Err(e.into()),

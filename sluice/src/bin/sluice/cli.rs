@@ -11,7 +11,7 @@ use sluice::{Bucket, LimitType, Priority, RefillRate, Tokens};
 /// crashed callers' leases, and try acquires by hand.
 ///
 /// Reads the same environment as the SDK (SLUICE_TABLE_NAME, SLUICE_ENDPOINT_URL,
-/// SLUICE_LEASE_TTL, SLUICE_MAX_RETRIES, SLUICE_CALLER; AWS credentials and region from
+/// SLUICE_LEASE_TTL_MS, SLUICE_CALLER; AWS credentials and region from
 /// the standard chain); flags override it.
 ///
 /// Exit codes: 0 success; 1 failure (store or service error); 2 bad usage, bad input file or
@@ -96,7 +96,7 @@ pub(crate) enum Command {
         /// How long to hold the lease before releasing it (e.g. 30s).
         #[arg(long, value_parser = duration, default_value = "0s")]
         hold: Duration,
-        /// The lease's TTL (default: SLUICE_LEASE_TTL, and at least --hold).
+        /// The lease's TTL (default: SLUICE_LEASE_TTL_MS, and at least --hold).
         #[arg(long, value_parser = duration)]
         ttl: Option<Duration>,
         /// Wait up to this long for capacity before answering RetryIn.

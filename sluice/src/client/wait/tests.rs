@@ -243,7 +243,7 @@ async fn a_turn_that_comes_only_at_the_deadline_is_refused_at_once_with_one_call
     // deadline, and asking again at the deadline would be answered after it: no wait.
     let refused = sluice.acquire_within(RPM, Duration::from_millis(100)).await;
     assert!(
-        matches!(refused, Err(Error::RetryIn(d)) if d == Duration::from_millis(100)),
+        matches!(refused, Err(Error::RetryIn(crate::RetryIn { delay: d, .. })) if d == Duration::from_millis(100)),
         "{refused:?}"
     );
     assert_eq!(started.elapsed(), Duration::ZERO);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rand::RngExt as _;
 
-use crate::error::Error;
+use crate::error::{Error, RetryIn};
 use crate::shared::lanes::answer_each;
 use crate::store::StoreError;
 
@@ -62,10 +62,11 @@ impl Write<'_> {
         let streak = self.lane.throttled.fetch_add(1, Ordering::Relaxed) + 1;
         let wait = throttle_wait(streak, self.spreads());
         self.lane.pushed_back.fetch_add(1, Ordering::Relaxed);
+        let refusal = RetryIn::pressed(wait, self.core.now());
         answer_each(
             std::mem::take(&mut self.acquires),
             |a| a.reply,
-            || Error::RetryIn(wait),
+            || Error::RetryIn(refusal.clone()),
         );
         if self.releases.is_empty() {
             return Next::Done;
@@ -142,7 +143,7 @@ mod tests {
         let mut longest = Duration::ZERO;
         for _ in 0..12 {
             match sluice.acquire("t#rpm").await {
-                Err(Error::RetryIn(wait)) => longest = longest.max(wait),
+                Err(Error::RetryIn(refusal)) => longest = longest.max(refusal.delay),
                 other => panic!("{other:?}"),
             }
         }

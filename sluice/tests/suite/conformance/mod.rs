@@ -193,7 +193,7 @@ fn rand_u64() -> u64 {
 
 fn retry_in(result: Result<sluice::Lease, Error>) -> Duration {
     match result {
-        Err(Error::RetryIn(d)) => d,
+        Err(Error::RetryIn(sluice::RetryIn { delay: d, .. })) => d,
         Err(e) => panic!("expected RetryIn, got error {e}"),
         Ok(lease) => panic!("expected RetryIn, got a lease {lease:?}"),
     }

@@ -126,7 +126,7 @@ impl World {
                 }
                 self.clients[client].leases.push(lease);
             }
-            Some(Err(Error::RetryIn(retry))) => {
+            Some(Err(Error::RetryIn(sluice::RetryIn { delay: retry, .. }))) => {
                 self.nothing_taken(before, &after, target)?;
                 if calls == 0 {
                     // From memory: only inside a window the store opened.
