@@ -53,7 +53,7 @@ DYNAMODB_FIDELITY_BIN=$(built_executable bin dynamodb-fidelity)
 dynamodb_fidelity_start --transaction-hold-ms 5
 SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
     cargo test --workspace --features "$features" --test suite -- \
-    model::several_clients_on_dynamodb model_shards::clients_on_a_resharded_bucket_on_dynamodb \
+    model::several_clients_on_dynamodb model_modes::clients_in_every_mode_on_a_resharded_bucket_on_dynamodb \
     dynamo_store:: dynamo_clients:: dynamo_rows::
 SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
     cargo test --workspace --features "$features" --test processes -- \

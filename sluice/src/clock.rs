@@ -85,8 +85,10 @@ impl fmt::Display for UnixMillis {
 
 /// The source of "now" for a [`Sluice`](crate::Sluice) client.
 ///
-/// Everything time-dependent in sluice reads one clock, so tests can drive time by hand
-/// with [`ManualClock`] (or tokio's paused time with [`TokioClock`]).
+/// Bucket arithmetic, lease expiry and every RetryIn read this clock, so tests can set the
+/// time by hand with [`ManualClock`]. Waits, backoff and the timers that renew, record and
+/// release leases sleep on tokio's time: a test that drives both uses [`TokioClock`] under
+/// tokio's paused time.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current time.
     fn now(&self) -> UnixMillis;

@@ -292,8 +292,8 @@ impl Error {
     ///
     /// - the `#[rate_limited]` attribute and [`Sluice::acquire`](crate::Sluice::acquire):
     ///   a [`sluice::Error`](Error) itself, or your error wrapping it as its `source`;
-    /// - `sluice_tower::SluiceLayer`: a `tower::BoxError` holding `sluice_tower::RetryIn`,
-    ///   also once a client wraps it again (async-openai's `OpenAIError::Boxed`);
+    /// - `sluice_tower::SluiceLayer`: a `tower::BoxError` holding the `sluice::Error`, also
+    ///   once a client wraps it again (async-openai's `OpenAIError::Boxed`);
     /// - `sluice_reqwest::SluiceMiddleware`: a `reqwest_middleware::Error`, also inside
     ///   reqwest-retry's `RetryError`, async-openai's `OpenAIError` or an `anyhow::Error`.
     ///

@@ -325,7 +325,8 @@ impl Sluice {
     }
 
     /// The one entry point for "acquire, run, release", which [`slot`](Self::slot), the
-    /// `try_slot` forms, `#[rate_limited]` and the layers all use: acquires `request`,
+    /// `try_slot` forms, `#[rate_limited]` and the tower layer use (the reqwest middleware
+    /// holds its lease past the call, with `acquire_within`): acquires `request`,
     /// waiting up to `max_wait` for capacity (see [`acquire_within`](Self::acquire_within)),
     /// then makes the body with `body` (only once granted: nothing of it starts on a
     /// refusal), runs it under the lease, and releases it on every path (see

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`seed`] | the seed's protocol: read, then one atomic write of every bucket and lease row |
 //! | [`shadow`] | shadow mode: the seed's protocol taking whatever the buckets hold, never failing a call |
+//! | [`sharded`] | one dimension: a row of its bucket through [`fast`], the whole bucket when that row cannot serve |
 //! | [`fast`] | one dimension, one conditional write per grant, from the remembered row |
 //! | [`lane`], [`batch`] | the lanes' writers: requests on one row ride on one write |
 //! | [`refusals`], [`slots`] | RetryIn and capacity errors; a short `concurrent` bucket's outlook |
@@ -14,6 +15,8 @@
 //! | [`adjust`] | correcting a lease's cost |
 //! | [`open`] | the `open` failure policy: local grants while the store cannot answer |
 //! | [`tighten`] | making a bucket stricter from the vendor's report |
+//! | [`peek`] | whether a request would be granted now, from one read and no write |
+//! | [`restock`] | a bucket's tokens set by hand, conditioned on the version read |
 //! | [`reconcile`] | the reconciler |
 //! | [`reshard`] | a bucket spread over more rows, or gathered into fewer |
 

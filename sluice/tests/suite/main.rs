@@ -1,9 +1,9 @@
 //! sluice's integration tests, one module per subject, in one test binary: each binary
 //! links the AWS SDK, and on CI's two cores linking thirty of them took minutes.
 //!
-//! The multi-process tests (`tests/processes/`), the command-line tests (`tests/cli/`,
-//! which need the `cli` feature) and the test of the process-wide default client
-//! (`global_fallback.rs`) are binaries of their own.
+//! The multi-process tests (`tests/processes/`, the process-wide default client's
+//! included) and the command-line tests (`tests/cli/`, which need the `cli` feature) are
+//! binaries of their own.
 
 mod architecture;
 mod client;
@@ -30,7 +30,7 @@ mod lease_time;
 mod memory_store;
 mod metrics;
 mod model;
-mod model_shards;
+mod model_modes;
 mod priorities;
 mod properties;
 mod retry_partitions;
