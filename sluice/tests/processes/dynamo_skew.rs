@@ -1,8 +1,11 @@
 //! Clock skew between hosts, on DynamoDB Local: 4 processes whose clocks are off by
 //! -2 s, -0.7 s, +0.7 s and +2 s share a `concurrent` bucket and a `requests` bucket, each
 //! client allowing for 4 s between any two clocks (`clock_skew`). Slots are held for up
-//! to past their deadline, and some are leaked (their holder "crashes"), so expired leases
-//! are given back by clients whose clocks disagree with their holders'.
+//! to past their deadline, and the two processes whose clocks are furthest apart each leak
+//! one (its holder "crashes"), so expired leases are given back by clients whose clocks
+//! disagree with their holders'. A leaked slot is out of use until its expiry and the
+//! margin have passed on a reader's clock (5 to 9 s here): two leaks at most leave half the
+//! slots for the whole run, enough uses for the count to tell.
 //!
 //! Measured on the true clock (all processes run on one host): slot bodies running at once
 //! never outnumber the slots (a leaked lease counts as in use until its expiry by its
@@ -16,6 +19,7 @@ use crate::dynamo;
 use crate::faults;
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -95,6 +99,7 @@ async fn take_slots(
     offset_ms: i64,
     deadline: i64,
     leak_all: bool,
+    leak_one: Arc<AtomicBool>,
 ) -> Vec<String> {
     let ttl = if leak_all { CONTROL_TTL } else { TTL };
     let mut used = Vec::new();
@@ -110,8 +115,11 @@ async fn take_slots(
         let start = true_now();
         // In the run with no margin, the process whose clock is furthest behind leaks every
         // slot it takes: whoever gives them back gives them back early, so what the run
-        // shows does not hang on who won which slot.
-        if leak_all || rand::rng().random_ratio(1, 6) {
+        // shows does not hang on who won which slot. Otherwise a process with a leak to
+        // make leaks one slot, at random among its first.
+        let leak =
+            leak_all || (rand::rng().random_ratio(1, 4) && leak_one.swap(false, Ordering::Relaxed));
+        if leak {
             // The holder dies: its slot is in use until the lease expires by its clock.
             used.push(format!(
                 "slot {start} {}",
@@ -165,11 +173,18 @@ async fn child(args: &[String], offset_ms: i64, margin: Duration) {
     std::io::stdin().read_line(&mut line).unwrap();
     let deadline: i64 = line.trim().strip_prefix("go ").unwrap().parse().unwrap();
     let mut tasks = Vec::new();
+    let furthest = offset_ms.abs() == OFFSETS_MS[0].abs();
+    let leak_one = Arc::new(AtomicBool::new(furthest && margin > Duration::ZERO));
     for _ in 0..SLOT_TASKS {
         let (s, d) = (sluice.clone(), slots.clone());
         let leak_all = margin.is_zero() && offset_ms == OFFSETS_MS[0];
         tasks.push(tokio::spawn(take_slots(
-            s, d, offset_ms, deadline, leak_all,
+            s,
+            d,
+            offset_ms,
+            deadline,
+            leak_all,
+            leak_one.clone(),
         )));
     }
     if margin > Duration::ZERO {
