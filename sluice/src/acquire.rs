@@ -130,6 +130,7 @@ impl Acquire {
                     default_calls: u32::from(cost.is_none()),
                     priority: self.priority.clone(),
                     queue: Duration::ZERO,
+                    shadow: false,
                 }),
             }
         }
@@ -159,6 +160,10 @@ pub(crate) struct Wanted {
     /// refill repays in order), and the grant is ready once it is repaid (see
     /// [`Grant::ready_at`](crate::grant::Grant::ready_at)).
     pub(crate) queue: Duration,
+    /// Whether it is taken in [shadow mode](crate::Mode::Shadow) whatever its bucket's mode
+    /// (the client's mode): granted whatever the bucket holds, and counted where an
+    /// enforcing bucket would have refused it.
+    pub(crate) shadow: bool,
 }
 
 impl Wanted {

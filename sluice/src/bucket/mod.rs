@@ -27,7 +27,7 @@ pub use limit::ShardLimit;
 pub(crate) use limit::ShardLimitError;
 pub use mode::Mode;
 pub(crate) use mode::shadow_take;
-pub(crate) use mode::{ShadowLedger, UnknownMode};
+pub(crate) use mode::{LedgerChange, ShadowLedger, UnknownMode};
 pub(crate) use recent::{RECENT_WRITES, RecentWrites};
 pub(crate) use refill::{Level, RefillCarry, refill};
 pub(crate) use schedule::ScheduleError;

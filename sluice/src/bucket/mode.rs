@@ -72,9 +72,11 @@ impl FromStr for Mode {
 /// The row's `tokens` are the real level, every shadow take included. An enforcing bucket
 /// on the same schedule would hold `min(full, tokens + owed)`: a refused take is charged
 /// to the row all the same, and adds its cost to `owed`. Shadow acquires decide against
-/// that level, so they count exactly the refusals an enforcing run would have had, however
-/// deep in debt the row went. Written only by shadow acquires (other writes leave it as
-/// it is).
+/// that level, so they count the refusals an enforcing run would have had, however deep
+/// in debt the row went: exactly for the writes of one client, and across clients as each
+/// write's writer last saw the row (a shadow take is the fast path's write, computed from
+/// the remembered row; see [`LedgerChange`]). Written only by shadow acquires (other
+/// writes leave it as it is).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct ShadowLedger {
     /// How many tokens an enforcing bucket would hold above the row's level.
@@ -88,6 +90,56 @@ impl ShadowLedger {
     /// Whether it holds nothing (the row then stores no shadow attributes).
     pub fn is_empty(&self) -> bool {
         *self == ShadowLedger::default()
+    }
+}
+
+/// What a write does to a row's [`ShadowLedger`]: adds to what is owed and to the refusals
+/// counted, which commutes with other writers' additions. A shadow take after which an
+/// enforcing bucket would be full owes less than before (the refill it did not get): that
+/// write sets what is owed from the row it was computed from, so it applies only to a row
+/// that owes what that one did (`owed_was`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LedgerChange {
+    /// Added to what is owed (what is stored never goes below zero).
+    pub owed: Tokens,
+    /// Added to the refusals counted.
+    pub refused: u64,
+    /// The row must owe exactly this much, if set.
+    pub owed_was: Option<Tokens>,
+}
+
+impl LedgerChange {
+    /// The change that takes a row whose ledger was `before` to `after`, where the writes
+    /// in between would have been refused for `refused_costs` in all: additions, unless
+    /// what is owed went down on the way (then conditioned on `before`).
+    pub(crate) fn between(
+        before: &ShadowLedger,
+        after: &ShadowLedger,
+        refused_costs: Tokens,
+    ) -> Self {
+        LedgerChange {
+            owed: after.owed - before.owed,
+            refused: after.refused.saturating_sub(before.refused),
+            owed_was: (after.owed != before.owed + refused_costs).then_some(before.owed),
+        }
+    }
+
+    /// Whether it changes nothing and asks nothing.
+    pub fn is_none(&self) -> bool {
+        *self == LedgerChange::default()
+    }
+
+    /// Whether a row whose ledger is `ledger` satisfies its condition.
+    pub fn holds(&self, ledger: &ShadowLedger) -> bool {
+        self.owed_was.is_none_or(|was| ledger.owed == was)
+    }
+
+    /// `ledger` once the change is applied to it.
+    pub fn applied(&self, ledger: &ShadowLedger) -> ShadowLedger {
+        ShadowLedger {
+            owed: (ledger.owed + self.owed).max(Tokens::ZERO),
+            refused: ledger.refused.saturating_add(self.refused),
+        }
     }
 }
 
@@ -192,6 +244,81 @@ mod tests {
                 enforcing.available(now).min(enforcing.holds())
             );
         }
+    }
+
+    proptest! {
+        /// A writer's shadow takes written in batches, each as the [`LedgerChange`] between
+        /// the ledger it computed from and the one it left, leave the row's ledger exactly as
+        /// taking them one by one does; what is owed is never negative.
+        #[test]
+        fn ledger_changes_of_batches_add_up_to_the_takes(
+            full in any_full_row(),
+            batches in prop::collection::vec(
+                (0u64..400, prop::collection::vec(0i64..12, 1..5)),
+                1..40,
+            ),
+        ) {
+            let (mut stored, mut one_by_one) = (full.clone(), full);
+            let mut now = UnixMillis::new(0);
+            for (gap, costs) in batches {
+                now = now.saturating_add(std::time::Duration::from_millis(gap));
+                let mut after = stored.clone();
+                let mut refused_costs = Tokens::ZERO;
+                for cost in costs {
+                    let cost = Tokens::new(cost).min(stored.holds());
+                    let (level, ledger, refused) = shadow_take(&after, cost, Tokens::ZERO, now);
+                    after.set_level(level);
+                    after.shadow = ledger;
+                    if refused {
+                        refused_costs += cost;
+                    }
+                    let (level, ledger, _) = shadow_take(&one_by_one, cost, Tokens::ZERO, now);
+                    one_by_one.set_level(level);
+                    one_by_one.shadow = ledger;
+                }
+                let change = LedgerChange::between(&stored.shadow, &after.shadow, refused_costs);
+                prop_assert!(change.holds(&stored.shadow));
+                stored.shadow = change.applied(&stored.shadow);
+                stored.set_level(after.level());
+                prop_assert!(!stored.shadow.owed.is_negative());
+            }
+            prop_assert_eq!(stored.shadow, one_by_one.shadow);
+        }
+    }
+
+    /// Additions commute: two writers' refusals computed from one row both count. What is
+    /// owed going down is conditioned on the row it was computed from: of two such writes
+    /// from one row, the second does not apply (its writer computes it again).
+    #[test]
+    fn additions_commute_and_a_lower_debt_is_conditioned() {
+        let before = ShadowLedger {
+            owed: Tokens::new(5),
+            refused: 2,
+        };
+        let refusal = LedgerChange::between(
+            &before,
+            &ShadowLedger {
+                owed: Tokens::new(8),
+                refused: 3,
+            },
+            Tokens::new(3),
+        );
+        assert_eq!(refusal.owed_was, None);
+        let twice = refusal.applied(&refusal.applied(&before));
+        assert_eq!((twice.owed, twice.refused), (Tokens::new(11), 4));
+        let lower = ShadowLedger {
+            owed: Tokens::new(1),
+            refused: 2,
+        };
+        let paid = LedgerChange::between(&before, &lower, Tokens::ZERO);
+        assert_eq!(paid.owed_was, Some(Tokens::new(5)));
+        let once = paid.applied(&before);
+        assert_eq!(once, lower);
+        assert!(!paid.holds(&once), "a second write from the same row");
+        assert!(
+            !paid.holds(&refusal.applied(&before)),
+            "a refusal landed first"
+        );
     }
 
     #[test]

@@ -192,13 +192,17 @@ impl Sluice {
         answer
     }
 
-    /// `request` at its own priority, else this client's (see [`Config::priority`]).
+    /// `request` at its own priority, else this client's (see [`Config::priority`]), in
+    /// shadow mode if this client is.
     fn prioritized(&self, request: &Acquire) -> Result<Vec<Wanted>, Error> {
         let mut wanted = request.resolve()?;
         if request.priority_value().is_none() {
             for w in &mut wanted {
                 w.priority.clone_from(&self.core.config.priority);
             }
+        }
+        if self.core.config.mode == crate::Mode::Shadow {
+            wanted.iter_mut().for_each(|w| w.shadow = true);
         }
         Ok(wanted)
     }
@@ -225,18 +229,8 @@ impl Sluice {
         let started = std::time::Instant::now();
         let label = DisplayDims(&wanted).to_string();
         let ttl = request.ttl_value().unwrap_or(self.core.config.lease_ttl);
-        let result = match protocol::look_before(&self.core, &wanted).await {
-            Err(e) => Err(e),
-            Ok(true) => {
-                let path = protocol::Path::Shadow(wanted);
-                protocol::acquire(&self.core, path, ttl, fresh_after, &span).await
-            }
-            Ok(false) => {
-                let wanted = wanted.into_iter().map(|w| Wanted { queue, ..w }).collect();
-                self.enforcing(request, wanted, ttl, fresh_after, &span)
-                    .await
-            }
-        };
+        let wanted = wanted.into_iter().map(|w| Wanted { queue, ..w }).collect();
+        let result = self.take(request, wanted, ttl, fresh_after, &span).await;
         let result = result.map(|grant| Lease::new(self.core.clone(), grant));
         crate::metrics::acquired(
             &self.core.lanes.labels,
@@ -262,10 +256,10 @@ impl Sluice {
         result
     }
 
-    /// An acquire of `wanted` (resolved from `request`) on an enforcing path; a refusal by
-    /// a bucket that the answer shows in shadow mode (its definition changed since this
-    /// client last saw it) is taken again, in shadow.
-    async fn enforcing(
+    /// An acquire of `wanted` (resolved from `request`), in whichever mode its buckets and
+    /// this client are: a shadow acquire whose write could not be made is granted all the
+    /// same (see [`protocol::shadow`]).
+    async fn take(
         &self,
         request: &Acquire,
         wanted: Vec<Wanted>,
@@ -287,17 +281,9 @@ impl Sluice {
             protocol::acquire(&self.core, path, ttl, fresh_after, span).await
         };
         match result {
-            Err(
-                Error::RetryIn(_)
-                | Error::CostExceedsCapacity { .. }
-                | Error::CostExceedsShare { .. },
-            ) => {
+            Err(Error::Contention { .. } | Error::Store(_)) => {
                 let wanted = self.prioritized(request)?;
-                if !protocol::in_shadow(&self.core, &wanted) {
-                    return result;
-                }
-                let path = protocol::Path::Shadow(wanted);
-                protocol::acquire(&self.core, path, ttl, fresh_after, span).await
+                protocol::shadow::answer(&self.core, &wanted, ttl, result)
             }
             result => result,
         }

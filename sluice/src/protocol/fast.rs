@@ -43,15 +43,20 @@ pub(crate) async fn acquire(
     {
         let now = core.now();
         let mut memory = lane.memory();
+        // A shadow take is never refused, and counts what an enforcing bucket would have
+        // refused: it is always written (see `batch`).
+        let shadow = wanted.shadow || memory.in_shadow();
         if let Some(row) = memory.row() {
             lane.costs.note(wanted.cost(row.bucket.cost_per_call()));
         }
-        if alone && let Some(grant) = prefetch::take(&mut memory, &wanted, now, ttl) {
-            return Ok(grant);
-        }
-        if let Recall::Denied(wait) = memory.recall(&wanted, now, fresh_after) {
-            memory.answered(now.saturating_add(wait));
-            return Err(Error::RetryIn(RetryIn::on(&wanted.dimension, wait, now)));
+        if !shadow {
+            if alone && let Some(grant) = prefetch::take(&mut memory, &wanted, now, ttl) {
+                return Ok(grant);
+            }
+            if let Recall::Denied(wait) = memory.recall(&wanted, now, fresh_after) {
+                memory.answered(now.saturating_add(wait));
+                return Err(Error::RetryIn(RetryIn::on(&wanted.dimension, wait, now)));
+            }
         }
     }
     let (reply, answer) = tokio::sync::oneshot::channel();

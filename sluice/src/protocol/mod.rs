@@ -4,7 +4,7 @@
 //! | file | what |
 //! |---|---|
 //! | [`seed`] | the seed's protocol: read, then one atomic write of every bucket and lease row |
-//! | [`shadow`] | shadow mode: the seed's protocol taking whatever the buckets hold, never failing a call |
+//! | [`shadow`] | shadow mode's answer when its write cannot be made: it never fails a call (its takes are [`batch`]'s writes) |
 //! | [`sharded`] | one dimension: a row of its bucket through [`fast`], the whole bucket when that row cannot serve |
 //! | [`fast`] | one dimension, one conditional write per grant, from the remembered row |
 //! | [`lane`], [`batch`] | the lanes' writers: requests on one row ride on one write |
@@ -35,7 +35,7 @@ pub(crate) mod release;
 pub(crate) mod reshard;
 pub(crate) mod restock;
 mod seed;
-mod shadow;
+pub(crate) mod shadow;
 mod sharded;
 mod slots;
 pub(crate) mod tighten;
@@ -66,15 +66,11 @@ pub(crate) enum Path {
     Multi(Vec<Wanted>),
     /// Any number of dimensions on the seed's protocol.
     Seed(Vec<Wanted>),
-    /// Any number of dimensions, some or all of them in shadow mode: the seed's protocol,
-    /// each bucket in shadow taken whatever it holds.
-    Shadow(Vec<Wanted>),
 }
 
 impl Path {
-    /// The path of `wanted` on `core`'s protocol (shadow mode is decided before: see
-    /// [`look_before`]).
-    /// Only the fast path queues a waiting caller (see [`Wanted::queue`]): the seed's
+    /// The path of `wanted` on `core`'s protocol, whatever the buckets' and the client's
+    /// mode (a shadow take is a write of the same path, see [`batch`]). Only the fast path queues a waiting caller (see [`Wanted::queue`]): the seed's
     /// protocol grants now or refuses.
     pub(crate) fn of(core: &Core, wanted: Vec<Wanted>) -> Path {
         match (core.config.protocol, <[Wanted; 1]>::try_from(wanted)) {
@@ -93,62 +89,6 @@ impl Path {
                     .collect(),
             ),
         }
-    }
-}
-
-/// Whether an acquire of `wanted` is taken in shadow mode: the client is in shadow, or
-/// a bucket it names is, as this client last saw its row.
-pub(crate) fn in_shadow(core: &Core, wanted: &[Wanted]) -> bool {
-    core.config.mode == crate::Mode::Shadow
-        || wanted.iter().any(|w| bucket_in_shadow(core, &w.dimension))
-}
-
-/// What an acquire of `wanted` learns before it runs, with one look at each dimension's
-/// memory: whether it is taken in shadow mode, and the rows this client never saw, read
-/// first (one call for them all) so that the first acquire of a bucket in shadow is taken
-/// in shadow (an enforcing write would leave the row's shadow ledger behind). The acquire
-/// would read them first anyway; a row seen and forgotten since (in an outage) is not read
-/// here, and callers of one process meeting a row at once read it once. A failed read is
-/// the acquire's answer (an unknown dimension, a store that cannot
-/// answer: the acquire would have met it reading, after as long again), except
-/// back-pressure, which the acquire's own path answers with a short RetryIn.
-pub(crate) async fn look_before(core: &Core, wanted: &[Wanted]) -> Result<bool, Error> {
-    let client = core.config.mode == crate::Mode::Shadow;
-    let mut shadow = client;
-    let mut unseen = Vec::new();
-    for w in wanted {
-        let lane = core.lane(&w.dimension);
-        let memory = lane.memory();
-        match memory.row() {
-            Some(row) => shadow |= row.bucket.mode() == crate::Mode::Shadow,
-            None if memory.seen() => shadow |= core.turns.was_shadow(&w.dimension),
-            None if !client => unseen.push(w.dimension.clone()),
-            None => {}
-        }
-    }
-    if unseen.is_empty() {
-        return Ok(shadow);
-    }
-    // Many callers of one process meeting a dimension at once read it once: the others
-    // wait for that read (they would wait for their lane's) and find the row seen.
-    let _turn = core.turns.take(&unseen[0]).await;
-    unseen.retain(|d| !core.lane(d).memory().seen());
-    if unseen.is_empty() {
-        return Ok(shadow || wanted.iter().any(|w| bucket_in_shadow(core, &w.dimension)));
-    }
-    match core.read_rows(&unseen).await {
-        Ok(rows) => Ok(shadow || rows.iter().any(|r| r.bucket.mode() == crate::Mode::Shadow)),
-        Err(Error::Store(e)) if e.is_back_pressure() => Ok(shadow),
-        Err(e) => Err(e),
-    }
-}
-
-/// Whether this client last saw `dimension`'s bucket in shadow: its row, or when the row
-/// was forgotten, what the shadow path last noted of it.
-pub(crate) fn bucket_in_shadow(core: &Core, dimension: &crate::dimension::Dimension) -> bool {
-    match core.lane(dimension).memory().row() {
-        Some(row) => row.bucket.mode() == crate::Mode::Shadow,
-        None => core.turns.was_shadow(dimension),
     }
 }
 
@@ -176,12 +116,8 @@ pub(crate) async fn acquire(
                 .await
         }
         Path::Seed(all) => {
-            Box::pin(seed::acquire(core, &all, ttl, false))
-                .instrument(span.clone())
-                .await
-        }
-        Path::Shadow(all) => {
-            Box::pin(shadow::acquire(core, &all, ttl))
+            let shadow = all.iter().any(|w| w.shadow);
+            Box::pin(seed::acquire(core, &all, ttl, shadow))
                 .instrument(span.clone())
                 .await
         }

@@ -133,21 +133,9 @@ fn granted(
     for row in written {
         core.lanes.learn_written(row, now);
     }
-    would.iter().for_each(|&i| would_refuse(core, &wanted[i]));
-}
-
-/// Reports a grant in shadow mode that `w`'s bucket would have refused.
-pub(super) fn would_refuse(core: &Core, w: &Wanted) {
-    crate::metrics::shadow_refused(
-        &core.lanes.labels,
-        w.dimension.as_str(),
-        w.priority.as_ref(),
-    );
-    tracing::info!(
-        dimension = %w.dimension,
-        priority = w.priority.as_ref().map_or("", |p| p.as_str()),
-        "shadow mode: granted what the bucket would have refused"
-    );
+    would
+        .iter()
+        .for_each(|&i| super::shadow::would_refuse(core, &wanted[i]));
 }
 
 /// A transaction conflict: back off and try again, within the conflicts' budget.

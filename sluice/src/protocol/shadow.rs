@@ -1,103 +1,61 @@
-//! Shadow mode's acquire: the seed's protocol, each bucket in shadow taken whatever it
-//! holds ([`seed`](super::seed)), one at a time per dimension in this client. Shadow mode
-//! must never fail a call. When every bucket named is in shadow:
-//!
-//! - a row that stays too contended for the read-then-write (other processes keep writing
-//!   it) is charged with a change that commutes with theirs, as a lease's correction is:
-//!   the tokens are taken all the same, and whether it would have been refused is told from
-//!   the row as last read (counted in the metric and the log, not in the row);
-//! - when the store cannot answer, the acquire is granted without a write, counted
-//!   (`sluice_shadow_unrecorded_total`) and logged.
+//! Shadow mode's one rule of its own: it never fails a call. A shadow take is the fast
+//! path's write with no floor on the level and the ledger's additions
+//! ([`batch`](super::batch)); what is left here is the answer when that write cannot be
+//! made. When every bucket an acquire names is in shadow (or the client is), an acquire
+//! that the store could not answer, or that lost every race for a row, is granted without
+//! a write, counted (`sluice_shadow_unrecorded_total`) and logged.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::Wanted;
-use crate::bucket::{Mode, shadow_take};
 use crate::error::Error;
 use crate::grant::{Grant, Kept};
 use crate::ids::new_unique;
 use crate::shared::Core;
 
-use super::adjust::charge;
 use super::open::cannot_answer;
-use super::{rowless_part, seed};
+use super::rowless_part;
 
-/// An acquire of `wanted` with its buckets in shadow as they say (all of them with a
-/// client in shadow).
-pub(crate) async fn acquire(
-    core: &Arc<Core>,
+/// The answer to an acquire of `wanted` that ended with `result`: a grant nothing recorded
+/// in place of a failure to write, when every bucket named is in shadow as this client last
+/// saw it.
+pub(crate) fn answer(
+    core: &Core,
     wanted: &[Wanted],
     ttl: Duration,
+    result: Result<Grant, Error>,
 ) -> Result<Grant, Error> {
-    let client = core.config.mode == Mode::Shadow;
-    let _turn = core.turns.take(&wanted[0].dimension).await;
-    // Which buckets are in shadow, as this acquire found them (a failed write forgets the
-    // rows: what was seen before stands).
-    let seen: Vec<bool> = wanted.iter().map(|w| in_shadow(core, w)).collect();
-    let result = seed::acquire(core, wanted, ttl, client).await;
-    for (w, before) in wanted.iter().zip(&seen) {
-        let now = core
-            .lane(&w.dimension)
-            .memory()
-            .row()
-            .map(|r| r.bucket.mode() == Mode::Shadow);
-        core.turns.saw(&w.dimension, now.unwrap_or(*before));
+    let failed = match &result {
+        Err(Error::Contention { .. }) => "the row stayed contended",
+        Err(Error::Store(e)) if cannot_answer(e) => "the store could not answer",
+        _ => return result,
+    };
+    if !wanted.iter().all(|w| w.shadow || in_shadow(core, w)) {
+        return result;
     }
-    let all_in_shadow = || client || wanted.iter().all(|w| in_shadow(core, w));
-    match result {
-        Err(Error::Contention { .. }) if all_in_shadow() => {
-            match charged(core, wanted, ttl).await {
-                Ok(grant) => Ok(grant),
-                Err(error) => {
-                    tracing::warn!(%error, "shadow mode: granted without recording it, the row stayed contended");
-                    Ok(unrecorded(core, wanted, ttl))
-                }
-            }
-        }
-        Err(Error::Store(e)) if cannot_answer(&e) && all_in_shadow() => {
-            tracing::warn!(error = %e, "shadow mode: granted without recording it, the store could not answer");
-            Ok(unrecorded(core, wanted, ttl))
-        }
-        result => result,
+    if let Err(error) = &result {
+        tracing::warn!(%error, "shadow mode: granted without recording it, {failed}");
     }
+    Ok(unrecorded(core, wanted, ttl))
 }
 
-/// A grant of `wanted` whose costs are charged with changes that commute with other
-/// writers' (into debt if need be); whether each bucket would have refused is told from
-/// its row as this client last saw it. Not for `concurrent` buckets: a slot needs its
-/// lease row, or the reconciler would give it back while it is held.
-async fn charged(core: &Core, wanted: &[Wanted], ttl: Duration) -> Result<Grant, Error> {
-    let now = core.now();
-    let unique = new_unique();
-    let mut rows = Vec::with_capacity(wanted.len());
-    for w in wanted {
-        let row = core.remembered_row(&w.dimension).await?;
-        if row.bucket.limit_type().restores_on_release() {
-            return Err(Error::Contention {
-                dimension: w.dimension.clone(),
-                attempts: 0,
-            });
-        }
-        rows.push(row);
-    }
-    let mut parts = Vec::with_capacity(wanted.len());
-    for (w, row) in wanted.iter().zip(rows) {
-        let cost = w.cost(row.bucket.cost_per_call());
-        let part = rowless_part(&w.dimension, &unique, cost, Kept::Nowhere);
-        charge(core, &part, cost).await?;
-        if shadow_take(&row, cost, w.floor(&row.bucket), now).2 {
-            super::seed::would_refuse(core, w);
-        }
-        parts.push(part);
-    }
-    tracing::debug!("shadow mode: charged a contended row with a commuting change");
-    Ok(Grant::new(parts, now, now.saturating_add(ttl), 1))
+/// Reports a grant in shadow mode that `w`'s bucket would have refused.
+pub(crate) fn would_refuse(core: &Core, w: &Wanted) {
+    crate::metrics::shadow_refused(
+        &core.lanes.labels,
+        w.dimension.as_str(),
+        w.priority.as_ref(),
+    );
+    tracing::info!(
+        dimension = %w.dimension,
+        priority = w.priority.as_ref().map_or("", |p| p.as_str()),
+        "shadow mode: granted what the bucket would have refused"
+    );
 }
 
-/// Whether this client last saw `w`'s bucket in shadow.
+/// Whether this client last saw `w`'s bucket in shadow, forgotten since or not.
 fn in_shadow(core: &Core, w: &Wanted) -> bool {
-    super::bucket_in_shadow(core, &w.dimension)
+    core.lane(&w.dimension).memory().in_shadow()
 }
 
 /// A grant of `wanted` that nothing recorded: no lease to end, nothing to give back.

@@ -18,7 +18,7 @@ use std::time::Duration;
 use rand::RngExt as _;
 
 use crate::acquire::Wanted;
-use crate::bucket::{BucketState, ShardError};
+use crate::bucket::{BucketState, Mode, ShardError};
 use crate::clock::UnixMillis;
 use crate::config::Sharding;
 use crate::dimension::Dimension;
@@ -69,7 +69,10 @@ pub(crate) async fn acquire(
     let answer = fast::acquire(core, on_shard, ttl, fresh_after, alone).await;
     let (throttled, pushed) = (throttles() > before, pushes() > pushes_before);
     let known = learn_shards(core, &base, &lane);
-    if core.config.sharding.automatic() {
+    // A bucket in shadow is not spread automatically: its count of what an enforcing
+    // bucket would refuse is a row's, exact only while the bucket is one row.
+    let shadow = wanted.shadow || lane.memory().in_shadow();
+    if core.config.sharding.automatic() && !shadow {
         watch(core, &base, &lane, known);
     }
     match answer {
@@ -239,8 +242,10 @@ async fn whole(
         for row in &rows {
             core.lanes.learn(row.clone(), now);
         }
+        let shadow = wanted.shadow || rows.iter().any(|r| r.bucket.mode() == Mode::Shadow);
         let cost = match within_bucket(&rows, wanted) {
             Err(Error::Shards(ShardError::Inconsistent(..))) => continue,
+            Err(_) if shadow => wanted.cost(rows[0].bucket.cost_per_call()),
             cost => cost?,
         };
         let free = free_at(&rows, wanted, now);
@@ -252,11 +257,16 @@ async fn whole(
             // The whole bucket's answer is a grant or a refusal; a reservation waits its
             // turn on one row.
             queue: Duration::ZERO,
+            shadow: wanted.shadow,
         };
-        let answer = if let Some(k) = serving(&free, cost, tried) {
+        let answer = if shadow {
+            // A shadow take is never refused: the fullest row takes it whole.
+            let fullest = (0..free.len()).max_by_key(|&k| free[k]).unwrap_or(0);
+            fast::acquire(core, on(fullest, cost), ttl, None, false).await
+        } else if let Some(k) = serving(&free, cost, tried) {
             fast::acquire(core, on(k, cost), ttl, None, false).await
         } else if total(&free) >= cost {
-            seed::acquire(core, &gathered(&free, cost, on), ttl, false).await
+            seed::acquire(core, &gathered(&free, cost, on), ttl, wanted.shadow).await
         } else {
             return Err(short(core, &rows, wanted, cost, now));
         };

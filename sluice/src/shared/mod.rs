@@ -11,7 +11,6 @@ pub(crate) mod remembered;
 pub(crate) mod rows;
 #[cfg(test)]
 pub(crate) mod test_store;
-pub(crate) mod turns;
 
 use std::fmt;
 use std::sync::Arc;
@@ -41,8 +40,6 @@ pub(crate) struct Core {
     pub(crate) rows: rows::LeaseRows,
     /// How hot this client sees each bucket row (when to reshard).
     pub(crate) heat: heat::Heat,
-    /// Shadow acquires' turns on each dimension.
-    pub(crate) turns: turns::Turns,
     /// Work nobody waits for: releases queued, lease rows still to write.
     pub(crate) background: background::Background,
 }
@@ -67,7 +64,6 @@ impl Core {
             fallback: fallback::Fallback::default(),
             rows: rows::LeaseRows::default(),
             heat: heat::Heat::default(),
-            turns: turns::Turns::default(),
             background: background::Background::default(),
         }
     }

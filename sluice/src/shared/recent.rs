@@ -60,6 +60,7 @@ impl<V> Recent<V> {
     }
 
     /// Whether `key` has an entry (not a use).
+    #[cfg(test)]
     pub(crate) fn contains_key(&self, key: &Dimension) -> bool {
         self.map.contains_key(key)
     }

@@ -102,6 +102,8 @@ pub(crate) struct Remembered {
     reservoir: Option<Reservoir>,
     /// Whether a row was ever learned here (kept when it is forgotten).
     seen: bool,
+    /// Whether the row last learned was in shadow mode (kept when it is forgotten).
+    shadow: bool,
     /// Whether a write of this client was pushed back since the row was learned (rule 7).
     stale: bool,
     /// Whether a write of this client to the row ever applied (kept when it is forgotten).
@@ -170,9 +172,10 @@ impl Remembered {
         self.stale = true;
     }
 
-    /// Whether a row was ever learned here, forgotten since or not.
-    pub(crate) fn seen(&self) -> bool {
-        self.seen
+    /// Whether the row last learned was in [shadow mode](crate::Mode::Shadow), forgotten
+    /// since or not.
+    pub(crate) fn in_shadow(&self) -> bool {
+        self.shadow
     }
 
     /// Whether a write of this client to the row ever applied, forgotten since or not (see
@@ -229,6 +232,7 @@ impl Remembered {
         if self.row.as_ref() != Some(&row) {
             self.slots_back = None;
         }
+        self.shadow = row.bucket.mode() == crate::bucket::Mode::Shadow;
         self.row = Some(row);
         self.seen = true;
         self.stale = false;
@@ -288,6 +292,7 @@ impl Remembered {
             outstanding: std::mem::take(&mut self.outstanding),
             overflow_until: self.overflow_until,
             seen: self.seen,
+            shadow: self.shadow,
             wrote: self.wrote,
             pace: self.pace,
             counted_in: self.counted_in,
@@ -313,6 +318,10 @@ impl Remembered {
         let Some(row) = &self.row else {
             return Recall::Nothing;
         };
+        if wanted.shadow || self.shadow {
+            // A shadow take is never refused: it is always written.
+            return Recall::Serves;
+        }
         let floor = wanted.floor(&row.bucket);
         let window = self.window_until(floor, now);
         let in_window = window.is_some()

@@ -122,7 +122,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ) -> Result<bool, StoreError>;
 
     /// Applies `change` to its bucket row when the row satisfies its conditions (see
-    /// [`BucketChange`]), atomically; returns the row as the change left it. A failed
+    /// [`BucketChange`]: [`BucketChange::holds`] and [`BucketChange::applied`] say what,
+    /// its shadow ledger's addition and condition included), atomically; returns the row
+    /// as the change left it. A failed
     /// condition returns the row as it stands ([`ChangeError::Condition`]). A change that
     /// would leave the row beyond its bounds is refused as [`StoreError::CorruptRow`].
     ///

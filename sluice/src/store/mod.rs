@@ -57,7 +57,7 @@ unstable_store!(write::{
 });
 unstable_store!(crate::bucket::commute::{Commute, Condition, TokensOp});
 unstable_store!(crate::bucket::definition::MAX_VERSION);
-unstable_store!(crate::bucket::mode::ShadowLedger);
+unstable_store!(crate::bucket::mode::{LedgerChange, ShadowLedger});
 unstable_store!(crate::bucket::recent::{RECENT_WRITES, RecentWrites});
 unstable_store!(crate::bucket::refill::{Level, RefillCarry, refill});
 unstable_store!(crate::bucket::state::Take);

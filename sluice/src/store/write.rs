@@ -1,6 +1,6 @@
 //! The conditional writes of a [`Commit`], and why one did not apply.
 
-use crate::bucket::{Bucket, BucketState, Commute, Level, RefillCarry, WriteOutcome};
+use crate::bucket::{Bucket, BucketState, Commute, LedgerChange, Level, RefillCarry, WriteOutcome};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::tokens::Tokens;
@@ -180,6 +180,8 @@ pub struct BucketChange {
     pub burst: Option<Tokens>,
     /// What it does, and on which conditions.
     pub commute: Commute,
+    /// What it does to the row's shadow ledger (a shadow take's; nothing for others).
+    pub ledger: LedgerChange,
 }
 
 impl BucketChange {
@@ -190,7 +192,13 @@ impl BucketChange {
             bucket: row.bucket.clone(),
             burst: row.burst,
             commute,
+            ledger: LedgerChange::default(),
         }
+    }
+
+    /// The change with `ledger` as what it does to the row's shadow ledger.
+    pub fn with_ledger(self, ledger: LedgerChange) -> Self {
+        BucketChange { ledger, ..self }
     }
 
     /// Whether `stored` satisfies the change's conditions and has its definition.
@@ -199,6 +207,7 @@ impl BucketChange {
             && stored.burst == self.burst
             && stored.version < crate::bucket::MAX_VERSION
             && self.commute.holds(stored)
+            && self.ledger.holds(&stored.shadow)
     }
 
     /// `stored` once the change is applied to it.
@@ -206,6 +215,7 @@ impl BucketChange {
         let mut after = stored.clone();
         after.set_level(self.commute.applied(stored));
         after.herd_at = self.commute.herd_after(stored);
+        after.shadow = self.ledger.applied(&stored.shadow);
         after.version = stored.version.saturating_add(1);
         after
     }

@@ -325,9 +325,10 @@ async fn shadow_mode_grants_without_a_write_while_the_store_cannot_answer() {
         lease.release().await.unwrap();
     }
     drop(shadow_client.acquire("openai#rpm").await.unwrap());
-    // Read-then-writes that keep timing out (their rows then forgotten): the cost is taken
-    // by a commuting change instead; and an outage after them: still granted, the bucket
-    // still known to be in shadow.
+    // Transactions that keep timing out do not touch a shadow take (the fast path's one
+    // write, which takes the cost and counts that an enforcing bucket, empty, would have
+    // refused it); and an outage after it: still granted, the bucket still known to be
+    // in shadow.
     s.store.set_down(false);
     s.store.commits_down.store(true, Ordering::SeqCst);
     drop(s.sluice.acquire("trial#rpm").await.unwrap());
@@ -341,7 +342,7 @@ async fn shadow_mode_grants_without_a_write_while_the_store_cannot_answer() {
         "{e:?}"
     );
     s.store.set_down(false);
-    // What was granted unrecorded was not taken; the commuting change took its one.
+    // What was granted unrecorded was not taken; the write took its one.
     let row = s.sluice.bucket("trial#rpm").await.unwrap().unwrap();
-    assert_eq!((row.tokens, row.shadow_refused()), (Tokens::new(-1), 0));
+    assert_eq!((row.tokens, row.shadow_refused()), (Tokens::new(-1), 1));
 }

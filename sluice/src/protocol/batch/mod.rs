@@ -21,14 +21,14 @@ use crate::bucket::{BucketState, Herd};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::error::Error;
-use crate::grant::{Grant, Kept, LeasePart};
+use crate::grant::{Grant, LeasePart};
 use crate::shared::Core;
 use crate::shared::lanes::{
     AcquireJob, Lane, ReleaseJob, answer_all, answer_each, fail_all, join_queued,
 };
-use crate::store::{BucketChange, ChangeError, LeaseKey, StoreError};
+use crate::store::{BucketChange, ChangeError, StoreError};
 
-use super::ending::{give_back_in_background, restore};
+use super::ending::give_back_in_background;
 use super::refusals;
 
 mod plan;
@@ -141,7 +141,7 @@ impl Write<'_> {
             // Nothing to write: only refusals.
             return self.refuse(&row, plan.refused, now).await;
         }
-        if plan.granted.iter().any(|(a, _)| a.alone) {
+        if !plan.shadow && plan.granted.iter().any(|(a, _)| a.alone) {
             plan.prefetched = super::prefetch::ride(self.core, &row, &mut plan.after, now);
         }
         let micros = if at < now {
@@ -190,15 +190,23 @@ impl Write<'_> {
         acquires: Vec<AcquireJob>,
         now: UnixMillis,
     ) -> (UnixMillis, Plan) {
+        // The jobs of one lane are one client's: all of them in shadow, or none.
+        let shadow = acquires.first().is_some_and(|a| a.wanted.shadow);
         if let Some(at) = self.beaten_at.take().filter(|at| *at < now) {
-            let plan = plan::plan(row, acquires, &self.releases, at);
+            let plan = plan::plan(row, acquires, &self.releases, (at, shadow));
             if plan.refused.is_empty() {
                 return (at, plan);
             }
             let acquires = jobs_of(plan.granted, plan.refused);
-            return (now, plan::plan(row, acquires, &self.releases, now));
+            return (
+                now,
+                plan::plan(row, acquires, &self.releases, (now, shadow)),
+            );
         }
-        (now, plan::plan(row, acquires, &self.releases, now))
+        (
+            now,
+            plan::plan(row, acquires, &self.releases, (now, shadow)),
+        )
     }
 
     /// The row to write from: the remembered one, or read. Else what comes next: the write
@@ -385,6 +393,14 @@ impl Write<'_> {
         if !plan.granted.is_empty() {
             crate::metrics::batch(plan.granted.len());
         }
+        for ((a, _), _) in plan
+            .granted
+            .iter()
+            .zip(&plan.would_refuse)
+            .filter(|(_, r)| **r)
+        {
+            super::shadow::would_refuse(self.core, &a.wanted);
+        }
         let ready = plan::ready(&written, &plan.granted, now);
         let (records, issued) =
             plan::leases(&self.core.config, &written, &plan.granted, (now, &ready));
@@ -419,44 +435,6 @@ impl Write<'_> {
         answer_all(std::mem::take(&mut self.releases), |r| r.reply, &Ok(()));
         // This write confirmed the row the refusals were computed from.
         self.refuse_confirmed(&written, plan.refused, now).await
-    }
-
-    /// Grants whose tokens were taken but whose lease rows could not be written. A slot
-    /// without a row could never be given back by anyone but its holder: its cost is given
-    /// back now and the caller hears the failure. A `requests`/`tokens` grant is a grant
-    /// all the same (its row is only the reconciler's record, should its holder die): its
-    /// caller gets it.
-    async fn unrecorded(
-        &mut self,
-        parts: Vec<(AcquireJob, LeasePart, UnixMillis)>,
-        restores: bool,
-        e: StoreError,
-    ) -> Vec<(AcquireJob, LeasePart, UnixMillis)> {
-        if !restores {
-            tracing::warn!(dimension = %self.dimension, error = %e, "lease rows could not be written; the grants stand, without the reconciler's record of them");
-            return parts
-                .into_iter()
-                .map(|(a, mut part, at)| {
-                    part.kept = Kept::Nowhere;
-                    (a, part, at)
-                })
-                .collect();
-        }
-        let cost = parts
-            .iter()
-            .fold(crate::tokens::Tokens::ZERO, |sum, (_, p, _)| sum + p.cost);
-        if let Err(error) = restore(self.core, &self.dimension, cost).await {
-            tracing::warn!(dimension = %self.dimension, %error, "slots whose lease rows could not be written could not be given back; the reconciler heals the bucket");
-        }
-        let keys: Vec<LeaseKey> = parts.iter().map(|(_, p, _)| p.key.clone()).collect();
-        // Some rows of the batch may have been written: they are gone too.
-        let _ = self.core.store.delete_leases(&keys).await;
-        answer_each(
-            parts.into_iter().map(|(a, _, _)| a).collect(),
-            |a| a.reply,
-            || Error::Store(e.clone_lossy()),
-        );
-        Vec::new()
     }
 
     /// Answers every acquire and release left: too many attempts lost.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::bucket::{BucketState, Herd, Take, Want, commute};
+use crate::bucket::{BucketState, Herd, LedgerChange, Mode, Take, Want, commute, shadow_take};
 use crate::clock::UnixMillis;
 use crate::config::Config;
 use crate::grant::Kept;
@@ -28,20 +28,36 @@ pub(super) struct Plan {
     /// Tokens taken ahead for this client, and until when (see
     /// [`Prefetch`](crate::Prefetch)).
     pub(super) prefetched: Option<(Tokens, UnixMillis)>,
+    /// Whether the grants are shadow takes ([`Mode::Shadow`]: the bucket's, or the
+    /// client's): each granted whatever the bucket holds, the level going into debt if
+    /// need be, and counted in the row's ledger when an enforcing bucket would have
+    /// refused it ([`shadow_take`]).
+    pub(super) shadow: bool,
+    /// For each grant, whether an enforcing bucket would have refused it (shadow takes).
+    pub(super) would_refuse: Vec<bool>,
 }
 
-/// Gives back the released slots, then takes the acquires in order.
+/// Gives back the released slots, then takes the acquires in order: as shadow takes when
+/// the bucket is in shadow mode or `shadow` (the client is).
 pub(super) fn plan(
     row: &BucketState,
     acquires: Vec<AcquireJob>,
     releases: &[ReleaseJob],
-    now: UnixMillis,
+    (now, shadow): (UnixMillis, bool),
 ) -> Plan {
     let restored = releases
         .iter()
         .fold(Tokens::ZERO, |sum, r| sum + r.part.cost);
-    let (after, granted, refused, need) =
-        take_in_order(row, row.refilled_row(now), restored, acquires, now);
+    let mut after = row.refilled_row(now);
+    if restored > Tokens::ZERO {
+        let level = after.restored(restored, now);
+        after.set_level(level);
+    }
+    let shadow = shadow || row.bucket.mode() == Mode::Shadow;
+    if shadow {
+        return shadow_takes(row, after, restored, acquires, now);
+    }
+    let (after, granted, refused, need) = take_in_order(row, after, acquires, now);
     Plan {
         after,
         granted,
@@ -49,6 +65,43 @@ pub(super) fn plan(
         restored,
         need,
         prefetched: None,
+        shadow: false,
+        would_refuse: Vec::new(),
+    }
+}
+
+/// Every acquire taken from `after` (the row refilled and given back to), in shadow:
+/// granted whatever the bucket holds, and counted where an enforcing bucket would have
+/// refused it.
+fn shadow_takes(
+    row: &BucketState,
+    mut after: BucketState,
+    restored: Tokens,
+    mut acquires: Vec<AcquireJob>,
+    now: UnixMillis,
+) -> Plan {
+    if !row.bucket.reserves().is_empty() {
+        acquires.sort_by_key(|a| a.wanted.floor(&row.bucket));
+    }
+    let mut granted = Vec::with_capacity(acquires.len());
+    let mut would_refuse = Vec::with_capacity(acquires.len());
+    for a in acquires {
+        let cost = a.wanted.cost(row.bucket.cost_per_call());
+        let (level, ledger, refused) = shadow_take(&after, cost, a.wanted.floor(&row.bucket), now);
+        after.set_level(level);
+        after.shadow = ledger;
+        would_refuse.push(refused);
+        granted.push((a, cost));
+    }
+    Plan {
+        after,
+        granted,
+        refused: Vec::new(),
+        restored,
+        need: -Tokens::MAX,
+        prefetched: None,
+        shadow: true,
+        would_refuse,
     }
 }
 
@@ -81,6 +134,9 @@ pub(super) fn change(
         .granted
         .iter()
         .fold(Tokens::ZERO, |sum, (_, cost)| sum + *cost);
+    if plan.shadow {
+        return shadow_change(row, plan, reading, fold_after, granted);
+    }
     let mut need = plan.need;
     let mut taken = granted;
     if let Some((ahead, _)) = plan.prefetched {
@@ -101,6 +157,37 @@ pub(super) fn change(
         herd: reading.herd,
     };
     commute(row, &want, reading.now, fold_after).map(|c| BucketChange::of(row, c))
+}
+
+/// The change of a plan of shadow takes: the costs taken whatever the bucket holds (no
+/// floor on the level), and the ledger's additions.
+fn shadow_change(
+    row: &BucketState,
+    plan: &Plan,
+    reading: &Reading,
+    fold_after: Duration,
+    taken: Tokens,
+) -> Option<BucketChange> {
+    let want = Want {
+        restored: plan.restored,
+        taken,
+        need: None,
+        ceiling: row.holds(),
+        fill: reading.fill,
+        short: reading.short,
+        others_per_ks: reading.others_per_ks,
+        behind: reading.behind,
+        herd: reading.herd,
+    };
+    let refused_costs = plan
+        .granted
+        .iter()
+        .zip(&plan.would_refuse)
+        .filter(|(_, refused)| **refused)
+        .fold(Tokens::ZERO, |sum, ((_, cost), _)| sum + *cost);
+    let ledger = LedgerChange::between(&row.shadow, &plan.after.shadow, refused_costs);
+    commute(row, &want, reading.now, fold_after)
+        .map(|c| BucketChange::of(row, c).with_ledger(ledger))
 }
 
 /// When each grant of a write that left `written` is ready, in order: at `now`, or for a
@@ -161,14 +248,13 @@ pub(super) fn leases(
     (records, issued)
 }
 
-/// `after` (the row refilled to `now`) with `restored` given back, then as many of
+/// `after` (the row refilled to `now`, with what the write gives back), then as many of
 /// `acquires` taken as it can serve, highest priority first and in order within each
 /// priority, each keeping the reserves above its own: the row as it then stands, the
 /// grants, the refusals, and the level the grants need once `restored` is back.
 fn take_in_order(
     row: &BucketState,
     mut after: BucketState,
-    restored: Tokens,
     mut acquires: Vec<AcquireJob>,
     now: UnixMillis,
 ) -> (
@@ -179,10 +265,6 @@ fn take_in_order(
 ) {
     if !row.bucket.reserves().is_empty() {
         acquires.sort_by_key(|a| a.wanted.floor(&row.bucket));
-    }
-    if restored > Tokens::ZERO {
-        let level = after.restored(restored, now);
-        after.set_level(level);
     }
     let mut granted = Vec::with_capacity(acquires.len());
     let mut refused = Vec::new();

@@ -4,10 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::super::ending::restore;
+
 use crate::clock::UnixMillis;
+use crate::error::Error;
 use crate::grant::{Kept, LeasePart, Recording};
 use crate::retry::Backoff;
 use crate::shared::Core;
+use crate::shared::lanes::{AcquireJob, answer_each};
 use crate::store::{LeaseKey, LeaseRecord, StoreError};
 
 /// Writes the grants' lease rows, sending them again while the store fails for a passing
@@ -83,4 +87,44 @@ pub(super) fn record_in_background<T>(
         core.background.end();
     });
     parts
+}
+
+impl super::Write<'_> {
+    /// Grants whose tokens were taken but whose lease rows could not be written. A slot
+    /// without a row could never be given back by anyone but its holder: its cost is given
+    /// back now and the caller hears the failure. A `requests`/`tokens` grant is a grant
+    /// all the same (its row is only the reconciler's record, should its holder die): its
+    /// caller gets it.
+    pub(super) async fn unrecorded(
+        &mut self,
+        parts: Vec<(AcquireJob, LeasePart, UnixMillis)>,
+        restores: bool,
+        e: StoreError,
+    ) -> Vec<(AcquireJob, LeasePart, UnixMillis)> {
+        if !restores {
+            tracing::warn!(dimension = %self.dimension, error = %e, "lease rows could not be written; the grants stand, without the reconciler's record of them");
+            return parts
+                .into_iter()
+                .map(|(a, mut part, at)| {
+                    part.kept = Kept::Nowhere;
+                    (a, part, at)
+                })
+                .collect();
+        }
+        let cost = parts
+            .iter()
+            .fold(crate::tokens::Tokens::ZERO, |sum, (_, p, _)| sum + p.cost);
+        if let Err(error) = restore(self.core, &self.dimension, cost).await {
+            tracing::warn!(dimension = %self.dimension, %error, "slots whose lease rows could not be written could not be given back; the reconciler heals the bucket");
+        }
+        let keys: Vec<LeaseKey> = parts.iter().map(|(_, p, _)| p.key.clone()).collect();
+        // Some rows of the batch may have been written: they are gone too.
+        let _ = self.core.store.delete_leases(&keys).await;
+        answer_each(
+            parts.into_iter().map(|(a, _, _)| a).collect(),
+            |a| a.reply,
+            || Error::Store(e.clone_lossy()),
+        );
+        Vec::new()
+    }
 }

@@ -10,10 +10,11 @@ use super::error::ConditionFailed;
 use super::parts::Conditional;
 use super::row::{self, Expr};
 use super::{DynamoStore, EXISTS, Units};
-use crate::bucket::{BucketState, Commute, Condition, MAX_VERSION, TokensOp};
+use crate::bucket::{BucketState, Commute, Condition, LedgerChange, MAX_VERSION, TokensOp};
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
 use crate::store::{BucketChange, ChangeError, LeaseKey, StoreError};
+use crate::tokens::Tokens;
 
 /// A call's configuration that sends it once: what adds to a row must not be resent after
 /// an answer that was lost (it may have applied), and throttling is answered above the
@@ -97,6 +98,7 @@ pub(super) fn parts_of(change: &BucketChange) -> (Expr, Clauses) {
             c.sets.push("#t = :tokens".to_owned());
         }
     }
+    ledger(&mut e, &mut c, &change.ledger);
     if let Some(now) = change.commute.herd {
         // The lead's instant, or the herd's when it has one (see `Commute::herd`).
         e.name("#l", row::LAST_REFILL_AT)
@@ -123,6 +125,33 @@ pub(super) fn parts_of(change: &BucketChange) -> (Expr, Clauses) {
         }
     }
     (e, c)
+}
+
+/// Adds what `ledger` does to the row's shadow ledger to `e` and `c`: additions, and the
+/// condition on what the row owes.
+fn ledger(e: &mut Expr, c: &mut Clauses, ledger: &LedgerChange) {
+    if ledger.owed != Tokens::ZERO || ledger.owed_was.is_some() {
+        e.name("#so", row::SHADOW_OWED);
+    }
+    if ledger.owed != Tokens::ZERO {
+        e.value(":sod", row::n(ledger.owed));
+        c.adds.push("#so :sod".to_owned());
+    }
+    if ledger.refused > 0 {
+        e.name("#sr", row::SHADOW_REFUSED)
+            .value(":srd", row::n(ledger.refused));
+        c.adds.push("#sr :srd".to_owned());
+    }
+    match ledger.owed_was {
+        Some(was) if was == Tokens::ZERO => {
+            e.value(":sow", row::n(was))
+                .and("(attribute_not_exists(#so) OR #so = :sow)");
+        }
+        Some(was) => {
+            e.value(":sow", row::n(was)).and("#so = :sow");
+        }
+        None => {}
+    }
 }
 
 /// Adds the conditions of `c` to `e`: its first set, or any other set.
@@ -336,133 +365,4 @@ impl DynamoStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::bucket::{Bucket, RefillCarry};
-    use crate::clock::UnixMillis;
-    use crate::rate::RefillRate;
-    use crate::tokens::Tokens;
-
-    fn change(commute: Commute) -> BucketChange {
-        let row = BucketState::full(
-            "a#b".parse().unwrap(),
-            Bucket::requests(RefillRate::per_second(10)).with_capacity(10),
-            UnixMillis::new(5_000),
-        );
-        BucketChange::of(&row, commute)
-    }
-
-    /// Every name and value an expression declares, it uses (DynamoDB refuses the rest).
-    fn all_used(update: &str, e: &Expr) {
-        let condition = e.condition();
-        for placeholder in e.names.keys().chain(e.values.keys()) {
-            assert!(
-                update.contains(placeholder.as_str()) || condition.contains(placeholder.as_str()),
-                "{placeholder} unused in `{update}` / `{condition}`"
-            );
-        }
-    }
-
-    #[test]
-    fn other_sets_of_conditions_are_one_parenthesised_alternative() {
-        let fill = change(Commute {
-            tokens: TokensOp::Set(Tokens::new(9)),
-            refill: Some((UnixMillis::new(5_000), RefillCarry::ZERO)),
-            herd: None,
-            when: vec![
-                Condition::RefilledBy(UnixMillis::new(4_900)),
-                Condition::TokensAtLeast(Tokens::new(9)),
-            ],
-            or_when: vec![
-                vec![
-                    Condition::RefilledBy(UnixMillis::new(5_000)),
-                    Condition::TokensAtLeast(Tokens::new(10)),
-                ],
-                Vec::new(),
-                vec![
-                    Condition::RefilledBy(UnixMillis::new(4_999)),
-                    Condition::TokensAtLeast(Tokens::new(8)),
-                ],
-            ],
-        });
-        let (update, e) = update_of(&fill);
-        assert!(
-            e.condition().ends_with(
-                " AND ((#l <= :w0 AND #t >= :w1) OR (#l <= :o0n0 AND #t >= :o0n1) \
-                 OR (#l <= :o1n0 AND #t >= :o1n1))"
-            ),
-            "{}",
-            e.condition()
-        );
-        all_used(&update, &e);
-        // A take with no other set: its conditions alone.
-        let take = change(Commute {
-            tokens: TokensOp::Add(Tokens::new(-1)),
-            refill: None,
-            herd: None,
-            when: vec![Condition::TokensAtLeast(Tokens::new(1))],
-            or_when: Vec::new(),
-        });
-        let (update, e) = update_of(&take);
-        assert!(
-            e.condition().ends_with(" AND #t >= :w0"),
-            "{}",
-            e.condition()
-        );
-        assert!(!e.names.contains_key("#l"));
-        all_used(&update, &e);
-        // An empty first set holds for any row: the others say nothing more.
-        let any = change(Commute {
-            tokens: TokensOp::Add(Tokens::new(1)),
-            refill: None,
-            herd: None,
-            when: Vec::new(),
-            or_when: vec![vec![Condition::RefilledBy(UnixMillis::new(5_000))]],
-        });
-        let (update, e) = update_of(&any);
-        assert!(!e.names.contains_key("#l"), "{}", e.condition());
-        all_used(&update, &e);
-    }
-
-    #[test]
-    fn a_herd_write_keeps_the_herds_timestamp_and_a_fill_clears_it() {
-        let herd = change(Commute {
-            tokens: TokensOp::Add(Tokens::new(-1)),
-            refill: None,
-            herd: Some(UnixMillis::new(5_000)),
-            when: vec![
-                Condition::HerdAbsent,
-                Condition::TokensAtMost(Tokens::new(10)),
-            ],
-            or_when: vec![vec![
-                Condition::StampIsHerd,
-                Condition::HerdSince(UnixMillis::new(4_950)),
-            ]],
-        });
-        let (update, e) = update_of(&herd);
-        assert_eq!(
-            update,
-            "SET #l = if_not_exists(#h, :herd), #h = if_not_exists(#h, :herd) \
-             ADD #v :one, #t :delta REMOVE #rc"
-        );
-        assert!(
-            e.condition().ends_with(
-                " AND ((attribute_not_exists(#h) AND #t <= :w1) \
-                 OR (#l = #h AND #h >= :o0n1))"
-            ),
-            "{}",
-            e.condition()
-        );
-        all_used(&update, &e);
-        let fill = change(Commute {
-            tokens: TokensOp::Set(Tokens::new(9)),
-            refill: Some((UnixMillis::new(5_000), RefillCarry::ZERO)),
-            herd: None,
-            when: vec![Condition::RefilledBy(UnixMillis::new(4_900))],
-            or_when: Vec::new(),
-        });
-        let (update, e) = update_of(&fill);
-        assert!(update.ends_with(" REMOVE #h, #rc"), "{update}");
-        all_used(&update, &e);
-    }
-}
+mod tests;
