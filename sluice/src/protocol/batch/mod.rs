@@ -401,7 +401,12 @@ impl Write<'_> {
         {
             super::shadow::would_refuse(self.core, &a.wanted);
         }
-        let ready = plan::ready(&written, &plan.granted, now);
+        // A shadow take never waits: it is ready however deep the row is in debt.
+        let ready = if plan.shadow {
+            vec![now; plan.granted.len()]
+        } else {
+            plan::ready(&written, &plan.granted, now)
+        };
         let (records, issued) =
             plan::leases(&self.core.config, &written, &plan.granted, (now, &ready));
         let restores = written.bucket.limit_type().restores_on_release();
