@@ -133,7 +133,9 @@ impl SluiceBuilder {
         self
     }
 
-    /// How acquires talk to the store (see [`Protocol`](crate::config::Protocol)).
+    /// How acquires talk to the store (see [`Protocol`](crate::config::Protocol)): the
+    /// seed's protocol is a client for testing a store against the interoperability
+    /// contract, not for production.
     ///
     /// ```
     /// use sluice::config::Protocol;
@@ -142,7 +144,9 @@ impl SluiceBuilder {
     /// assert_eq!(sluice.config().protocol, Protocol::Seed);
     /// # Ok::<(), sluice::Error>(())
     /// ```
-    pub fn protocol(mut self, protocol: crate::Protocol) -> Self {
+    #[cfg(feature = "unstable-store")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "unstable-store")))]
+    pub fn protocol(mut self, protocol: crate::config::Protocol) -> Self {
         self.config.protocol = protocol;
         self
     }

@@ -51,9 +51,9 @@ impl Sluice {
     /// into a debt the refill repays, in the order the reservations landed), and this call
     /// returns when the refill has repaid it: one write per grant, in about the order the
     /// callers asked. A caller that gives up before its turn (this future dropped) gives
-    /// the reservation back. Buckets that do not refill (`concurrent`) and the seed's
-    /// protocol ([`Protocol::Seed`](crate::Protocol::Seed)) are asked again after each
-    /// exact RetryIn instead (a `concurrent` slot at most a jittered
+    /// the reservation back. Buckets that do not refill (`concurrent`) and the seed
+    /// protocol's testing client (`Protocol::Seed`, feature `unstable-store`) are asked
+    /// again after each exact RetryIn instead (a `concurrent` slot at most a jittered
     /// [`slot_poll`](crate::Config::slot_poll) later, as one may come back before then).
     ///
     /// ```

@@ -64,9 +64,11 @@ impl Prefetch {
     }
 }
 
-/// How acquires talk to the store ([`SluiceBuilder::protocol`](crate::SluiceBuilder::protocol)).
+/// How acquires talk to the store ([`SluiceBuilder::protocol`](crate::SluiceBuilder::protocol),
+/// with the feature `unstable-store`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg_attr(not(feature = "unstable-store"), allow(unreachable_pub))]
 pub enum Protocol {
     /// One conditional write per grant, from the row this client last saw (one or several
     /// dimensions); a denial it already knows costs no call; releases and cost adjustments
@@ -74,8 +76,11 @@ pub enum Protocol {
     /// write (`fast`, the default).
     #[default]
     Fast,
-    /// The seed design's protocol: a consistent read, then the conditional write (`seed`).
-    /// The baseline the fast path is measured against.
+    /// The seed design's protocol: a consistent read, then one conditional transaction of
+    /// every bucket and lease row (`seed`): the interoperability contract other SDKs write
+    /// by, and the baseline the fast path is measured against. A client for testing a store
+    /// and for the model tests (a fast client honours what it writes), not for production.
+    #[cfg_attr(not(feature = "unstable-store"), allow(dead_code))]
     Seed,
 }
 

@@ -13,7 +13,12 @@ mod choices;
 mod error;
 mod sharding;
 
-pub use choices::{DEFAULT_OPEN_PERCENT, FailurePolicy, Prefetch, Protocol};
+#[cfg(feature = "unstable-store")]
+#[cfg_attr(docsrs, doc(cfg(feature = "unstable-store")))]
+pub use choices::Protocol;
+#[cfg(not(feature = "unstable-store"))]
+pub(crate) use choices::Protocol;
+pub use choices::{DEFAULT_OPEN_PERCENT, FailurePolicy, Prefetch};
 pub use error::ConfigError;
 pub use sharding::Sharding;
 
@@ -28,7 +33,7 @@ const REMOVED: [(&str, &str); 7] = [
     ),
     (
         "SLUICE_PROTOCOL",
-        "the seed protocol is a choice in code: `SluiceBuilder::protocol(Protocol::Seed)`",
+        "the seed protocol is a client for testing a store, in code, with the feature `unstable-store`: `SluiceBuilder::protocol(Protocol::Seed)`",
     ),
     (
         "SLUICE_MAX_RETRIES",
@@ -129,7 +134,11 @@ pub struct Config {
     pub max_retries: u32,
     /// Who takes leases, written on lease rows.
     pub caller: String,
-    /// How acquires talk to the store.
+    /// How acquires talk to the store: the fast path (the only one without the feature
+    /// `unstable-store`), or the seed's protocol, a client for testing a store against the
+    /// interoperability contract (see [`Protocol`]).
+    #[cfg(feature = "unstable-store")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "unstable-store")))]
     pub protocol: Protocol,
     /// Local prefetch for hot lean dimensions (see [`Prefetch`]); set from code only.
     pub prefetch: HashMap<Dimension, Prefetch>,
@@ -218,6 +227,7 @@ impl Default for Config {
             lease_ttl: DEFAULT_LEASE_TTL,
             max_retries: DEFAULT_MAX_RETRIES,
             caller: default_caller(),
+            #[cfg(feature = "unstable-store")]
             protocol: Protocol::default(),
             prefetch: HashMap::new(),
             slot_poll: DEFAULT_SLOT_POLL,
@@ -237,6 +247,15 @@ impl Default for Config {
 }
 
 impl Config {
+    /// How acquires talk to the store: always the fast path without the feature
+    /// `unstable-store`.
+    pub(crate) fn protocol(&self) -> Protocol {
+        #[cfg(feature = "unstable-store")]
+        return self.protocol;
+        #[cfg(not(feature = "unstable-store"))]
+        Protocol::Fast
+    }
+
     /// The failure policy of `dimension`.
     pub fn failure_policy_of(&self, dimension: &Dimension) -> FailurePolicy {
         self.failure_policies

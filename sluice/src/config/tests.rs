@@ -31,7 +31,7 @@ fn defaults_apply_when_nothing_is_set() {
     let c = lookup(&[]).unwrap();
     assert_eq!(c.table_name, None);
     assert_eq!(c.lease_ttl, Duration::from_secs(60));
-    assert_eq!(c.protocol, Protocol::Fast);
+    assert_eq!(c.protocol(), Protocol::Fast);
     assert!(!c.caller.is_empty());
 }
 

@@ -69,7 +69,7 @@ pub(crate) async fn adjust_part(
     if actual == part.cost {
         return Ok(());
     }
-    if core.config.protocol == Protocol::Fast {
+    if core.config.protocol() == Protocol::Fast {
         adjust_by_change(core, part, actual, unsettled).await
     } else {
         adjust_in_transaction(core, part, actual, unsettled).await

@@ -73,7 +73,7 @@ impl Path {
     /// mode (a shadow take is a write of the same path, see [`batch`]). Only the fast path queues a waiting caller (see [`Wanted::queue`]): the seed's
     /// protocol grants now or refuses.
     pub(crate) fn of(core: &Core, wanted: Vec<Wanted>) -> Path {
-        match (core.config.protocol, <[Wanted; 1]>::try_from(wanted)) {
+        match (core.config.protocol(), <[Wanted; 1]>::try_from(wanted)) {
             (Protocol::Fast, Ok([one])) => Path::Fast(one),
             (Protocol::Fast, Err(many)) => Path::Multi(many),
             (_, Ok([one])) => Path::Seed(vec![Wanted {

@@ -64,7 +64,7 @@ pub(crate) async fn peek(core: &Core, wanted: &[Wanted]) -> Result<Peek, Error> 
     let mut longest: Option<Duration> = None;
     for (w, known) in wanted.iter().zip(counts) {
         let mut rows: Vec<BucketState> = read.by_ref().take(usize::from(known)).flatten().collect();
-        let seed = core.config.protocol == Protocol::Seed;
+        let seed = core.config.protocol() == Protocol::Seed;
         let complete = rows.len() == usize::from(known)
             && rows
                 .first()
@@ -89,7 +89,7 @@ pub(crate) async fn peek(core: &Core, wanted: &[Wanted]) -> Result<Peek, Error> 
 /// fast protocol; the dimension's own row alone on the seed's (as its acquire does, and
 /// the seed's other SDKs: a spread bucket is its shard 0's share there).
 fn rows_known(core: &Core, dimension: &Dimension) -> u16 {
-    match core.config.protocol {
+    match core.config.protocol() {
         Protocol::Seed => 1,
         _ => core.lanes.shards(dimension),
     }

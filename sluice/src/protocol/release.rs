@@ -30,7 +30,7 @@ pub(crate) async fn release_parts(
 ) -> Result<(), Error> {
     // A row not yet written never will be; one being written is ended once it is there.
     let parts = &futures::future::join_all(parts.iter().map(LeasePart::ending)).await;
-    if core.config.protocol != Protocol::Fast {
+    if core.config.protocol() != Protocol::Fast {
         return end_in_transactions(core, parts.to_vec(), Some(expires_at))
             .await
             .map(drop);
