@@ -90,7 +90,7 @@ pub(crate) struct LeasePart {
 
 /// A lease row written after its grant was answered (a `requests`/`tokens` lease row is
 /// only the reconciler's record, should its holder die), and only once the lease has been
-/// held for a while ([`Config::lease_record_after`](crate::Config::lease_record_after)):
+/// held for a while ([`LEASE_RECORD_AFTER`](crate::config::LEASE_RECORD_AFTER)):
 /// a lease ended sooner never gets one. What ends or changes the lease asks it first.
 #[derive(Debug, Clone)]
 pub(crate) struct Recording(Arc<RecordingState>);

@@ -204,8 +204,8 @@ impl Lease {
     /// Writes the lease's rows now if they are still waiting to be, and waits until they
     /// are in the store. The row of a `requests` or `tokens` lease is only the reconciler's
     /// record, should the holder die before releasing: it is written after the grant is
-    /// answered, once the lease has been held for
-    /// [`Config::lease_record_after`](crate::Config::lease_record_after), and a lease
+    /// answered, once the lease has been held for a
+    /// second (at most half its time to live), and a lease
     /// released sooner never has one (its grant costs one write in all). So
     /// [`Sluice::leases`](crate::Sluice::leases) and another process's
     /// [`Sluice::release_id`](crate::Sluice::release_id) may not see it yet when `acquire`

@@ -189,21 +189,6 @@ impl SluiceBuilder {
         self
     }
 
-    /// Sets how long a `requests`/`tokens` lease is held before its row is written (see
-    /// [`Config::lease_record_after`]); `Duration::ZERO` writes every row at once.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// let sluice = sluice::Sluice::builder().store(sluice::MemoryStore::new()).lease_record_after(Duration::ZERO).build()?;
-    /// assert_eq!(sluice.config().lease_record_after, Duration::ZERO);
-    /// # Ok::<(), sluice::Error>(())
-    /// ```
-    pub fn lease_record_after(mut self, after: Duration) -> Self {
-        self.config.lease_record_after = after;
-        self
-    }
-
     /// The longest one store call may take, its retries included, and one attempt of it
     /// (`SLUICE_STORE_TIMEOUT_MS` sets the first; see
     /// [`Config::store_timeout`]). Applied to the DynamoDB client

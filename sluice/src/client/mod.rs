@@ -98,7 +98,8 @@ impl Sluice {
     }
 
     /// Finishes this client's background work within `deadline`: writes now the lease rows
-    /// still waiting for their delay ([`Config::lease_record_after`]), and waits until they
+    /// still waiting for their delay (a lease's row waits until it has been held a second),
+    /// and waits until they
     /// and every release nobody waits for (a lease dropped, a release that failed and is
     /// retried) are settled. [`Error::Timeout`] when they are not by then (the store down,
     /// say): what is left goes on in the background, or expires and is reconciled.

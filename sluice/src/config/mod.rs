@@ -26,7 +26,7 @@ pub use crate::dimension::MAX_SHARDS;
 
 /// The variables sluice read once and reads no more, with what to do instead: a process
 /// that sets one is refused at start ([`ConfigError::Removed`]).
-const REMOVED: [(&str, &str); 7] = [
+const REMOVED: [(&str, &str); 8] = [
     (
         "SLUICE_LEASE_TTL",
         "set SLUICE_LEASE_TTL_MS (milliseconds; every duration variable is in milliseconds)",
@@ -34,6 +34,10 @@ const REMOVED: [(&str, &str); 7] = [
     (
         "SLUICE_PROTOCOL",
         "the seed protocol is a client for testing a store, in code, with the feature `unstable-store`: `SluiceBuilder::protocol(Protocol::Seed)`",
+    ),
+    (
+        "SLUICE_LEASE_RECORD_AFTER_MS",
+        "a `requests`/`tokens` lease's row is written once it is held 1 s (at most half its TTL); a bucket that wants none is lean (`Bucket::lean`, `lean = true`)",
     ),
     (
         "SLUICE_MAX_RETRIES",
@@ -76,9 +80,14 @@ pub const DEFAULT_FOLD_AFTER: Duration = Duration::from_secs(60);
 /// before the reconciler corrects it (see [`Config::heal_settle`]).
 pub const DEFAULT_HEAL_SETTLE: Duration = Duration::from_secs(10);
 
-/// How long a `requests`/`tokens` lease is held before its row is written
-/// (`SLUICE_LEASE_RECORD_AFTER_MS`; see [`Config::lease_record_after`]).
-pub const DEFAULT_LEASE_RECORD_AFTER: Duration = Duration::from_secs(1);
+/// How long a `requests`/`tokens` lease is held before its row is written (at most half
+/// its time to live). Such a row is only the reconciler's record, should the holder die
+/// before releasing, so a lease released sooner never has one: its grant costs one write
+/// in all, like a lean grant. The price: a holder that dies within this time is refunded
+/// nothing (the tokens stay used, as its call would have used them). A bucket whose leases
+/// should have no row at all is [lean](crate::Bucket::lean): the one knob. A slot's row is
+/// always written before the slot is handed out.
+pub(crate) const LEASE_RECORD_AFTER: Duration = Duration::from_secs(1);
 /// Default deadline of one store call, its retries included (`SLUICE_STORE_TIMEOUT_MS`;
 /// see [`Config::store_timeout`]).
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -112,7 +121,6 @@ pub const COOLDOWN_CALLER: &str = "sluice-cooldown";
 /// | `SLUICE_CALLER` | `caller` written on leases | Lambda function name or host name |
 /// | `SLUICE_MODE` | `enforce` or `shadow`: this client's acquires never refused, what would have been counted (see [`Mode`](crate::Mode)) | `enforce` |
 /// | `SLUICE_SLOT_POLL_MS` | slot poll interval, milliseconds (see [`Config::slot_poll`]) | 300 |
-/// | `SLUICE_LEASE_RECORD_AFTER_MS` | how long a `requests`/`tokens` lease is held before its row is written, milliseconds (see [`Config::lease_record_after`]) | 1000 |
 /// | `SLUICE_STORE_TIMEOUT_MS` | deadline of one store call, retries included, milliseconds (see [`Config::store_timeout`]) | 3000 |
 /// | `SLUICE_CLOCK_SKEW_MS` | most two hosts' clocks may disagree, milliseconds (see [`Config::clock_skew`]) | 1000 |
 /// | `SLUICE_FAILURE_POLICY` | `closed`, `open` or `open:N` when the store cannot answer (see [`FailurePolicy`]) | `closed` |
@@ -171,14 +179,6 @@ pub struct Config {
     /// time between a client's two writes, the store's deadline and retries included.
     /// At least 1 ms.
     pub heal_settle: Duration,
-    /// How long a `requests` or `tokens` lease is held before its row is written (at most
-    /// half its time to live). Such a row is only the reconciler's record, should the
-    /// holder die before releasing, so a lease released sooner never has one: its grant
-    /// costs one write in all, like a lean grant. The price: a holder that dies within
-    /// this time is refunded nothing (the tokens stay used, as its call would have used
-    /// them). `0` writes every row at once (after the grant is answered). A slot's row is
-    /// always written before the slot is handed out.
-    pub lease_record_after: Duration,
     /// The longest one call to the store may take, its retries included: a store that
     /// stops answering makes a call fail with [`StoreError::Timeout`](crate::store::StoreError::Timeout)
     /// after this long, not after the SDK's own limits. Applied to the DynamoDB client
@@ -233,7 +233,6 @@ impl Default for Config {
             slot_poll: DEFAULT_SLOT_POLL,
             fold_after: DEFAULT_FOLD_AFTER,
             heal_settle: DEFAULT_HEAL_SETTLE,
-            lease_record_after: DEFAULT_LEASE_RECORD_AFTER,
             store_timeout: DEFAULT_STORE_TIMEOUT,
             store_attempt_timeout: DEFAULT_STORE_ATTEMPT_TIMEOUT,
             clock_skew: DEFAULT_CLOCK_SKEW,
@@ -334,13 +333,6 @@ impl Config {
         }
         if let Some(poll) = millis("SLUICE_SLOT_POLL_MS")? {
             config.slot_poll = poll;
-        }
-        if let Some(after) = millis_from(
-            0,
-            "SLUICE_LEASE_RECORD_AFTER_MS",
-            non_empty("SLUICE_LEASE_RECORD_AFTER_MS"),
-        )? {
-            config.lease_record_after = after;
         }
         if let Some(timeout) = millis("SLUICE_STORE_TIMEOUT_MS")? {
             config.store_timeout = timeout;

@@ -668,7 +668,7 @@ async fn calls_and_write_units_per_grant_in_each_protocol_and_mode() {
         2,
         "first acquire: read, write; released before its row was due, it never had one"
     );
-    // A lease released before `lease_record_after`: one write in all.
+    // A lease released before its row is due (held under a second): one write in all.
     for _ in 0..3 {
         let before = store.stats();
         fast.acquire(rpm.as_str())

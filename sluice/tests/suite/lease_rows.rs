@@ -1,6 +1,6 @@
-//! When a `requests`/`tokens` lease gets its row: only once it has been held for
-//! `lease_record_after` (at most half its time to live), so a lease released sooner costs
-//! no row write and no row delete; `Lease::recorded` writes it at once; an adjustment
+//! When a `requests`/`tokens` lease gets its row: only once it has been held for a second
+//! (at most half its time to live), so a lease released sooner costs no row write and no
+//! row delete; a lean bucket's never; `Lease::recorded` writes it at once; an adjustment
 //! before the row is written changes the cost it is written with; a give-back of a pair
 //! refused on its second dimension restores the first without touching a row. Paused
 //! time, one store counting its lease-row calls.
@@ -107,14 +107,13 @@ impl Counting {
 const RPM: &str = "rows#rpm";
 const TPM: &str = "rows#tpm";
 
-async fn setup(record_after: Duration) -> (Arc<Counting>, Sluice) {
+async fn setup() -> (Arc<Counting>, Sluice) {
     let store = Arc::new(Counting::default());
     let sluice = Sluice::builder()
         .store_arc(store.clone())
         .clock(TokioClock::starting_at(UnixMillis::from_secs(
             1_700_000_000,
         )))
-        .lease_record_after(record_after)
         .build()
         .unwrap();
     sluice
@@ -140,7 +139,7 @@ async fn rows(sluice: &Sluice) -> Vec<LeaseRecord> {
 
 #[tokio::test(start_paused = true)]
 async fn a_lease_released_before_its_row_is_due_never_writes_one() {
-    let (store, sluice) = setup(Duration::from_secs(1)).await;
+    let (store, sluice) = setup().await;
     for _ in 0..5 {
         let lease = sluice.acquire(RPM).await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -157,11 +156,11 @@ async fn a_lease_released_before_its_row_is_due_never_writes_one() {
 }
 
 /// The task that would write a lease's row ends as soon as the lease has ended: leases
-/// released at once leave no task asleep for `lease_record_after` (at 100,000 grants a
+/// released at once leave no task asleep for the second a row waits (at 100,000 grants a
 /// second, that was 100,000 sleeping tasks).
 #[tokio::test(start_paused = true)]
 async fn a_lease_released_before_its_row_is_due_leaves_no_task_waiting_for_it() {
-    let (_store, sluice) = setup(Duration::from_secs(60)).await;
+    let (_store, sluice) = setup().await;
     let tasks = || {
         tokio::runtime::Handle::current()
             .metrics()
@@ -183,7 +182,7 @@ async fn a_lease_released_before_its_row_is_due_leaves_no_task_waiting_for_it() 
 
 #[tokio::test(start_paused = true)]
 async fn a_lease_held_past_record_after_gets_its_row_and_its_release_deletes_it() {
-    let (store, sluice) = setup(Duration::from_secs(1)).await;
+    let (store, sluice) = setup().await;
     let lease = sluice.acquire(Acquire::with_cost(TPM, 250)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(rows(&sluice).await.is_empty(), "not due yet");
@@ -199,20 +198,20 @@ async fn a_lease_held_past_record_after_gets_its_row_and_its_release_deletes_it(
 
 #[tokio::test(start_paused = true)]
 async fn a_short_lease_is_recorded_by_half_its_time_to_live() {
-    let (_, sluice) = setup(Duration::from_secs(30)).await;
+    let (_, sluice) = setup().await;
     let _lease = sluice
-        .acquire(Acquire::new(RPM).ttl(Duration::from_secs(2)))
+        .acquire(Acquire::new(RPM).ttl(Duration::from_millis(1_200)))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(rows(&sluice).await.is_empty());
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(rows(&sluice).await.len(), 1, "written by half its 2 s");
+    assert_eq!(rows(&sluice).await.len(), 1, "written by half its 1.2 s");
 }
 
 #[tokio::test(start_paused = true)]
 async fn recorded_writes_the_row_at_once() {
-    let (store, sluice) = setup(Duration::from_secs(60)).await;
+    let (store, sluice) = setup().await;
     let lease = sluice.acquire(RPM).await.unwrap();
     let before = tokio::time::Instant::now();
     lease.recorded().await;
@@ -224,17 +223,28 @@ async fn recorded_writes_the_row_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn zero_writes_every_row_right_after_its_grant() {
-    let (store, sluice) = setup(Duration::ZERO).await;
-    let _lease = sluice.acquire(RPM).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(rows(&sluice).await.len(), 1);
-    assert_eq!(store.puts(), 1);
+async fn a_lean_bucket_s_lease_never_gets_a_row_however_long_it_is_held() {
+    let (store, sluice) = setup().await;
+    sluice
+        .put_bucket(
+            "rows#lean",
+            Bucket::requests(RefillRate::per_minute(600))
+                .with_capacity(100)
+                .lean(),
+        )
+        .await
+        .unwrap();
+    let lease = sluice.acquire("rows#lean").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    lease.recorded().await;
+    assert!(rows(&sluice).await.is_empty());
+    lease.release().await.unwrap();
+    assert_eq!((store.puts(), store.deletes()), (0, 0));
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_adjustment_before_the_row_is_written_sets_the_cost_it_is_written_with() {
-    let (store, sluice) = setup(Duration::from_secs(1)).await;
+    let (store, sluice) = setup().await;
     let mut lease = sluice.acquire(Acquire::with_cost(TPM, 400)).await.unwrap();
     let commits = store.commits.load(Ordering::SeqCst);
     lease.adjust(TPM, 150).await.unwrap();
@@ -261,7 +271,7 @@ async fn an_adjustment_before_the_row_is_written_sets_the_cost_it_is_written_wit
 
 #[tokio::test(start_paused = true)]
 async fn a_pair_refused_on_its_second_dimension_gives_the_first_back_without_a_row() {
-    let (store, sluice) = setup(Duration::from_secs(1)).await;
+    let (store, sluice) = setup().await;
     // Another client empties tpm; this one has not seen it.
     let other = Sluice::builder()
         .store_arc(store.clone())

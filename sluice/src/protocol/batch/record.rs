@@ -34,7 +34,7 @@ pub(super) async fn record_leases(core: &Core, records: &[LeaseRecord]) -> Resul
 }
 
 /// Writes the lease rows of `requests`/`tokens` grants after the grants are answered, once
-/// they have been held for [`Config::lease_record_after`](crate::Config::lease_record_after)
+/// they have been held for [`LEASE_RECORD_AFTER`](crate::config::LEASE_RECORD_AFTER)
 /// (at most half their time to live): such a row is only the reconciler's record, should
 /// its holder die, so a lease released sooner never gets one and its grant costs one write
 /// in all. A holder that dies before its row is written is refunded nothing (the quota it
@@ -53,7 +53,7 @@ pub(super) fn record_in_background<T>(
     let after = parts
         .iter()
         .map(|(_, _, expires_at)| expires_at.saturating_since(ready) / 2)
-        .fold(core.config.lease_record_after, Duration::min)
+        .fold(crate::config::LEASE_RECORD_AFTER, Duration::min)
         + ready.saturating_since(now);
     let keys: Vec<LeaseKey> = records.iter().map(|r| r.key.clone()).collect();
     let (recordings, flush) = Recording::batch(records);
