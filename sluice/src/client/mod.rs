@@ -258,8 +258,8 @@ impl Sluice {
     }
 
     /// An acquire of `wanted` (resolved from `request`), in whichever mode its buckets and
-    /// this client are: a shadow acquire whose write could not be made is granted all the
-    /// same (see [`protocol::shadow`]).
+    /// this client are: a shadow acquire whose write could not be made (no answer, pushed
+    /// back, every race lost) is granted all the same (see [`protocol::shadow`]).
     async fn take(
         &self,
         request: &Acquire,
@@ -282,11 +282,11 @@ impl Sluice {
             protocol::acquire(&self.core, path, ttl, fresh_after, span).await
         };
         match result {
-            Err(Error::Contention { .. } | Error::Store(_)) => {
+            Err(_) => {
                 let wanted = self.prioritized(request)?;
                 protocol::shadow::answer(&self.core, &wanted, ttl, result)
             }
-            result => result,
+            granted => granted,
         }
     }
 

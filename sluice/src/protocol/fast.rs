@@ -45,7 +45,7 @@ pub(crate) async fn acquire(
         let mut memory = lane.memory();
         // A shadow take is never refused, and counts what an enforcing bucket would have
         // refused: it is always written (see `batch`).
-        let shadow = wanted.shadow || memory.in_shadow();
+        let shadow = memory.takes_in_shadow(&wanted);
         if let Some(row) = memory.row() {
             lane.costs.note(wanted.cost(row.bucket.cost_per_call()));
         }

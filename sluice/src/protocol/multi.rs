@@ -16,6 +16,12 @@
 //! by its bucket is asked again after the wait while the others stay held, a few times. An
 //! acquire dropped half-way gives back what it took in the background.
 //!
+//! A dimension taken in shadow (its bucket is, or the client) is never refused, so it is
+//! taken last, once every enforcing one is held, and never given back for another's
+//! refusal (its ledger would keep a refusal the call never made): when its write cannot
+//! be made (no answer, pushed back, every race lost) its part is granted unrecorded (see
+//! [`shadow`](super::shadow)).
+//!
 //! The price is a brief hold: between its take and its give-back (one write), a dimension
 //! taken for a request that is then refused shows other clients fewer tokens than it will
 //! have.
@@ -154,9 +160,11 @@ pub(crate) async fn acquire(
         refusal: None,
         retry_at: now,
     };
-    // The dimensions that refuse go first, one by one (for a waiting caller the scarcest
-    // too; see `order`); the others are taken together.
-    let (first, together) = order(core, &wanted, now);
+    let (shadow, enforcing): (Vec<usize>, Vec<usize>) =
+        (0..wanted.len()).partition(|&i| super::shadow::takes_in_shadow(core, &wanted[i]));
+    // The enforcing dimensions that refuse go first, one by one (for a waiting caller the
+    // scarcest too; see `order`); the others are taken together.
+    let (first, together) = order(core, &wanted, &enforcing, now);
     for &i in &first {
         let outcome = take_one(core, &wanted[i], terms).await;
         if !takes.record(core, i, outcome) {
@@ -166,12 +174,47 @@ pub(crate) async fn acquire(
     if takes.refusal.is_none() {
         take_together(core, &wanted, &together, &mut takes, terms).await;
     }
-    ask_again_under_pressure(core, &wanted, &mut takes, terms).await;
+    ask_again_under_pressure(core, &wanted, &enforcing, &mut takes, terms).await;
+    if takes.refusal.is_none() {
+        take_in_shadow(core, &wanted, &shadow, &mut takes, terms).await;
+    }
     let took: Vec<bool> = takes.taken.iter().map(Option::is_some).collect();
     if let Some(error) = takes.refusal.take() {
         return Err(refuse(core, &wanted, takes, &took, error, terms).await);
     }
     Ok(granted(&wanted, takes.taken, now, ttl))
+}
+
+/// Takes the dimensions `shadow` (taken in shadow) at once, once every other is held: a
+/// take whose write cannot be made is granted unrecorded (see
+/// [`shadow::answer`](super::shadow::answer)).
+async fn take_in_shadow(
+    core: &Arc<Core>,
+    wanted: &[Wanted],
+    shadow: &[usize],
+    takes: &mut Takes,
+    terms: Terms,
+) {
+    let outcomes =
+        futures::future::join_all(shadow.iter().map(|&i| take_one(core, &wanted[i], terms))).await;
+    for (&i, outcome) in shadow.iter().zip(outcomes) {
+        let outcome = outcome.or_else(|error| {
+            let one = std::slice::from_ref(&wanted[i]);
+            let grant = super::shadow::answer(core, one, terms.ttl, Err(error))?;
+            Ok(Taken {
+                attempts: 0,
+                created_at: grant.created_at,
+                expires_at: grant.expires_at,
+                ready_at: grant.ready_at,
+                holding: Holding {
+                    core: core.clone(),
+                    parts: grant.parts,
+                    expires_at: terms.expires_by,
+                },
+            })
+        });
+        takes.record(core, i, outcome);
+    }
 }
 
 /// While the dimensions not taken were refused by back-pressure on their rows (no bucket
@@ -180,6 +223,7 @@ pub(crate) async fn acquire(
 async fn ask_again_under_pressure(
     core: &Arc<Core>,
     wanted: &[Wanted],
+    enforcing: &[usize],
     takes: &mut Takes,
     terms: Terms,
 ) {
@@ -188,7 +232,9 @@ async fn ask_again_under_pressure(
             return;
         };
         let wait = refusal.delay;
-        let left: Vec<usize> = (0..wanted.len())
+        let left: Vec<usize> = enforcing
+            .iter()
+            .copied()
             .filter(|&i| takes.taken[i].is_none())
             .collect();
         let denied = left.iter().any(|&i| {
@@ -227,12 +273,18 @@ type Scarcity = (Tokens, Tokens);
 /// the bottleneck keeps out holds the ample dimension too, and a thousand waiters drain
 /// it that way until it refuses as well (the shared-quota demo's `tpm`, from full to
 /// empty in 14 s with 82 calls made). A waiter accepts a round of writes more.
-fn order(core: &Core, wanted: &[Wanted], now: UnixMillis) -> (Vec<usize>, Vec<usize>) {
+fn order(
+    core: &Core,
+    wanted: &[Wanted],
+    among: &[usize],
+    now: UnixMillis,
+) -> (Vec<usize>, Vec<usize>) {
     let waits = wanted.iter().any(|w| !w.queue.is_zero());
     // Each remembered dimension; whether it goes first for being short; and, for a
     // waiting caller only, its refill a second and its cost.
-    let mut known: Vec<(usize, bool, Option<Scarcity>)> = (0..wanted.len())
-        .filter_map(|i| {
+    let mut known: Vec<(usize, bool, Option<Scarcity>)> = among
+        .iter()
+        .filter_map(|&i| {
             let w = &wanted[i];
             let lane = core.lane(&w.dimension);
             let memory = lane.memory();
@@ -264,7 +316,11 @@ fn order(core: &Core, wanted: &[Wanted], now: UnixMillis) -> (Vec<usize>, Vec<us
         .filter(|(k, (_, short, _))| (waits && *k == 0) || *short)
         .map(|(_, (i, ..))| *i)
         .collect();
-    let together = (0..wanted.len()).filter(|i| !first.contains(i)).collect();
+    let together = among
+        .iter()
+        .copied()
+        .filter(|i| !first.contains(i))
+        .collect();
     (first, together)
 }
 

@@ -13,25 +13,9 @@ use crate::grant::{Grant, Kept};
 use crate::ids::new_unique;
 use crate::shared::Core;
 use crate::shared::fallback::{Local, Wanted};
-use crate::store::StoreError;
 use crate::tokens::Tokens;
 
 use super::{Path, rowless_part};
-
-/// Whether the store failed an acquire in a way the `open` policy covers: it could not
-/// answer (no answer in time, unreachable, throttling, failing). A missing table, a
-/// corrupt row or a lost write's unknown outcome are answers: they stand.
-pub(crate) fn cannot_answer(e: &StoreError) -> bool {
-    matches!(
-        e,
-        StoreError::Timeout { .. }
-            | StoreError::Unavailable { .. }
-            | StoreError::Unreachable { .. }
-            | StoreError::Throttled { .. }
-            | StoreError::TransactionConflict { .. }
-            | StoreError::Service { .. }
-    )
-}
 
 /// Acquires `wanted` as [`super::acquire`] does, falling back to the local buckets when
 /// the store cannot answer and every dimension fails open.
@@ -50,7 +34,7 @@ pub(crate) async fn acquire(
     let path = Path::of(core, wanted.clone());
     let result = super::acquire(core, path, ttl, fresh_after, span).await;
     match &result {
-        Err(Error::Store(e)) if cannot_answer(e) => {
+        Err(Error::Store(e)) if e.cannot_answer() => {
             core.fallback.store_failed(core.now(), e);
             local(core, &wanted, ttl).unwrap_or(result)
         }
@@ -93,14 +77,22 @@ fn learn_whole(core: &Core, dimension: &crate::dimension::Dimension) {
 }
 
 /// A grant (or an exact RetryIn) from the local buckets, or `None` when some dimension
-/// cannot fail open.
+/// cannot fail open. A dimension taken in shadow is no local bucket's: its part is granted
+/// unrecorded (shadow mode never fails a call), and an acquire all in shadow is granted
+/// so whatever the policy.
 fn local(core: &Core, wanted: &[Request], ttl: Duration) -> Option<Result<Grant, Error>> {
     let now = core.now();
-    let costs: Vec<_> = wanted
+    let (shadow, enforcing): (Vec<&Request>, Vec<&Request>) = wanted
+        .iter()
+        .partition(|w| super::shadow::takes_in_shadow(core, w));
+    if enforcing.is_empty() {
+        return Some(Ok(super::shadow::unrecorded(core, wanted, ttl)));
+    }
+    let costs: Vec<_> = enforcing
         .iter()
         .map(|w| move |b: &Bucket| w.cost(b.cost_per_call()))
         .collect();
-    let dimensions: Vec<Wanted<'_>> = wanted
+    let dimensions: Vec<Wanted<'_>> = enforcing
         .iter()
         .zip(&costs)
         .map(|(w, cost)| {
@@ -131,7 +123,7 @@ fn local(core: &Core, wanted: &[Request], ttl: Duration) -> Option<Result<Grant,
         }
         Local::Granted(costs) => {
             let unique = new_unique();
-            let parts = wanted
+            let mut parts: Vec<_> = enforcing
                 .iter()
                 .zip(costs)
                 .map(|(w, cost)| {
@@ -139,6 +131,11 @@ fn local(core: &Core, wanted: &[Request], ttl: Duration) -> Option<Result<Grant,
                     rowless_part(&w.dimension, &unique, cost, Kept::Local)
                 })
                 .collect();
+            parts.extend(
+                shadow
+                    .iter()
+                    .map(|w| super::shadow::unrecorded_part(core, w, &unique)),
+            );
             Some(Ok(Grant::new(parts, now, now.saturating_add(ttl), 0)))
         }
     }

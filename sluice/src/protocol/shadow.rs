@@ -2,18 +2,20 @@
 //! path's write with no floor on the level and the ledger's additions
 //! ([`batch`](super::batch)); what is left here is the answer when that write cannot be
 //! made. When every bucket an acquire names is in shadow (or the client is), an acquire
-//! that the store could not answer, or that lost every race for a row, is granted without
-//! a write, counted (`sluice_shadow_unrecorded_total`) and logged.
+//! that the store could not answer, pushed back (a throttled row, or one a transaction
+//! held), or that lost every race for a row, is granted without a write, counted
+//! (`sluice_shadow_unrecorded_total`) and logged. So is a shadow dimension of an acquire
+//! on several (see [`multi`](super::multi)), and one while the store is out under the
+//! `open` failure policy (see [`open`](super::open)): a local bucket never refuses it.
 
 use std::time::Duration;
 
 use crate::acquire::Wanted;
 use crate::error::Error;
-use crate::grant::{Grant, Kept};
+use crate::grant::{Grant, Kept, LeasePart};
 use crate::ids::new_unique;
 use crate::shared::Core;
 
-use super::open::cannot_answer;
 use super::rowless_part;
 
 /// The answer to an acquire of `wanted` that ended with `result`: a grant nothing recorded
@@ -27,10 +29,11 @@ pub(crate) fn answer(
 ) -> Result<Grant, Error> {
     let failed = match &result {
         Err(Error::Contention { .. }) => "the row stayed contended",
-        Err(Error::Store(e)) if cannot_answer(e) => "the store could not answer",
+        Err(Error::Store(e)) if e.cannot_answer() => "the store could not answer",
+        Err(Error::RetryIn(refusal)) if refusal.short.is_empty() => "the store pushed back",
         _ => return result,
     };
-    if !wanted.iter().all(|w| w.shadow || in_shadow(core, w)) {
+    if !wanted.iter().all(|w| takes_in_shadow(core, w)) {
         return result;
     }
     if let Err(error) = &result {
@@ -53,28 +56,34 @@ pub(crate) fn would_refuse(core: &Core, w: &Wanted) {
     );
 }
 
-/// Whether this client last saw `w`'s bucket in shadow, forgotten since or not.
-fn in_shadow(core: &Core, w: &Wanted) -> bool {
-    core.lane(&w.dimension).memory().in_shadow()
+/// Whether `w` is taken in shadow (see [`Remembered::takes_in_shadow`](crate::shared::remembered::Remembered::takes_in_shadow)).
+pub(crate) fn takes_in_shadow(core: &Core, w: &Wanted) -> bool {
+    core.lane(&w.dimension).memory().takes_in_shadow(w)
 }
 
 /// A grant of `wanted` that nothing recorded: no lease to end, nothing to give back.
-fn unrecorded(core: &Core, wanted: &[Wanted], ttl: Duration) -> Grant {
+pub(crate) fn unrecorded(core: &Core, wanted: &[Wanted], ttl: Duration) -> Grant {
     let now = core.now();
     let unique = new_unique();
     let parts = wanted
         .iter()
-        .map(|w| {
-            let per_call = core
-                .lane(&w.dimension)
-                .memory()
-                .row()
-                .map_or(crate::tokens::Tokens::ZERO, |row| {
-                    row.bucket.cost_per_call()
-                });
-            crate::metrics::shadow_unrecorded(&core.lanes.labels, w.dimension.as_str());
-            rowless_part(&w.dimension, &unique, w.cost(per_call), Kept::Nowhere)
-        })
+        .map(|w| unrecorded_part(core, w, &unique))
         .collect();
     Grant::new(parts, now, now.saturating_add(ttl), 0)
 }
+
+/// The part of `w` in a grant (`unique`) that nothing recorded, counted.
+pub(crate) fn unrecorded_part(core: &Core, w: &Wanted, unique: &str) -> LeasePart {
+    let per_call = core
+        .lane(&w.dimension)
+        .memory()
+        .row()
+        .map_or(crate::tokens::Tokens::ZERO, |row| {
+            row.bucket.cost_per_call()
+        });
+    crate::metrics::shadow_unrecorded(&core.lanes.labels, w.dimension.as_str());
+    rowless_part(&w.dimension, unique, w.cost(per_call), Kept::Nowhere)
+}
+
+#[cfg(test)]
+mod tests;

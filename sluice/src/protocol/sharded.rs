@@ -71,7 +71,7 @@ pub(crate) async fn acquire(
     let known = learn_shards(core, &base, &lane);
     // A bucket in shadow is not spread automatically: its count of what an enforcing
     // bucket would refuse is a row's, exact only while the bucket is one row.
-    let shadow = wanted.shadow || lane.memory().in_shadow();
+    let shadow = lane.memory().takes_in_shadow(&wanted);
     if core.config.sharding.automatic() && !shadow {
         watch(core, &base, &lane, known);
     }

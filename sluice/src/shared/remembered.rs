@@ -172,10 +172,11 @@ impl Remembered {
         self.stale = true;
     }
 
-    /// Whether the row last learned was in [shadow mode](crate::Mode::Shadow), forgotten
-    /// since or not.
-    pub(crate) fn in_shadow(&self) -> bool {
-        self.shadow
+    /// Whether `wanted` is taken in [shadow mode](crate::Mode::Shadow): asked in shadow (by
+    /// a client in shadow), or of a row last learned in shadow, forgotten since or not. A
+    /// shadow take is never refused: it is always written, or granted unrecorded.
+    pub(crate) fn takes_in_shadow(&self, wanted: &Wanted) -> bool {
+        wanted.shadow || self.shadow
     }
 
     /// Whether a write of this client to the row ever applied, forgotten since or not (see
@@ -318,8 +319,7 @@ impl Remembered {
         let Some(row) = &self.row else {
             return Recall::Nothing;
         };
-        if wanted.shadow || self.shadow {
-            // A shadow take is never refused: it is always written.
+        if self.takes_in_shadow(wanted) {
             return Recall::Serves;
         }
         let floor = wanted.floor(&row.bucket);

@@ -132,6 +132,22 @@ impl StoreError {
         )
     }
 
+    /// Whether the store failed a call in a way the `open` failure policy and shadow mode
+    /// cover: it could not answer (no answer in time, unreachable, throttling, a row held
+    /// by a transaction, failing). A missing table, a corrupt row or a lost write's unknown
+    /// outcome are answers: they stand.
+    pub(crate) fn cannot_answer(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Timeout { .. }
+                | StoreError::Unavailable { .. }
+                | StoreError::Unreachable { .. }
+                | StoreError::Throttled { .. }
+                | StoreError::TransactionConflict { .. }
+                | StoreError::Service { .. }
+        )
+    }
+
     /// Whether a write that failed so may still have applied: its answer may have been
     /// lost (no answer in time, a connection lost after sending, a server error).
     pub(crate) fn answer_lost(&self) -> bool {

@@ -80,9 +80,7 @@ fn shadow_takes(
     mut acquires: Vec<AcquireJob>,
     now: UnixMillis,
 ) -> Plan {
-    if !row.bucket.reserves().is_empty() {
-        acquires.sort_by_key(|a| a.wanted.floor(&row.bucket));
-    }
+    by_floor(row, &mut acquires);
     let mut granted = Vec::with_capacity(acquires.len());
     let mut would_refuse = Vec::with_capacity(acquires.len());
     for a in acquires {
@@ -248,6 +246,14 @@ pub(super) fn leases(
     (records, issued)
 }
 
+/// `acquires` in the order a row with reserves takes them: the lowest floor (the highest
+/// priority) first, in arrival order among equals.
+fn by_floor(row: &BucketState, acquires: &mut [AcquireJob]) {
+    if !row.bucket.reserves().is_empty() {
+        acquires.sort_by_key(|a| a.wanted.floor(&row.bucket));
+    }
+}
+
 /// `after` (the row refilled to `now`, with what the write gives back), then as many of
 /// `acquires` taken as it can serve, highest priority first and in order within each
 /// priority, each keeping the reserves above its own: the row as it then stands, the
@@ -263,9 +269,7 @@ fn take_in_order(
     Vec<AcquireJob>,
     Tokens,
 ) {
-    if !row.bucket.reserves().is_empty() {
-        acquires.sort_by_key(|a| a.wanted.floor(&row.bucket));
-    }
+    by_floor(row, &mut acquires);
     let mut granted = Vec::with_capacity(acquires.len());
     let mut refused = Vec::new();
     // The strictest of the grants' needs (only reservations need less than nothing).
