@@ -124,6 +124,23 @@ pub(crate) async fn acquire(
     }
 }
 
+/// One part of a request taken on its own, as a request on several dimensions (or a
+/// gather from several rows of a spread bucket) takes each: on any row of its bucket, or
+/// (`on_row`: a part of a gather) on the row it names.
+pub(crate) async fn take_part(
+    core: &Arc<Core>,
+    wanted: Wanted,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+    on_row: bool,
+) -> Result<Grant, Error> {
+    if on_row {
+        fast::acquire(core, wanted, ttl, fresh_after, false).await
+    } else {
+        sharded::acquire(core, wanted, ttl, fresh_after, false).await
+    }
+}
+
 /// Counts a write lost to another writer against `budget` and backs off before the next
 /// attempt; the contention error on `dimension` once the budget is spent.
 pub(crate) async fn lost_race(budget: &mut Budget, dimension: &Dimension) -> Result<(), Error> {

@@ -30,16 +30,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::Wanted;
-use crate::bucket::Take;
 use crate::clock::UnixMillis;
 use crate::error::{Error, RetryIn};
 use crate::grant::{Grant, LeasePart};
 use crate::shared::Core;
 use crate::shared::remembered::{Recall, retry_in};
-use crate::tokens::Tokens;
 
 use super::release::{give_back_parts, in_background};
-use super::sharded;
 
 /// How many times the dimensions of a request refused by back-pressure (their rows
 /// throttled, or held by a transaction; no bucket short) are asked again while the others
@@ -55,6 +52,9 @@ struct Terms {
     ttl: Duration,
     fresh_after: Option<UnixMillis>,
     expires_by: UnixMillis,
+    /// Whether each wanted is a row of a spread bucket (a gather), taken on that row alone
+    /// (else a bucket, taken on any of its rows).
+    rows: bool,
 }
 
 /// One dimension taken for a request not yet granted whole.
@@ -124,6 +124,28 @@ pub(crate) async fn acquire(
     ttl: Duration,
     fresh_after: Option<UnixMillis>,
 ) -> Result<Grant, Error> {
+    take_all(core, wanted, ttl, fresh_after, false).await
+}
+
+/// A grant of a spread bucket gathered from several of its rows, `parts` naming each row
+/// and what it gives (see [`sharded`]): each part is the fast path's write of its row, all
+/// or nothing as the dimensions of a request are.
+pub(crate) async fn gather(
+    core: &Arc<Core>,
+    parts: Vec<Wanted>,
+    ttl: Duration,
+) -> Result<Grant, Error> {
+    take_all(core, parts, ttl, None, true).await
+}
+
+/// Takes every one of `wanted`, all or nothing; `rows`: see [`Terms::rows`].
+async fn take_all(
+    core: &Arc<Core>,
+    wanted: Vec<Wanted>,
+    ttl: Duration,
+    fresh_after: Option<UnixMillis>,
+    rows: bool,
+) -> Result<Grant, Error> {
     let now = core.now();
     // Denials memory may answer for the whole request, with no call.
     let denied = wanted
@@ -154,6 +176,7 @@ pub(crate) async fn acquire(
         ttl: ttl.saturating_add(queue),
         fresh_after,
         expires_by,
+        rows,
     };
     let mut takes = Takes {
         taken: (0..wanted.len()).map(|_| None).collect(),
@@ -164,7 +187,7 @@ pub(crate) async fn acquire(
         (0..wanted.len()).partition(|&i| super::shadow::takes_in_shadow(core, &wanted[i]));
     // The enforcing dimensions that refuse go first, one by one (for a waiting caller the
     // scarcest too; see `order`); the others are taken together.
-    let (first, together) = order(core, &wanted, &enforcing, now);
+    let (first, together) = order::order(core, &wanted, &enforcing, now);
     for &i in &first {
         let outcome = take_one(core, &wanted[i], terms).await;
         if !takes.record(core, i, outcome) {
@@ -253,75 +276,6 @@ async fn ask_again_under_pressure(
         takes.retry_at = core.now();
         take_together(core, wanted, &left, takes, terms).await;
     }
-}
-
-/// A dimension's refill a second and a request's cost on it: how many of the request it
-/// serves a second.
-type Scarcity = (Tokens, Tokens);
-
-/// The dimensions to take one by one first, and those to take together.
-///
-/// For a caller that does not wait, those whose remembered row refuses the request now go
-/// first, in name order (at the limit the bottleneck refuses before anything is taken);
-/// the others are taken together, in one round of writes.
-///
-/// For a caller that waits its turn, the scarcest goes first whatever this client
-/// remembers (the one whose refill serves fewest of this request a second, name order
-/// among equals), then every other one it saw short or whose row refuses now, scarcest
-/// first; the rest together after them. A waiting caller's take of one dimension is held
-/// while another is refused, or pushed back and asked again: taken together, every waiter
-/// the bottleneck keeps out holds the ample dimension too, and a thousand waiters drain
-/// it that way until it refuses as well (the shared-quota demo's `tpm`, from full to
-/// empty in 14 s with 82 calls made). A waiter accepts a round of writes more.
-fn order(
-    core: &Core,
-    wanted: &[Wanted],
-    among: &[usize],
-    now: UnixMillis,
-) -> (Vec<usize>, Vec<usize>) {
-    let waits = wanted.iter().any(|w| !w.queue.is_zero());
-    // Each remembered dimension; whether it goes first for being short; and, for a
-    // waiting caller only, its refill a second and its cost.
-    let mut known: Vec<(usize, bool, Option<Scarcity>)> = among
-        .iter()
-        .filter_map(|&i| {
-            let w = &wanted[i];
-            let lane = core.lane(&w.dimension);
-            let memory = lane.memory();
-            let row = memory.row()?;
-            let refuses = !matches!(w.take_from(row, now), Take::Granted { .. });
-            let scarcity = waits.then(|| {
-                let per_second = row
-                    .bucket
-                    .effective_rate()
-                    .refill_over(Duration::from_secs(1));
-                (per_second, w.cost(row.bucket.cost_per_call()))
-            });
-            Some((i, refuses || (waits && memory.seen_short()), scarcity))
-        })
-        .collect();
-    // By name; for a waiting caller, the scarcest first (refill a second over cost,
-    // compared without dividing), by name among equals.
-    known.sort_by(|&(a, _, a_scarcity), &(b, _, b_scarcity)| {
-        let (a_rate, a_cost) = a_scarcity.unwrap_or_default();
-        let (b_rate, b_cost) = b_scarcity.unwrap_or_default();
-        let cross = |rate: Tokens, cost: Tokens| rate.as_nanos().saturating_mul(cost.as_nanos());
-        cross(a_rate, b_cost)
-            .cmp(&cross(b_rate, a_cost))
-            .then_with(|| wanted[a].dimension.cmp(&wanted[b].dimension))
-    });
-    let first: Vec<usize> = known
-        .iter()
-        .enumerate()
-        .filter(|(k, (_, short, _))| (waits && *k == 0) || *short)
-        .map(|(_, (i, ..))| *i)
-        .collect();
-    let together = among
-        .iter()
-        .copied()
-        .filter(|i| !first.contains(i))
-        .collect();
-    (first, together)
 }
 
 /// Takes the dimensions `together` at once. Each take is held as soon as it is granted:
@@ -417,7 +371,14 @@ fn granted(wanted: &[Wanted], taken: Vec<Option<Taken>>, now: UnixMillis, ttl: D
 /// One dimension of a several-dimension acquire, held (given back if dropped) from the
 /// moment it is granted.
 async fn take_one(core: &Arc<Core>, wanted: &Wanted, terms: Terms) -> Result<Taken, Error> {
-    let grant = sharded::acquire(core, wanted.clone(), terms.ttl, terms.fresh_after, false).await?;
+    let grant = super::take_part(
+        core,
+        wanted.clone(),
+        terms.ttl,
+        terms.fresh_after,
+        terms.rows,
+    )
+    .await?;
     Ok(Taken {
         attempts: grant.attempts,
         created_at: grant.created_at,
@@ -475,6 +436,8 @@ fn refused(
     }
     Error::RetryIn(refusal)
 }
+
+mod order;
 
 #[cfg(test)]
 mod tests;

@@ -5,9 +5,10 @@
 //! acquire to one shard picked at random, on the fast path, so the writes of many
 //! processes spread evenly over its rows. When that shard cannot serve it, the whole
 //! bucket answers, from one read of every row: another shard that can serve it alone
-//! takes it (one write); when only several together can, they give their parts in one
-//! transaction (one lease part per shard); when the whole is short, the RetryIn is the
-//! whole bucket's: the first millisecond at which the shards together hold the cost.
+//! takes it (one write); when only several together can, each gives its part by its own
+//! lane write, all or nothing as the dimensions of one request are (see
+//! [`multi::gather`]; one lease part per shard); when the whole is short, the RetryIn is
+//! the whole bucket's: the first millisecond at which the shards together hold the cost.
 //! So there is no per-request cap below the bucket's capacity, and a refusal means the
 //! bucket as a whole is short.
 
@@ -29,7 +30,7 @@ use crate::shared::lanes::Lane;
 use crate::shared::remembered::Recall;
 use crate::tokens::Tokens;
 
-use super::{fast, reshard, seed};
+use super::{fast, multi, reshard};
 pub(super) use seen::may_spread;
 use seen::{
     Seen, drawn, gathers_short, learn_shards, remembered, spread_since, throttles_since,
@@ -266,7 +267,7 @@ async fn whole(
         } else if let Some(k) = serving(&free, cost, tried) {
             fast::acquire(core, on(k, cost), ttl, None, false).await
         } else if total(&free) >= cost {
-            seed::acquire(core, &gathered(&free, cost, on), ttl, wanted.shadow).await
+            Box::pin(multi::gather(core, gathered(&free, cost, on), ttl)).await
         } else {
             return Err(short(core, &rows, wanted, cost, now));
         };

@@ -693,10 +693,11 @@ impl sluice::clock::Clock for Skewed {
 /// A client whose clock is 2 s behind the other writers' spreads a bucket they refilled
 /// "in its future", then gathers it back: no refill is counted twice, none is counted
 /// before it comes by any row's timestamp, and the others go on from the rows it wrote.
-/// What a row refilled "in its future" holds is kept exactly; the refill of the other rows
-/// up to the latest of their timestamps, which such a clock cannot tell from refill still
-/// to come (a row filled ahead, see docs/dynamodb.md), is dropped: never more than the
-/// bucket held.
+/// What a row refilled "in its future" holds is kept exactly (the refill of rows stamped
+/// earlier than the latest, which such a clock cannot tell from refill still to come, a
+/// row filled ahead as docs/dynamodb.md says, would be dropped: never more than the bucket
+/// held). A grant gathered from several rows in between is a take of each, which moves no
+/// row's timestamp.
 pub async fn a_reshard_by_a_client_whose_clock_is_behind_counts_no_refill_early(env: Env) {
     let d = env
         .define(
@@ -724,13 +725,16 @@ pub async fn a_reshard_by_a_client_whose_clock_is_behind_counts_no_refill_early(
     // A second on, by the others' clock: exactly a second of refill more, on every row.
     env.advance_ms(1_000);
     assert_eq!(whole_available(&env, "tpm").await, Tokens::new(550));
+    // Gathered from two rows (none holds 200 alone): each part a take of its row, which
+    // leaves the row's refill timestamp where it was.
     drop(other.acquire(Acquire::with_cost(&d, 200)).await.unwrap());
     assert_eq!(whole_available(&env, "tpm").await, Tokens::new(350));
-    // The take refilled the two rows it took from to the others' now, two seconds after
-    // the other two rows' timestamp: their refill since (50 each) is dropped.
+    // Every row keeps the others' timestamp of a second ago, which the reshard keeps with
+    // what the rows hold: nothing dropped, nothing early (1,000 less 850 taken, plus three
+    // seconds of refill by the others' clock).
     let rows = behind.reshard(&d, 1).await.unwrap();
     assert_eq!(rows.len(), 1);
-    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(250));
-    env.advance_ms(1_000);
     assert_eq!(whole_available(&env, "tpm").await, Tokens::new(350));
+    env.advance_ms(1_000);
+    assert_eq!(whole_available(&env, "tpm").await, Tokens::new(450));
 }
