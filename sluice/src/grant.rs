@@ -32,7 +32,9 @@ impl LeaseId {
         &self.keys
     }
 
-    /// The unique suffix shared by the lease's rows.
+    /// The unique suffix of the lease's first row (the seed's protocol gives every row of
+    /// a lease the same; on the fast path each dimension's, and each row's of a grant
+    /// gathered from several rows of a spread bucket, has its own).
     pub fn unique(&self) -> &str {
         self.keys.first().map_or("", LeaseKey::unique)
     }
@@ -229,6 +231,10 @@ pub(crate) enum Kept {
     /// could not answer (the `open` failure policy). Nothing to release; an adjustment
     /// charges the local bucket.
     Local,
+    /// Nowhere at all: a shadow grant whose write could not be made (see
+    /// [`protocol::shadow`](crate::protocol::shadow)). Nothing was taken: nothing to
+    /// release or give back, and an adjustment changes only its cost.
+    Unrecorded,
 }
 
 impl LeasePart {
@@ -254,7 +260,7 @@ impl LeasePart {
 
     /// Whether there is a lease to end.
     pub(crate) fn is_kept(&self) -> bool {
-        !matches!(self.kept, Kept::Nowhere | Kept::Local)
+        !matches!(self.kept, Kept::Nowhere | Kept::Local | Kept::Unrecorded)
     }
 }
 

@@ -380,6 +380,11 @@ impl Lease {
         }
         for (i, cost) in mine.into_iter().zip(costs) {
             let part = &mut self.grant.parts[i];
+            if part.kept == Kept::Unrecorded {
+                // Granted in shadow with no write: nothing was taken, nor is corrected.
+                part.cost = cost;
+                continue;
+            }
             if part.kept == Kept::Local {
                 // Granted locally while the store could not answer: so is its correction.
                 let now = self.core.now();

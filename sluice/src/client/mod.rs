@@ -282,11 +282,11 @@ impl Sluice {
             protocol::acquire(&self.core, path, ttl, fresh_after, span).await
         };
         match result {
-            Err(_) => {
+            Err(ref e) if protocol::shadow::may_answer(e) => {
                 let wanted = self.prioritized(request)?;
                 protocol::shadow::answer(&self.core, &wanted, ttl, result)
             }
-            granted => granted,
+            answer => answer,
         }
     }
 

@@ -184,7 +184,7 @@ pub(crate) async fn end_leases(
                 end_lease_row(core, &part.key, holder_until, part.expiring_at).await? == Ended::Here
             }
             Kept::Nowhere => true,
-            Kept::Local => false,
+            Kept::Local | Kept::Unrecorded => false,
         };
         if !mine {
             continue;

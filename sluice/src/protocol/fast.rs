@@ -89,7 +89,7 @@ pub(crate) async fn release(
             }
         }
         Kept::Nowhere => {}
-        Kept::Local => return Ok(()),
+        Kept::Local | Kept::Unrecorded => return Ok(()),
     }
     if part.cost <= crate::tokens::Tokens::ZERO {
         return Ok(());

@@ -197,7 +197,11 @@ async fn take_all(
     if takes.refusal.is_none() {
         take_together(core, &wanted, &together, &mut takes, terms).await;
     }
-    ask_again_under_pressure(core, &wanted, &enforcing, &mut takes, terms).await;
+    if !rows {
+        // A gather's row pushed back answers at once (see `sharded`): holding the other
+        // rows' parts through its waits would keep them from every other caller.
+        ask_again_under_pressure(core, &wanted, &enforcing, &mut takes, terms).await;
+    }
     if takes.refusal.is_none() {
         take_in_shadow(core, &wanted, &shadow, &mut takes, terms).await;
     }

@@ -27,11 +27,8 @@ pub(crate) fn answer(
     ttl: Duration,
     result: Result<Grant, Error>,
 ) -> Result<Grant, Error> {
-    let failed = match &result {
-        Err(Error::Contention { .. }) => "the row stayed contended",
-        Err(Error::Store(e)) if e.cannot_answer() => "the store could not answer",
-        Err(Error::RetryIn(refusal)) if refusal.short.is_empty() => "the store pushed back",
-        _ => return result,
+    let Some(failed) = result.as_ref().err().and_then(failure) else {
+        return result;
     };
     if !wanted.iter().all(|w| takes_in_shadow(core, w)) {
         return result;
@@ -40,6 +37,22 @@ pub(crate) fn answer(
         tracing::warn!(%error, "shadow mode: granted without recording it, {failed}");
     }
     Ok(unrecorded(core, wanted, ttl))
+}
+
+/// Whether `error` is a write that could not be made, which a take in shadow is granted
+/// in spite of (see [`answer`]).
+pub(crate) fn may_answer(error: &Error) -> bool {
+    failure(error).is_some()
+}
+
+/// What `error` says of a write that could not be made, if it is one.
+fn failure(error: &Error) -> Option<&'static str> {
+    match error {
+        Error::Contention { .. } => Some("the row stayed contended"),
+        Error::Store(e) if e.cannot_answer() => Some("the store could not answer"),
+        Error::RetryIn(refusal) if refusal.short.is_empty() => Some("the store pushed back"),
+        _ => None,
+    }
 }
 
 /// Reports a grant in shadow mode that `w`'s bucket would have refused.
@@ -56,9 +69,12 @@ pub(crate) fn would_refuse(core: &Core, w: &Wanted) {
     );
 }
 
-/// Whether `w` is taken in shadow (see [`Remembered::takes_in_shadow`](crate::shared::remembered::Remembered::takes_in_shadow)).
+/// Whether `w` is taken in shadow (see [`Remembered::takes_in_shadow`](crate::shared::remembered::Remembered::takes_in_shadow)),
+/// as this client last saw any row of its bucket (a spread bucket's take goes to any of
+/// them). A bucket this client has not seen yet is taken as enforcing until it has.
 pub(crate) fn takes_in_shadow(core: &Core, w: &Wanted) -> bool {
-    core.lane(&w.dimension).memory().takes_in_shadow(w)
+    let rows = core.lanes.shards(&w.dimension).max(1);
+    w.shadow || (0..rows).any(|k| core.lane(&w.dimension.shard(k)).memory().takes_in_shadow(w))
 }
 
 /// A grant of `wanted` that nothing recorded: no lease to end, nothing to give back.
@@ -82,7 +98,7 @@ pub(crate) fn unrecorded_part(core: &Core, w: &Wanted, unique: &str) -> LeasePar
             row.bucket.cost_per_call()
         });
     crate::metrics::shadow_unrecorded(&core.lanes.labels, w.dimension.as_str());
-    rowless_part(&w.dimension, unique, w.cost(per_call), Kept::Nowhere)
+    rowless_part(&w.dimension, unique, w.cost(per_call), Kept::Unrecorded)
 }
 
 #[cfg(test)]

@@ -272,9 +272,19 @@ async fn whole(
             return Err(short(core, &rows, wanted, cost, now));
         };
         match answer {
+            // A row the store throttled or a transaction held: back-pressure, at once (a
+            // read of every row again would press on rows already pressed).
+            Err(Error::RetryIn(r)) if r.short.is_empty() => {
+                return Err(back_pressure(refused, core.now()));
+            }
             Err(refusal @ Error::RetryIn(_)) => last = Some(refusal),
-            Err(Error::UnknownDimension { .. }) => {}
-            // A gather the store throttled or a transaction held: back-pressure.
+            // A reshard landed since the read (a row gone, or its share of the bucket
+            // smaller than the part asked of it): read again.
+            Err(
+                Error::UnknownDimension { .. }
+                | Error::CostExceedsCapacity { .. }
+                | Error::CostExceedsShare { .. },
+            ) => {}
             Err(Error::Store(e)) if e.is_back_pressure() => {
                 return Err(back_pressure(refused, core.now()));
             }

@@ -10,14 +10,16 @@ use crate::shared::test_store::{Hooked, Hooks, client};
 use crate::store::{BucketChange, ChangeError, MemoryStore, Store, StoreError};
 use crate::{Acquire, Sluice};
 
-/// What the store does to every bucket change, as a test switches it.
+/// What the store does to every bucket change, as a test switches it (and, for `SPLIT`,
+/// how many changes of `u#a` it throttled).
 #[derive(Debug, Default)]
-struct Switch(AtomicU8);
+struct Switch(AtomicU8, std::sync::atomic::AtomicU32);
 
 const APPLY: u8 = 0;
 const THROTTLE: u8 = 1;
 const HELD: u8 = 2;
 const OUT: u8 = 3;
+const SPLIT: u8 = 4;
 
 impl Switch {
     fn set(&self, how: u8) {
@@ -26,12 +28,23 @@ impl Switch {
 }
 
 impl Hooks for Switch {
-    fn change(&self, _change: &BucketChange) -> Result<(), ChangeError> {
+    fn change(&self, change: &BucketChange) -> Result<(), ChangeError> {
         let error = match self.0.load(Ordering::SeqCst) {
             THROTTLE => StoreError::Throttled { source: None },
             HELD => StoreError::TransactionConflict { source: None },
             OUT => StoreError::Unavailable {
                 message: "connection refused".into(),
+                source: None,
+            },
+            // The row `u#a` throttled once, `u#b` refused outright.
+            SPLIT
+                if change.dimension.as_str() == "u#a"
+                    && self.1.fetch_add(1, Ordering::SeqCst) == 0 =>
+            {
+                StoreError::Throttled { source: None }
+            }
+            SPLIT if change.dimension.as_str() == "u#b" => StoreError::Rejected {
+                message: "not allowed".into(),
                 source: None,
             },
             _ => return Ok(()),
@@ -180,4 +193,28 @@ async fn a_shadow_dimension_is_not_taken_for_a_request_another_refuses() {
     let lease = sluice.acquire(both).await.unwrap();
     assert_eq!(lease.dimensions().count(), 2);
     assert_eq!(row(&store, "m#shadow").await.shadow.refused, 1);
+}
+
+#[tokio::test]
+async fn a_shadow_grant_nothing_recorded_is_never_given_back() {
+    let clock = clock();
+    let store = Arc::new(Hooked::new(Switch::default()));
+    let shadow = builder(&store, &clock).mode(Mode::Shadow).build().unwrap();
+    let ten = Bucket::requests(RefillRate::per_minute(10));
+    for dim in ["u#a", "u#b"] {
+        shadow.put_bucket(dim, ten.clone()).await.unwrap();
+        // Learned, and below full.
+        assert_eq!(granted(&shadow, dim, 1).await, 1);
+    }
+    let before = row(&store.inner, "u#a").await.tokens;
+    store.hooks.set(SPLIT);
+    // `u#a` is granted unrecorded (throttled); `u#b` fails with an error no shadow grant
+    // answers, so the request fails and what it holds is given back: nothing, for `u#a`
+    // (the store would take a give-back of it now).
+    match shadow.acquire(Acquire::new("u#a").and("u#b")).await {
+        Err(Error::Store(StoreError::Rejected { .. })) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(store.hooks.1.load(Ordering::SeqCst), 1);
+    assert_eq!(row(&store.inner, "u#a").await.tokens, before);
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 
+mod gathered_grants;
 mod gathers;
 mod lost_races;
 mod spread;

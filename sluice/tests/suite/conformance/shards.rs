@@ -725,8 +725,8 @@ pub async fn a_reshard_by_a_client_whose_clock_is_behind_counts_no_refill_early(
     // A second on, by the others' clock: exactly a second of refill more, on every row.
     env.advance_ms(1_000);
     assert_eq!(whole_available(&env, "tpm").await, Tokens::new(550));
-    // Gathered from two rows (none holds 200 alone): each part a take of its row, which
-    // leaves the row's refill timestamp where it was.
+    // Gathered from two rows (none holds 200 alone): each part a take of its row, neither
+    // full nor refilled a minute ago, so it leaves the row's refill timestamp where it was.
     drop(other.acquire(Acquire::with_cost(&d, 200)).await.unwrap());
     assert_eq!(whole_available(&env, "tpm").await, Tokens::new(350));
     // Every row keeps the others' timestamp of a second ago, which the reshard keeps with
