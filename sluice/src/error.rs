@@ -336,8 +336,11 @@ impl Error {
     /// use std::time::Duration;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// use sluice::clock::{ManualClock, UnixMillis};
     /// use sluice::{Acquire, Bucket, RefillRate, Sluice};
-    /// let sluice = Sluice::in_memory();
+    /// // A clock that stands still, so that the wait below is exact to the millisecond.
+    /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    /// let sluice = Sluice::builder().store(sluice::MemoryStore::new()).clock(clock).build()?;
     /// sluice.put_bucket("openai#rpm", Bucket::requests(RefillRate::per_minute(500))).await?;
     /// sluice.put_bucket("openai#tpm", Bucket::tokens(RefillRate::per_minute(1_000))).await?;
     /// let request = || Acquire::new("openai#rpm").and_cost("openai#tpm", 1_000);
