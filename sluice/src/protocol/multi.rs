@@ -66,6 +66,24 @@ struct Taken {
     ready_at: UnixMillis,
 }
 
+impl Taken {
+    /// `grant`, one dimension's, held for the request (given back if it is never granted
+    /// whole).
+    fn held(core: &Arc<Core>, grant: Grant, terms: Terms) -> Taken {
+        Taken {
+            attempts: grant.attempts,
+            created_at: grant.created_at,
+            expires_at: grant.expires_at,
+            ready_at: grant.ready_at,
+            holding: Holding {
+                core: core.clone(),
+                parts: grant.parts,
+                expires_at: terms.expires_by,
+            },
+        }
+    }
+}
+
 /// Parts taken for a request not yet granted whole: given back if it never is, also when
 /// the caller drops the acquire half-way.
 struct Holding {
@@ -228,17 +246,7 @@ async fn take_in_shadow(
         let outcome = outcome.or_else(|error| {
             let one = std::slice::from_ref(&wanted[i]);
             let grant = super::shadow::answer(core, one, terms.ttl, Err(error))?;
-            Ok(Taken {
-                attempts: 0,
-                created_at: grant.created_at,
-                expires_at: grant.expires_at,
-                ready_at: grant.ready_at,
-                holding: Holding {
-                    core: core.clone(),
-                    parts: grant.parts,
-                    expires_at: terms.expires_by,
-                },
-            })
+            Ok(Taken::held(core, grant, terms))
         });
         takes.record(core, i, outcome);
     }
@@ -383,17 +391,7 @@ async fn take_one(core: &Arc<Core>, wanted: &Wanted, terms: Terms) -> Result<Tak
         terms.rows,
     )
     .await?;
-    Ok(Taken {
-        attempts: grant.attempts,
-        created_at: grant.created_at,
-        expires_at: grant.expires_at,
-        ready_at: grant.ready_at,
-        holding: Holding {
-            core: core.clone(),
-            parts: grant.parts,
-            expires_at: terms.expires_by,
-        },
-    })
+    Ok(Taken::held(core, grant, terms))
 }
 
 /// Of two reasons to refuse one request, the one to answer: any error before a RetryIn, the
