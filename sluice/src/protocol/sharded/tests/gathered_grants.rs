@@ -33,8 +33,12 @@ async fn stored(store: &crate::store::MemoryStore) -> Vec<Tokens> {
     read.into_iter().map(|r| r.unwrap().tokens).collect()
 }
 
-#[tokio::test]
-async fn a_grant_gathered_from_rows_takes_each_rows_part_and_gives_it_back_whole() {
+/// A client of a store holding `g#tpm`, 1,000 tokens refilling 100 a second, spread over
+/// four rows of 250.
+async fn spread() -> (
+    Arc<crate::shared::test_store::Hooked<ThrottledRow>>,
+    crate::Sluice,
+) {
     let store = Arc::new(crate::shared::test_store::Hooked::new(
         ThrottledRow::default(),
     ));
@@ -43,6 +47,12 @@ async fn a_grant_gathered_from_rows_takes_each_rows_part_and_gives_it_back_whole
     let bucket = crate::Bucket::tokens(crate::RefillRate::per_second(100)).with_capacity(1_000);
     sluice.put_bucket("g#tpm", bucket).await.unwrap();
     sluice.reshard("g#tpm", 4).await.unwrap();
+    (store, sluice)
+}
+
+#[tokio::test]
+async fn a_grant_gathered_from_rows_takes_each_rows_part_and_gives_it_back_whole() {
+    let (store, sluice) = spread().await;
     // 600 is more than a row holds (250): three rows give a part each.
     let lease = sluice
         .acquire(crate::Acquire::with_cost("g#tpm", 600))
@@ -64,14 +74,7 @@ async fn a_grant_gathered_from_rows_takes_each_rows_part_and_gives_it_back_whole
 
 #[tokio::test]
 async fn a_gather_a_row_pushes_back_is_back_pressure_at_once_and_holds_nothing() {
-    let store = Arc::new(crate::shared::test_store::Hooked::new(
-        ThrottledRow::default(),
-    ));
-    let clock = crate::clock::ManualClock::new(UnixMillis::from_secs(1_700_000_000));
-    let sluice = client_of(store.clone(), &clock, None);
-    let bucket = crate::Bucket::tokens(crate::RefillRate::per_second(100)).with_capacity(1_000);
-    sluice.put_bucket("g#tpm", bucket).await.unwrap();
-    sluice.reshard("g#tpm", 4).await.unwrap();
+    let (store, sluice) = spread().await;
     store.hooks.on.store(true, SeqCst);
     // Every row holds 250: a gather of 1,000 needs all four, and the third pushes back.
     match sluice
