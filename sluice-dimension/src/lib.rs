@@ -5,13 +5,17 @@
 //!
 //! A dimension is `{vendor}#{metric}`: a non-empty vendor and metric separated by exactly
 //! one `#`, at most [`MAX_LEN`] bytes, no whitespace or control characters, and not
-//! starting with [`LEASE_PREFIX`] (the prefix of lease rows in the shared table).
+//! starting with [`LEASE_PREFIX`] (the prefix of lease rows in the shared table). A key's
+//! dimension under a keyed bucket (a template) is `{vendor}#{metric}#@{key}`: the template's
+//! name, [`KEY_MARK`], and a non-empty key with no `#`.
 //!
 //! ```
 //! use sluice_dimension::{Broken, check};
 //!
 //! assert_eq!(check("openai#rpm"), Ok(()));
+//! assert_eq!(check("ingest#rpm#@tenant-42"), Ok(()));
 //! assert_eq!(check("openai"), Err(Broken::Separator));
+//! assert_eq!(check("ingest#rpm#@"), Err(Broken::EmptyKey));
 //! assert_eq!(check("lease#x"), Err(Broken::Reserved));
 //! ```
 
@@ -19,6 +23,10 @@
 
 /// The prefix that marks lease rows; no dimension may start with it.
 pub const LEASE_PREFIX: &str = "lease#";
+
+/// What separates a template's name from a key in a key's dimension
+/// (`ingest#rpm#@tenant-42`): no other name has a third `#`-part starting with `@`.
+pub const KEY_MARK: &str = "#@";
 
 /// The longest dimension, in bytes: its lease rows' keys must stay within DynamoDB's
 /// 2048-byte partition key.
@@ -36,12 +44,14 @@ pub enum Broken {
     Whitespace,
     /// The name starts with [`LEASE_PREFIX`].
     Reserved,
-    /// There is no `#`, or more than one.
+    /// There is no `#`, or more than one outside a key's mark (`#@`).
     Separator,
     /// The vendor part is empty.
     EmptyVendor,
     /// The metric part is empty.
     EmptyMetric,
+    /// A key's mark (`#@`) with no key after it.
+    EmptyKey,
 }
 
 /// Checks `name` against the rules; the first one it breaks.
@@ -59,8 +69,12 @@ pub fn check(name: &str) -> Result<(), Broken> {
         return Err(Broken::Reserved);
     }
     let mut parts = name.split('#');
-    let (vendor, metric) = match (parts.next(), parts.next(), parts.next()) {
-        (Some(v), Some(m), None) => (v, m),
+    let (vendor, metric, key) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(v), Some(m), None, None) => (v, m, None),
+        (Some(v), Some(m), Some(k), None) => match k.strip_prefix('@') {
+            Some(key) => (v, m, Some(key)),
+            None => return Err(Broken::Separator),
+        },
         _ => return Err(Broken::Separator),
     };
     if vendor.is_empty() {
@@ -69,7 +83,29 @@ pub fn check(name: &str) -> Result<(), Broken> {
     if metric.is_empty() {
         return Err(Broken::EmptyMetric);
     }
+    if key.is_some_and(str::is_empty) {
+        return Err(Broken::EmptyKey);
+    }
     Ok(())
+}
+
+/// Splits a dimension that [`check`] accepts into its template's name and its key, if it
+/// has one: `ingest#rpm#@tenant-42` into `ingest#rpm` and `tenant-42`.
+///
+/// ```
+/// assert_eq!(sluice_dimension::split_key("ingest#rpm#@t1"), ("ingest#rpm", Some("t1")));
+/// assert_eq!(sluice_dimension::split_key("openai#rpm"), ("openai#rpm", None));
+/// assert_eq!(sluice_dimension::split_key("v#@m"), ("v#@m", None));
+/// assert_eq!(sluice_dimension::split_key("v#@m#@k"), ("v#@m", Some("k")));
+/// ```
+pub fn split_key(name: &str) -> (&str, Option<&str>) {
+    // The third part, not the first `#@`: a metric may start with `@` (`v#@m`).
+    match name.rsplit_once('#') {
+        Some((template, key)) if template.contains('#') => {
+            (template, Some(key.strip_prefix('@').unwrap_or(key)))
+        }
+        _ => (name, None),
+    }
 }
 
 pub mod priority {
@@ -128,6 +164,12 @@ mod tests {
         assert_eq!(check("a#b\u{7}"), Err(Broken::Whitespace));
         assert_eq!(check("lease#rpm"), Err(Broken::Reserved));
         assert_eq!(check("a#b#c"), Err(Broken::Separator));
+        assert_eq!(check("a#b#@k#1"), Err(Broken::Separator));
+        assert_eq!(check("a#b#@k@#"), Err(Broken::Separator));
+        assert_eq!(check("a#b#@"), Err(Broken::EmptyKey));
+        assert_eq!(check("a##@k"), Err(Broken::EmptyMetric));
+        assert_eq!(check("a#b#@k"), Ok(()));
+        assert_eq!(check("a#b#@@k"), Ok(()));
         assert_eq!(check("openai"), Err(Broken::Separator));
         assert_eq!(check("#rpm"), Err(Broken::EmptyVendor));
         assert_eq!(check("openai#"), Err(Broken::EmptyMetric));

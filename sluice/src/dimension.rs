@@ -7,11 +7,14 @@ use std::sync::Arc;
 /// The prefix that marks lease rows; no dimension may start with it.
 pub(crate) use sluice_dimension::LEASE_PREFIX;
 
-/// A validated `{vendor}#{metric}` name, such as `openai#rpm` or `elevenlabs#concurrent`.
+/// A validated `{vendor}#{metric}` name, such as `openai#rpm` or `elevenlabs#concurrent`,
+/// or a key's under a keyed bucket: `{vendor}#{metric}#@{key}`, such as
+/// `ingest#rpm#@tenant-42` (see [`Dimension::with_key`]).
 ///
 /// A dimension has a non-empty vendor and metric separated by exactly one `#`, contains no
 /// whitespace or control characters, and does not start with `lease#` (the prefix of lease
-/// rows in the shared table). Cloning is cheap.
+/// rows in the shared table); a key is not empty and has no `#`. The whole is at most 1024
+/// bytes. Cloning is cheap.
 ///
 /// ```
 /// use sluice::Dimension;
@@ -19,7 +22,15 @@ pub(crate) use sluice_dimension::LEASE_PREFIX;
 /// let d: Dimension = "openai#rpm".parse()?;
 /// assert_eq!(d.vendor(), "openai");
 /// assert_eq!(d.metric(), "rpm");
+/// assert_eq!(d.key(), None);
 /// assert!("openai".parse::<Dimension>().is_err());
+///
+/// // One bucket per tenant, from the keyed bucket `ingest#rpm`.
+/// let tenant = "ingest#rpm".parse::<Dimension>()?.with_key("tenant-42")?;
+/// assert_eq!(tenant.as_str(), "ingest#rpm#@tenant-42");
+/// assert_eq!(tenant.key(), Some("tenant-42"));
+/// assert_eq!(tenant.template().as_str(), "ingest#rpm");
+/// assert_eq!(tenant, "ingest#rpm#@tenant-42".parse()?);
 /// # Ok::<(), sluice::error::DimensionError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -52,6 +63,11 @@ pub enum DimensionError {
     /// The string is longer than a DynamoDB key allows for a lease row.
     #[error("dimension `{0}` is longer than 1024 bytes")]
     TooLong(String),
+    /// A key's mark (`#@`) with no key after it.
+    #[error(
+        "dimension `{0}` names no key after `#@`; expected `{{vendor}}#{{metric}}#@{{key}}`, e.g. `ingest#rpm#@tenant-42`"
+    )]
+    EmptyKey(String),
 }
 
 impl Dimension {
@@ -66,13 +82,14 @@ impl Dimension {
             Broken::Reserved => DimensionError::Reserved(owned()),
             Broken::EmptyVendor => DimensionError::EmptyVendor(owned()),
             Broken::EmptyMetric => DimensionError::EmptyMetric(owned()),
+            Broken::EmptyKey => DimensionError::EmptyKey(owned()),
             // `Separator`, and any rule added later.
             _ => DimensionError::Separator(owned()),
         })?;
         Ok(Dimension(Arc::from(s)))
     }
 
-    /// The whole name, e.g. `openai#rpm`.
+    /// The whole name, e.g. `openai#rpm` or `ingest#rpm#@tenant-42`.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -82,9 +99,49 @@ impl Dimension {
         self.0.split_once('#').map_or("", |(v, _)| v)
     }
 
-    /// The part after `#`, e.g. `rpm`.
+    /// The part after the vendor's `#`, without a key: `rpm` for `openai#rpm` and for
+    /// `ingest#rpm#@tenant-42` alike.
     pub fn metric(&self) -> &str {
-        self.0.split_once('#').map_or("", |(_, m)| m)
+        let template = self.template_str();
+        template.split_once('#').map_or("", |(_, m)| m)
+    }
+
+    /// The key this dimension names under a keyed bucket (`tenant-42` for
+    /// `ingest#rpm#@tenant-42`), or `None` for a dimension of its own.
+    pub fn key(&self) -> Option<&str> {
+        sluice_dimension::split_key(self.base_str()).1
+    }
+
+    /// The keyed bucket (the template) this key's dimension is served from: `ingest#rpm` for
+    /// `ingest#rpm#@tenant-42`; a dimension with no key is its own.
+    pub fn template(&self) -> Dimension {
+        if self.key().is_none() {
+            return self.clone();
+        }
+        Dimension(Arc::from(self.template_str()))
+    }
+
+    /// The dimension of `key` under this dimension's keyed bucket: `ingest#rpm#@tenant-42`
+    /// for `ingest#rpm` and `tenant-42`. A key is not empty and holds no `#`, whitespace or
+    /// control character (a tenant id, a user id; hash a secret such as an API key first:
+    /// keys are stored in the table as they are given). The key replaces the dimension's
+    /// own, if it has one.
+    pub fn with_key(&self, key: &str) -> Result<Dimension, DimensionError> {
+        Dimension::new(&format!(
+            "{}{}{key}",
+            self.template_str(),
+            sluice_dimension::KEY_MARK
+        ))
+    }
+
+    /// The template's name within this row's: up to the key's mark.
+    fn template_str(&self) -> &str {
+        sluice_dimension::split_key(self.base_str()).0
+    }
+
+    /// This row's dimension, without a shard's suffix.
+    fn base_str(&self) -> &str {
+        self.split_shard().0
     }
 }
 
@@ -121,16 +178,19 @@ impl Dimension {
 
     fn split_shard(&self) -> (&str, u16) {
         match self.0.rsplit_once('#') {
-            Some((base, k)) if base.contains('#') => (base, k.parse().unwrap_or(0)),
+            Some((base, k)) if base.contains('#') && !k.starts_with('@') => {
+                (base, k.parse().unwrap_or(0))
+            }
             _ => (&self.0, 0),
         }
     }
 
-    /// Reads the key of a bucket row: a dimension, or a shard row of one
-    /// (`{vendor}#{metric}#{k}`, `k` from 1 to [`MAX_SHARDS`] - 1, without leading zeros).
+    /// Reads the key of a bucket row: a dimension (a key's too), or a shard row of one
+    /// (`{dimension}#{k}`, `k` from 1 to [`MAX_SHARDS`] - 1, without leading zeros).
     pub(crate) fn from_row_key(key: &str) -> Result<Dimension, DimensionError> {
         if let Some((base, k)) = key.rsplit_once('#')
             && base.contains('#')
+            && !k.starts_with('@')
         {
             let shard = k
                 .parse::<u16>()
@@ -272,5 +332,51 @@ mod tests {
             Dimension::new(&format!("a#{}", "b".repeat(1100))),
             Err(DimensionError::TooLong(_))
         ));
+    }
+
+    #[test]
+    fn a_keys_dimension_is_its_templates_name_the_mark_and_the_key() {
+        let template = Dimension::new("ingest#rpm").unwrap();
+        let key = template.with_key("tenant-42").unwrap();
+        assert_eq!(key.as_str(), "ingest#rpm#@tenant-42");
+        assert_eq!(
+            (key.vendor(), key.metric(), key.key()),
+            ("ingest", "rpm", Some("tenant-42"))
+        );
+        assert_eq!(key.template(), template);
+        assert_eq!(template.template(), template);
+        assert_eq!(template.key(), None);
+        // Another key replaces it; a key is never nested.
+        assert_eq!(key.with_key("t7").unwrap().as_str(), "ingest#rpm#@t7");
+        // A metric may start with `@`: only a third part is a key.
+        let odd = Dimension::new("v#@m").unwrap();
+        assert_eq!((odd.metric(), odd.key()), ("@m", None));
+        let odd_key = odd.with_key("k").unwrap();
+        assert_eq!((odd_key.metric(), odd_key.key()), ("@m", Some("k")));
+        assert_eq!(odd_key.template(), odd);
+        for bad in ["", "a#b", "a b", "a\n"] {
+            assert!(template.with_key(bad).is_err(), "{bad:?}");
+        }
+        assert!(matches!(
+            Dimension::new("ingest#rpm#@"),
+            Err(DimensionError::EmptyKey(_))
+        ));
+    }
+
+    #[test]
+    fn a_keys_rows_are_read_back_from_their_keys_whatever_the_key_looks_like() {
+        for k in ["7", "03", "@", "x@y", "31"] {
+            let key = Dimension::new("ingest#rpm").unwrap().with_key(k).unwrap();
+            assert_eq!((key.base(), key.shard_index()), (key.clone(), 0), "{k}");
+            assert_eq!(Dimension::from_row_key(key.as_str()), Ok(key.clone()));
+            let third = key.shard(3);
+            assert_eq!(third.as_str(), format!("ingest#rpm#@{k}#3"));
+            assert_eq!((third.base(), third.shard_index()), (key.clone(), 3));
+            assert_eq!(third.key(), Some(k));
+            assert_eq!(third.template().as_str(), "ingest#rpm");
+            assert_eq!(Dimension::from_row_key(third.as_str()), Ok(third));
+        }
+        assert!(Dimension::from_row_key("ingest#rpm#@k#0").is_err());
+        assert!(Dimension::from_row_key("ingest#rpm#@k#x").is_err());
     }
 }

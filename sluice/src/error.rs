@@ -93,6 +93,13 @@ pub enum Error {
         /// Where the client looked (`Store::describe`).
         store: String,
     },
+    /// The dimension is a keyed bucket's, a template for a bucket per key (see
+    /// [`Bucket::keyed`](crate::Bucket::keyed)): acquire on a key's dimension instead
+    /// ([`Dimension::with_key`]).
+    KeyRequired {
+        /// The keyed bucket's dimension.
+        dimension: Dimension,
+    },
     /// A cost is negative.
     InvalidCost {
         /// The dimension.
@@ -174,9 +181,18 @@ impl fmt::Display for Error {
             ),
             Error::InvalidDimension(e) => fmt::Display::fmt(e, f),
             Error::InvalidPriority(e) => fmt::Display::fmt(e, f),
+            Error::UnknownDimension { dimension, store } if dimension.key().is_some() => write!(
+                f,
+                "no keyed bucket is defined for `{}` (the template of `{dimension}`) in {store}, and no bucket for that key; define it with `Bucket::keyed` or `keyed = true` in a bucket file",
+                dimension.template()
+            ),
             Error::UnknownDimension { dimension, store } => write!(
                 f,
                 "no bucket is defined for `{dimension}` in {store}; define it with `Sluice::put_bucket` or `sluice bucket put`"
+            ),
+            Error::KeyRequired { dimension } => write!(
+                f,
+                "`{dimension}` is a keyed bucket, a template for a bucket per key: acquire on a key's dimension, e.g. `{dimension}#@tenant-42` (`Dimension::with_key`)"
             ),
             Error::InvalidCost { dimension, cost } => {
                 write!(f, "cost {cost} for `{dimension}` is negative")

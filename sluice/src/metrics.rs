@@ -55,6 +55,7 @@ impl Labels {
     /// The label of `dimension`: itself while fewer than [`MAX_DIMENSION_LABELS`] distinct
     /// ones were reported (or it is one of them), else `other`.
     fn of(&self, dimension: &str) -> String {
+        let dimension: &str = &by_template(dimension);
         let mut seen = self
             .0
             .lock()
@@ -68,6 +69,26 @@ impl Labels {
         }
         dimension.to_owned()
     }
+}
+
+/// `dimensions` (one, or several joined by `,`) with every key's dimension labelled by its
+/// keyed bucket: `ingest#rpm#@tenant-42` as `ingest#rpm#@*`, so that a bucket per key adds
+/// one label, not one per key.
+fn by_template(dimensions: &str) -> std::borrow::Cow<'_, str> {
+    if !dimensions.contains(sluice_dimension::KEY_MARK) {
+        return std::borrow::Cow::Borrowed(dimensions);
+    }
+    let parts: Vec<String> = dimensions
+        .split(',')
+        .map(|d| {
+            // The key's mark is the third part's start: a metric may begin with `@`.
+            match d.match_indices('#').nth(1) {
+                Some((i, _)) if d[i + 1..].starts_with('@') => format!("{}#@*", &d[..i]),
+                _ => d.to_owned(),
+            }
+        })
+        .collect();
+    std::borrow::Cow::Owned(parts.join(","))
 }
 
 /// Records an acquire's outcome and latency.
@@ -221,6 +242,7 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
         Error::InvalidPriority(_) => "invalid_priority",
         Error::InvalidDimension(_) => "invalid_dimension",
         Error::UnknownDimension { .. } => "unknown_dimension",
+        Error::KeyRequired { .. } => "key_required",
         Error::InvalidCost { .. } => "invalid_cost",
         Error::InvalidTtl(_) => "invalid_ttl",
         Error::DimensionCount { .. } => "dimension_count",
@@ -259,5 +281,21 @@ mod tests {
         // Those already reported keep their label.
         assert_eq!(labels.of("t7#rpm"), "t7#rpm");
         assert_eq!(labels.0.lock().unwrap().len(), MAX_DIMENSION_LABELS);
+    }
+
+    #[test]
+    fn every_key_of_a_keyed_bucket_shares_its_template_s_label() {
+        let labels = Labels::default();
+        for i in 0..5_000 {
+            assert_eq!(labels.of(&format!("ingest#rpm#@t{i}")), "ingest#rpm#@*");
+        }
+        assert_eq!(labels.of("ingest#rpm#@t1#3"), "ingest#rpm#@*");
+        assert_eq!(
+            labels.of("ingest#rpm#@t1,openai#tpm,v#@m"),
+            "ingest#rpm#@*,openai#tpm,v#@m"
+        );
+        assert_eq!(labels.of("v#@m#@k"), "v#@m#@*");
+        assert_eq!(labels.of("openai#rpm#3"), "openai#rpm#3");
+        assert_eq!(labels.0.lock().unwrap().len(), 4);
     }
 }

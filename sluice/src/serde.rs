@@ -148,6 +148,9 @@ struct Definition {
     /// Other limits in daily windows (UTC).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     schedule: Vec<WindowDefinition>,
+    /// A template: a bucket per key (see [`Bucket::keyed`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    keyed: bool,
 }
 
 fn is_enforce(mode: &Mode) -> bool {
@@ -223,6 +226,7 @@ impl Serialize for Bucket {
                 _ => None,
             },
             mode: self.mode(),
+            keyed: self.is_keyed(),
         }
         .serialize(serializer)
     }
@@ -244,6 +248,7 @@ impl<'de> Deserialize<'de> for Bucket {
         .map_err(de::Error::custom)?
         .with_mode(d.mode)
         .with_schedule(windows);
+        let bucket = if d.keyed { bucket.keyed() } else { bucket };
         bucket.validate().map_err(de::Error::custom)?;
         let limit = match (d.shards, d.max_shards) {
             (None, None) => return Ok(bucket),
@@ -394,11 +399,11 @@ mod tests {
             limit,
             1u64..1_000_000,
             rate,
-            any::<bool>(),
+            (any::<bool>(), any::<bool>()),
             0u8..3,
             1u64..40,
         )
-            .prop_map(|(limit, capacity, rate, lean, reserves, share)| {
+            .prop_map(|(limit, capacity, rate, (lean, keyed), reserves, share)| {
                 let b = match limit {
                     LimitType::Concurrent => Bucket::concurrent(capacity),
                     LimitType::Requests => Bucket::requests(rate).with_capacity(capacity),
@@ -422,7 +427,7 @@ mod tests {
                 {
                     b = b.with_reserve(name.parse().unwrap(), reserve);
                 }
-                b
+                if keyed { b.keyed() } else { b }
             })
     }
 

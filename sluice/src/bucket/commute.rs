@@ -479,6 +479,9 @@ fn fill(
 
 mod earn;
 pub(crate) mod herd;
+mod unknown;
+
+pub(crate) use self::unknown::full_by_refill;
 
 pub(super) use self::earn::earned;
 use self::earn::{earned_in_micros_ceil, micros_to_earn, millis_to_earn};

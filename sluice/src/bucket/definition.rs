@@ -96,6 +96,8 @@ pub struct Bucket {
     pub(super) shards: Option<super::ShardLimit>,
     pub(super) mode: super::Mode,
     pub(super) schedule: Option<std::sync::Arc<super::Schedule>>,
+    pub(super) keyed: bool,
+    pub(super) overrides: bool,
 }
 
 /// Why a bucket definition is unusable.
@@ -242,6 +244,8 @@ impl Bucket {
             shards: None,
             mode: super::Mode::Enforce,
             schedule: None,
+            keyed: false,
+            overrides: false,
         }
     }
 

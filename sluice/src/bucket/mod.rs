@@ -7,6 +7,7 @@
 pub(crate) mod burst;
 pub(crate) mod commute;
 pub(crate) mod definition;
+mod keyed;
 pub(crate) mod limit;
 pub(crate) mod mode;
 pub(crate) mod recent;
@@ -19,7 +20,7 @@ pub(crate) mod waiting;
 
 pub use burst::Report;
 pub(crate) use commute::{Commute, Condition, TokensOp};
-pub(crate) use commute::{Herd, Want, commute};
+pub(crate) use commute::{Herd, Want, commute, full_by_refill};
 pub use definition::{Bucket, LimitType};
 pub(crate) use definition::{BucketError, MAX_VERSION, UnknownLimitType};
 pub(crate) use definition::{first_version, timestamp_in_range};

@@ -115,6 +115,11 @@ impl Sluice {
     /// out a fresh burst; redefining a `concurrent` one keeps the slots held, so its free
     /// slots move with the capacity (4 slots with 1 held, lowered to 2: 1 free). Other
     /// clients see the new definition at their next write or read of the row.
+    ///
+    /// A [keyed](Bucket::keyed) bucket is a template: each key's bucket is created by the
+    /// key's first acquire. A bucket put on a key's dimension (`ingest#rpm#@big-customer`)
+    /// is that key's own definition ([`Bucket::is_override`]), kept whatever the template
+    /// becomes.
     pub async fn put_bucket(&self, dimension: &str, bucket: Bucket) -> Result<BucketState, Error> {
         role::within(Role::Operator, self.define(dimension, bucket)).await
     }
@@ -129,8 +134,13 @@ impl Sluice {
             dimension: dimension.clone(),
             source,
         })?;
-        // A scheduled bucket is stored with the limits its schedule has now.
+        // A scheduled bucket is stored with the limits its schedule has now; one put on a
+        // key's dimension is that key's own definition, over its template's.
         let bucket = bucket.at(self.now());
+        let bucket = match dimension.key() {
+            Some(_) => bucket.overriding(),
+            None => bucket,
+        };
         let mut budget = Budget::new(self.core.config.max_retries);
         loop {
             let now = self.now();

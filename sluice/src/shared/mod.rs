@@ -5,6 +5,7 @@
 pub(crate) mod background;
 pub(crate) mod fallback;
 pub(crate) mod heat;
+mod keys;
 pub(crate) mod lanes;
 pub(crate) mod recent;
 pub(crate) mod remembered;

@@ -157,6 +157,14 @@ impl Store for MemoryStore {
 
     async fn change(&self, change: BucketChange) -> Result<BucketState, ChangeError> {
         let mut rows = self.rows();
+        if !rows.buckets.contains_key(&change.dimension)
+            && let Some(created) = change.created()
+        {
+            let after = change.applied(&created);
+            StoreError::check_row(&after)?;
+            rows.buckets.insert(change.dimension.clone(), after.clone());
+            return Ok(after);
+        }
         let Some(stored) = rows.buckets.get_mut(&change.dimension) else {
             return Err(ChangeError::Condition(None));
         };

@@ -182,6 +182,11 @@ pub struct BucketChange {
     pub commute: Commute,
     /// What it does to the row's shadow ledger (a shadow take's; nothing for others).
     pub ledger: LedgerChange,
+    /// When there may be no row (a key's under a [keyed](Bucket::keyed) bucket, whose
+    /// first write creates it), the instant a missing row is the bucket full at: the change
+    /// then applies to that row ([`BucketChange::created`]), whatever its conditions, and
+    /// the store creates it. `None`: a missing row fails the change.
+    pub creates: Option<UnixMillis>,
 }
 
 impl BucketChange {
@@ -193,12 +198,31 @@ impl BucketChange {
             burst: row.burst,
             commute,
             ledger: LedgerChange::default(),
+            creates: None,
         }
     }
 
     /// The change with `ledger` as what it does to the row's shadow ledger.
     pub fn with_ledger(self, ledger: LedgerChange) -> Self {
         BucketChange { ledger, ..self }
+    }
+
+    /// The change, creating the row full as of `at` when there is none (see
+    /// [`creates`](Self::creates)).
+    pub fn creating(self, at: UnixMillis) -> Self {
+        BucketChange {
+            creates: Some(at),
+            ..self
+        }
+    }
+
+    /// The row a change that [`creates`](Self::creates) applies to when there is none: the
+    /// bucket full at that instant, at the first version of a bucket created then.
+    pub fn created(&self) -> Option<BucketState> {
+        let at = self.creates?;
+        let mut row = BucketState::full(self.dimension.clone(), self.bucket.clone(), at);
+        row.version = crate::bucket::first_version(at);
+        Some(row)
     }
 
     /// Whether `stored` satisfies the change's conditions and has its definition.

@@ -120,6 +120,14 @@ pub(crate) fn plan(
         changes.push((dimension.to_string(), change));
     }
     for state in current {
+        // A key's row the file does not name is the data of a keyed bucket (created by an
+        // acquire), not a definition: listed and pruned with its template, never alone.
+        let template = state.dimension.template();
+        let key_of_kept = state.dimension.key().is_some()
+            && (!prune || wanted.iter().any(|(d, _)| *d == template));
+        if key_of_kept {
+            continue;
+        }
         if !wanted.iter().any(|(d, _)| *d == state.dimension) {
             changes.push((
                 state.dimension.to_string(),
@@ -229,6 +237,9 @@ impl fmt::Display for Describe<'_> {
         if b.schedule().is_some() {
             write!(f, ", schedule {}", Windows(b))?;
         }
+        if b.is_keyed() {
+            f.write_str(", keyed (a bucket per key)")?;
+        }
         Ok(())
     }
 }
@@ -293,6 +304,7 @@ impl fmt::Display for Change {
                     field("rows", rows),
                     field("mode", |b| b.mode().to_string()),
                     field("schedule", |b| Windows(b).to_string()),
+                    field("keyed", |b| b.is_keyed().to_string()),
                 ];
                 let diffs: Vec<String> = fields
                     .iter()
@@ -381,6 +393,56 @@ reserves = [{ priority = "interactive", reserve = 2 }]
         assert_eq!(
             only[0].to_string(),
             "~ update    elevenlabs#concurrent: reserves interactive=3 -> interactive=2"
+        );
+    }
+
+    #[test]
+    fn keys_rows_are_a_keyed_bucket_s_data_pruned_only_with_it() {
+        let wanted = parse(
+            r#"
+["ingest#rpm"]
+type = "requests"
+refill = "50/s"
+keyed = true
+
+["ingest#rpm#@big-customer"]
+type = "requests"
+refill = "500/s"
+"#,
+        )
+        .unwrap();
+        assert!(wanted[0].1.is_keyed());
+        let now = UnixMillis::from_secs(1_800_000_000);
+        let state = |d: &str, b: Bucket| BucketState::full(d.parse().unwrap(), b, now);
+        let per_key = Bucket::requests(RefillRate::per_second(50));
+        let current = vec![
+            state("ingest#rpm", per_key.clone()),
+            state("ingest#rpm#@t1", per_key.clone()),
+            state("gone#rpm", per_key.clone().keyed()),
+            state("gone#rpm#@t1", per_key.clone()),
+        ];
+        let lines = |prune| -> Vec<String> {
+            plan(&wanted, &current, prune)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(
+            lines(false),
+            [
+                "? not in file gone#rpm (kept; --prune deletes it)",
+                "~ update    ingest#rpm: keyed false -> true",
+                "+ create    ingest#rpm#@big-customer: requests, capacity 30000, refill 500/s, cost per call 1",
+            ]
+        );
+        assert_eq!(
+            lines(true),
+            [
+                "- delete    gone#rpm",
+                "- delete    gone#rpm#@t1",
+                "~ update    ingest#rpm: keyed false -> true",
+                "+ create    ingest#rpm#@big-customer: requests, capacity 30000, refill 500/s, cost per call 1",
+            ]
         );
     }
 }

@@ -31,6 +31,7 @@ use crate::store::{BucketChange, ChangeError, StoreError};
 use super::ending::give_back_in_background;
 use super::refusals;
 
+mod keyed;
 mod plan;
 mod record;
 #[cfg(test)]
@@ -84,6 +85,10 @@ pub(super) struct Write<'a> {
     began: UnixMillis,
     /// The refill timestamp of the row the attempt in flight was computed from.
     computed_from: UnixMillis,
+    /// When the attempt is computed from a key's row this client never saw (see
+    /// [`Write::unknown_key`]): the instant that row is full at, which the write creates
+    /// if there is none.
+    creates: Option<UnixMillis>,
 }
 
 /// Writes `acquires` and `releases`, all on one dimension, retrying until each is
@@ -116,6 +121,7 @@ pub(super) async fn write(
         tried_behind: false,
         began: UnixMillis::new(0),
         computed_from: UnixMillis::new(0),
+        creates: None,
     };
     while let Next::Again = write.attempt().await {}
 }
@@ -127,6 +133,7 @@ impl Write<'_> {
             return Next::Done;
         }
         let row = match self.row().await {
+            Ok(row) if row.bucket.is_keyed() => return self.key_required(),
             Ok(row) => row,
             Err(next) => return next,
         };
@@ -162,12 +169,14 @@ impl Write<'_> {
             behind: self.lost == 0 && !self.fresh, // a stale row's first try
             herd: Herd::of(self.lost == 0, wrote), // a refused one fills
         };
+        let reading = self.first_use(reading);
         let Some(change) = plan::change(&row, &plan, &reading, self.core.config.fold_after) else {
             // The remembered row cannot do what it was planned to (a rounding edge): decide
             // again from the store's row.
             self.acquires = jobs_of(plan.granted, plan.refused);
             return self.look_at_row().await;
         };
+        let change = self.creating(change, &row, at);
         self.tried_behind |= change.commute.needs_later_refill(&row);
         self.commit(change, plan, now).await
     }
@@ -215,6 +224,9 @@ impl Write<'_> {
     async fn row(&mut self) -> Result<BucketState, Next> {
         let remembered = self.lane.memory().row_to_write().cloned();
         if let Some(row) = remembered {
+            return Ok(row);
+        }
+        if let Some(row) = self.unknown_key().await? {
             return Ok(row);
         }
         match self.core.read_into(self.lane, &self.dimension).await {
@@ -324,6 +336,7 @@ impl Write<'_> {
                 self.lane
                     .lost_race(&self.core.lanes.labels, self.dimension.as_str());
                 self.lost += 1;
+                self.creates = None;
                 self.beaten_at = current
                     .as_ref()
                     .map(|c| c.last_refill_at)

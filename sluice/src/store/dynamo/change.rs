@@ -124,7 +124,42 @@ pub(super) fn parts_of(change: &BucketChange) -> (Expr, Clauses) {
             None => c.removes.push("#rc".to_owned()),
         }
     }
+    if let Some(created) = change.created() {
+        creating(&mut e, &mut c, change, &created);
+    }
     (e, c)
+}
+
+/// Turns the parts of `change` into those of a write that also creates the row, as
+/// `created` (see [`BucketChange::creates`]): on a missing item the condition holds and
+/// the update writes the whole row (its definition, and what the change does to the full
+/// bucket); on a stored row it is the change as it was, its definition the same.
+fn creating(e: &mut Expr, c: &mut Clauses, change: &BucketChange, created: &BucketState) {
+    e.or_absent();
+    // The version and tokens added to, from the created row's on a missing item.
+    c.adds.retain(|a| a != "#v :one" && a != "#t :delta");
+    e.value(":first", row::n(created.version));
+    c.sets
+        .push("#v = if_not_exists(#v, :first) + :one".to_owned());
+    if let TokensOp::Add(_) = change.commute.tokens {
+        e.value(":full", row::n(created.tokens));
+        c.sets
+            .push("#t = if_not_exists(#t, :full) + :delta".to_owned());
+    }
+    if change.commute.refill.is_none() && change.commute.herd.is_none() {
+        e.name("#l", row::LAST_REFILL_AT)
+            .value(":created", row::n(created.last_refill_at));
+        c.sets.push("#l = if_not_exists(#l, :created)".to_owned());
+    }
+    // The definition, as the stored row already has it (the condition says so).
+    for (i, (attribute, value)) in row::definition_attributes(&created.bucket)
+        .into_iter()
+        .enumerate()
+    {
+        let (name, placeholder) = (format!("#d{i}"), format!(":d{i}"));
+        e.name(&name, &attribute).value(&placeholder, value);
+        c.sets.push(format!("{name} = {placeholder}"));
+    }
 }
 
 /// Adds what `ledger` does to the row's shadow ledger to `e` and `c`: additions, and the
@@ -241,11 +276,13 @@ impl DynamoStore {
                 let units = out
                     .consumed_capacity()
                     .map_or(0, super::billed::capacity_milliunits);
-                ::metrics::counter!(
-                    "sluice_bucket_write_units_total",
-                    "dimension" => change.dimension.as_str().to_owned()
-                )
-                .increment(units.div_ceil(1_000));
+                // A key's row counts under its keyed bucket (one label, not one per key).
+                let label = match change.dimension.key() {
+                    Some(_) => format!("{}#@*", change.dimension.template()),
+                    None => change.dimension.as_str().to_owned(),
+                };
+                ::metrics::counter!("sluice_bucket_write_units_total", "dimension" => label)
+                    .increment(units.div_ceil(1_000));
                 let Some(item) = out.attributes() else {
                     return Err(StoreError::service("an update answered without the row").into());
                 };

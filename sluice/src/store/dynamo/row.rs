@@ -115,25 +115,16 @@ pub(crate) fn key(k: &str) -> Item {
 pub(crate) fn bucket_item(state: &BucketState) -> Item {
     let mut item = HashMap::from([
         (KEY.to_owned(), s(state.dimension.as_str())),
-        (CAPACITY.to_owned(), n(state.bucket.capacity())),
         (TOKENS.to_owned(), n(state.tokens)),
         (LAST_REFILL_AT.to_owned(), n(state.last_refill_at)),
-        (COST_PER_CALL.to_owned(), n(state.bucket.cost_per_call())),
-        (LIMIT_TYPE.to_owned(), s(state.bucket.limit_type().as_str())),
         (VERSION.to_owned(), n(state.version)),
     ]);
-    item.extend(rate_attributes(state.bucket.refill_rate()));
+    item.extend(definition_attributes(&state.bucket));
     if let Some(carry) = carry_value(state.refill_carry, state.last_refill_at) {
         item.insert(REFILL_CARRY.to_owned(), carry);
     }
     if let Some(herd_at) = state.herd_at {
         item.insert(HERD_AT.to_owned(), n(herd_at));
-    }
-    if !state.bucket.keeps_leases() {
-        item.insert(LEAN.to_owned(), AttributeValue::Bool(true));
-    }
-    if !state.bucket.reserves().is_empty() {
-        item.insert(RESERVES.to_owned(), reserves_value(state.bucket.reserves()));
     }
     if let Some(id) = state.write_id {
         item.insert(WRITE_ID.to_owned(), write_id(id));
@@ -141,23 +132,14 @@ pub(crate) fn bucket_item(state: &BucketState) -> Item {
     if state.shards > 1 {
         item.insert(SHARDS.to_owned(), n(state.shards));
     }
-    if let Some(limit) = state.bucket.shard_limit() {
-        item.insert(SHARD_LIMIT.to_owned(), s(limit.to_string()));
-    }
     if let Some(ceiling) = state.write_ceiling {
         item.insert(WRITE_CEILING.to_owned(), n(ceiling));
     }
     if let Some(burst) = state.burst {
         item.insert(BURST.to_owned(), n(burst));
     }
-    if let Some(mode) = mode_value(state.bucket.mode()) {
-        item.insert(MODE.to_owned(), mode);
-    }
     item.extend(ledger_attributes(&state.shadow));
     item.extend(waiting_attributes(&state.waiting));
-    if let Some(schedule) = state.bucket.schedule() {
-        item.insert(SCHEDULE.to_owned(), s(schedule.to_string()));
-    }
     // Also a list with no writes but a forgotten time: that time still settles lost
     // answers, so a row written back keeps it.
     if state.recent_writes != RecentWrites::default() {
@@ -318,6 +300,7 @@ pub(crate) fn bucket_state(item: &Item) -> Result<BucketState, StoreError> {
     }
     .with_mode(read_mode(&r, item)?)
     .with_stored_schedule(read_schedule(&r, item)?);
+    let bucket = with_flags(bucket, item, |why| r.corrupt(why))?;
     let state = BucketState {
         dimension,
         bucket: if lean { bucket.lean() } else { bucket },
@@ -424,6 +407,7 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
     })
 }
 
+mod definition;
 mod rate;
 mod reserves;
 mod same;
@@ -432,6 +416,8 @@ mod shadow;
 mod waiting;
 mod writes;
 
+use definition::with_flags;
+pub(crate) use definition::{OVERRIDE, definition_attributes};
 pub(crate) use rate::{carry_value, rate_attributes};
 use rate::{read_carry, read_rate};
 

@@ -9,6 +9,7 @@
 mod bursts;
 mod clients;
 mod gate;
+mod keys;
 mod leases;
 mod peek;
 mod reserves;
@@ -19,6 +20,7 @@ mod shards;
 pub use bursts::*;
 pub use clients::*;
 pub use gate::Gate;
+pub use keys::*;
 pub use leases::*;
 pub use peek::*;
 pub use reserves::*;
@@ -297,6 +299,12 @@ macro_rules! suite {
             a_scheduled_bucket_is_defined_with_the_limits_due_now,
             a_schedule_change_lost_to_another_reconciler_is_not_made_again,
             a_spread_bucket_s_schedule_is_applied_to_the_whole,
+            a_key_s_first_acquire_creates_its_row_from_the_template_in_one_write,
+            each_key_is_a_bucket_of_its_own_with_exact_waits,
+            first_uses_of_one_key_racing_from_two_clients_never_over_grant,
+            an_idle_key_s_row_removed_reads_as_full_and_comes_back,
+            a_key_and_a_shared_dimension_are_taken_all_or_nothing,
+            a_key_s_override_keeps_its_own_definition,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {

@@ -41,6 +41,14 @@ impl Expr {
         self
     }
 
+    /// Makes the condition hold for a missing item too: a missing item, or every clause.
+    /// The placeholder `#key` must name the partition key.
+    pub(crate) fn or_absent(&mut self) -> &mut Self {
+        let all = self.condition();
+        self.clauses = vec![format!("(attribute_not_exists(#key) OR ({all}))")];
+        self
+    }
+
     /// The condition expression: every clause.
     pub(crate) fn condition(&self) -> String {
         self.clauses.join(" AND ")
@@ -141,6 +149,12 @@ pub(crate) fn same_definition(e: &mut Expr, bucket: &Bucket, burst: Option<Token
             e.and("attribute_not_exists(#b)");
         }
     }
+    same_settings(e, bucket);
+}
+
+/// Adds the condition that the stored row has `bucket`'s mode, schedule, key override and
+/// bound on its rows (see [`same_definition`]).
+fn same_settings(e: &mut Expr, bucket: &Bucket) {
     e.name("#mode", super::MODE);
     match super::mode_value(bucket.mode()) {
         Some(mode) => {
@@ -159,6 +173,14 @@ pub(crate) fn same_definition(e: &mut Expr, bucket: &Bucket, burst: Option<Token
         None => {
             e.and("attribute_not_exists(#sched)");
         }
+    }
+    // A key's own definition is never taken for its template's (a first use's write).
+    e.name("#ovr", super::OVERRIDE);
+    if bucket.is_override() {
+        e.value(":ovr", AttributeValue::Bool(true))
+            .and("#ovr = :ovr");
+    } else {
+        e.and("attribute_not_exists(#ovr)");
     }
     e.name("#sl", super::SHARD_LIMIT);
     match bucket.shard_limit() {

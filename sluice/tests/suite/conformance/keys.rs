@@ -1,0 +1,296 @@
+//! Keyed buckets: one definition (the template), a bucket per key, each key's row created
+//! by its first acquire in that acquire's write.
+
+use std::time::Duration;
+
+use sluice::{Acquire, Bucket, Dimension, Error, RefillRate, Tokens, config::Protocol};
+
+use super::{Env, retry_in};
+
+/// Whether the suite runs the fast path: the seed's protocol (a testing client of the
+/// interoperability contract) has no templates, and acquires on a key's row only once it
+/// exists.
+fn keys_served(env: &Env) -> bool {
+    env.protocol() == Protocol::Fast
+}
+
+/// Defines `metric` as a keyed `requests` bucket: `capacity`, refilling `per_second`.
+async fn template(env: &Env, metric: &str, capacity: u64, per_second: u64) -> Dimension {
+    let d: Dimension = env.dim(metric).parse().unwrap();
+    env.sluice
+        .put_bucket(
+            d.as_str(),
+            Bucket::requests(RefillRate::per_second(per_second))
+                .with_capacity(capacity)
+                .keyed(),
+        )
+        .await
+        .unwrap();
+    d
+}
+
+fn key(template: &Dimension, key: &str) -> Dimension {
+    template.with_key(key).unwrap()
+}
+
+async fn stored(env: &Env, d: &Dimension) -> Option<sluice::bucket::BucketState> {
+    env.sluice.bucket(d.as_str()).await.unwrap()
+}
+
+pub async fn a_key_s_first_acquire_creates_its_row_from_the_template_in_one_write(env: Env) {
+    if !keys_served(&env) {
+        return;
+    }
+    let t = template(&env, "ingest", 5, 1).await;
+    let tenant = key(&t, "tenant-1");
+    assert!(stored(&env, &tenant).await.is_none());
+    let lease = env.sluice.acquire(tenant.as_str()).await.unwrap();
+    assert_eq!(lease.attempts(), 1, "a first use is one write");
+    let row = stored(&env, &tenant)
+        .await
+        .expect("created by the first acquire");
+    assert_eq!(row.bucket.capacity(), Tokens::new(5));
+    assert!(
+        !row.bucket.is_keyed(),
+        "a key's row is a bucket, not a template"
+    );
+    assert_eq!(row.available(env.clock.now()), Tokens::new(4));
+    lease.release().await.unwrap();
+    // The template is no bucket: nothing takes from it.
+    let template_row = stored(&env, &t).await.unwrap();
+    assert!(matches!(
+        env.sluice.acquire(t.as_str()).await,
+        Err(Error::KeyRequired { dimension }) if dimension == t
+    ));
+    assert_eq!(stored(&env, &t).await.unwrap(), template_row);
+    // A key of a bucket that is not keyed, or of none: no bucket.
+    super::requests(&env, "plain", 5, 1).await;
+    let plain: Dimension = env.dim("plain").parse().unwrap();
+    for d in [
+        key(&plain, "t"),
+        key(&env.dim("none").parse().unwrap(), "t"),
+    ] {
+        match env.sluice.acquire(d.as_str()).await {
+            Err(Error::UnknownDimension { dimension, .. }) => assert_eq!(dimension, d),
+            other => panic!("expected an unknown dimension for {d}, got {other:?}"),
+        }
+        assert!(stored(&env, &d).await.is_none());
+    }
+}
+
+pub async fn each_key_is_a_bucket_of_its_own_with_exact_waits(env: Env) {
+    if !keys_served(&env) {
+        return;
+    }
+    // 3 held, 4 a second: after 3 grants the next is 250 ms away, on that key alone.
+    let t = template(&env, "ingest", 3, 4).await;
+    let (a, b) = (key(&t, "a"), key(&t, "b"));
+    for _ in 0..3 {
+        env.sluice
+            .acquire(a.as_str())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    env.advance_ms(100);
+    assert_eq!(
+        retry_in(env.sluice.acquire(a.as_str()).await),
+        Duration::from_millis(150)
+    );
+    env.sluice
+        .acquire(b.as_str())
+        .await
+        .expect("another key is full")
+        .release()
+        .await
+        .unwrap();
+    // Another client, first using `a` now, learns its row from its failed write.
+    let other = env.client("other");
+    assert_eq!(
+        retry_in(other.acquire(a.as_str()).await),
+        Duration::from_millis(150)
+    );
+    env.advance_ms(150);
+    other
+        .acquire(a.as_str())
+        .await
+        .expect("granted at the promised instant")
+        .release()
+        .await
+        .unwrap();
+}
+
+pub async fn first_uses_of_one_key_racing_from_two_clients_never_over_grant(env: Env) {
+    if !keys_served(&env) {
+        return;
+    }
+    let t = template(&env, "ingest", 4, 1).await;
+    let tenant = key(&t, "racer");
+    let (one, two) = (env.client("one"), env.client("two"));
+    let asks = (0..6).flat_map(|_| [one.clone(), two.clone()]).map(|c| {
+        let d = tenant.clone();
+        tokio::spawn(async move { c.acquire(d.as_str()).await })
+    });
+    let mut granted = 0;
+    for ask in asks.collect::<Vec<_>>() {
+        match ask.await.unwrap() {
+            Ok(_) => granted += 1,
+            Err(Error::RetryIn(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // The clock stands still: what the bucket holds, and no more.
+    assert_eq!(granted, 4);
+    assert_eq!(
+        stored(&env, &tenant)
+            .await
+            .unwrap()
+            .available(env.clock.now()),
+        Tokens::ZERO
+    );
+}
+
+pub async fn an_idle_key_s_row_removed_reads_as_full_and_comes_back(env: Env) {
+    if !keys_served(&env) {
+        return;
+    }
+    let t = template(&env, "ingest", 5, 10).await;
+    let tenant = key(&t, "idle");
+    for _ in 0..2 {
+        env.sluice
+            .acquire(tenant.as_str())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    // Full again after 200 ms; the row then goes (as the reconciler or a TTL removes it).
+    env.advance_ms(1_000);
+    assert!(env.store.delete_bucket(&tenant).await.unwrap());
+    // The client that remembers the row, and one that never saw it, find a full bucket.
+    let lease = env.sluice.acquire(tenant.as_str()).await.unwrap();
+    let fresh = env.client("fresh");
+    let other = fresh.acquire(tenant.as_str()).await.unwrap();
+    assert_eq!(
+        other.attempts(),
+        2,
+        "the row exists again: one failed fill, one take"
+    );
+    let row = stored(&env, &tenant).await.expect("created again");
+    assert_eq!(row.available(env.clock.now()), Tokens::new(3));
+    drop((lease, other));
+    // A row full again long after its last call: a client that never saw it fills it with
+    // one write.
+    env.advance_ms(1_000);
+    let late = env.client("late");
+    let lease = late.acquire(tenant.as_str()).await.unwrap();
+    assert_eq!(
+        lease.attempts(),
+        1,
+        "an idle key's row is filled in one write"
+    );
+    assert_eq!(
+        stored(&env, &tenant)
+            .await
+            .unwrap()
+            .available(env.clock.now()),
+        Tokens::new(4)
+    );
+}
+
+pub async fn a_key_and_a_shared_dimension_are_taken_all_or_nothing(env: Env) {
+    if !keys_served(&env) {
+        return;
+    }
+    let t = template(&env, "tenant-tpm", 100, 1).await;
+    super::requests(&env, "vendor", 1, 1).await;
+    let shared = env.dim("vendor");
+    let tenant = key(&t, "t1");
+    let both = || Acquire::with_cost(tenant.as_str(), 10u64).and(shared.as_str());
+    env.sluice
+        .acquire(both())
+        .await
+        .expect("both have room")
+        .release()
+        .await
+        .unwrap();
+    let after_one = stored(&env, &tenant)
+        .await
+        .unwrap()
+        .available(env.clock.now());
+    assert_eq!(after_one, Tokens::new(90));
+    // The shared dimension is short: the key gives back what it took, or takes nothing.
+    let other = env.client("other");
+    assert!(matches!(
+        other.acquire(both()).await,
+        Err(Error::RetryIn(_))
+    ));
+    assert_eq!(
+        stored(&env, &tenant)
+            .await
+            .unwrap()
+            .available(env.clock.now()),
+        after_one
+    );
+    let fresh_key = key(&t, "t2");
+    assert!(matches!(
+        other
+            .acquire(Acquire::new(fresh_key.as_str()).and(shared.as_str()))
+            .await,
+        Err(Error::RetryIn(_))
+    ));
+    if let Some(row) = stored(&env, &fresh_key).await {
+        assert_eq!(row.available(env.clock.now()), Tokens::new(100));
+    }
+}
+
+pub async fn a_key_s_override_keeps_its_own_definition(env: Env) {
+    if !keys_served(&env) {
+        return;
+    }
+    let t = template(&env, "ingest", 2, 1).await;
+    let big = key(&t, "big-customer");
+    env.sluice
+        .put_bucket(
+            big.as_str(),
+            Bucket::requests(RefillRate::per_second(1)).with_capacity(10),
+        )
+        .await
+        .unwrap();
+    // A client that never saw the key writes from the template first: its write fails
+    // on the override's definition and is made again from the row.
+    let fresh = env.client("fresh");
+    for _ in 0..10 {
+        fresh
+            .acquire(big.as_str())
+            .await
+            .expect("the override holds 10")
+            .release()
+            .await
+            .unwrap();
+    }
+    assert!(matches!(
+        fresh.acquire(big.as_str()).await,
+        Err(Error::RetryIn(_))
+    ));
+    let row = stored(&env, &big).await.unwrap();
+    assert_eq!(row.bucket.capacity(), Tokens::new(10));
+    // Other keys follow the template.
+    let small = key(&t, "small");
+    for _ in 0..2 {
+        fresh
+            .acquire(small.as_str())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    assert!(matches!(
+        fresh.acquire(small.as_str()).await,
+        Err(Error::RetryIn(_))
+    ));
+}
