@@ -13,6 +13,8 @@ use crate::tokens::Tokens;
 
 use super::ending::reclaim;
 
+mod idle;
+
 /// What one reconcile pass did.
 #[derive(Debug, Default)]
 #[non_exhaustive]
@@ -44,6 +46,9 @@ pub struct ReconcileReport {
     /// Buckets whose scheduled limits fell due and were applied by this pass (see
     /// [`Bucket::with_schedule`](crate::Bucket::with_schedule)).
     pub schedules_applied: usize,
+    /// Keys' rows of keyed buckets removed for being idle: full for a while (see
+    /// [`Bucket::keyed`](crate::Bucket::keyed)); a missing row is a full bucket.
+    pub keys_removed: usize,
     /// What went wrong, per lease or bucket; the pass goes on past each.
     pub errors: Vec<ReconcileError>,
 }
@@ -51,7 +56,10 @@ pub struct ReconcileReport {
 impl ReconcileReport {
     /// Whether the pass changed nothing at all.
     pub fn is_noop(&self) -> bool {
-        self.leases_restored == 0 && self.buckets_healed == 0 && self.schedules_applied == 0
+        self.leases_restored == 0
+            && self.buckets_healed == 0
+            && self.schedules_applied == 0
+            && self.keys_removed == 0
     }
 }
 
@@ -59,7 +67,7 @@ impl fmt::Display for ReconcileReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} expired leases: {} restored ({} tokens), {} already gone, {} in their release grace; {} concurrent buckets checked: {} healed ({} tokens), {} busy, {} not raised (unreadable leases); {} schedules applied; {} errors",
+            "{} expired leases: {} restored ({} tokens), {} already gone, {} in their release grace; {} concurrent buckets checked: {} healed ({} tokens), {} busy, {} not raised (unreadable leases); {} schedules applied; {} idle keys removed; {} errors",
             self.leases_seen,
             self.leases_restored,
             self.tokens_restored,
@@ -71,6 +79,7 @@ impl fmt::Display for ReconcileReport {
             self.buckets_busy,
             self.buckets_not_raised,
             self.schedules_applied,
+            self.keys_removed,
             self.errors.len()
         )
     }
@@ -128,7 +137,10 @@ pub(crate) async fn reconcile(core: &Core) -> Result<ReconcileReport, Error> {
             restore_expired(core, lease, &mut report).await;
         }
     }
-    heal_concurrent(core, &mut report).await?;
+    // Listed after the leases above were given back: what the healing compares.
+    let buckets = core.store.list_buckets().await?;
+    heal_concurrent(core, &buckets, &mut report).await?;
+    idle::remove_idle_keys(core, &buckets, now, &mut report).await;
     crate::metrics::reconciled(
         crate::metrics::Reconciled {
             restored: report.leases_restored,
@@ -226,8 +238,16 @@ fn mismatch(row: &BucketState, held: &Held) -> Option<Tokens> {
 /// write in flight). The write is conditioned on that version.
 ///
 /// [`Config::heal_settle`]: crate::Config::heal_settle
-async fn heal_concurrent(core: &Core, report: &mut ReconcileReport) -> Result<(), Error> {
-    let buckets = concurrent_buckets(core).await?;
+async fn heal_concurrent(
+    core: &Core,
+    buckets: &[BucketState],
+    report: &mut ReconcileReport,
+) -> Result<(), Error> {
+    let buckets: Vec<BucketState> = buckets
+        .iter()
+        .filter(|b| b.bucket.limit_type() == LimitType::Concurrent)
+        .cloned()
+        .collect();
     if buckets.is_empty() {
         return Ok(());
     }

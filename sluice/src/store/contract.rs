@@ -203,6 +203,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Deletes a bucket row; returns whether it existed.
     async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError>;
 
+    /// Deletes the bucket row `expected` if it is still exactly that row (compared as
+    /// [`put_bucket`](Self::put_bucket) compares its expected row); whether it did. The
+    /// reconciler removes idle keys' rows so. A store that cannot compare and delete keeps
+    /// the row (the default): a full row kept costs only its storage.
+    async fn delete_bucket_as(&self, expected: &BucketState) -> Result<bool, StoreError> {
+        let _ = expected;
+        Ok(false)
+    }
+
     /// Where the rows are, in words for error messages: which table, or that they are in
     /// this process's memory.
     fn describe(&self) -> String {

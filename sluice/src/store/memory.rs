@@ -348,4 +348,16 @@ impl Store for MemoryStore {
     async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
         Ok(self.rows().buckets.remove(dimension).is_some())
     }
+
+    async fn delete_bucket_as(&self, expected: &BucketState) -> Result<bool, StoreError> {
+        let mut rows = self.rows();
+        if !rows
+            .buckets
+            .get(&expected.dimension)
+            .is_some_and(|stored| stored.same_row(expected))
+        {
+            return Ok(false);
+        }
+        Ok(rows.buckets.remove(&expected.dimension).is_some())
+    }
 }

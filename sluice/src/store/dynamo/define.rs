@@ -30,7 +30,7 @@ pub(super) enum Refused {
 
 /// The bucket attributes a whole row leaves out when they hold their default (see
 /// [`row::bucket_item`]).
-const OPTIONAL: [&str; 12] = [
+const OPTIONAL: [&str; 14] = [
     row::LEAN,
     row::RESERVES,
     row::BURST,
@@ -43,6 +43,8 @@ const OPTIONAL: [&str; 12] = [
     row::SCHEDULE,
     row::SHADOW_OWED,
     row::SHADOW_REFUSED,
+    row::KEYED,
+    row::OVERRIDE,
 ];
 
 impl DynamoStore {
@@ -156,6 +158,36 @@ impl DynamoStore {
             .send();
         let out = self.answer(Units::Write, request).await?;
         Ok(out.attributes().is_some_and(|a| !a.is_empty()))
+    }
+}
+
+impl DynamoStore {
+    /// Deletes the bucket row `expected` if it is still exactly that row; whether it did.
+    pub(super) async fn delete_bucket_row_as(
+        &self,
+        expected: &BucketState,
+    ) -> Result<bool, StoreError> {
+        let (condition, values, names) = row::same_row(expected);
+        let request = self
+            .client
+            .delete_item()
+            .table_name(self.table.as_ref())
+            .set_key(Some(row::key(expected.dimension.as_str())))
+            .condition_expression(condition)
+            .set_expression_attribute_values(Some(values))
+            .set_expression_attribute_names(Some(names))
+            .return_consumed_capacity(TOTAL)
+            .send();
+        match self.billed(Units::Write, request).await {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(self.err(e)),
+        }
     }
 }
 

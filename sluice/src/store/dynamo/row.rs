@@ -417,7 +417,7 @@ mod waiting;
 mod writes;
 
 use definition::with_flags;
-pub(crate) use definition::{OVERRIDE, definition_attributes};
+pub(crate) use definition::{KEYED, OVERRIDE, definition_attributes};
 pub(crate) use rate::{carry_value, rate_attributes};
 use rate::{read_carry, read_rate};
 

@@ -205,4 +205,8 @@ impl Store for DynamoStore {
     async fn delete_bucket(&self, dimension: &Dimension) -> Result<bool, StoreError> {
         role::within(Role::Operator, self.delete_bucket_row(dimension)).await
     }
+
+    async fn delete_bucket_as(&self, expected: &BucketState) -> Result<bool, StoreError> {
+        self.delete_bucket_row_as(expected).await
+    }
 }

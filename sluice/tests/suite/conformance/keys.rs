@@ -294,3 +294,101 @@ pub async fn a_key_s_override_keeps_its_own_definition(env: Env) {
         Err(Error::RetryIn(_))
     ));
 }
+
+pub async fn the_reconciler_removes_idle_keys_rows_and_nothing_is_lost(env: Env) {
+    if !keys_served(&env) {
+        return;
+    }
+    // 5 held, 10 a second: full again half a second after it was emptied.
+    let t = template(&env, "ingest", 5, 10).await;
+    let (idle, busy, own) = (key(&t, "idle"), key(&t, "busy"), key(&t, "own"));
+    env.sluice
+        .put_bucket(
+            own.as_str(),
+            Bucket::requests(RefillRate::per_second(10)).with_capacity(50),
+        )
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        env.sluice
+            .acquire(idle.as_str())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    // Full for less than the idle time: kept.
+    env.advance_ms(60_000);
+    assert_eq!(env.sluice.reconcile().await.unwrap().keys_removed, 0);
+    // Ten minutes full, and another key emptied just now.
+    env.advance_ms(600_000);
+    for _ in 0..5 {
+        env.sluice
+            .acquire(busy.as_str())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let report = env.sluice.reconcile().await.unwrap();
+    assert_eq!(report.keys_removed, 1, "{report}");
+    assert!(stored(&env, &idle).await.is_none());
+    assert!(
+        stored(&env, &busy).await.is_some(),
+        "a key in use keeps its row"
+    );
+    assert!(
+        stored(&env, &own).await.is_some(),
+        "an override is a definition"
+    );
+    assert!(stored(&env, &t).await.is_some(), "the template stays");
+    // The removed key is full, for the client that remembered its row and for one that
+    // never saw it.
+    let other = env.client("other");
+    let leases = [
+        env.sluice.acquire(idle.as_str()).await.unwrap(),
+        other.acquire(idle.as_str()).await.unwrap(),
+    ];
+    assert_eq!(
+        stored(&env, &idle)
+            .await
+            .unwrap()
+            .available(env.clock.now()),
+        Tokens::new(3)
+    );
+    drop(leases);
+    // A row written since the reconciler read it is never removed.
+    env.advance_ms(700_000);
+    let read = stored(&env, &idle).await.unwrap();
+    assert!(
+        sluice::store::Store::delete_bucket_as(&*env.store, &read)
+            .await
+            .is_ok()
+    );
+    assert!(stored(&env, &idle).await.is_none(), "removed as read");
+    env.sluice
+        .acquire(idle.as_str())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let read = stored(&env, &idle).await.unwrap();
+    env.sluice
+        .acquire(idle.as_str())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(!env.store.delete_bucket_as(&read).await.unwrap());
+    assert_eq!(
+        stored(&env, &idle)
+            .await
+            .unwrap()
+            .available(env.clock.now()),
+        Tokens::new(3)
+    );
+}

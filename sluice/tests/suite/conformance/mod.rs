@@ -305,6 +305,7 @@ macro_rules! suite {
             an_idle_key_s_row_removed_reads_as_full_and_comes_back,
             a_key_and_a_shared_dimension_are_taken_all_or_nothing,
             a_key_s_override_keeps_its_own_definition,
+            the_reconciler_removes_idle_keys_rows_and_nothing_is_lost,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {
