@@ -27,7 +27,7 @@ impl Sluice {
 
     async fn snapshot_of(&self, dimension: &str) -> Result<Snapshot, Error> {
         let dimension = Dimension::new(dimension)?;
-        let rows = crate::protocol::reshard::rows_of(&self.core, &dimension).await?;
+        let (rows, _) = self.core.rows_or_unwritten(&dimension).await?;
         // A sharded bucket's leases are under its rows' names: one listing, kept by base.
         let filter = LeaseFilter {
             dimension: (rows.len() == 1).then(|| dimension.clone()),

@@ -154,6 +154,40 @@ impl Sluice {
             .await
     }
 
+    /// Whether `request` is let through now, for code that only wants yes or no (a door
+    /// answering `429`): `true` when it is granted (its tokens are taken and its lease
+    /// ended at once), `false` when a bucket is short. The RetryIn's wait is dropped:
+    /// [`acquire`](Self::acquire) keeps it, for a `Retry-After`. Any other error is
+    /// returned.
+    ///
+    /// ```
+    /// use sluice::{Bucket, RefillRate, Sluice, clock::{ManualClock, UnixMillis}};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+    /// let sluice = Sluice::builder().store(sluice::MemoryStore::new()).clock(clock).build()?;
+    /// // Two requests a second per tenant, each tenant's bucket created by its first call.
+    /// let per_tenant = Bucket::requests(RefillRate::per_second(2)).with_capacity(2);
+    /// sluice.put_bucket("ingest#rpm", per_tenant.keyed()).await?;
+    /// assert!(sluice.allow("ingest#rpm#@tenant-42").await?);
+    /// assert!(sluice.allow("ingest#rpm#@tenant-42").await?);
+    /// assert!(!sluice.allow("ingest#rpm#@tenant-42").await?);
+    /// assert!(sluice.allow("ingest#rpm#@tenant-7").await?, "every tenant has its own");
+    /// # Ok::<(), sluice::Error>(()) }).unwrap();
+    /// ```
+    pub async fn allow(&self, request: impl Into<Acquire>) -> Result<bool, Error> {
+        match self.acquire(request).await {
+            // Dropped: released in the background (a `requests` or `tokens` lease released
+            // this soon costs no call).
+            Ok(lease) => {
+                drop(lease);
+                Ok(true)
+            }
+            Err(Error::RetryIn(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Whether `request` would be granted now, or its exact RetryIn, without taking
     /// anything: no write, and at most one read (of every row the request names, in one
     /// call).

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::shared::Core;
 use crate::shared::remembered::{Recall, retry_in};
 
-use super::{reshard, sharded};
+use super::sharded;
 
 /// What an acquire would get now, as [`Sluice::peek`](crate::Sluice::peek) answers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,19 +64,23 @@ pub(crate) async fn peek(core: &Core, wanted: &[Wanted]) -> Result<Peek, Error> 
     let mut longest: Option<Duration> = None;
     for (w, known) in wanted.iter().zip(counts) {
         let mut rows: Vec<BucketState> = read.by_ref().take(usize::from(known)).flatten().collect();
+        let mut stored = true;
         let seed = core.config.protocol() == Protocol::Seed;
         let complete = rows.len() == usize::from(known)
             && rows
                 .first()
                 .is_some_and(|first| seed || first.shards == known);
         if !complete {
-            // Resharded (or deleted) since this client last looked: its rows as they are.
-            rows = reshard::rows_of(core, &w.dimension).await?;
+            // Resharded (or deleted) since this client last looked: its rows as they are
+            // (a key's not written yet: its template's bucket, full, learned by no one).
+            (rows, stored) = core.rows_or_unwritten(&w.dimension).await?;
         }
-        core.lanes
-            .note_shards(&w.dimension, u16::try_from(rows.len()).unwrap_or(1));
-        for row in &rows {
-            core.lanes.learn(row.clone(), now);
+        if stored {
+            core.lanes
+                .note_shards(&w.dimension, u16::try_from(rows.len()).unwrap_or(1));
+            for row in &rows {
+                core.lanes.learn(row.clone(), now);
+            }
         }
         if let Some(wait) = wait_of(core, w, &rows, now)? {
             longest = longest.max(Some(retry_in(wait)));

@@ -392,3 +392,44 @@ pub async fn the_reconciler_removes_idle_keys_rows_and_nothing_is_lost(env: Env)
         Tokens::new(3)
     );
 }
+
+pub async fn an_unwritten_key_is_seen_as_its_template_s_bucket_full(env: Env) {
+    if !keys_served(&env) {
+        return;
+    }
+    let t = template(&env, "ingest", 5, 2).await;
+    let fresh = key(&t, "fresh");
+    assert!(env.sluice.peek(fresh.as_str()).await.unwrap().is_granted());
+    assert!(matches!(
+        env.sluice
+            .peek(Acquire::with_cost(fresh.as_str(), 6u64))
+            .await,
+        Err(Error::CostExceedsCapacity { .. })
+    ));
+    let snapshot = env.sluice.snapshot(fresh.as_str()).await.unwrap();
+    assert_eq!(
+        (snapshot.capacity, snapshot.available, snapshot.refill_rate),
+        (Tokens::new(5), Tokens::new(5), RefillRate::per_second(2))
+    );
+    assert!(env.sluice.allow(fresh.as_str()).await.unwrap());
+    assert!(stored(&env, &fresh).await.is_some(), "created by the grant");
+    let snapshot = env.sluice.snapshot(fresh.as_str()).await.unwrap();
+    assert_eq!(snapshot.available, Tokens::new(4));
+    for _ in 0..4 {
+        assert!(env.sluice.allow(fresh.as_str()).await.unwrap());
+    }
+    assert!(!env.sluice.allow(fresh.as_str()).await.unwrap());
+    assert_eq!(
+        env.sluice.peek(fresh.as_str()).await.unwrap().retry_in(),
+        Some(Duration::from_millis(500))
+    );
+    // Looking at an unwritten key writes nothing; one of no keyed bucket is unknown.
+    let never = key(&t, "never");
+    env.sluice.snapshot(never.as_str()).await.unwrap();
+    assert!(stored(&env, &never).await.is_none());
+    let orphan = key(&env.dim("none").parse().unwrap(), "k");
+    assert!(matches!(
+        env.sluice.peek(orphan.as_str()).await,
+        Err(Error::UnknownDimension { .. })
+    ));
+}

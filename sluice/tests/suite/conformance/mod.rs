@@ -306,6 +306,7 @@ macro_rules! suite {
             a_key_and_a_shared_dimension_are_taken_all_or_nothing,
             a_key_s_override_keeps_its_own_definition,
             the_reconciler_removes_idle_keys_rows_and_nothing_is_lost,
+            an_unwritten_key_is_seen_as_its_template_s_bucket_full,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {
