@@ -37,6 +37,11 @@ pub fn parse(text: &str) -> Result<Vec<(Dimension, Bucket)>, String> {
                 e.to_string().trim_end().replace('\n', " ")
             )
         })?;
+        // A table named for a key is that key's own definition (an override).
+        let bucket = match dimension.key() {
+            Some(_) => bucket.overriding(),
+            None => bucket,
+        };
         buckets.push((dimension, bucket));
     }
     Ok(buckets)

@@ -27,7 +27,7 @@ impl Sluice {
 
     async fn snapshot_of(&self, dimension: &str) -> Result<Snapshot, Error> {
         let dimension = Dimension::new(dimension)?;
-        let (rows, _) = self.core.rows_or_unwritten(&dimension).await?;
+        let (rows, _) = crate::protocol::reshard::rows_or_unwritten(&self.core, &dimension).await?;
         // A sharded bucket's leases are under its rows' names: one listing, kept by base.
         let filter = LeaseFilter {
             dimension: (rows.len() == 1).then(|| dimension.clone()),
@@ -121,6 +121,10 @@ impl Sluice {
     /// is that key's own definition ([`Bucket::is_override`]), kept whatever the template
     /// becomes.
     pub async fn put_bucket(&self, dimension: &str, bucket: Bucket) -> Result<BucketState, Error> {
+        // One put on a key's dimension is that key's own definition, over its template's
+        // (a schedule's change to a key's row is not: it keeps the row's).
+        let keyed = Dimension::new(dimension).is_ok_and(|d| d.key().is_some());
+        let bucket = if keyed { bucket.overriding() } else { bucket };
         role::within(Role::Operator, self.define(dimension, bucket)).await
     }
 
@@ -134,13 +138,8 @@ impl Sluice {
             dimension: dimension.clone(),
             source,
         })?;
-        // A scheduled bucket is stored with the limits its schedule has now; one put on a
-        // key's dimension is that key's own definition, over its template's.
+        // A scheduled bucket is stored with the limits its schedule has now.
         let bucket = bucket.at(self.now());
-        let bucket = match dimension.key() {
-            Some(_) => bucket.overriding(),
-            None => bucket,
-        };
         let mut budget = Budget::new(self.core.config.max_retries);
         loop {
             let now = self.now();

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::shared::Core;
 use crate::shared::remembered::{Recall, retry_in};
 
-use super::sharded;
+use super::{reshard, sharded};
 
 /// What an acquire would get now, as [`Sluice::peek`](crate::Sluice::peek) answers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +73,12 @@ pub(crate) async fn peek(core: &Core, wanted: &[Wanted]) -> Result<Peek, Error> 
         if !complete {
             // Resharded (or deleted) since this client last looked: its rows as they are
             // (a key's not written yet: its template's bucket, full, learned by no one).
-            (rows, stored) = core.rows_or_unwritten(&w.dimension).await?;
+            (rows, stored) = reshard::rows_or_unwritten(core, &w.dimension).await?;
+        }
+        if rows.first().is_some_and(|r| r.bucket.is_keyed()) {
+            return Err(Error::KeyRequired {
+                dimension: w.dimension.clone(),
+            });
         }
         if stored {
             core.lanes

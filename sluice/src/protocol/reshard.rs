@@ -15,6 +15,32 @@ use crate::store::StoreError;
 
 use super::lost_race;
 
+/// The rows of `dimension`'s bucket as they are now (see [`rows_of`]), and whether they
+/// are stored: a key with no row yet is its template's bucket, full (what its first
+/// acquire finds), and `false`.
+pub(crate) async fn rows_or_unwritten(
+    core: &Core,
+    dimension: &Dimension,
+) -> Result<(Vec<BucketState>, bool), Error> {
+    match rows_of(core, dimension).await {
+        Err(Error::UnknownDimension { .. }) if dimension.key().is_some() => {
+            let now = core.now();
+            match core.template(dimension, now).await? {
+                Some(template) => Ok((
+                    vec![BucketState::full(
+                        dimension.clone(),
+                        template.bucket.for_key(),
+                        now,
+                    )],
+                    false,
+                )),
+                None => Err(core.unknown(dimension)),
+            }
+        }
+        rows => Ok((rows?, true)),
+    }
+}
+
 /// Every row of `base`'s bucket as stored now, shard 0 first: one read of its own row,
 /// then one of the other shards it counts.
 pub(crate) async fn rows_of(core: &Core, base: &Dimension) -> Result<Vec<BucketState>, Error> {

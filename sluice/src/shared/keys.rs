@@ -6,7 +6,6 @@ use super::Core;
 use crate::bucket::BucketState;
 use crate::clock::UnixMillis;
 use crate::dimension::Dimension;
-use crate::error::Error;
 use crate::store::StoreError;
 
 /// How long a client writes new keys' rows from a template it read before it reads the
@@ -37,32 +36,5 @@ impl Core {
             None => self.read_into(&lane, &name).await?,
         };
         Ok(row.filter(|r| r.bucket.is_keyed()))
-    }
-
-    /// The rows of `dimension`'s bucket as they are now (see
-    /// [`rows_of`](crate::protocol::reshard::rows_of)), and whether they are stored: a key
-    /// with no row yet is its template's bucket, full (what its first acquire finds), and
-    /// `false`.
-    pub(crate) async fn rows_or_unwritten(
-        &self,
-        dimension: &Dimension,
-    ) -> Result<(Vec<BucketState>, bool), Error> {
-        match crate::protocol::reshard::rows_of(self, dimension).await {
-            Err(Error::UnknownDimension { .. }) if dimension.key().is_some() => {
-                let now = self.now();
-                match self.template(dimension, now).await? {
-                    Some(template) => Ok((
-                        vec![BucketState::full(
-                            dimension.clone(),
-                            template.bucket.for_key(),
-                            now,
-                        )],
-                        false,
-                    )),
-                    None => Err(self.unknown(dimension)),
-                }
-            }
-            rows => Ok((rows?, true)),
-        }
     }
 }

@@ -721,7 +721,7 @@ fn reconcile_once_or_every_interval() {
     let once = cli.ok(&["reconcile"]);
     assert_eq!(
         once,
-        "0 expired leases: 0 restored (0 tokens), 0 already gone, 0 in their release grace; 0 concurrent buckets checked: 0 healed (0 tokens), 0 busy, 0 not raised (unreadable leases); 0 schedules applied; 0 errors\n"
+        "0 expired leases: 0 restored (0 tokens), 0 already gone, 0 in their release grace; 0 concurrent buckets checked: 0 healed (0 tokens), 0 busy, 0 not raised (unreadable leases); 0 schedules applied; 0 idle keys removed; 0 errors\n"
     );
     let json = cli.json(&["reconcile", "--json"]);
     for key in [

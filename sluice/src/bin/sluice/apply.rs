@@ -121,9 +121,11 @@ pub(crate) fn plan(
     }
     for state in current {
         // A key's row the file does not name is the data of a keyed bucket (created by an
-        // acquire), not a definition: listed and pruned with its template, never alone.
+        // acquire), not a definition: listed and pruned with its template, never alone. An
+        // override is a definition: kept, or pruned, as any other.
         let template = state.dimension.template();
         let key_of_kept = state.dimension.key().is_some()
+            && !state.bucket.is_override()
             && (!prune || wanted.iter().any(|(d, _)| *d == template));
         if key_of_kept {
             continue;
@@ -420,7 +422,12 @@ refill = "500/s"
             state("ingest#rpm#@t1", per_key.clone()),
             state("gone#rpm", per_key.clone().keyed()),
             state("gone#rpm#@t1", per_key.clone()),
+            state("ingest#rpm#@old-customer", wanted[1].1.clone()),
         ];
+        assert!(
+            wanted[1].1.is_override(),
+            "a key's table is its own definition"
+        );
         let lines = |prune| -> Vec<String> {
             plan(&wanted, &current, prune)
                 .iter()
@@ -433,6 +440,7 @@ refill = "500/s"
                 "? not in file gone#rpm (kept; --prune deletes it)",
                 "~ update    ingest#rpm: keyed false -> true",
                 "+ create    ingest#rpm#@big-customer: requests, capacity 30000, refill 500/s, cost per call 1",
+                "? not in file ingest#rpm#@old-customer (kept; --prune deletes it)",
             ]
         );
         assert_eq!(
@@ -442,6 +450,7 @@ refill = "500/s"
                 "- delete    gone#rpm#@t1",
                 "~ update    ingest#rpm: keyed false -> true",
                 "+ create    ingest#rpm#@big-customer: requests, capacity 30000, refill 500/s, cost per call 1",
+                "- delete    ingest#rpm#@old-customer",
             ]
         );
     }

@@ -19,7 +19,6 @@ impl Write<'_> {
     /// `None`: not a key's row, or no template to write from (removed, or not keyed: a key
     /// whose row exists keeps it, and is read as any other).
     pub(super) async fn unknown_key(&mut self) -> Result<Option<BucketState>, Next> {
-        self.creates = None;
         if self.dimension.key().is_none()
             || self.dimension.shard_index() != 0
             || self.lane.memory().row().is_some()

@@ -222,6 +222,8 @@ impl Write<'_> {
     /// is over (the bucket is gone, or the read failed; every job is answered), or a
     /// throttled read is waited out.
     async fn row(&mut self) -> Result<BucketState, Next> {
+        // Only a row this attempt computes from the template creates (see `unknown_key`).
+        self.creates = None;
         let remembered = self.lane.memory().row_to_write().cloned();
         if let Some(row) = remembered {
             return Ok(row);
@@ -285,7 +287,9 @@ impl Write<'_> {
         refused: Vec<AcquireJob>,
         now: UnixMillis,
     ) -> Next {
-        if !self.fresh {
+        // A refusal computed from a key's template (its cost beyond what the bucket can ever
+        // hold) is the store's answer too: memory holds no row to give it from.
+        if !self.fresh && self.creates.is_none() {
             match refusals::from_memory(self.lane, refused, now) {
                 Ok(()) => return Next::Done,
                 Err(unconfirmed) => {

@@ -17,7 +17,7 @@ pub(crate) const KEY_IDLE_AFTER: Duration = Duration::from_secs(600);
 
 /// Whether `row` is an idle key's, to remove at `now`: a key's own row (not spread, not an
 /// override, which is a definition of its own, nor one whose shadow ledger counts
-/// something), of a bucket that refills, full since [`KEY_IDLE_AFTER`] before `now` at the
+/// something or which learned a vendor's burst), of a bucket that refills, full since [`KEY_IDLE_AFTER`] before `now` at the
 /// latest.
 pub(crate) fn idle(row: &BucketState, now: UnixMillis) -> bool {
     let Some(since) = now.as_millis().checked_sub(millis(KEY_IDLE_AFTER)) else {
@@ -28,6 +28,7 @@ pub(crate) fn idle(row: &BucketState, now: UnixMillis) -> bool {
         && row.shards == 1
         && !row.bucket.is_override()
         && row.shadow == crate::bucket::ShadowLedger::default()
+        && row.burst.is_none()
         && row.bucket.limit_type().refills()
         && row.available(UnixMillis::new(since)) >= row.holds()
 }

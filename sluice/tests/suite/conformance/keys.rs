@@ -62,7 +62,25 @@ pub async fn a_key_s_first_acquire_creates_its_row_from_the_template_in_one_writ
         env.sluice.acquire(t.as_str()).await,
         Err(Error::KeyRequired { dimension }) if dimension == t
     ));
+    assert!(matches!(
+        env.sluice.peek(t.as_str()).await,
+        Err(Error::KeyRequired { .. })
+    ));
     assert_eq!(stored(&env, &t).await.unwrap(), template_row);
+    // A cost the template's bucket can never hold, from a client that never saw the key:
+    // the distinct error, at once.
+    let big = env.client("big");
+    let ask = key(&t, "tenant-9");
+    let too_big =
+        tokio::spawn(async move { big.acquire(Acquire::with_cost(ask.as_str(), 6u64)).await });
+    let answer = tokio::time::timeout(Duration::from_secs(10), too_big)
+        .await
+        .expect("answered, not retried forever")
+        .unwrap();
+    assert!(
+        matches!(answer, Err(Error::CostExceedsCapacity { .. })),
+        "{answer:?}"
+    );
     // A key of a bucket that is not keyed, or of none: no bucket.
     super::requests(&env, "plain", 5, 1).await;
     let plain: Dimension = env.dim("plain").parse().unwrap();
