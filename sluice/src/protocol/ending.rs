@@ -226,7 +226,9 @@ pub(crate) async fn restore(
 /// client remembers at `now` (`None`: nothing to change). A lost race is computed again at
 /// once from the row the failure hands back, a shard gathered away is followed to its
 /// bucket's row that took its place, back-pressure is waited out; at most
-/// `max_fresh_retries` + 1 changes. A bucket gone with no row in its place answers `gone`.
+/// `max_fresh_retries` + 1 changes. A bucket gone with no row in its place answers `gone`,
+/// except a key's row (removed when idle): its bucket is its template's, full, and the
+/// change creates the row again (see [`unwritten_key`](super::reshard::unwritten_key)).
 pub(super) async fn change_remembered(
     core: &Core,
     dimension: &Dimension,
@@ -238,21 +240,31 @@ pub(super) async fn change_remembered(
     let mut throttled: u32 = 0;
     let mut dimension = dimension.clone();
     for _ in 0..=max_fresh_retries {
-        let row = match core.remembered_row(&dimension).await {
-            Ok(row) => row,
+        let (row, creates) = match core.remembered_row(&dimension).await {
+            Ok(row) => (row, None),
             Err(Error::UnknownDimension { .. }) => match core.moved_shard(&dimension).await? {
                 // A shard gathered away: its bucket's row that took its place.
                 Some(moved) => {
                     dimension = moved;
                     continue;
                 }
-                None => return gone(&dimension),
+                None => match super::reshard::unwritten_key(core, &dimension).await? {
+                    Some(row) => {
+                        let at = row.last_refill_at;
+                        (row, Some(at))
+                    }
+                    None => return gone(&dimension),
+                },
             },
             Err(e) => return Err(e),
         };
         let now = core.now();
         let Some(change) = compute(&row, now)? else {
             return Ok(());
+        };
+        let change = match creates {
+            Some(at) => change.creating(at),
+            None => change,
         };
         match core.change(change).await {
             Ok(after) => {
@@ -264,6 +276,8 @@ pub(super) async fn change_remembered(
                 core.lanes.forget(&dimension);
                 match core.moved_shard(&dimension).await? {
                     Some(moved) => dimension = moved,
+                    // A key's row removed: made again from its template next time round.
+                    None if dimension.key().is_some() => {}
                     None => return gone(&dimension),
                 }
             }

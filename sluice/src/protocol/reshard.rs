@@ -15,6 +15,22 @@ use crate::store::StoreError;
 
 use super::lost_race;
 
+/// A key's row that is not there (never written, or removed when idle), as its bucket is:
+/// its template's, full now. `None`: not a key's own row, or no keyed bucket for it.
+pub(crate) async fn unwritten_key(
+    core: &Core,
+    dimension: &Dimension,
+) -> Result<Option<BucketState>, Error> {
+    if dimension.key().is_none() || dimension.shard_index() != 0 {
+        return Ok(None);
+    }
+    let now = core.now();
+    Ok(core
+        .template(dimension, now)
+        .await?
+        .map(|t| BucketState::full(dimension.clone(), t.bucket.for_key(), now)))
+}
+
 /// The rows of `dimension`'s bucket as they are now (see [`rows_of`]), and whether they
 /// are stored: a key with no row yet is its template's bucket, full (what its first
 /// acquire finds), and `false`.

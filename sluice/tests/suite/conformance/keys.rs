@@ -451,3 +451,29 @@ pub async fn an_unwritten_key_is_seen_as_its_template_s_bucket_full(env: Env) {
         Err(Error::UnknownDimension { .. })
     ));
 }
+
+pub async fn a_correction_after_a_key_s_row_was_removed_is_charged_to_it(env: Env) {
+    if !keys_served(&env) {
+        return;
+    }
+    // 100 held, 10 a second: an estimate of 10, held long past the key's idle time.
+    let t = template(&env, "user-tpm", 100, 10).await;
+    let user = key(&t, "long-job");
+    let mut lease = env
+        .sluice
+        .acquire(Acquire::with_cost(user.as_str(), 10u64).ttl(Duration::from_secs(3_600)))
+        .await
+        .unwrap();
+    env.advance_ms(700_000);
+    assert_eq!(env.sluice.reconcile().await.unwrap().keys_removed, 1);
+    // It used 50: the 40 more are charged to the key, whose row comes back for it.
+    lease.adjust(user.as_str(), 50u64).await.unwrap();
+    assert_eq!(
+        stored(&env, &user)
+            .await
+            .expect("made again")
+            .available(env.clock.now()),
+        Tokens::new(60)
+    );
+    lease.release().await.unwrap();
+}

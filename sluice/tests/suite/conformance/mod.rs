@@ -307,6 +307,7 @@ macro_rules! suite {
             a_key_s_override_keeps_its_own_definition,
             the_reconciler_removes_idle_keys_rows_and_nothing_is_lost,
             an_unwritten_key_is_seen_as_its_template_s_bucket_full,
+            a_correction_after_a_key_s_row_was_removed_is_charged_to_it,
         );
     };
     (@tests $make:path, $protocol:expr; $($name:ident),* $(,)?) => {
