@@ -205,6 +205,26 @@ impl Dimension {
     }
 }
 
+/// `dimensions` (one, or several joined by `,`) with every key's dimension labelled by its
+/// keyed bucket: `ingest#rpm#@tenant-42` as `ingest#rpm#@*`, so that a bucket per key adds
+/// one label, not one per key.
+pub(crate) fn by_template(dimensions: &str) -> std::borrow::Cow<'_, str> {
+    if !dimensions.contains(sluice_dimension::KEY_MARK) {
+        return std::borrow::Cow::Borrowed(dimensions);
+    }
+    let parts: Vec<String> = dimensions
+        .split(',')
+        .map(|d| {
+            // The key's mark is the third part's start: a metric may begin with `@`.
+            match d.match_indices('#').nth(1) {
+                Some((i, _)) if d[i + 1..].starts_with('@') => format!("{}#@*", &d[..i]),
+                _ => d.to_owned(),
+            }
+        })
+        .collect();
+    std::borrow::Cow::Owned(parts.join(","))
+}
+
 impl FromStr for Dimension {
     type Err = DimensionError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -55,7 +55,7 @@ impl Labels {
     /// The label of `dimension`: itself while fewer than [`MAX_DIMENSION_LABELS`] distinct
     /// ones were reported (or it is one of them), else `other`.
     fn of(&self, dimension: &str) -> String {
-        let dimension: &str = &by_template(dimension);
+        let dimension: &str = &crate::dimension::by_template(dimension);
         let mut seen = self
             .0
             .lock()
@@ -69,26 +69,6 @@ impl Labels {
         }
         dimension.to_owned()
     }
-}
-
-/// `dimensions` (one, or several joined by `,`) with every key's dimension labelled by its
-/// keyed bucket: `ingest#rpm#@tenant-42` as `ingest#rpm#@*`, so that a bucket per key adds
-/// one label, not one per key.
-fn by_template(dimensions: &str) -> std::borrow::Cow<'_, str> {
-    if !dimensions.contains(sluice_dimension::KEY_MARK) {
-        return std::borrow::Cow::Borrowed(dimensions);
-    }
-    let parts: Vec<String> = dimensions
-        .split(',')
-        .map(|d| {
-            // The key's mark is the third part's start: a metric may begin with `@`.
-            match d.match_indices('#').nth(1) {
-                Some((i, _)) if d[i + 1..].starts_with('@') => format!("{}#@*", &d[..i]),
-                _ => d.to_owned(),
-            }
-        })
-        .collect();
-    std::borrow::Cow::Owned(parts.join(","))
 }
 
 /// Records an acquire's outcome and latency.

@@ -40,16 +40,8 @@ pub(crate) async fn rows_or_unwritten(
 ) -> Result<(Vec<BucketState>, bool), Error> {
     match rows_of(core, dimension).await {
         Err(Error::UnknownDimension { .. }) if dimension.key().is_some() => {
-            let now = core.now();
-            match core.template(dimension, now).await? {
-                Some(template) => Ok((
-                    vec![BucketState::full(
-                        dimension.clone(),
-                        template.bucket.for_key(),
-                        now,
-                    )],
-                    false,
-                )),
+            match unwritten_key(core, dimension).await? {
+                Some(row) => Ok((vec![row], false)),
                 None => Err(core.unknown(dimension)),
             }
         }

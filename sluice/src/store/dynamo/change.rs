@@ -277,10 +277,7 @@ impl DynamoStore {
                     .consumed_capacity()
                     .map_or(0, super::billed::capacity_milliunits);
                 // A key's row counts under its keyed bucket (one label, not one per key).
-                let label = match change.dimension.key() {
-                    Some(_) => format!("{}#@*", change.dimension.template()),
-                    None => change.dimension.as_str().to_owned(),
-                };
+                let label = crate::dimension::by_template(change.dimension.as_str()).into_owned();
                 ::metrics::counter!("sluice_bucket_write_units_total", "dimension" => label)
                     .increment(units.div_ceil(1_000));
                 let Some(item) = out.attributes() else {

@@ -37,6 +37,25 @@ async fn stored(env: &Env, d: &Dimension) -> Option<sluice::bucket::BucketState>
     env.sluice.bucket(d.as_str()).await.unwrap()
 }
 
+/// What `d`'s stored row holds now.
+async fn available(env: &Env, d: &Dimension) -> Tokens {
+    stored(env, d)
+        .await
+        .expect("a row")
+        .available(env.clock.now())
+}
+
+/// Acquires `request` on `client` and releases it at once.
+async fn take(client: &sluice::Sluice, request: impl Into<Acquire>) {
+    client
+        .acquire(request)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 pub async fn a_key_s_first_acquire_creates_its_row_from_the_template_in_one_write(env: Env) {
     if !keys_served(&env) {
         return;
@@ -104,13 +123,7 @@ pub async fn each_key_is_a_bucket_of_its_own_with_exact_waits(env: Env) {
     let t = template(&env, "ingest", 3, 4).await;
     let (a, b) = (key(&t, "a"), key(&t, "b"));
     for _ in 0..3 {
-        env.sluice
-            .acquire(a.as_str())
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        take(&env.sluice, a.as_str()).await;
     }
     env.advance_ms(100);
     assert_eq!(
@@ -161,13 +174,7 @@ pub async fn first_uses_of_one_key_racing_from_two_clients_never_over_grant(env:
     }
     // The clock stands still: what the bucket holds, and no more.
     assert_eq!(granted, 4);
-    assert_eq!(
-        stored(&env, &tenant)
-            .await
-            .unwrap()
-            .available(env.clock.now()),
-        Tokens::ZERO
-    );
+    assert_eq!(available(&env, &tenant).await, Tokens::ZERO);
 }
 
 pub async fn an_idle_key_s_row_removed_reads_as_full_and_comes_back(env: Env) {
@@ -177,13 +184,7 @@ pub async fn an_idle_key_s_row_removed_reads_as_full_and_comes_back(env: Env) {
     let t = template(&env, "ingest", 5, 10).await;
     let tenant = key(&t, "idle");
     for _ in 0..2 {
-        env.sluice
-            .acquire(tenant.as_str())
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        take(&env.sluice, tenant.as_str()).await;
     }
     // Full again after 200 ms; the row then goes (as the reconciler or a TTL removes it).
     env.advance_ms(1_000);
@@ -210,13 +211,7 @@ pub async fn an_idle_key_s_row_removed_reads_as_full_and_comes_back(env: Env) {
         1,
         "an idle key's row is filled in one write"
     );
-    assert_eq!(
-        stored(&env, &tenant)
-            .await
-            .unwrap()
-            .available(env.clock.now()),
-        Tokens::new(4)
-    );
+    assert_eq!(available(&env, &tenant).await, Tokens::new(4));
 }
 
 pub async fn a_key_and_a_shared_dimension_are_taken_all_or_nothing(env: Env) {
@@ -235,10 +230,7 @@ pub async fn a_key_and_a_shared_dimension_are_taken_all_or_nothing(env: Env) {
         .release()
         .await
         .unwrap();
-    let after_one = stored(&env, &tenant)
-        .await
-        .unwrap()
-        .available(env.clock.now());
+    let after_one = available(&env, &tenant).await;
     assert_eq!(after_one, Tokens::new(90));
     // The shared dimension is short: the key gives back what it took, or takes nothing.
     let other = env.client("other");
@@ -246,13 +238,7 @@ pub async fn a_key_and_a_shared_dimension_are_taken_all_or_nothing(env: Env) {
         other.acquire(both()).await,
         Err(Error::RetryIn(_))
     ));
-    assert_eq!(
-        stored(&env, &tenant)
-            .await
-            .unwrap()
-            .available(env.clock.now()),
-        after_one
-    );
+    assert_eq!(available(&env, &tenant).await, after_one);
     let fresh_key = key(&t, "t2");
     assert!(matches!(
         other
@@ -299,13 +285,7 @@ pub async fn a_key_s_override_keeps_its_own_definition(env: Env) {
     // Other keys follow the template.
     let small = key(&t, "small");
     for _ in 0..2 {
-        fresh
-            .acquire(small.as_str())
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        take(&fresh, small.as_str()).await;
     }
     assert!(matches!(
         fresh.acquire(small.as_str()).await,
@@ -328,13 +308,7 @@ pub async fn the_reconciler_removes_idle_keys_rows_and_nothing_is_lost(env: Env)
         .await
         .unwrap();
     for _ in 0..2 {
-        env.sluice
-            .acquire(idle.as_str())
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        take(&env.sluice, idle.as_str()).await;
     }
     // Full for less than the idle time: kept.
     env.advance_ms(60_000);
@@ -342,13 +316,7 @@ pub async fn the_reconciler_removes_idle_keys_rows_and_nothing_is_lost(env: Env)
     // Ten minutes full, and another key emptied just now.
     env.advance_ms(600_000);
     for _ in 0..5 {
-        env.sluice
-            .acquire(busy.as_str())
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        take(&env.sluice, busy.as_str()).await;
     }
     let report = env.sluice.reconcile().await.unwrap();
     assert_eq!(report.keys_removed, 1, "{report}");
@@ -369,13 +337,7 @@ pub async fn the_reconciler_removes_idle_keys_rows_and_nothing_is_lost(env: Env)
         env.sluice.acquire(idle.as_str()).await.unwrap(),
         other.acquire(idle.as_str()).await.unwrap(),
     ];
-    assert_eq!(
-        stored(&env, &idle)
-            .await
-            .unwrap()
-            .available(env.clock.now()),
-        Tokens::new(3)
-    );
+    assert_eq!(available(&env, &idle).await, Tokens::new(3));
     drop(leases);
     // A row written since the reconciler read it is never removed.
     env.advance_ms(700_000);
@@ -386,29 +348,11 @@ pub async fn the_reconciler_removes_idle_keys_rows_and_nothing_is_lost(env: Env)
             .is_ok()
     );
     assert!(stored(&env, &idle).await.is_none(), "removed as read");
-    env.sluice
-        .acquire(idle.as_str())
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take(&env.sluice, idle.as_str()).await;
     let read = stored(&env, &idle).await.unwrap();
-    env.sluice
-        .acquire(idle.as_str())
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take(&env.sluice, idle.as_str()).await;
     assert!(!env.store.delete_bucket_as(&read).await.unwrap());
-    assert_eq!(
-        stored(&env, &idle)
-            .await
-            .unwrap()
-            .available(env.clock.now()),
-        Tokens::new(3)
-    );
+    assert_eq!(available(&env, &idle).await, Tokens::new(3));
 }
 
 pub async fn an_unwritten_key_is_seen_as_its_template_s_bucket_full(env: Env) {
