@@ -253,8 +253,10 @@ async fn take_in_shadow(
 }
 
 /// While the dimensions not taken were refused by back-pressure on their rows (no bucket
-/// short: nothing of theirs remembered as denied), and others are held: waits and asks
-/// for them again, [`BACK_PRESSURE_RETRIES`] times at most.
+/// short: the refusal names none, and nothing of theirs is remembered as denied), and
+/// others are held: waits and asks for them again, [`BACK_PRESSURE_RETRIES`] times at
+/// most. A bucket short (a spread one's refusal, from its rows read together, is not in
+/// its lane's memory) is answered at once.
 async fn ask_again_under_pressure(
     core: &Arc<Core>,
     wanted: &[Wanted],
@@ -266,6 +268,9 @@ async fn ask_again_under_pressure(
         let Some(Error::RetryIn(refusal)) = &takes.refusal else {
             return;
         };
+        if !refusal.short.is_empty() {
+            return;
+        }
         let wait = refusal.delay;
         let left: Vec<usize> = enforcing
             .iter()

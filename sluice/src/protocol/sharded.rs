@@ -235,14 +235,16 @@ async fn whole(
             }
             // Rows read across a reshard that landed between the reads: read again.
             Err(Error::Shards(ShardError::Inconsistent(..))) => continue,
+            // A key's rows gone since this client saw it spread (gathered, then removed
+            // when idle): the key is one row again, which its next write creates.
+            Err(Error::UnknownDimension { .. }) if base.key().is_some() => {
+                core.lanes.note_shards(&base, 1);
+                return fast::acquire(core, wanted.clone(), ttl, fresh_after, false).await;
+            }
             Err(e) => return Err(e),
         };
         let now = core.now();
-        core.lanes
-            .note_shards(&base, u16::try_from(rows.len()).unwrap_or(1));
-        for row in &rows {
-            core.lanes.learn(row.clone(), now);
-        }
+        core.lanes.learn_rows(&base, &rows, now);
         let shadow = wanted.shadow || rows.iter().any(|r| r.bucket.mode() == Mode::Shadow);
         let cost = match within_bucket(&rows, wanted) {
             Err(Error::Shards(ShardError::Inconsistent(..))) => continue,

@@ -51,6 +51,14 @@ impl Lanes {
         }
     }
 
+    /// Remembers every row of `base`'s bucket, just read at `now`: their count and each row.
+    pub(crate) fn learn_rows(&self, base: &Dimension, rows: &[BucketState], now: UnixMillis) {
+        self.note_shards(base, u16::try_from(rows.len()).unwrap_or(1));
+        for row in rows {
+            self.learn(row.clone(), now);
+        }
+    }
+
     pub(crate) fn lane(&self, dimension: &Dimension) -> Arc<Lane> {
         let mut lanes = lock(&self.lanes);
         if let Some(lane) = lanes.get(dimension) {

@@ -30,6 +30,7 @@ mod lease_time;
 mod memory_store;
 mod metrics;
 mod model;
+mod model_keys;
 mod model_modes;
 mod priorities;
 mod properties;

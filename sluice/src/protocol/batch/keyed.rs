@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::store::BucketChange;
 
 use super::plan::Reading;
-use super::{Next, Write};
+use super::{AcquireJob, Next, Write};
 
 impl Write<'_> {
     /// The row to write a key's first acquire from, for a key's row this client never saw
@@ -77,6 +77,34 @@ impl Write<'_> {
             full_by_refill(&mut change.commute, row, at);
         }
         change.creating(created_at)
+    }
+
+    /// Answers refusals computed from a key's template (a cost beyond what its bucket can
+    /// ever hold, or beyond a priority's share of it): the key's row is read first, as an
+    /// override (a bigger customer) may hold what the template cannot. With no row there,
+    /// the template's answer is the store's; with one, the acquires are decided from it.
+    pub(super) async fn refused_by_template(
+        &mut self,
+        template_row: &BucketState,
+        refused: Vec<AcquireJob>,
+        now: UnixMillis,
+    ) -> Next {
+        self.acquires = refused;
+        match self.core.read_into(self.lane, &self.dimension).await {
+            Ok(Some(_)) => {
+                self.fresh = true;
+                Next::Again
+            }
+            Ok(None) => {
+                let refused = std::mem::take(&mut self.acquires);
+                self.refuse_confirmed(template_row, refused, now).await
+            }
+            Err(e) if e.is_back_pressure() => self.throttled().await,
+            Err(e) => {
+                self.fail_store(&e);
+                Next::Done
+            }
+        }
     }
 
     /// Answers every acquire: the dimension is a keyed bucket's, whose row is a template,

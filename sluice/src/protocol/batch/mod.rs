@@ -287,9 +287,10 @@ impl Write<'_> {
         refused: Vec<AcquireJob>,
         now: UnixMillis,
     ) -> Next {
-        // A refusal computed from a key's template (its cost beyond what the bucket can ever
-        // hold) is the store's answer too: memory holds no row to give it from.
-        if !self.fresh && self.creates.is_none() {
+        if self.creates.is_some() {
+            return self.refused_by_template(row, refused, now).await;
+        }
+        if !self.fresh {
             match refusals::from_memory(self.lane, refused, now) {
                 Ok(()) => return Next::Done,
                 Err(unconfirmed) => {
@@ -305,7 +306,7 @@ impl Write<'_> {
 
     /// Answers refusals from `row`, which the store just confirmed; when expired leases
     /// were given back meanwhile, looks again.
-    async fn refuse_confirmed(
+    pub(super) async fn refuse_confirmed(
         &mut self,
         row: &BucketState,
         refused: Vec<AcquireJob>,
