@@ -54,11 +54,12 @@ dynamodb_fidelity_start --transaction-hold-ms 5
 SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
     cargo test --workspace --features "$features" --test suite -- \
     model::several_clients_on_dynamodb model_modes::clients_in_every_mode_on_a_resharded_bucket_on_dynamodb \
+    model_keys::clients_on_a_template_s_keys_on_dynamodb \
     dynamo_store:: dynamo_clients:: dynamo_rows::
 SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
     cargo test --workspace --features "$features" --test processes -- \
     dynamo_processes dynamo_killed dynamo_priorities dynamo_waiters dynamo_faults dynamo_skew \
-    dynamo_shadow_processes
+    dynamo_shadow_processes dynamo_keys
 dynamodb_fidelity_stop
 if ! wait "$long_pid"; then
     long_pid=

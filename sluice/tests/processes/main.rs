@@ -9,6 +9,7 @@
 #[path = "../dynamo/mod.rs"]
 mod dynamo;
 mod dynamo_faults;
+mod dynamo_keys;
 mod dynamo_killed;
 mod dynamo_outages;
 mod dynamo_priorities;
@@ -27,6 +28,7 @@ fn main() {
         ("dynamo_waiters", dynamo_waiters::main),
         ("dynamo_shadow_processes", dynamo_shadow_processes::main),
         ("dynamo_faults", dynamo_faults::main),
+        ("dynamo_keys", dynamo_keys::main),
         ("dynamo_outages", dynamo_outages::main),
         ("dynamo_killed", dynamo_killed::main),
         ("dynamo_renewed", dynamo_renewed::main),
