@@ -272,6 +272,10 @@ pub(crate) async fn child(args: Args, kind_of_run: String) {
                 }
                 let request = if kind_of_run == "fan-pair" {
                     Acquire::with_cost(rpm.as_str(), 1).and_cost(tpm.as_str(), costs.next())
+                } else if kind_of_run == "fan-keys" {
+                    Acquire::new(crate::keys::draw(&rpm, costs.unit()).as_str())
+                } else if kind_of_run == "fan-keys-shared" {
+                    Acquire::new(crate::keys::draw(&rpm, costs.unit()).as_str()).and(tpm.as_str())
                 } else {
                     Acquire::new(rpm.as_str())
                 };
@@ -333,6 +337,7 @@ pub(crate) async fn child(args: Args, kind_of_run: String) {
     // The floor's calls are its own (`floor_call`), sent outside the store.
     total.calls += stats.calls;
     println!("{}", total.line());
+    println!("rss {}", crate::keys::rss_kib());
 }
 
 /// One write of the floor: a bare conditional `UpdateItem`, waited out on a throttle as a

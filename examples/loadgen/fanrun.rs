@@ -36,6 +36,8 @@ pub(crate) struct Run {
     pub(crate) stats: Option<Stats>,
     /// Each worker process's grants, in the order they were spawned.
     pub(crate) per_process: Vec<u64>,
+    /// Each worker process's resident memory at its end, KiB.
+    pub(crate) rss_kib: Vec<u64>,
 }
 
 /// Runs `kind` in `processes` workers of `callers` callers each holding `hold_ms`.
@@ -90,20 +92,23 @@ pub(crate) async fn run(
         cmd.stdout(Stdio::piped()).spawn().expect("spawn a worker")
     };
     let children: Vec<_> = (0..processes).map(spawn).collect();
-    let (report, per_process) = tokio::task::spawn_blocking(move || {
+    let (report, per_process, rss_kib) = tokio::task::spawn_blocking(move || {
         let mut total = FanReport::default();
-        let mut per_process = Vec::new();
+        let (mut per_process, mut rss_kib) = (Vec::new(), Vec::new());
         for mut child in children {
             let out = BufReader::new(child.stdout.take().expect("stdout"));
             for line in out.lines() {
-                if let Some(r) = FanReport::parse(&line.expect("a worker's line")) {
+                let line = line.expect("a worker's line");
+                if let Some(r) = FanReport::parse(&line) {
                     per_process.push(r.grants);
                     total.merge(r);
+                } else if let Some(kib) = line.strip_prefix("rss ") {
+                    rss_kib.push(kib.parse().unwrap_or(0));
                 }
             }
             assert!(child.wait().expect("a worker").success(), "a worker failed");
         }
-        (total, per_process)
+        (total, per_process, rss_kib)
     })
     .await
     .expect("workers");
@@ -117,6 +122,7 @@ pub(crate) async fn run(
         started,
         stats,
         per_process,
+        rss_kib,
     }
 }
 

@@ -34,6 +34,7 @@
 //! ./scripts/loadgen.sh                        # starts DynamoDB Local and the proxy, runs everything
 //! ./scripts/loadgen.sh --only fanout          # the fan-out tables alone
 //! ./scripts/loadgen.sh --only slot-wait       # 1,000 callers waiting on a short concurrent bucket
+//! ./scripts/loadgen.sh --only keys            # 100,000 keys of one template, Zipf-like
 //! ./scripts/loadgen.sh --shapes 4x8 --seconds 10
 //! ```
 //!
@@ -92,11 +93,11 @@ pub(crate) struct Args {
     #[arg(long, default_value = "1x16,4x8", value_delimiter = ',')]
     pub(crate) limit_shapes: Vec<String>,
     /// What to run: `throughput`, `limit`, `fanout`, `fleet`, `sharding`, `slot-wait`,
-    /// comma-separated (all by default); `fleet-wait` runs only the fleet's tables at the
-    /// limit, `fleet-proxy` only those behind the proxy.
+    /// `keys`, comma-separated (all by default); `fleet-wait` runs only the fleet's tables
+    /// at the limit, `fleet-proxy` only those behind the proxy.
     #[arg(
         long,
-        default_value = "throughput,limit,fanout,fleet,sharding,slot-wait",
+        default_value = "throughput,limit,fanout,fleet,sharding,slot-wait,keys",
         value_delimiter = ','
     )]
     pub(crate) only: Vec<String>,
@@ -116,6 +117,10 @@ pub(crate) struct Args {
     /// How long each `slot-wait` caller holds its slot, milliseconds.
     #[arg(long, default_value_t = 500)]
     pub(crate) slot_wait_hold_ms: u64,
+    /// The keyed shape (`keys`: 100,000 keys of one template drawn Zipf-like):
+    /// processes x callers.
+    #[arg(long, default_value = "8x16")]
+    pub(crate) keys_shape: String,
     /// The LLM fan-out shape (rpm + tpm pairs held long): processes x callers.
     #[arg(long, default_value = "16x64")]
     pub(crate) llm_shape: String,
@@ -161,6 +166,7 @@ pub(crate) struct Args {
 mod fanout;
 mod fanrun;
 mod fleet;
+mod keys;
 mod report;
 mod sharding;
 mod slotwait;
@@ -274,6 +280,21 @@ async fn main() {
             fleet: true,
         };
         slotwait::table(&args, &target, &sluice).await;
+    }
+    if runs("keys")
+        && let Some(proxy) = &args.fidelity
+    {
+        dynamodb_fidelity::set_ceilings(proxy, 1_000.0, 3_000.0)
+            .await
+            .expect("set the proxy's ceilings");
+        let target = fanrun::Target {
+            label: "behind dynamodb-fidelity, 1,000 write and 3,000 read units/s per item"
+                .to_owned(),
+            endpoint: Some(proxy.clone()),
+            fidelity: Some((proxy.clone(), 1_000.0)),
+            fleet: true,
+        };
+        keys::table(&args, &target, &sluice).await;
     }
     if runs("sharding")
         && let Some(proxy) = &args.fidelity

@@ -82,6 +82,14 @@ impl Costs {
         Costs((seed ^ task.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1)
     }
 
+    /// A number drawn uniformly from `[0, 1)`, from the same sequence.
+    pub(crate) fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
