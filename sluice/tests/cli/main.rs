@@ -799,3 +799,65 @@ fn a_killed_callers_slot_is_restored_by_one_reconcile_pass() {
     assert_eq!(second["buckets_healed"], 0, "{second}");
     assert_eq!(cli.json(&["status", "--json"])[0]["available"], 2);
 }
+
+#[test]
+fn status_shows_one_tenant_s_bucket_and_a_template_s_hottest_keys() {
+    let Some(cli) = Cli::new() else { return };
+    cli.ok(&["table", "create"]);
+    let file = r#"
+["ingest#rpm"]
+type = "requests"
+refill = "1/s"
+capacity = 10
+keyed = true
+
+["ingest#rpm#@big"]
+type = "requests"
+refill = "5/s"
+capacity = 100
+"#;
+    cli.ok(&["apply", cli.file(file).to_str().unwrap()]);
+    let fields = |table: String| -> Vec<String> {
+        table
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    // A tenant never seen: its template's bucket, full, with nothing written.
+    let fresh = fields(cli.ok(&["status", "ingest#rpm#@fresh"]));
+    assert_eq!(
+        fresh[..5],
+        ["ingest#rpm#@fresh", "requests", "10", "10", "1/s"]
+    );
+    // Tenants that took some: `acme` 6, `initech` 2, the override `big` 1.
+    for (tenant, cost) in [("acme", "6"), ("initech", "2"), ("big", "1")] {
+        let d = format!("ingest#rpm#@{tenant}");
+        cli.ok(&["acquire", &d, "--cost", cost]);
+    }
+    let acme = fields(cli.ok(&["status", "ingest#rpm#@acme"]));
+    assert_eq!(acme[..3], ["ingest#rpm#@acme", "requests", "10"]);
+    let available: f64 = acme[3].parse().unwrap();
+    assert!((4.0..5.0).contains(&available), "{acme:?}");
+    assert_eq!(acme[4], "1/s");
+    let big = fields(cli.ok(&["status", "ingest#rpm#@big"]));
+    assert_eq!(big[..3], ["ingest#rpm#@big", "requests", "100"]);
+    // The template and its two hottest keys, the closest to their limit first.
+    let top = cli.ok(&["status", "ingest#rpm", "--top", "2"]);
+    let names: Vec<&str> = top
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["ingest#rpm", "ingest#rpm#@acme", "ingest#rpm#@initech"]
+    );
+    let json = cli.json(&["status", "ingest#rpm#@initech", "--json"]);
+    assert_eq!(json[0]["dimension"], "ingest#rpm#@initech");
+    assert_eq!(json[0]["capacity"], 10);
+    // A key of no keyed bucket is unknown, as any dimension.
+    cli.fails(&["status", "nothing#rpm#@acme"], 3, "nothing#rpm");
+}

@@ -56,10 +56,15 @@ pub(crate) enum Command {
         how: crate::apply::How,
     },
     /// Every bucket (or the named ones) right now: type, capacity, available, refill,
-    /// live leases, time to full.
+    /// live leases, time to full. A key's dimension (`ingest#rpm#@acme`) shows that key's
+    /// bucket, as its template defines it and full when it has no row yet.
     Status {
         /// Only these dimensions.
         dimensions: Vec<String>,
+        /// With a keyed bucket named: also its N hottest keys (the least available for
+        /// their capacity first).
+        #[arg(long, value_name = "N")]
+        top: Option<usize>,
         /// JSON instead of a table.
         #[arg(long)]
         json: bool,

@@ -14,8 +14,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser as _;
+use sluice::admin::{Audit, Restock, Snapshot};
 use sluice::store::StoreError;
-use sluice::{Config, DynamoStore, Error, Sluice, admin::Audit, admin::Restock};
+use sluice::{Config, DynamoStore, Error, Sluice};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -206,10 +207,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Apply { file, how } => apply::run(&sluice, &file, how).await,
         Command::Status {
             dimensions,
+            top,
             json,
             watch,
             count,
-        } => status(&sluice, &store, &dimensions, json, watch, count).await,
+        } => {
+            let shown = Shown { dimensions, top };
+            status(&sluice, &store, &shown, json, watch, count).await
+        }
         Command::Reconcile { every, count, json } => reconcile(&sluice, every, count, json).await,
         Command::Peek {
             dimension,
@@ -255,7 +260,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 async fn status(
     sluice: &Sluice,
     store: &DynamoStore,
-    dimensions: &[String],
+    wanted: &Shown,
     json: bool,
     watch: Option<Duration>,
     count: Option<u64>,
@@ -263,16 +268,7 @@ async fn status(
     let mut shown: u64 = 0;
     let mut history = watch::History::default();
     loop {
-        let mut snapshots = sluice.snapshots().await?;
-        if !dimensions.is_empty() {
-            for d in dimensions {
-                let d = sluice::Dimension::new(d).map_err(Error::from)?;
-                if !snapshots.iter().any(|s| s.dimension == d) {
-                    return Err(unknown(store, d));
-                }
-            }
-            snapshots.retain(|s| dimensions.iter().any(|d| d == s.dimension.as_str()));
-        }
+        let snapshots = wanted.of(sluice, store).await?;
         if json {
             let all: Vec<_> = snapshots.iter().map(show::snapshot_json).collect();
             println!("{}", serde_json::Value::Array(all));
@@ -298,6 +294,53 @@ async fn status(
         }
     }
     Ok(())
+}
+
+/// What `sluice status` shows: every bucket, or the named ones, with a keyed bucket's `top`
+/// hottest keys.
+struct Shown {
+    dimensions: Vec<String>,
+    top: Option<usize>,
+}
+
+impl Shown {
+    /// The snapshots to show, now.
+    async fn of(&self, sluice: &Sluice, store: &DynamoStore) -> Result<Vec<Snapshot>, Failure> {
+        let all = sluice.snapshots().await?;
+        if self.dimensions.is_empty() {
+            return Ok(all);
+        }
+        let mut shown = Vec::new();
+        for d in &self.dimensions {
+            let d = sluice::Dimension::new(d).map_err(Error::from)?;
+            match all.iter().find(|s| s.dimension == d) {
+                Some(s) => shown.push(s.clone()),
+                // A key with no row yet: its template's bucket, full (or unknown).
+                None if d.key().is_some() => shown.push(sluice.snapshot(d.as_str()).await?),
+                None => return Err(unknown(store, d)),
+            }
+            if let Some(n) = self.top.filter(|_| d.key().is_none()) {
+                shown.extend(hottest_keys(&all, &d, n));
+            }
+        }
+        Ok(shown)
+    }
+}
+
+/// The `n` keys of `template` with the least available for their capacity (the closest to
+/// their limit), the longest to full first among equals.
+fn hottest_keys(all: &[Snapshot], template: &sluice::Dimension, n: usize) -> Vec<Snapshot> {
+    let mut keys: Vec<&Snapshot> = all
+        .iter()
+        .filter(|s| s.dimension.key().is_some() && s.dimension.template() == *template)
+        .collect();
+    let fill = |s: &Snapshot| {
+        let capacity = s.capacity.as_nanos().max(1);
+        let fraction = s.available.as_nanos().saturating_mul(1_000_000) / capacity;
+        (fraction, std::cmp::Reverse(s.time_to_full))
+    };
+    keys.sort_by_key(|s| fill(s));
+    keys.into_iter().take(n).cloned().collect()
 }
 
 /// `sluice reconcile`: one pass, or one every `every`.
