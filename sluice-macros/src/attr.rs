@@ -10,14 +10,18 @@ mod kw {
     syn::custom_keyword!(wait);
     syn::custom_keyword!(client);
     syn::custom_keyword!(priority);
+    syn::custom_keyword!(key);
 }
 
-const EXPECTED: &str = "expected one of `timeout`, `wait`, `client`, `priority`, `crate`, or a dimension such as `\"openai#rpm\"`";
+const EXPECTED: &str = "expected one of `timeout`, `wait`, `client`, `priority`, `key`, `crate`, or a dimension such as `\"openai#rpm\"`";
 
 /// One dimension and, optionally, the expression of its cost.
 pub(crate) struct DimensionArg {
     pub(crate) name: LitStr,
     pub(crate) cost: Option<Expr>,
+    /// A keyed bucket's dimension waiting for its key (`"ingest#rpm#@"`): the `key`
+    /// argument's value completes it.
+    pub(crate) keyed: bool,
 }
 
 /// Everything the attribute was given.
@@ -27,6 +31,7 @@ pub(crate) struct Args {
     pub(crate) wait: Option<Expr>,
     pub(crate) client: Option<Expr>,
     pub(crate) priority: Option<PriorityArg>,
+    pub(crate) key: Option<Expr>,
     pub(crate) krate: Option<syn::Path>,
 }
 
@@ -43,6 +48,7 @@ enum Arg {
     Wait(Span, Expr),
     Client(Span, Expr),
     Priority(Span, PriorityArg),
+    Key(Span, Expr),
     Crate(Span, syn::Path),
 }
 
@@ -51,14 +57,14 @@ impl Parse for Arg {
         let lookahead = input.lookahead1();
         if lookahead.peek(LitStr) {
             let name: LitStr = input.parse()?;
-            validate_dimension(&name)?;
+            let keyed = validate_dimension(&name)?;
             let cost = if input.peek(Token![=]) {
                 input.parse::<Token![=]>()?;
                 Some(input.parse()?)
             } else {
                 None
             };
-            Ok(Arg::Dimension(DimensionArg { name, cost }))
+            Ok(Arg::Dimension(DimensionArg { name, cost, keyed }))
         } else if lookahead.peek(kw::timeout) {
             let k: kw::timeout = input.parse()?;
             Ok(Arg::Timeout(k.span, duration_value(input, "timeout")?))
@@ -80,6 +86,10 @@ impl Parse for Arg {
                 PriorityArg::Expr(input.parse()?)
             };
             Ok(Arg::Priority(k.span, value))
+        } else if lookahead.peek(kw::key) {
+            let k: kw::key = input.parse()?;
+            input.parse::<Token![=]>()?;
+            Ok(Arg::Key(k.span, input.parse()?))
         } else if lookahead.peek(Token![crate]) {
             let k: Token![crate] = input.parse()?;
             input.parse::<Token![=]>()?;
@@ -144,6 +154,7 @@ impl Parse for Args {
             wait: None,
             client: None,
             priority: None,
+            key: None,
             krate: None,
         };
         if input.is_empty() {
@@ -152,6 +163,7 @@ impl Parse for Args {
                 "`#[rate_limited]` needs a dimension, e.g. `#[rate_limited(\"openai#rpm\", timeout = 30)]`",
             ));
         }
+        let mut key_span = None;
         for arg in Punctuated::<Arg, Token![,]>::parse_terminated(input)? {
             match arg {
                 Arg::Dimension(d) => {
@@ -171,6 +183,10 @@ impl Parse for Args {
                 Arg::Wait(span, e) => set_once(&mut args.wait, e, span, "wait")?,
                 Arg::Client(span, e) => set_once(&mut args.client, e, span, "client")?,
                 Arg::Priority(span, p) => set_once(&mut args.priority, p, span, "priority")?,
+                Arg::Key(span, e) => {
+                    set_once(&mut args.key, e, span, "key")?;
+                    key_span = Some(span);
+                }
                 Arg::Crate(span, p) => set_once(&mut args.krate, p, span, "crate")?,
             }
         }
@@ -180,7 +196,27 @@ impl Parse for Args {
                 "`#[rate_limited]` needs at least one dimension, e.g. `\"openai#rpm\"`",
             ));
         }
+        check_key(&args, key_span)?;
         Ok(args)
+    }
+}
+
+/// A keyed bucket's dimension (`"ingest#rpm#@"`) needs `key`, and `key` needs one.
+fn check_key(args: &Args, key_span: Option<Span>) -> syn::Result<()> {
+    let keyed = args.dimensions.iter().find(|d| d.keyed);
+    match (keyed, key_span) {
+        (Some(d), None) => Err(syn::Error::new(
+            d.name.span(),
+            format!(
+                "`{}` takes its key from `key = <expression>`, e.g. `key = tenant_id`",
+                d.name.value()
+            ),
+        )),
+        (None, Some(span)) => Err(syn::Error::new(
+            span,
+            "`key` goes to a keyed bucket's dimension ending in `#@`, e.g. `\"ingest#rpm#@\"`; none is named",
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -193,12 +229,17 @@ fn set_once<T>(slot: &mut Option<T>, value: T, span: Span, name: &str) -> syn::R
 }
 
 /// The rules of `sluice::Dimension` (the `sluice-dimension` crate), checked at compile
-/// time.
-fn validate_dimension(lit: &LitStr) -> syn::Result<()> {
+/// time; whether it is a keyed bucket's dimension waiting for its key (`"ingest#rpm#@"`:
+/// the template's name is checked).
+fn validate_dimension(lit: &LitStr) -> syn::Result<bool> {
     use sluice_dimension::Broken;
     let s = lit.value();
-    let why = match sluice_dimension::check(&s) {
-        Ok(()) => return Ok(()),
+    let (name, keyed) = match s.strip_suffix(sluice_dimension::KEY_MARK) {
+        Some(template) => (template, true),
+        None => (s.as_str(), false),
+    };
+    let why = match sluice_dimension::check(name) {
+        Ok(()) => return Ok(keyed),
         Err(Broken::Empty) => "it is empty; expected `{vendor}#{metric}`, e.g. `openai#rpm`",
         Err(Broken::TooLong) => "it is longer than 1024 bytes",
         Err(Broken::Whitespace) => "it contains whitespace",

@@ -173,9 +173,20 @@ fn wrapper(args: &Args, output: &Type, body: TokenStream) -> TokenStream {
             let __sluice_client: &#krate::Sluice = &__sluice_global;
         },
     };
+    // The key, made once (spanned on the expression: one that is not `Display` is reported
+    // there); a key that cannot be part of a dimension is the acquire's typed error.
+    let key = args.key.as_ref().map(|e| {
+        let made = quote_spanned!(e.span()=> ::std::string::ToString::to_string(&(#e)));
+        quote_spanned!(site=> let __sluice_key: ::std::string::String = #made;)
+    });
     let mut request = quote_spanned!(site=> #krate::Acquire::default());
     for d in &args.dimensions {
-        let name = &d.name;
+        let literal = &d.name;
+        let name = if d.keyed {
+            quote_spanned!(site=> ::std::format!("{}{}", #literal, __sluice_key))
+        } else {
+            quote!(#literal)
+        };
         request = match &d.cost {
             Some(cost) => quote_spanned!(site=> #request.and_cost(#name, #cost)),
             None => quote_spanned!(site=> #request.and(#name)),
@@ -206,6 +217,7 @@ fn wrapper(args: &Args, output: &Type, body: TokenStream) -> TokenStream {
     };
     quote_spanned! {site=>
         #client
+        #key
         let __sluice_request = #request;
         let __sluice_timeout: ::core::option::Option<::core::time::Duration> = #timeout;
         let __sluice_wait: ::core::time::Duration = #wait;

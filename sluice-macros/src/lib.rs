@@ -47,7 +47,26 @@ use proc_macro::TokenStream;
 /// - `priority = "batch"` (checked at compile time) or `priority = <expr>` (a
 ///   `sluice::Priority`, or an `Option` of one, which may use the function's arguments):
 ///   the acquire's priority on buckets that keep reserves (default: the client's);
+/// - `key = <expr>` (any `Display` value, e.g. a function's argument): the key of every
+///   dimension named as a keyed bucket's with a trailing `#@` (`"ingest#rpm#@"` with
+///   `key = tenant` acquires on `ingest#rpm#@acme` for the tenant `acme`); a key that cannot
+///   be part of a dimension (one with `#` or whitespace) is the acquire's
+///   `Error::InvalidDimension`, through `E`;
 /// - `crate = "path"`: where the sluice crate is, when renamed or re-exported.
+///
+/// A tenant's budget and the vendor's, in one all-or-nothing acquire:
+///
+/// ```
+/// # #[derive(Debug)]
+/// # struct AppError(sluice::Error);
+/// # impl From<sluice::Error> for AppError {
+/// #     fn from(e: sluice::Error) -> Self { AppError(e) }
+/// # }
+/// #[sluice::rate_limited("user#tpm#@" = tokens, "openai#tpm" = tokens, key = user)]
+/// async fn complete(user: &str, tokens: u64) -> Result<(), AppError> {
+///     Ok(()) // the vendor call, on `user`'s budget
+/// }
+/// ```
 #[proc_macro_attribute]
 pub fn rate_limited(args: TokenStream, item: TokenStream) -> TokenStream {
     let original = proc_macro2::TokenStream::from(item.clone());

@@ -404,3 +404,41 @@ async fn a_bucket_in_shadow_mode_never_refuses_or_delays_an_attributed_call() {
         7
     );
 }
+
+#[rate_limited("test#tenant#@", "test#tpm" = 10, client = sluice, key = tenant)]
+async fn for_tenant(sluice: &Sluice, tenant: &str) -> Result<usize, AppError> {
+    Ok(tenant.len())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_from_an_argument_gives_each_tenant_its_own_bucket() {
+    let sluice = client().await;
+    let per_tenant = Bucket::requests(RefillRate::per_second(1)).with_capacity(2);
+    sluice
+        .put_bucket("test#tenant", per_tenant.keyed())
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        assert_eq!(for_tenant(&sluice, "acme").await.unwrap(), 4);
+    }
+    match for_tenant(&sluice, "acme").await {
+        Err(AppError::RateLimited(d)) => assert_eq!(d, Duration::from_secs(1)),
+        other => panic!("expected RateLimited, got {other:?}"),
+    }
+    // Another tenant has its own; the shared dimension was taken by every grant.
+    assert_eq!(for_tenant(&sluice, "globex").await.unwrap(), 6);
+    assert_eq!(available(&sluice, "test#tenant#@acme").await, Tokens::ZERO);
+    assert_eq!(
+        available(&sluice, "test#tpm").await,
+        Tokens::new(1_000 - 30)
+    );
+    // A key that cannot be part of a dimension is a typed error, and takes nothing.
+    match for_tenant(&sluice, "no#such").await {
+        Err(AppError::Sluice(sluice::Error::InvalidDimension { .. })) => {}
+        other => panic!("expected InvalidDimension, got {other:?}"),
+    }
+    assert_eq!(
+        available(&sluice, "test#tpm").await,
+        Tokens::new(1_000 - 30)
+    );
+}

@@ -17,6 +17,16 @@ async fn plain() -> Result<(), AppError> {
     Ok(())
 }
 
+#[sluice::rate_limited("ingest#rpm#@", key = tenant)]
+async fn keyed_by_an_argument(tenant: &str) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[sluice::rate_limited("user#tpm#@" = tokens, "openai#tpm" = tokens, key = user_id, timeout = 30)]
+async fn a_key_and_a_shared_dimension(user_id: u64, tokens: u64) -> Result<u64, AppError> {
+    Ok(user_id + tokens)
+}
+
 #[sluice::rate_limited("openai#rpm", timeout = 30)]
 async fn with_timeout_seconds(doc: &str) -> Result<usize, AppError> {
     Ok(doc.len())

@@ -1,0 +1,14 @@
+#[derive(Debug)]
+pub struct AppError;
+impl From<sluice::Error> for AppError {
+    fn from(_: sluice::Error) -> Self {
+        AppError
+    }
+}
+
+#[sluice::rate_limited("ingest#rpm#@", key = tenant, key = tenant)]
+async fn f(tenant: &str) -> Result<usize, AppError> {
+    Ok(tenant.len())
+}
+
+fn main() {}
