@@ -3,8 +3,9 @@
 //! the `x-tenant` header. A tenant's first request creates its bucket; every replica of
 //! the service sharing one table shares each tenant's limit. A refusal is `429 Too Many
 //! Requests` with `Retry-After` (whole seconds, rounded up) and the IETF rate-limit fields
-//! (`RateLimit-Policy: "ingest";q=5;w=5`, `RateLimit: "ingest";r=0;t=<seconds>`); a grant
-//! carries the policy.
+//! (draft-ietf-httpapi-ratelimit-headers: `RateLimit-Policy: "ingest";q=5;w=5`,
+//! `RateLimit: "ingest";r=0;t=<seconds>`); a grant carries the policy. Back-pressure from
+//! the store (no bucket short) is a `503` with `Retry-After`.
 //!
 //! ```text
 //! # One process on the in-memory store, which sends itself a burst from two tenants:
@@ -46,7 +47,11 @@ async fn door(sluice: Sluice) -> Result<Router, Error> {
     let (capacity, per_second) = PER_TENANT;
     let bucket = Bucket::requests(RefillRate::per_second(per_second)).with_capacity(capacity);
     sluice.put_bucket(TEMPLATE, bucket.keyed()).await?;
-    let policy = format!("\"ingest\";q={capacity};w={}", capacity / per_second);
+    // The window: the whole seconds the bucket takes to refill from empty.
+    let policy = format!(
+        "\"ingest\";q={capacity};w={}",
+        capacity.div_ceil(per_second)
+    );
     let door = Door {
         sluice,
         template: TEMPLATE.parse()?,
@@ -75,6 +80,13 @@ async fn ingest(State(door): State<Door>, headers: HeaderMap) -> Response {
             // A request taken is spent: nothing to give back.
             drop(lease.release().await);
             ([policy], "accepted\n").into_response()
+        }
+        // Back-pressure (the store pushed back; no bucket short): the tenant's quota is not
+        // spent, so no `RateLimit` says it is; come back after the wait.
+        Err(Error::RetryIn(refusal)) if refusal.short.is_empty() => {
+            let seconds = whole_seconds_up(refusal.delay);
+            let after = [(header::RETRY_AFTER, HeaderValue::from(seconds))];
+            (StatusCode::SERVICE_UNAVAILABLE, after, "try again\n").into_response()
         }
         Err(Error::RetryIn(refusal)) => {
             let seconds = whole_seconds_up(refusal.delay);

@@ -3,9 +3,10 @@
 //! Every task of every process starts on the same key, none of them written yet, and moves
 //! through the keys in turn, every other acquire also taking a shared dimension (a tenant's
 //! limit and the vendor's, all or nothing). The parent checks, per key: one row, created
-//! once (what it granted and what it holds never exceed `capacity + rate × elapsed`: a
-//! row written over by a second first use would hold tokens already granted), and at
-//! least its capacity granted; and the shared dimension's ledger, exact.
+//! once (what it granted and what it holds never exceed `capacity + rate × elapsed` since
+//! the key was first asked for: a row written over by a second first use would hold tokens
+//! already granted), and at least its capacity granted; and the shared dimension's ledger,
+//! exact.
 
 #![allow(clippy::print_stdout)]
 
@@ -74,11 +75,14 @@ async fn child(endpoint: &str, table: &str, vendor: &str) {
             let (sluice, vendor, shared) = (sluice.clone(), vendor.to_owned(), shared.clone());
             tokio::spawn(async move {
                 let (mut granted, mut with_shared) = (vec![0u64; KEYS], 0u64);
+                // When this task first asked for each key: its row cannot be older.
+                let mut first = vec![i64::MAX; KEYS];
                 let mut n = 0usize;
                 while SystemClock.now() < deadline {
                     let k = n / 4 % KEYS;
                     let both = (n + task) % 2 == 1;
                     n += 1;
+                    first[k] = first[k].min(SystemClock.now().as_millis());
                     let d = key(&vendor, k);
                     let request = if both {
                         Acquire::new(d.as_str()).and(shared.as_str())
@@ -100,20 +104,29 @@ async fn child(endpoint: &str, table: &str, vendor: &str) {
                         Err(e) => panic!("acquire failed: {e}"),
                     }
                 }
-                (granted, with_shared)
+                (granted, with_shared, first)
             })
         })
         .collect();
     let (mut granted, mut with_shared) = (vec![0u64; KEYS], 0u64);
+    let mut first = vec![i64::MAX; KEYS];
     for t in tasks {
-        let (g, s) = t.await.unwrap();
+        let (g, s, f) = t.await.unwrap();
         for (total, n) in granted.iter_mut().zip(g) {
             *total += n;
+        }
+        for (earliest, at) in first.iter_mut().zip(f) {
+            *earliest = (*earliest).min(at);
         }
         with_shared += s;
     }
     let counts: Vec<String> = granted.iter().map(u64::to_string).collect();
-    println!("granted {} shared {with_shared}", counts.join(" "));
+    let firsts: Vec<String> = first.iter().map(i64::to_string).collect();
+    println!(
+        "granted {} shared {with_shared} first {}",
+        counts.join(" "),
+        firsts.join(" ")
+    );
     println!("done");
     std::io::stdout().flush().unwrap();
 }
@@ -158,17 +171,24 @@ async fn parent() -> Option<()> {
     let now = SystemClock.now();
     let mut granted = vec![0u64; KEYS];
     let mut with_shared = 0u64;
+    let mut first = vec![i64::MAX; KEYS];
     for line in &lines {
-        let n: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+        let n: Vec<i64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
         for (total, g) in granted.iter_mut().zip(&n[..KEYS]) {
-            *total += g;
+            *total += u64::try_from(*g).unwrap();
         }
-        with_shared += n[KEYS];
+        with_shared += u64::try_from(n[KEYS]).unwrap();
+        for (earliest, at) in first.iter_mut().zip(&n[KEYS + 1..]) {
+            *earliest = (*earliest).min(*at);
+        }
     }
-    let elapsed = Duration::from_millis(u64::try_from(now.as_millis() - started).unwrap());
-    let bound = Tokens::new(i64::try_from(capacity).unwrap())
-        + RefillRate::per_second(per_second).refill_over(elapsed);
+    assert!(started <= first[0], "no acquire before the run");
     for (k, &g) in granted.iter().enumerate() {
+        // Supply since the key was first asked for (its row cannot be older): a second
+        // first use writing the row over would give about `capacity` more.
+        let since = Duration::from_millis(u64::try_from(now.as_millis() - first[k]).unwrap());
+        let bound = Tokens::new(i64::try_from(capacity).unwrap())
+            + RefillRate::per_second(per_second).refill_over(since);
         let d = key(&vendor, k);
         let row = sluice.bucket(d.as_str()).await.unwrap().expect("a row");
         assert_eq!(row.shards, 1, "{d}: one row");

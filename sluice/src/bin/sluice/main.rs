@@ -323,6 +323,9 @@ impl Shown {
                 shown.extend(hottest_keys(&all, &d, n));
             }
         }
+        // A key named and among the hottest is shown once.
+        let mut seen = std::collections::HashSet::new();
+        shown.retain(|s| seen.insert(s.dimension.clone()));
         Ok(shown)
     }
 }
