@@ -109,7 +109,7 @@ async fn child(endpoint: &str, table: &str, vendor: &str) {
         })
         .collect();
     let (mut granted, mut with_shared) = (vec![0u64; KEYS], 0u64);
-    let mut first = vec![i64::MAX; KEYS];
+    let mut first = [i64::MAX; KEYS];
     for t in tasks {
         let (g, s, f) = t.await.unwrap();
         for (total, n) in granted.iter_mut().zip(g) {
@@ -171,7 +171,7 @@ async fn parent() -> Option<()> {
     let now = SystemClock.now();
     let mut granted = vec![0u64; KEYS];
     let mut with_shared = 0u64;
-    let mut first = vec![i64::MAX; KEYS];
+    let mut first = [i64::MAX; KEYS];
     for line in &lines {
         let n: Vec<i64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
         for (total, g) in granted.iter_mut().zip(&n[..KEYS]) {
