@@ -82,7 +82,8 @@ pub(super) fn parts_of(change: &BucketChange) -> (Expr, Clauses) {
         .value(":maxv", row::n(MAX_VERSION))
         .and("attribute_exists(#key)")
         .and("#v < :maxv");
-    row::same_definition(&mut e, &change.bucket, change.burst);
+    let key = change.dimension.key().is_some();
+    row::same_definition(&mut e, &change.bucket, change.burst, key);
     conditions(&mut e, &change.commute);
     let mut c = Clauses {
         adds: vec!["#v :one".to_owned()],
