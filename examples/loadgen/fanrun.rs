@@ -27,6 +27,20 @@ pub(crate) struct Target {
     pub(crate) fleet: bool,
 }
 
+/// The proxy set to real DynamoDB's per-item ceilings (1,000 write and 3,000 read units a
+/// second), and a fleet-start target behind it.
+pub(crate) async fn real_ceilings(proxy: &str) -> Target {
+    dynamodb_fidelity::set_ceilings(proxy, 1_000.0, 3_000.0)
+        .await
+        .expect("set the proxy's ceilings");
+    Target {
+        label: "behind dynamodb-fidelity, 1,000 write and 3,000 read units/s per item".to_owned(),
+        endpoint: Some(proxy.to_owned()),
+        fidelity: Some((proxy.to_owned(), 1_000.0)),
+        fleet: true,
+    }
+}
+
 /// One fan-out run: its shape and what it measured.
 pub(crate) struct Run {
     pub(crate) report: FanReport,

@@ -269,31 +269,13 @@ async fn main() {
         && let Some(proxy) = &args.fidelity
     {
         // The proxy's real per-item ceilings: the waiters' reads are what is measured.
-        dynamodb_fidelity::set_ceilings(proxy, 1_000.0, 3_000.0)
-            .await
-            .expect("set the proxy's ceilings");
-        let target = fanrun::Target {
-            label: "behind dynamodb-fidelity, 1,000 write and 3,000 read units/s per item"
-                .to_owned(),
-            endpoint: Some(proxy.clone()),
-            fidelity: Some((proxy.clone(), 1_000.0)),
-            fleet: true,
-        };
+        let target = fanrun::real_ceilings(proxy).await;
         slotwait::table(&args, &target, &sluice).await;
     }
     if runs("keys")
         && let Some(proxy) = &args.fidelity
     {
-        dynamodb_fidelity::set_ceilings(proxy, 1_000.0, 3_000.0)
-            .await
-            .expect("set the proxy's ceilings");
-        let target = fanrun::Target {
-            label: "behind dynamodb-fidelity, 1,000 write and 3,000 read units/s per item"
-                .to_owned(),
-            endpoint: Some(proxy.clone()),
-            fidelity: Some((proxy.clone(), 1_000.0)),
-            fleet: true,
-        };
+        let target = fanrun::real_ceilings(proxy).await;
         keys::table(&args, &target, &sluice).await;
     }
     if runs("sharding")

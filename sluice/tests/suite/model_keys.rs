@@ -28,6 +28,7 @@
 
 use crate::counted::Counted;
 use crate::dynamo;
+use crate::model_modes::{dynamodb_cases, runtime};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -560,22 +561,6 @@ async fn run_case(
         }
     }
     Ok(())
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// How many cases the DynamoDB run tries (`SLUICE_MODEL_DYNAMODB_CASES`, default 24).
-fn dynamodb_cases() -> u32 {
-    std::env::var("SLUICE_MODEL_DYNAMODB_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(24)
-        / 2
 }
 
 proptest! {

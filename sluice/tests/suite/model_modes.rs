@@ -502,7 +502,7 @@ async fn run_case(
     Ok(())
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -510,7 +510,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// How many cases the DynamoDB run tries (`SLUICE_MODEL_DYNAMODB_CASES`, default 24).
-fn dynamodb_cases() -> u32 {
+pub(crate) fn dynamodb_cases() -> u32 {
     std::env::var("SLUICE_MODEL_DYNAMODB_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
