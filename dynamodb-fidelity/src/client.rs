@@ -45,6 +45,22 @@ pub async fn set_latency(endpoint: &str, latency: crate::Latency) -> Result<(), 
         .map(drop)
 }
 
+/// Sets how many partitions each table of the proxy at `endpoint` has (`None`: one per
+/// item) and how soon a hot item gets one of its own (`None`: never), from now on; every
+/// partition starts full (`POST /_fidelity/partitions`).
+pub async fn set_partitions(
+    endpoint: &str,
+    partitions: Option<u32>,
+    isolate_after: Option<std::time::Duration>,
+) -> Result<(), Error> {
+    let millis = isolate_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let body =
+        serde_json::json!({ "partitions": partitions, "isolate_after_ms": millis }).to_string();
+    call(endpoint, Method::POST, "partitions", Bytes::from(body))
+        .await
+        .map(drop)
+}
+
 fn failed(endpoint: &str, source: Box<dyn std::error::Error + Send + Sync>) -> Error {
     Error::Fetch {
         endpoint: endpoint.to_owned(),

@@ -8,6 +8,8 @@ use crate::bucket::Rate;
 use crate::error::Error;
 use crate::latency::Latency;
 use crate::ledger::Limits;
+use crate::partition::Layout;
+use crate::table::TableModel;
 
 /// Which throttling error the proxy answers with, as a table's capacity mode would.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,6 +45,19 @@ pub struct Config {
     pub throttle_as: ThrottleAs,
     /// The time added to every DynamoDB call (none by default).
     pub latency: Latency,
+    /// How many partitions each table has: items whose partition keys hash onto one
+    /// partition share its ceilings. `None` (the default): every item has ceilings of its
+    /// own, as if each were alone on a partition.
+    pub partitions: Option<u32>,
+    /// Adaptive capacity: an item that takes at least half its partition's ceiling in
+    /// every second for this long gets a partition of its own. `None` (the default):
+    /// never. AWS documents that hot items are isolated, not how soon; a few minutes of
+    /// sustained heat is the usual observation.
+    pub isolate_after: Option<Duration>,
+    /// Each table's own ceiling as an on-demand table has it (cold start, twice the
+    /// previous peak, warm throughput, the per-table quota); `None` (the default): tables
+    /// have no ceiling of their own.
+    pub table: Option<TableModel>,
 }
 
 impl Default for Config {
@@ -58,8 +73,38 @@ impl Default for Config {
             transaction_hold: Duration::ZERO,
             throttle_as: ThrottleAs::default(),
             latency: Latency::default(),
+            partitions: None,
+            isolate_after: None,
+            table: None,
         }
     }
+}
+
+/// The layout of `partitions` and `isolate_after`, checked.
+pub(crate) fn layout(
+    partitions: Option<u32>,
+    isolate_after: Option<Duration>,
+) -> Result<Layout, Error> {
+    if partitions == Some(0) {
+        return Err(Error::Partitions);
+    }
+    Ok(Layout {
+        partitions,
+        isolate_after,
+    })
+}
+
+/// `model`, checked: every rate a valid ceiling and the window not zero.
+pub(crate) fn table_model(model: Option<TableModel>) -> Result<Option<TableModel>, Error> {
+    if let Some(m) = model {
+        for rate in [m.initial_write, m.initial_read, m.quota_write, m.quota_read] {
+            milli_units(rate)?;
+        }
+        if m.peak_window.is_zero() {
+            return Err(Error::PeakWindow);
+        }
+    }
+    Ok(model)
 }
 
 /// The limits of ceilings `write` and `read` (units per second) and `burst`, checked.
@@ -67,9 +112,12 @@ pub(crate) fn limits(write: f64, read: f64, burst: Duration) -> Result<Limits, E
     if burst.is_zero() {
         return Err(Error::Burst);
     }
+    let (write_milli, read_milli) = (milli_units(write)?, milli_units(read)?);
     Ok(Limits {
-        write: Rate::new(milli_units(write)?, burst),
-        read: Rate::new(milli_units(read)?, burst),
+        write: Rate::new(write_milli, burst),
+        read: Rate::new(read_milli, burst),
+        write_milli,
+        read_milli,
     })
 }
 
@@ -104,6 +152,30 @@ mod tests {
         assert!(matches!(
             limits(1.0, 1.0, Duration::ZERO),
             Err(Error::Burst)
+        ));
+    }
+
+    #[test]
+    fn a_table_has_at_least_one_partition_and_its_model_valid_rates() {
+        assert!(matches!(layout(Some(0), None), Err(Error::Partitions)));
+        assert!(layout(Some(1), None).is_ok());
+        assert!(layout(None, Some(Duration::from_secs(1))).is_ok());
+        assert!(table_model(Some(TableModel::default())).is_ok());
+        let bad_rate = TableModel {
+            quota_write: f64::NAN,
+            ..TableModel::default()
+        };
+        assert!(matches!(
+            table_model(Some(bad_rate)),
+            Err(Error::Ceiling(_))
+        ));
+        let no_window = TableModel {
+            peak_window: Duration::ZERO,
+            ..TableModel::default()
+        };
+        assert!(matches!(
+            table_model(Some(no_window)),
+            Err(Error::PeakWindow)
         ));
     }
 }

@@ -1,6 +1,6 @@
 //! The proxy's own endpoints, under a path DynamoDB's API (`POST /`) never uses:
 //! `GET /_fidelity/stats`, `POST /_fidelity/reset`, `POST /_fidelity/ceilings`,
-//! `POST /_fidelity/latency`.
+//! `POST /_fidelity/latency`, `POST /_fidelity/partitions`.
 
 use std::time::Duration;
 
@@ -22,6 +22,13 @@ pub(crate) const PREFIX: &str = "/_fidelity/";
 struct Ceilings {
     write: f64,
     read: f64,
+}
+
+/// The body of `POST /_fidelity/partitions`.
+#[derive(Debug, Deserialize)]
+struct Partitions {
+    partitions: Option<u32>,
+    isolate_after_ms: Option<u64>,
 }
 
 /// The body of `POST /_fidelity/latency`.
@@ -74,9 +81,23 @@ pub(crate) fn answer(proxy: &Proxy, parts: &Parts, body: &Bytes) -> Response<Ful
                 ),
             ),
         },
-        (_, "stats" | "reset" | "ceilings" | "latency") => error(
+        (&Method::POST, "partitions") => match serde_json::from_slice::<Partitions>(body) {
+            Ok(p) => match proxy
+                .set_partitions(p.partitions, p.isolate_after_ms.map(Duration::from_millis))
+            {
+                Ok(()) => reply::json(StatusCode::OK, &json!({})),
+                Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+            },
+            Err(e) => error(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "expected {{\"partitions\": <count or null>, \"isolate_after_ms\": <milliseconds or null>}}: {e}"
+                ),
+            ),
+        },
+        (_, "stats" | "reset" | "ceilings" | "latency" | "partitions") => error(
             StatusCode::METHOD_NOT_ALLOWED,
-            "GET /_fidelity/stats, POST /_fidelity/reset, POST /_fidelity/ceilings, POST /_fidelity/latency",
+            "GET /_fidelity/stats, POST /_fidelity/reset, POST /_fidelity/ceilings, POST /_fidelity/latency, POST /_fidelity/partitions",
         ),
         _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
     }

@@ -18,6 +18,12 @@ pub enum Error {
     /// The burst must be longer than zero.
     #[error("invalid burst: it must be longer than zero")]
     Burst,
+    /// A table has at least one partition.
+    #[error("invalid partition count 0: a table has at least one partition")]
+    Partitions,
+    /// The time a peak takes to count as the previous one must be longer than zero.
+    #[error("invalid peak window: it must be longer than zero")]
+    PeakWindow,
     /// The listening socket could not be opened.
     #[error("cannot listen on {addr}")]
     Listen {

@@ -12,12 +12,20 @@ use crate::number::Decimal;
 pub(crate) struct ItemId {
     table: String,
     key: String,
+    /// How much of `key` is the partition key's text: DynamoDB places an item by its
+    /// partition key alone.
+    partition_len: usize,
 }
 
 impl ItemId {
     /// The item's table.
     pub(crate) fn table(&self) -> &str {
         &self.table
+    }
+
+    /// The text of the item's partition key value.
+    pub(crate) fn partition_key(&self) -> &str {
+        &self.key[..self.partition_len]
     }
 }
 
@@ -57,6 +65,7 @@ impl KeySchema {
     /// `Item`); `None` if one is missing or not a key type.
     pub(crate) fn item_id(&self, table: &str, attributes: &Map<String, Value>) -> Option<ItemId> {
         let mut key = key_text(attributes.get(&self.partition)?)?;
+        let partition_len = key.len();
         if let Some(sort) = &self.sort {
             key.push('/');
             key.push_str(&key_text(attributes.get(sort)?)?);
@@ -64,6 +73,7 @@ impl KeySchema {
         Some(ItemId {
             table: table.to_owned(),
             key,
+            partition_len,
         })
     }
 
@@ -113,13 +123,9 @@ mod tests {
             {"AttributeName": "pk", "KeyType": "HASH"}
         ]}));
         let key = json!({"pk": {"S": "a"}, "sk": {"N": "1.50"}});
-        assert_eq!(
-            composite
-                .item_id("t", key.as_object().unwrap())
-                .unwrap()
-                .to_string(),
-            "t/a/1.5"
-        );
+        let id = composite.item_id("t", key.as_object().unwrap()).unwrap();
+        assert_eq!(id.to_string(), "t/a/1.5");
+        assert_eq!(id.partition_key(), "a");
         let partial = json!({"pk": {"S": "a"}});
         assert_eq!(composite.item_id("t", partial.as_object().unwrap()), None);
     }

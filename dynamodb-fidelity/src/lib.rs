@@ -30,7 +30,32 @@
 //!   bucket is empty is answered at once with a throttle, neither forwarded nor billed;
 //!   what a request costs is taken once it is done, so a bucket may go below zero.
 //!   BatchWriteItem and BatchGetItem return the throttled entries as unprocessed (a
-//!   throttle only if none is left); a transaction is throttled whole.
+//!   throttle only if none is left); a transaction is throttled whole. The throttle names
+//!   its reason as DynamoDB does (`TableWriteKeyRangeThroughputExceeded` on the table's
+//!   ARN).
+//! - **Partitions** ([`partitions`](Config::partitions), off by default). The buckets are
+//!   a partition's, not an item's: each item's partition key is hashed onto one of N
+//!   equal ranges of a 64-bit hash space (a stable hash: the same key lands on the same
+//!   partition in every run), and the items of a range share its ceilings, as items on
+//!   one physical partition do. The sort key does not move an item. Adaptive capacity
+//!   ([`isolate_after`](Config::isolate_after), off by default): an item that took at
+//!   least half its partition's ceiling in every second for that long gets a partition of
+//!   its own, full, from then on (AWS documents the isolation, not its trigger or delay:
+//!   both are this proxy's assumptions).
+//! - **The table's own ceiling** ([`table`](Config::table), off by default), as an
+//!   on-demand table has it: a new table sustains [`TableModel::initial_write`] (AWS:
+//!   4,000) and `initial_read` (12,000) units a second; a second's consumption becomes
+//!   the previous peak once [`TableModel::peak_window`] (AWS: 30 minutes) has passed, and
+//!   twice the previous peak is served from then on; a table created or updated with
+//!   `WarmThroughput` sustains what it was warmed to at once (the proxy takes the
+//!   parameter out of the request, which DynamoDB Local may not know, and answers an
+//!   update that only warms itself); no table exceeds the per-table quota (AWS default:
+//!   40,000 each). Each is a bucket of one second's worth, per table and direction,
+//!   checked before the partition's. Its throttles name
+//!   `Table{Write,Read}AccountLimitExceeded`: AWS names the quota's so and does not
+//!   document what a table beyond twice its previous peak is told (an assumption). The
+//!   table's state starts over when it is created or deleted through the proxy, or on a
+//!   reset.
 //! - **Transactions.** A TransactWriteItems holds its items from when the proxy takes it
 //!   until the upstream answers plus [`transaction_hold`](Config::transaction_hold). A
 //!   single write (or a BatchWriteItem) touching a held item gets
@@ -43,7 +68,9 @@
 //! them ([`reset_stats`]) and `POST /_fidelity/ceilings` (`{"write": 1000, "read": 3000}`;
 //! [`set_ceilings`]) changes the ceilings, `POST /_fidelity/latency` (`{"base_us": 3000,
 //! "tail_us": 2000}`; [`set_latency`]) the time added to every call ([`Latency`]: none by
-//! default). These paths never collide with DynamoDB's API, which is `POST /`.
+//! default), `POST /_fidelity/partitions` (`{"partitions": 4, "isolate_after_ms": null}`;
+//! [`set_partitions`]) the partitions each table has. These paths never collide with
+//! DynamoDB's API, which is `POST /`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -72,9 +99,10 @@
 //! Where real DynamoDB's behaviour is not documented, the proxy assumes: a cancelled
 //! transaction costs each item twice its size before, as a failed condition would; a
 //! transaction's condition check is billed like a write of the item as it is; a Query or
-//! Scan that returns nothing costs one 4 KB read. It bills only the items a Query or Scan
-//! returns (real DynamoDB bills every item evaluated, whatever the filter or projection),
-//! and no index writes.
+//! Scan that returns nothing costs one 4 KB read; a throttle of the table's own ceiling is
+//! answered with the same exception as a partition's. It bills only the items a Query or
+//! Scan returns (real DynamoDB bills every item evaluated, whatever the filter or
+//! projection), and no index writes.
 
 #![forbid(unsafe_code)]
 
@@ -91,12 +119,14 @@ mod ledger;
 mod locks;
 mod number;
 mod ops;
+mod partition;
 mod proxy;
 mod reply;
 mod schema;
 mod server;
 mod size;
 mod stats;
+mod table;
 mod units;
 mod upstream;
 
@@ -106,11 +136,12 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use client::{fetch_stats, reset_stats, set_ceilings, set_latency};
+pub use client::{fetch_stats, reset_stats, set_ceilings, set_latency, set_partitions};
 pub use config::{Config, ThrottleAs};
 pub use error::Error;
 pub use latency::Latency;
 pub use stats::{ItemStats, Stats};
+pub use table::TableModel;
 
 use proxy::Proxy;
 
@@ -183,6 +214,16 @@ impl Running {
     /// (buckets keep what they hold, up to the new burst).
     pub fn set_ceilings(&self, write: f64, read: f64) -> Result<(), Error> {
         self.proxy.set_ceilings(write, read)
+    }
+
+    /// Sets how many partitions each table has from now on (`None`: one per item) and how
+    /// soon a hot item gets one of its own (`None`: never); every partition starts full.
+    pub fn set_partitions(
+        &self,
+        partitions: Option<u32>,
+        isolate_after: Option<std::time::Duration>,
+    ) -> Result<(), Error> {
+        self.proxy.set_partitions(partitions, isolate_after)
     }
 
     /// Sets the time added to every DynamoDB call from now on (see [`Latency`]).

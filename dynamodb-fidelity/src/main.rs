@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use dynamodb_fidelity::{Config, Fidelity, ThrottleAs};
+use dynamodb_fidelity::{Config, Fidelity, TableModel, ThrottleAs};
 
 /// A loopback proxy in front of DynamoDB Local that adds real DynamoDB's per-item
 /// throughput ceilings, capacity billing, throttling and transaction conflicts.
@@ -47,6 +47,34 @@ struct Args {
     /// The throttling error: a provisioned table's or an on-demand table's.
     #[arg(long, value_enum, default_value_t = Mode::Provisioned)]
     throttle_as: Mode,
+    /// How many partitions each table has: items hashed onto one share its ceilings
+    /// (default: every item has ceilings of its own).
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// Adaptive capacity: an item taking at least half its partition's ceiling every second
+    /// for this many milliseconds gets a partition of its own (default: never).
+    #[arg(long)]
+    isolate_after_ms: Option<u64>,
+    /// Give each table an on-demand table's own ceiling: a cold start, twice the previous
+    /// peak, warm throughput and the per-table quota (AWS's numbers unless the options
+    /// below change them).
+    #[arg(long)]
+    on_demand_table: bool,
+    /// What a new table sustains at once, in write units a second.
+    #[arg(long, default_value_t = 4000.0, requires = "on_demand_table")]
+    table_initial_write: f64,
+    /// What a new table sustains at once, in read units a second.
+    #[arg(long, default_value_t = 12000.0, requires = "on_demand_table")]
+    table_initial_read: f64,
+    /// How many seconds after a peak it counts as the previous peak.
+    #[arg(long, default_value_t = 1800, requires = "on_demand_table")]
+    table_peak_window_s: u64,
+    /// The per-table quota, in write units a second.
+    #[arg(long, default_value_t = 40000.0, requires = "on_demand_table")]
+    table_quota_write: f64,
+    /// The per-table quota, in read units a second.
+    #[arg(long, default_value_t = 40000.0, requires = "on_demand_table")]
+    table_quota_read: f64,
     /// A file to write the endpoint to (replaced whole, so a reader never sees half of it).
     #[arg(long)]
     address_file: Option<PathBuf>,
@@ -105,6 +133,15 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             base: Duration::from_millis(args.latency_ms),
             tail: Duration::from_millis(args.latency_tail_ms),
         },
+        partitions: args.partitions,
+        isolate_after: args.isolate_after_ms.map(Duration::from_millis),
+        table: args.on_demand_table.then_some(TableModel {
+            initial_write: args.table_initial_write,
+            initial_read: args.table_initial_read,
+            peak_window: Duration::from_secs(args.table_peak_window_s),
+            quota_write: args.table_quota_write,
+            quota_read: args.table_quota_read,
+        }),
     })
     .await?;
     let endpoint = running.endpoint();

@@ -29,6 +29,8 @@ impl Proxy {
     /// The state for `config`, checked.
     pub(crate) fn new(config: &Config) -> Result<Proxy, Error> {
         let limits = config::limits(config.write_ceiling, config.read_ceiling, config.burst)?;
+        let layout = config::layout(config.partitions, config.isolate_after)?;
+        let table_model = config::table_model(config.table)?;
         Ok(Proxy {
             upstream: Upstream::new(&config.upstream)?,
             schemas: Schemas::default(),
@@ -36,7 +38,7 @@ impl Proxy {
             throttle_as: config.throttle_as,
             transaction_hold: config.transaction_hold,
             burst: config.burst,
-            ledger: Mutex::new(Ledger::new(limits)),
+            ledger: Mutex::new(Ledger::new(limits, layout, table_model)),
             latency: Mutex::new(config.latency),
         })
     }
@@ -61,6 +63,18 @@ impl Proxy {
     pub(crate) fn set_ceilings(&self, write: f64, read: f64) -> Result<(), Error> {
         let limits = config::limits(write, read, self.burst)?;
         self.ledger().set_limits(limits);
+        Ok(())
+    }
+
+    /// How many partitions each table has from now on (`None`: one per item), and how
+    /// soon a hot item is isolated; every partition starts full.
+    pub(crate) fn set_partitions(
+        &self,
+        partitions: Option<u32>,
+        isolate_after: Option<Duration>,
+    ) -> Result<(), Error> {
+        let layout = config::layout(partitions, isolate_after)?;
+        self.ledger().set_layout(layout);
         Ok(())
     }
 }

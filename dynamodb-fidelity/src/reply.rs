@@ -9,7 +9,7 @@ use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::config::ThrottleAs;
-use crate::ledger::Direction;
+use crate::ledger::{Direction, Limit, Throttle};
 
 const NAMESPACE: &str = "com.amazonaws.dynamodb.v20120810#";
 
@@ -43,29 +43,34 @@ fn error(name: &str, mut fields: Value) -> Response<Full<Bytes>> {
     json(StatusCode::BAD_REQUEST, &fields)
 }
 
-/// A throttle of `direction` on the items of `tables`, in `region`.
+/// A throttle of `direction` for `throttles` (a table and the limit that refused a
+/// request on it, one reason per distinct pair), in `region`.
 pub(crate) fn throttled(
     throttle_as: ThrottleAs,
     direction: Direction,
     region: &str,
-    tables: &[&str],
+    throttles: &[Throttle],
 ) -> Response<Full<Bytes>> {
-    let reason = match direction {
-        Direction::Read => "TableReadKeyRangeThroughputExceeded",
-        Direction::Write => "TableWriteKeyRangeThroughputExceeded",
+    let operation = match direction {
+        Direction::Read => "Read",
+        Direction::Write => "Write",
     };
-    let mut seen: Vec<&str> = Vec::new();
-    let reasons: Vec<Value> = tables
+    let mut seen: Vec<&Throttle> = Vec::new();
+    let reasons: Vec<Value> = throttles
         .iter()
         .filter(|t| {
             let first = !seen.contains(t);
             seen.push(t);
             first
         })
-        .map(|table| {
+        .map(|t| {
+            let limit = match t.limit {
+                Limit::KeyRange => "KeyRangeThroughputExceeded",
+                Limit::Table => "AccountLimitExceeded",
+            };
             json!({
-                "reason": reason,
-                "resource": format!("arn:aws:dynamodb:{region}:000000000000:table/{table}"),
+                "reason": format!("Table{operation}{limit}"),
+                "resource": format!("arn:aws:dynamodb:{region}:000000000000:table/{}", t.table),
             })
         })
         .collect();
@@ -149,7 +154,7 @@ mod tests {
             ThrottleAs::ProvisionedThroughputExceeded,
             Direction::Write,
             "eu-west-1",
-            &["t", "t"],
+            &[key_range("t"), key_range("t")],
         );
         assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
         assert_eq!(
@@ -171,7 +176,13 @@ mod tests {
             ThrottleAs::Throttling,
             Direction::Read,
             "us-east-1",
-            &["t"],
+            &[
+                key_range("t"),
+                Throttle {
+                    table: "t".to_owned(),
+                    limit: Limit::Table,
+                },
+            ],
         ));
         assert_eq!(
             answer["__type"],
@@ -181,7 +192,18 @@ mod tests {
             answer["throttlingReasons"][0]["reason"],
             "TableReadKeyRangeThroughputExceeded"
         );
+        assert_eq!(
+            answer["throttlingReasons"][1]["reason"],
+            "TableReadAccountLimitExceeded"
+        );
         assert_eq!(answer["message"], ON_DEMAND_MESSAGE);
+    }
+
+    fn key_range(table: &str) -> Throttle {
+        Throttle {
+            table: table.to_owned(),
+            limit: Limit::KeyRange,
+        }
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub(super) async fn answer(proxy: &Proxy, call: &Call, json: &Value) -> Response
     let Some(entries) = entries(proxy, call, requests).await else {
         return call.pass(proxy).await;
     };
+    let mut throttles = Vec::new();
     let admitted: Vec<bool> = {
         let mut ledger = proxy.ledger();
         let now = Instant::now();
@@ -41,21 +42,19 @@ pub(super) async fn answer(proxy: &Proxy, call: &Call, json: &Value) -> Response
             .iter()
             .map(|e| {
                 ledger.count_request(&e.id);
-                let go = ledger.has_capacity(&e.id, Direction::Read, now);
-                if !go {
-                    ledger.count_throttled(&e.id, Direction::Read);
-                }
+                let throttle = ledger.throttle(&e.id, Direction::Read, now);
+                let go = throttle.is_none();
+                throttles.extend(throttle);
                 go
             })
             .collect()
     };
     if !admitted.iter().any(|&go| go) {
-        let tables: Vec<&str> = entries.iter().map(|e| e.table.as_str()).collect();
         return reply::throttled(
             proxy.throttle_as,
             Direction::Read,
             call.caller().region(),
-            &tables,
+            &throttles,
         );
     }
     let throttled: Vec<&Entry> = entries

@@ -171,22 +171,24 @@ fn admit(
     }
     let now = Instant::now();
     let mut admitted = Vec::with_capacity(entries.len());
+    let mut throttles = Vec::new();
     for (entry, &candidate) in entries.iter().zip(candidates) {
-        let go = candidate && ledger.has_capacity(&entry.id, Direction::Write, now);
-        if candidate && !go {
-            ledger.count_throttled(&entry.id, Direction::Write);
-        }
-        admitted.push(go);
+        let throttle = if candidate {
+            ledger.throttle(&entry.id, Direction::Write, now)
+        } else {
+            None
+        };
+        admitted.push(candidate && throttle.is_none());
+        throttles.extend(throttle);
     }
     if admitted.iter().any(|&go| go) {
         return Ok(admitted);
     }
-    let tables: Vec<&str> = entries.iter().map(|e| e.table.as_str()).collect();
     Err(Box::new(reply::throttled(
         proxy.throttle_as,
         Direction::Write,
         call.caller().region(),
-        &tables,
+        &throttles,
     )))
 }
 

@@ -38,13 +38,12 @@ pub(super) async fn answer(proxy: &Proxy, call: &Call, json: &Value) -> Response
     {
         let mut ledger = proxy.ledger();
         ledger.count_request(&id);
-        if !ledger.has_capacity(&id, Direction::Read, Instant::now()) {
-            ledger.count_throttled(&id, Direction::Read);
+        if let Some(throttle) = ledger.throttle(&id, Direction::Read, Instant::now()) {
             return reply::throttled(
                 proxy.throttle_as,
                 Direction::Read,
                 call.caller().region(),
-                &[table],
+                &[throttle],
             );
         }
     }

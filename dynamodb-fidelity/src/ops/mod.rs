@@ -7,6 +7,7 @@ mod call;
 mod get_item;
 mod query;
 mod single_write;
+mod table;
 mod transact_get;
 mod transact_write;
 
@@ -19,6 +20,7 @@ use serde_json::Value;
 use crate::proxy::Proxy;
 use call::Call;
 use single_write::WriteKind;
+use table::TableOp;
 
 /// The answer to one request on DynamoDB's API.
 pub(crate) async fn answer(proxy: &Proxy, parts: Parts, body: Bytes) -> Response<Full<Bytes>> {
@@ -37,14 +39,9 @@ pub(crate) async fn answer(proxy: &Proxy, parts: Parts, body: Bytes) -> Response
         Some("BatchGetItem") => batch_get::answer(proxy, &call, &json).await,
         Some("TransactGetItems") => transact_get::answer(proxy, &call, &json).await,
         Some("Query" | "Scan") => query::answer(proxy, &call, &json).await,
-        Some("CreateTable" | "DeleteTable") => {
-            // A table of this name may come back with other keys.
-            if let Some(table) = json.get("TableName").and_then(Value::as_str) {
-                proxy.schemas.forget(table);
-                proxy.locks.forget_table(table);
-            }
-            call.pass(proxy).await
-        }
+        Some("CreateTable") => table::answer(proxy, &call, json, TableOp::Create).await,
+        Some("UpdateTable") => table::answer(proxy, &call, json, TableOp::Update).await,
+        Some("DeleteTable") => table::answer(proxy, &call, json, TableOp::Delete).await,
         _ => call.pass(proxy).await,
     }
 }

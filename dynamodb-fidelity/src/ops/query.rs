@@ -54,20 +54,17 @@ pub(super) async fn answer(proxy: &Proxy, call: &Call, json: &Value) -> Response
         .collect();
     let mut ledger = proxy.ledger();
     let now = Instant::now();
-    let mut spent = false;
+    let mut throttles = Vec::new();
     for id in items.iter().filter_map(|(id, _)| id.as_ref()) {
         ledger.count_request(id);
-        if !ledger.has_capacity(id, Direction::Read, now) {
-            ledger.count_throttled(id, Direction::Read);
-            spent = true;
-        }
+        throttles.extend(ledger.throttle(id, Direction::Read, now));
     }
-    if spent {
+    if !throttles.is_empty() {
         return reply::throttled(
             proxy.throttle_as,
             Direction::Read,
             call.caller().region(),
-            &[table],
+            &throttles,
         );
     }
     let sizes: Vec<u64> = items.iter().map(|(_, size)| *size).collect();

@@ -131,13 +131,12 @@ pub(super) fn refuse(proxy: &Proxy, call: &Call, id: &ItemId) -> Option<Response
         ledger.count_conflict(id);
         return Some(reply::transaction_conflict());
     }
-    if !ledger.has_capacity(id, Direction::Write, Instant::now()) {
-        ledger.count_throttled(id, Direction::Write);
+    if let Some(throttle) = ledger.throttle(id, Direction::Write, Instant::now()) {
         return Some(reply::throttled(
             proxy.throttle_as,
             Direction::Write,
             call.caller().region(),
-            &[id.table()],
+            &[throttle],
         ));
     }
     None

@@ -52,20 +52,16 @@ pub(super) async fn answer(proxy: &Proxy, call: &Call, json: &Value) -> Response
             return reply::transaction_cancelled(&conflicts);
         }
         let now = Instant::now();
-        let spent: Vec<&Entry> = entries
+        let throttles: Vec<_> = entries
             .iter()
-            .filter(|e| !ledger.has_capacity(&e.id, Direction::Read, now))
+            .filter_map(|e| ledger.throttle(&e.id, Direction::Read, now))
             .collect();
-        if !spent.is_empty() {
-            for entry in &spent {
-                ledger.count_throttled(&entry.id, Direction::Read);
-            }
-            let tables: Vec<&str> = spent.iter().map(|e| e.table.as_str()).collect();
+        if !throttles.is_empty() {
             return reply::throttled(
                 proxy.throttle_as,
                 Direction::Read,
                 call.caller().region(),
-                &tables,
+                &throttles,
             );
         }
     }

@@ -145,22 +145,18 @@ fn throttle(
     ids: &[ItemId],
 ) -> Option<Response<Full<Bytes>>> {
     let now = Instant::now();
-    let spent: Vec<&ItemId> = ids
+    let throttles: Vec<_> = ids
         .iter()
-        .filter(|id| !ledger.has_capacity(id, Direction::Write, now))
+        .filter_map(|id| ledger.throttle(id, Direction::Write, now))
         .collect();
-    if spent.is_empty() {
+    if throttles.is_empty() {
         return None;
     }
-    for id in &spent {
-        ledger.count_throttled(id, Direction::Write);
-    }
-    let tables: Vec<&str> = spent.iter().map(|id| id.table()).collect();
     Some(reply::throttled(
         proxy.throttle_as,
         Direction::Write,
         call.caller().region(),
-        &tables,
+        &throttles,
     ))
 }
 

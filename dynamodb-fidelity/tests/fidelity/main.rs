@@ -5,6 +5,7 @@ mod billing;
 mod binary;
 mod common;
 mod overhead;
+mod partitions;
 mod stats;
 mod throttling;
 mod transactions;
