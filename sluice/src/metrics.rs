@@ -18,6 +18,7 @@
 //! | `sluice_bucket_write_units_total` | counter | `dimension` | write units the store billed for successful writes of the bucket row (as it reported them; DynamoDB Local reports one per write) |
 //! | `sluice_bucket_failed_writes_total` | counter | `dimension` | writes of the bucket row whose condition failed (DynamoDB bills them too) |
 //! | `sluice_bucket_throttles_total` | counter | `dimension` | reads and writes of the bucket row the store throttled, or a transaction in flight refused (back-pressure: retried, or a RetryIn) |
+//! | `sluice_table_throttles_total` | counter | | reads and writes of bucket rows throttled by a limit of the whole table (a cold on-demand table, its quota, provisioned capacity, an index; DynamoDB's throttling reasons other than the key range): back-pressure, never a reason to spread a bucket; logged at most once a minute |
 //! | `sluice_bucket_shards` | gauge | `dimension` | rows a bucket is spread over, as set by this client's last reshard of it (see [`Sharding`](crate::Sharding)) |
 //! | `sluice_slot_renewals_total` | counter | `outcome` (`renewed`, `failed`) | heartbeats of held `concurrent` slots: renewals of their lease rows (one write each), and those the store failed (sent again sooner) |
 //! | `sluice_reconcile_passes_total` | counter | | reconcile passes |
@@ -152,10 +153,60 @@ pub(crate) fn bucket_failed_write(labels: &Labels, dimension: &str) {
         .increment(1);
 }
 
-/// Records a write of `dimension`'s bucket row the store throttled.
-pub(crate) fn bucket_throttled(labels: &Labels, dimension: &str) {
+/// Records a read or write of a bucket row that the store pushed back (`error`); a
+/// throttle of the whole table is also counted on its own and logged, at most once a
+/// minute per process with how many were not.
+pub(crate) fn bucket_throttled(labels: &Labels, dimension: &str, error: &StoreError) {
     metrics::counter!("sluice_bucket_throttles_total", "dimension" => labels.of(dimension))
         .increment(1);
+    if let StoreError::TableThrottled { reasons, .. } = error {
+        metrics::counter!("sluice_table_throttles_total").increment(1);
+        TABLE_THROTTLES.note(reasons);
+    }
+}
+
+/// Throttles of the whole table since the last log line, and when that was.
+static TABLE_THROTTLES: Quiet = Quiet::new(Duration::from_secs(60));
+
+/// A log line repeated at most once per `every`, with how many times it was not.
+#[derive(Debug)]
+struct Quiet {
+    every: Duration,
+    state: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
+}
+
+impl Quiet {
+    const fn new(every: Duration) -> Quiet {
+        Quiet {
+            every,
+            state: std::sync::Mutex::new((None, 0)),
+        }
+    }
+
+    /// One more throttle of the whole table, for `reasons`: logged if the last line is
+    /// older than `every`.
+    fn note(&self, reasons: &str) {
+        let now = std::time::Instant::now();
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.1 += 1;
+        if state
+            .0
+            .is_some_and(|last| now.duration_since(last) < self.every)
+        {
+            return;
+        }
+        let count = std::mem::take(&mut state.1);
+        state.0 = Some(now);
+        drop(state);
+        tracing::warn!(
+            reasons,
+            throttles = count,
+            "DynamoDB is throttling the table as a whole, not a hot row: callers are paced (RetryIn) and no bucket is spread for it; warm the table or raise its limits (docs/dynamodb.md, capacity planning)"
+        );
+    }
 }
 
 /// Records a peek's answer.
@@ -236,6 +287,7 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
         Error::Store(e) => match e {
             StoreError::TableNotFound { .. } => "store_table_not_found",
             StoreError::Throttled { .. } => "store_throttled",
+            StoreError::TableThrottled { .. } => "store_table_throttled",
             StoreError::TransactionConflict { .. } => "store_transaction_conflict",
             StoreError::Timeout { .. } => "store_timeout",
             StoreError::CorruptRow { .. } => "store_corrupt_row",

@@ -176,7 +176,7 @@ impl Core {
                 crate::metrics::bucket_failed_write(&self.lanes.labels, dimension.as_str())
             }
             Err(ChangeError::Store(e)) if e.is_back_pressure() => {
-                crate::metrics::bucket_throttled(&self.lanes.labels, dimension.as_str());
+                crate::metrics::bucket_throttled(&self.lanes.labels, dimension.as_str(), e);
                 // Nothing applied, but the row moves on meanwhile (rule 7 of `remembered`).
                 self.lane(&dimension).memory().pushed_back();
             }

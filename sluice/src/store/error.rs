@@ -31,6 +31,23 @@ pub enum StoreError {
         #[source]
         source: Option<BoxError>,
     },
+    /// A limit the whole table shares is throttling it, not the throughput of the rows
+    /// written: a cold on-demand table beyond twice its previous peak, the per-table
+    /// account quota, a configured on-demand maximum, provisioned capacity, or an index
+    /// (DynamoDB's throttling reasons other than the table's key range). Spreading a
+    /// bucket over more rows cannot help; waiting, warming the table or raising its limits
+    /// does.
+    #[error(
+        "the table is throttled as a whole ({reasons}): not a hot row, so spreading the bucket cannot help; retry later, and warm the table or raise its limits (see docs/dynamodb.md, capacity planning)"
+    )]
+    TableThrottled {
+        /// DynamoDB's throttling reasons and resources, as it gave them
+        /// (`TableWriteAccountLimitExceeded on arn:…:table/sluice`).
+        reasons: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// The row is held by another writer's transaction in flight (DynamoDB's
     /// `TransactionConflictException`): the write did not apply; retry shortly.
     #[error(
@@ -114,6 +131,7 @@ impl StoreError {
         matches!(
             self,
             StoreError::Throttled { .. }
+                | StoreError::TableThrottled { .. }
                 | StoreError::TransactionConflict { .. }
                 | StoreError::Timeout { .. }
                 | StoreError::Unavailable { .. }
@@ -128,7 +146,9 @@ impl StoreError {
     pub fn is_back_pressure(&self) -> bool {
         matches!(
             self,
-            StoreError::Throttled { .. } | StoreError::TransactionConflict { .. }
+            StoreError::Throttled { .. }
+                | StoreError::TableThrottled { .. }
+                | StoreError::TransactionConflict { .. }
         )
     }
 
@@ -143,6 +163,7 @@ impl StoreError {
                 | StoreError::Unavailable { .. }
                 | StoreError::Unreachable { .. }
                 | StoreError::Throttled { .. }
+                | StoreError::TableThrottled { .. }
                 | StoreError::TransactionConflict { .. }
                 | StoreError::Service { .. }
         )
@@ -237,6 +258,10 @@ impl StoreError {
                 table: table.clone(),
             },
             StoreError::Throttled { source: s } => StoreError::Throttled { source: source(s) },
+            StoreError::TableThrottled { reasons, source: s } => StoreError::TableThrottled {
+                reasons: reasons.clone(),
+                source: source(s),
+            },
             StoreError::Timeout { source: s } => StoreError::Timeout { source: source(s) },
             StoreError::TransactionConflict { source: s } => {
                 StoreError::TransactionConflict { source: source(s) }

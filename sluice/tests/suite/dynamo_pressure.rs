@@ -152,3 +152,74 @@ async fn throttling_within_a_deadline_is_waited_out() {
     check(&proxy, &first, dim, grants).await;
     proxy.shutdown().await;
 }
+
+/// Eight clients of their own acquire (within 2 s each) and release an ample bucket, one
+/// that spreads over rows when its row is hot, for 3 s through `proxy`; the rows the
+/// bucket ends on.
+async fn ample_load(proxy: &Running, table: &str, dim: &str) -> u16 {
+    let first = client(proxy, table, "ample-0".into());
+    let ample = Bucket::requests(RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
+    first.put_bucket(dim, ample).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(3);
+    let callers = (0..8)
+        .map(|i| {
+            let sluice = client(proxy, table, format!("ample-{i}"));
+            let dim = dim.to_owned();
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let lease = sluice
+                        .acquire_within(dim.as_str(), Duration::from_secs(2))
+                        .await
+                        .unwrap_or_else(|e| panic!("within its deadline, a caller got {e}"));
+                    lease.release().await.expect("a release is never an error");
+                }
+            })
+        })
+        .collect::<Vec<_>>();
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let throttled = proxy.stats().totals().throttled_writes;
+    assert!(throttled > 0, "the proxy never throttled");
+    first.bucket(dim).await.unwrap().expect("the bucket").shards
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttle_of_the_whole_table_is_back_pressure_and_spreads_no_bucket() {
+    let Some(endpoint) = dynamo::endpoint() else {
+        return;
+    };
+    // A cold on-demand table that serves 30 write units a second and will not double
+    // within the test; every item's own ceiling far above.
+    let store = dynamo::fresh_store().await.expect("a fresh table");
+    let proxy = Fidelity::start(FidelityConfig {
+        upstream: endpoint.clone(),
+        transaction_hold: Duration::from_millis(5),
+        table: Some(dynamodb_fidelity::TableModel {
+            initial_write: 30.0,
+            quota_write: 30.0,
+            peak_window: Duration::from_secs(3600),
+            ..dynamodb_fidelity::TableModel::default()
+        }),
+        ..FidelityConfig::default()
+    })
+    .await
+    .expect("start dynamodb-fidelity");
+    let rows = ample_load(&proxy, store.table(), "table#rpm").await;
+    assert_eq!(rows, 1, "a table-wide throttle spread the bucket");
+    proxy.shutdown().await;
+
+    // The same load where the row's own key range throttles it: the bucket spreads.
+    let store = dynamo::fresh_store().await.expect("a fresh table");
+    let proxy = Fidelity::start(FidelityConfig {
+        upstream: endpoint,
+        write_ceiling: 30.0,
+        transaction_hold: Duration::from_millis(5),
+        ..FidelityConfig::default()
+    })
+    .await
+    .expect("start dynamodb-fidelity");
+    let rows = ample_load(&proxy, store.table(), "row#rpm").await;
+    assert!(rows > 1, "a hot row's throttles did not spread the bucket");
+    proxy.shutdown().await;
+}

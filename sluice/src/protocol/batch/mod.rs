@@ -248,7 +248,11 @@ impl Write<'_> {
                 Err(Next::Done)
             }
             Err(e) if e.is_back_pressure() => {
-                crate::metrics::bucket_throttled(&self.core.lanes.labels, self.dimension.as_str());
+                crate::metrics::bucket_throttled(
+                    &self.core.lanes.labels,
+                    self.dimension.as_str(),
+                    &e,
+                );
                 Err(self.throttled().await)
             }
             Err(e) => {
@@ -269,7 +273,11 @@ impl Write<'_> {
                 Next::Again
             }
             Err(e) if e.is_back_pressure() => {
-                crate::metrics::bucket_throttled(&self.core.lanes.labels, self.dimension.as_str());
+                crate::metrics::bucket_throttled(
+                    &self.core.lanes.labels,
+                    self.dimension.as_str(),
+                    &e,
+                );
                 self.throttled().await
             }
             Err(e) => {

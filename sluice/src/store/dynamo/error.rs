@@ -44,6 +44,56 @@ pub(crate) fn is_throttling(code: &str) -> bool {
     THROTTLING.contains(&code)
 }
 
+/// The throttling reasons of a throttled request, as `reason on resource` (empty if
+/// DynamoDB gave none: an older endpoint, or a store that does not say).
+fn throttling_reasons(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    use aws_sdk_dynamodb::types::ThrottlingReason;
+    use aws_sdk_dynamodb::types::error::{
+        ProvisionedThroughputExceededException, RequestLimitExceeded, ThrottlingException,
+    };
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let reasons: Option<&[ThrottlingReason]> =
+            if let Some(t) = e.downcast_ref::<ProvisionedThroughputExceededException>() {
+                Some(t.throttling_reasons())
+            } else if let Some(t) = e.downcast_ref::<ThrottlingException>() {
+                Some(t.throttling_reasons())
+            } else if let Some(t) = e.downcast_ref::<RequestLimitExceeded>() {
+                Some(t.throttling_reasons())
+            } else {
+                None
+            };
+        if let Some(reasons) = reasons {
+            return reasons
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} on {}",
+                        r.reason().unwrap_or("?"),
+                        r.resource().unwrap_or("?")
+                    )
+                })
+                .collect();
+        }
+        next = e.source();
+    }
+    Vec::new()
+}
+
+/// Whether a throttle is of a limit the whole table shares (its reasons, joined) rather
+/// than of the key range of the rows written: DynamoDB said why, and no reason is the
+/// table's key range. A throttle without reasons is taken as the rows' own (what it
+/// usually is, and what every throttle was before DynamoDB gave reasons).
+fn table_wide(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let reasons = throttling_reasons(err);
+    let rows =
+        |r: &String| r.starts_with("TableWriteKeyRange") || r.starts_with("TableReadKeyRange");
+    if reasons.is_empty() || reasons.iter().any(rows) {
+        return None;
+    }
+    Some(reasons.join(", "))
+}
+
 /// Whether DynamoDB refused a query because the index it names does not exist (or is still
 /// being built).
 pub(crate) fn is_missing_index<E, R>(err: &SdkError<E, R>) -> bool
@@ -110,8 +160,14 @@ where
                 "ResourceNotFoundException" => StoreError::TableNotFound {
                     table: table.to_owned(),
                 },
-                c if is_throttling(c) => StoreError::Throttled {
-                    source: Some(Box::new(err)),
+                c if is_throttling(c) => match table_wide(&err) {
+                    Some(reasons) => StoreError::TableThrottled {
+                        reasons,
+                        source: Some(Box::new(err)),
+                    },
+                    None => StoreError::Throttled {
+                        source: Some(Box::new(err)),
+                    },
                 },
                 "TransactionConflictException" => StoreError::TransactionConflict {
                     source: Some(Box::new(err)),
