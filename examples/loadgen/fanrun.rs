@@ -71,9 +71,7 @@ pub(crate) async fn run(
             .expect("reset the proxy's counters");
     }
     let exe = std::env::current_exe().expect("the load generator's path");
-    let started = SystemClock
-        .now()
-        .saturating_add(Duration::from_millis(1_500));
+    let started = SystemClock.now().saturating_add(start_delay(target));
     let spawn = |_| {
         let mut cmd = Command::new(&exe);
         cmd.args(["--child", kind, "--table", &args.table])
@@ -423,5 +421,16 @@ pub(crate) async fn at_limit(args: &Args, target: &Target, sluice: &Sluice) {
             rep.worst_window(CAPACITY as f64, PER_SECOND as f64),
             errors(rep),
         );
+    }
+}
+
+/// How long after a run is set up its workers start: together 1.5 s later, once every
+/// process is up, or, a fleet, each as it is spawned (then the run's supply and timeline
+/// count from the first spawn, the earliest any worker can acquire).
+pub(crate) fn start_delay(target: &Target) -> Duration {
+    if target.fleet {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(1_500)
     }
 }

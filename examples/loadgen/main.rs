@@ -145,6 +145,16 @@ pub(crate) struct Args {
     /// the count alone (0: one row, and the workers reshard on their own).
     #[arg(long, default_value_t = 0)]
     pub(crate) shard_pin: u16,
+    /// Partitions of the sharding runs' table, each with the per-item ceiling above,
+    /// items hashed onto them as DynamoDB does (0: every item its own ceiling). The
+    /// table's bound is then partitions x that ceiling.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) shard_partitions: u32,
+    /// The sharding runs' dimension at ample demand (default: a new one each run). Its
+    /// rows hash onto the partitions by name: the same name, the same layout, to compare
+    /// two builds.
+    #[arg(long)]
+    pub(crate) shard_name: Option<String>,
     /// Internal: the most rows a fan-out worker spreads a bucket over (0: the default).
     #[arg(long, hide = true, default_value_t = 0)]
     pub(crate) max_shards: u16,

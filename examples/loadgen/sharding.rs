@@ -42,17 +42,32 @@ pub(crate) async fn run(args: &Args, sluice: &Sluice, proxy: &str) {
     dynamodb_fidelity::set_ceilings(proxy, args.shard_ceiling, 3.0 * args.shard_ceiling)
         .await
         .expect("set the proxy's ceilings");
-    let target = Target {
-        label: format!(
+    let partitions = (args.shard_partitions > 0).then_some(args.shard_partitions);
+    dynamodb_fidelity::set_partitions(proxy, partitions, None)
+        .await
+        .expect("set the proxy's partitions");
+    // A table of partitions is run as a fleet starts: no barrier, no ceiling told.
+    let label = match partitions {
+        Some(n) => format!(
+            "fleet start, behind dynamodb-fidelity, a table of {n} partitions of {} write units/s each",
+            args.shard_ceiling
+        ),
+        None => format!(
             "behind dynamodb-fidelity, {} write units/s per item",
             args.shard_ceiling
         ),
+    };
+    let target = Target {
+        label,
         endpoint: Some(proxy.to_owned()),
         fidelity: Some((proxy.to_owned(), args.shard_ceiling)),
-        fleet: false,
+        fleet: partitions.is_some(),
     };
     ample(args, sluice, &target).await;
     at_limit(args, sluice, &target).await;
+    dynamodb_fidelity::set_partitions(proxy, None, None)
+        .await
+        .expect("restore the proxy's partitions");
 }
 
 /// Polls how many rows `dimension`'s bucket has, every 100 ms until `stop`: (ms since
@@ -86,7 +101,10 @@ fn settled_at(seen: &[(u64, u16)]) -> Option<(u16, u64)> {
 }
 
 async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
-    let rpm = format!("shard{}#rpm", crate::rand_suffix());
+    let rpm = args
+        .shard_name
+        .clone()
+        .unwrap_or_else(|| format!("shard{}#rpm", crate::rand_suffix()));
     let ample = Bucket::requests(RefillRate::per_second(1_000_000)).with_capacity(1_000_000);
     sluice.put_bucket(&rpm, ample).await.expect("bucket");
     if args.shard_pin > 1 {
@@ -115,8 +133,8 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
         warm_up(args, target, "sharding", "fan-fast", (&warm, &warm)).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
-    // The workers start 1.5 s after the run is set up (see `fanrun::run`).
-    let since = Instant::now() + Duration::from_millis(1_500);
+    // When the workers start (see `fanrun::run`).
+    let since = Instant::now() + crate::fanrun::start_delay(target);
     let watching = watch(sluice.clone(), rpm.clone(), since, stop.clone());
     let r = fan_run(
         args,
@@ -175,6 +193,16 @@ async fn ample(args: &Args, sluice: &Sluice, target: &Target) {
         "|  | bucket rows: {:.2} successful writes/grant, {conflicts} transaction conflicts, largest row {largest} bytes |  |  |  |  |  |  |  |  |  |  |  |  |",
         writes as f64 / all
     );
+    if args.shard_partitions > 0 {
+        let bound = f64::from(args.shard_partitions) * args.shard_ceiling;
+        println!(
+            "|  | the table's bound: {} partitions x {} WU/s = {bound:.0} WU/s; grants/s {} of it, {} once settled |  |  |  |  |  |  |  |  |  |  |  |  |",
+            args.shard_partitions,
+            args.shard_ceiling,
+            ratio(per_second, bound),
+            ratio(settled_rate, bound),
+        );
+    }
     floor(args, target, &r).await;
     println!(
         "|  | reshards: {}; grants in each of the first seconds: {} |  |  |  |  |  |  |  |  |  |  |  |  |",
@@ -265,7 +293,7 @@ async fn at_limit(args: &Args, sluice: &Sluice, target: &Target) {
     );
     println!("|---|---|---|---|---|---|---|---|");
     let stop = Arc::new(AtomicBool::new(false));
-    let since = Instant::now() + Duration::from_millis(1_500);
+    let since = Instant::now() + crate::fanrun::start_delay(target);
     let watching = watch(sluice.clone(), rpm.clone(), since, stop.clone());
     let r = fan_run(
         args,
