@@ -33,8 +33,8 @@ use crate::tokens::Tokens;
 use super::{fast, multi, reshard};
 pub(super) use seen::may_spread;
 use seen::{
-    Seen, drawn, gathers_short, learn_shards, remembered, spread_since, throttles_since,
-    within_twice,
+    Seen, drawn, gathers_short, learn_shards, remembered, spread_bought, spread_since,
+    throttles_since, within_twice,
 };
 
 /// How many times the whole bucket is read again when its rows moved on between the read
@@ -52,14 +52,8 @@ pub(crate) async fn acquire(
 ) -> Result<Grant, Error> {
     let base = wanted.dimension.clone();
     let shards = core.lanes.shards(&base);
-    let k = if shards > 1 {
-        rand::rng().random_range(0..shards)
-    } else {
-        0
-    };
     // The row's key is made, and its lane found, once per acquire.
-    let row = base.shard(k);
-    let lane = core.lane(&row);
+    let (k, row, lane) = pick::row(core, &base, shards, None);
     let on_shard = Wanted {
         dimension: row,
         ..wanted.clone()
@@ -80,9 +74,9 @@ pub(crate) async fn acquire(
         // The row pushed back, not short: another row takes it, with no read of them all
         // (which would press on rows already pressed).
         Err(Error::RetryIn(_)) if known > 1 && pushed => {
-            let other = (k + rand::rng().random_range(1..known)) % known;
+            let (other, row, _) = pick::row(core, &base, known, Some(k));
             let on_other = Wanted {
-                dimension: base.shard(other),
+                dimension: row,
                 ..wanted.clone()
             };
             match fast::acquire(core, on_other, ttl, fresh_after, alone).await {
@@ -173,7 +167,8 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     let gather_short = short && n > 1 && gathers_short(n, refill_per_ks, cost, limit);
     let cool_now = Sharding::cool(per_row, limit) || gather_short;
     let cool = core.heat.cool(base, n, cool_now);
-    let hot = throttled && Sharding::throttled_hot(per_row, limit);
+    let judged = (write_ceiling, learned, limit);
+    let (hot, proven) = spread_bought(core, base, (n, &measure), judged, throttles);
     let target = (gather_short && cool >= Sharding::COOL_WINDOWS)
         .then(|| (n / 2).max(1))
         .or_else(|| sharding.target(n, per_row, limit, hot, cool));
@@ -206,7 +201,7 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     let lone = hot && n == 1 && at_ceiling;
     let sure = lone || heated >= Sharding::HOT_WINDOWS;
     let drawn = drawn(&measure, heated, lone);
-    let spread = founded && sure && !short && !refill_bound && drawn;
+    let spread = founded && proven && sure && !short && !refill_bound && drawn;
     let to = target.filter(|_| !spreads || spread)?;
     Some((to, per_row, throttled))
 }
@@ -487,6 +482,7 @@ pub(super) fn wait_for(
     Duration::from_millis(hi)
 }
 
+mod pick;
 mod seen;
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,10 @@
 //! [`Sharding`](crate::Sharding)).
 
 use crate::shared::recent::Recent;
+use gain::Gain;
 use std::sync::Mutex;
+
+mod gain;
 use std::time::Duration;
 
 use crate::clock::UnixMillis;
@@ -71,6 +74,8 @@ pub(crate) struct Heat {
     /// Per bucket: the writes a second one of its rows took while the store throttled it,
     /// the most a row took as the store says (see [`Heat::ceiling`]).
     learned_ceilings: Mutex<Recent<u32>>,
+    /// Per bucket: its total rate at the count last measured, and at the count before.
+    gains: Mutex<Recent<Gain>>,
 }
 
 impl Heat {
@@ -162,6 +167,20 @@ impl Heat {
     /// starts again at none); the count, again from none at another count.
     pub(crate) fn hot(&self, base: &Dimension, shards: u16, hot: bool) -> u32 {
         in_a_row(&self.hot, base, shards, hot)
+    }
+
+    /// Notes that `base`'s bucket, over `shards` rows, takes `total` thousandths of a write
+    /// a second over all of them; whether that is a quarter more than at the fewer rows
+    /// this client measured before they were spread (`None`: it measured none).
+    pub(crate) fn gained(&self, base: &Dimension, shards: u16, total: u64) -> Option<bool> {
+        let mut gains = lock(&self.gains);
+        match gains.get_mut(base) {
+            Some(gain) => gain.note(shards, total),
+            None => {
+                gains.insert(base.clone(), Gain::new(shards, total));
+                None
+            }
+        }
     }
 
     /// Whether this client is resharding any bucket now.

@@ -169,6 +169,10 @@ pub(crate) struct Lane {
     /// Times this lane answered its acquires with a RetryIn because the store pushed back
     /// (a throttled read or write), not because the bucket was short.
     pub(crate) pushed_back: std::sync::atomic::AtomicU64,
+    /// When the store last pushed the lane's row back (unix milliseconds; 0: never): a
+    /// spread bucket's acquires go to its other rows for a while (see
+    /// `sharded::pick`).
+    pub(crate) pushed_at: std::sync::atomic::AtomicI64,
     /// What the lane's acquires cost, of late.
     pub(crate) costs: CallCosts,
     /// Callers of this client waiting for a slot of the lane's bucket (in
@@ -229,6 +233,7 @@ impl Default for Lane {
             throttles: std::sync::atomic::AtomicU32::default(),
             lost_races: std::sync::atomic::AtomicU32::default(),
             pushed_back: std::sync::atomic::AtomicU64::default(),
+            pushed_at: std::sync::atomic::AtomicI64::default(),
             costs: CallCosts::default(),
             waiting: std::sync::atomic::AtomicU64::new(0),
         }

@@ -178,7 +178,10 @@ impl Core {
             Err(ChangeError::Store(e)) if e.is_back_pressure() => {
                 crate::metrics::bucket_throttled(&self.lanes.labels, dimension.as_str(), e);
                 // Nothing applied, but the row moves on meanwhile (rule 7 of `remembered`).
-                self.lane(&dimension).memory().pushed_back();
+                let lane = self.lane(&dimension);
+                lane.memory().pushed_back();
+                lane.pushed_at
+                    .store(self.now().as_millis(), std::sync::atomic::Ordering::Relaxed);
             }
             Err(ChangeError::Store(e)) if e.answer_lost() => {
                 tracing::debug!(%dimension, error = %e, "a change lost its answer");

@@ -248,11 +248,7 @@ impl Write<'_> {
                 Err(Next::Done)
             }
             Err(e) if e.is_back_pressure() => {
-                crate::metrics::bucket_throttled(
-                    &self.core.lanes.labels,
-                    self.dimension.as_str(),
-                    &e,
-                );
+                self.count_throttle(&e);
                 Err(self.throttled().await)
             }
             Err(e) => {
@@ -273,11 +269,7 @@ impl Write<'_> {
                 Next::Again
             }
             Err(e) if e.is_back_pressure() => {
-                crate::metrics::bucket_throttled(
-                    &self.core.lanes.labels,
-                    self.dimension.as_str(),
-                    &e,
-                );
+                self.count_throttle(&e);
                 self.throttled().await
             }
             Err(e) => {

@@ -62,6 +62,9 @@ impl Write<'_> {
         let streak = self.lane.throttled.fetch_add(1, Ordering::Relaxed) + 1;
         let wait = throttle_wait(streak, self.spreads());
         self.lane.pushed_back.fetch_add(1, Ordering::Relaxed);
+        self.lane
+            .pushed_at
+            .store(self.core.now().as_millis(), Ordering::Relaxed);
         let refusal = RetryIn::pressed(wait, self.core.now());
         answer_each(
             std::mem::take(&mut self.acquires),
@@ -77,6 +80,11 @@ impl Write<'_> {
         }
         tokio::time::sleep(wait).await;
         Next::Again
+    }
+
+    /// Counts a read or write of the row the store pushed back (`e`).
+    pub(super) fn count_throttle(&self, e: &StoreError) {
+        crate::metrics::bucket_throttled(&self.core.lanes.labels, self.dimension.as_str(), e);
     }
 
     /// Whether the throttled row is one this client may spread for its throttles (see
