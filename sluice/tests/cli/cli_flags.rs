@@ -266,3 +266,52 @@ fn status_watch_draws_a_bar_and_a_sparkline_per_bucket() {
     // Without --watch, no bars.
     assert!(!cli.ok(&["status"]).contains('░'));
 }
+
+#[test]
+fn table_create_warms_the_table_when_asked() {
+    let Some(local) = Cli::new() else { return };
+    // DynamoDB Local through dynamodb-fidelity, whose tables are cold on-demand tables of
+    // 10 write units a second until warmed.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let proxy = runtime
+        .block_on(dynamodb_fidelity::Fidelity::start(
+            dynamodb_fidelity::Config {
+                upstream: local.endpoint.clone(),
+                table: Some(dynamodb_fidelity::TableModel {
+                    initial_write: 10.0,
+                    quota_write: 1_000.0,
+                    peak_window: std::time::Duration::from_secs(3_600),
+                    ..dynamodb_fidelity::TableModel::default()
+                }),
+                ..dynamodb_fidelity::Config::default()
+            },
+        ))
+        .unwrap();
+    let cli = Cli {
+        endpoint: proxy.endpoint(),
+        table: local.table.clone(),
+    };
+    let said = cli.ok(&["table", "create", "--warm-writes", "500"]);
+    assert!(
+        said.contains(&format!(
+            "warming table {} to 500 writes and 0 reads a second",
+            cli.table
+        )),
+        "{said}"
+    );
+    // 100 writes at once: a cold table of 10 a second would throttle from the eleventh.
+    let client = crate::dynamo::client(&proxy.endpoint());
+    runtime.block_on(async {
+        for i in 0..100 {
+            client
+                .put_item()
+                .table_name(&cli.table)
+                .item("vendor_dimension", crate::dynamo::s(&format!("warm#{i}")))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("write {i} of a warmed table: {e:?}"));
+        }
+    });
+    let throttled = proxy.stats().totals().throttled_writes;
+    assert_eq!(throttled, 0);
+}

@@ -142,8 +142,16 @@ pub(crate) enum Command {
 pub(crate) enum TableCommand {
     /// Creates the table (partition key `vendor_dimension`, on-demand, TTL on `ttl`, the
     /// `sluice-slots` index over slot leases) if it does not exist; adds the index to a table
-    /// that lacks it.
-    Create,
+    /// that lacks it; pre-warms it if asked (a new or an existing table).
+    Create {
+        /// Write units a second the table serves at once (warm throughput; a new on-demand
+        /// table serves 4,000). See docs/dynamodb.md, capacity planning.
+        #[arg(long, default_value_t = 0)]
+        warm_writes: u64,
+        /// Read units a second the table serves at once (a new on-demand table: 12,000).
+        #[arg(long, default_value_t = 0)]
+        warm_reads: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]

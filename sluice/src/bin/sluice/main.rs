@@ -195,11 +195,21 @@ async fn connect(cli: &Cli) -> Result<(Sluice, DynamoStore), Failure> {
 async fn run(cli: Cli) -> Result<(), Failure> {
     let (sluice, store) = connect(&cli).await?;
     match cli.command {
-        Command::Table(TableCommand::Create) => {
+        Command::Table(TableCommand::Create {
+            warm_writes,
+            warm_reads,
+        }) => {
             if store.create_table().await? {
                 println!("created table {}", store.table());
             } else {
                 println!("table {} already exists", store.table());
+            }
+            if warm_writes > 0 || warm_reads > 0 {
+                store.warm_table(warm_writes, warm_reads).await?;
+                println!(
+                    "warming table {} to {warm_writes} writes and {warm_reads} reads a second",
+                    store.table()
+                );
             }
             Ok(())
         }
