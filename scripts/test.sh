@@ -11,8 +11,9 @@
 # Then the tests a shared limiter stands on (the model test on DynamoDB, the conformance
 # suite, the multi-process (shadow mode's too), killed-process, lossy-proxy and
 # skewed-clock tests) run again
-# through dynamodb-fidelity (this workspace's proxy adding real DynamoDB's per-item
-# ceilings, billing, throttling and transaction conflicts), started and stopped here too.
+# through dynamodb-fidelity (this workspace's proxy adding real DynamoDB's partitions and
+# their ceilings, billing, throttling and transaction conflicts), started and stopped here
+# too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/dynamodb-local.sh
@@ -46,11 +47,13 @@ SLUICE_RECORD_DYNAMODB_OPERATIONS="$operations" \
 SLUICE_CHECK_RECORDED_OPERATIONS="$operations" \
     cargo test --workspace --features "$features" --test cli -- \
     --exact iam_policies::every_operation_the_suite_sent_is_allowed_by_its_role --nocapture
-# Through dynamodb-fidelity: real per-item ceilings (1,000 WU/s, 3,000 RU/s) and a
-# transaction holding its items 5 ms after it is answered, so that single-item writes meet
-# TransactionConflictException as they do on the real service.
+# Through dynamodb-fidelity: each table laid out on 4 partitions that share real DynamoDB's
+# ceilings (1,000 WU/s, 3,000 RU/s each; a bucket's rows, its shards and lease rows hashed
+# onto them as the service does), and a transaction holding its items 5 ms after it is
+# answered, so that single-item writes meet TransactionConflictException as they do on the
+# real service.
 DYNAMODB_FIDELITY_BIN=$(built_executable bin dynamodb-fidelity)
-dynamodb_fidelity_start --transaction-hold-ms 5
+dynamodb_fidelity_start --transaction-hold-ms 5 --partitions 4
 SLUICE_TEST_DYNAMODB_ENDPOINT="$DYNAMODB_FIDELITY_ENDPOINT" \
     cargo test --workspace --features "$features" --test suite -- \
     model::several_clients_on_dynamodb model_modes::clients_in_every_mode_on_a_resharded_bucket_on_dynamodb \
