@@ -126,6 +126,21 @@ impl Sharding {
         per_row.saturating_mul(10) >= u64::from(ceiling) * 4 * 1_000
     }
 
+    /// Whether the rows of a bucket spread over `n`, each taking `per_row` thousandths of
+    /// a write a second while the store throttles them, together take at least a quarter
+    /// more than its one row took alone while throttled (`alone` writes a second: what the
+    /// client that spread it learned, carried by the rows). Then spreading raised what the
+    /// bucket gets, and more rows may raise it more: a bucket's rows hash onto the table's
+    /// partitions independently, and on a table of a few partitions some hold several of
+    /// them and one may hold none; more rows cover them better. Else the rows share one
+    /// limit (a partition, the table) and more rows would only cost: the bucket is not
+    /// spread further, however throttled (measured, not assumed).
+    pub(crate) fn spread_gained(n: u16, per_row: u64, alone: u32) -> bool {
+        n > 1
+            && per_row.saturating_mul(u64::from(n)).saturating_mul(4)
+                >= u64::from(alone).saturating_mul(5_000)
+    }
+
     /// Whether a row taking `per_row` thousandths of a write a second is at its ceiling of
     /// `ceiling` writes a second: 80% of it or more (a throttled row's measure is capped
     /// there, and falls a little short of it by the measure's own edges).
@@ -175,6 +190,11 @@ mod tests {
         assert_eq!(s.target(1, 45_000, 50, true, 0), Some(8));
         assert_eq!(s.target(1, 39_000, 50, true, 0), Some(4));
         assert_eq!(s.target(1, 45_000, 50, false, 0), Some(4));
+        // What spreading bought: 8 rows at 8 writes a second each (64) against one row's 50
+        // alone is a quarter more (62.5); 7.5 each (60) is not.
+        assert!(Sharding::spread_gained(8, 8_000, 50));
+        assert!(!Sharding::spread_gained(8, 7_500, 50));
+        assert!(!Sharding::spread_gained(1, 90_000, 50));
         // Capped by the configured most.
         assert_eq!(
             Sharding { max_shards: 4, ..s }.target(1, 240_000, 50, false, 0),
