@@ -33,39 +33,50 @@ pub(super) async fn answer(
     else {
         return call.pass(proxy).await;
     };
-    if op != TableOp::Update {
+    let forgets = op != TableOp::Update;
+    if forgets {
         // A table of this name may come back with other keys.
         proxy.schemas.forget(&table);
         proxy.locks.forget_table(&table);
-        proxy.ledger().forget_table(&table);
     }
-    let Some((warmth, request)) = without_warmth(json) else {
-        return call.pass(proxy).await;
+    let (warmth, request) = match without_warmth(json) {
+        Some((warmth, request)) => (Some(warmth), Some(request)),
+        None => (None, None),
     };
-    if op == TableOp::Update && request.as_object().is_some_and(|o| o.len() == 1) {
+    if let (Some((write, read)), Some(rest)) = (warmth, &request)
+        && op == TableOp::Update
+        && rest.as_object().is_some_and(|o| o.len() == 1)
+    {
         // Warmth alone: nothing for the upstream to change.
-        proxy.ledger().warm(&table, warmth.0, warmth.1);
-        tracing::info!(table, write = warmth.0, read = warmth.1, "table warmed");
+        proxy.ledger().warm(&table, write, read);
+        tracing::info!(table, write, read, "table warmed");
         return reply::json(
             StatusCode::OK,
             &json!({"TableDescription": {
                 "TableName": table,
                 "TableStatus": "ACTIVE",
                 "WarmThroughput": {
-                    "WriteUnitsPerSecond": warmth.0,
-                    "ReadUnitsPerSecond": warmth.1,
+                    "WriteUnitsPerSecond": write,
+                    "ReadUnitsPerSecond": read,
                     "Status": "UPDATING",
                 },
             }}),
         );
     }
-    let answer = match call.send(proxy, Some(&request)).await {
+    let answer = match call.send(proxy, request.as_ref()).await {
         Ok(answer) => answer,
         Err(response) => return response,
     };
     if answer.is_success() {
-        proxy.ledger().warm(&table, warmth.0, warmth.1);
-        tracing::info!(table, write = warmth.0, read = warmth.1, "table warmed");
+        // Only a table that was created or deleted starts over (a CreateTable of a table
+        // that exists fails, and leaves it as it was).
+        if forgets {
+            proxy.ledger().forget_table(&table);
+        }
+        if let Some((write, read)) = warmth {
+            proxy.ledger().warm(&table, write, read);
+            tracing::info!(table, write, read, "table warmed");
+        }
     }
     answer.into_response()
 }

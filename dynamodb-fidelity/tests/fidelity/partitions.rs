@@ -252,3 +252,39 @@ async fn a_warmed_table_serves_its_warm_throughput_at_once_up_to_the_quota() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_a_table_that_exists_leaves_its_state_as_it_was() {
+    with_proxy(cold_table(), |h| async move {
+        until_throttled(&h, 0, (10, 10)).await;
+        // CreateTable of the test's table, through the proxy: ResourceInUse.
+        let again = h
+            .client
+            .create_table()
+            .table_name(&h.table)
+            .attribute_definitions(
+                aws_sdk_dynamodb::types::AttributeDefinition::builder()
+                    .attribute_name(crate::common::KEY)
+                    .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
+                    .build()
+                    .unwrap(),
+            )
+            .key_schema(
+                aws_sdk_dynamodb::types::KeySchemaElement::builder()
+                    .attribute_name(crate::common::KEY)
+                    .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
+                    .build()
+                    .unwrap(),
+            )
+            .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+            .send()
+            .await;
+        assert!(again.is_err(), "the table exists");
+        // The table's spent budget was not refilled by the failed create.
+        assert_eq!(
+            put(&h, "after-create").await,
+            Err("TableWriteAccountLimitExceeded".to_owned())
+        );
+    })
+    .await;
+}
