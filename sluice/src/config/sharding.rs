@@ -13,8 +13,11 @@ use super::ConfigError;
 /// spreads the bucket over enough rows, in powers of two (at least twice as many, four
 /// times when throttled, eight rows for a lone row throttled at 80% or more), for each to
 /// take about 40% of it (with no ceiling told, one learned from the store's throttles
-/// spreads only a throttled row, and not a bucket refilling within twice that ceiling);
-/// when each row takes less than
+/// spreads only a throttled row, and not a bucket refilling within twice that ceiling).
+/// A bucket already spread and throttled is spread further only if the client measured
+/// its last spread raising what the bucket takes over all its rows by a quarter or more
+/// (rows that share a partition or the table gain nothing from more rows); when each row
+/// takes less than
 /// 10% of it for [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it
 /// gathers the bucket into half as many rows, one halving at a time. Every client may do
 /// it; one conditional transaction decides, and the others see the new count on their
@@ -126,21 +129,6 @@ impl Sharding {
         per_row.saturating_mul(10) >= u64::from(ceiling) * 4 * 1_000
     }
 
-    /// Whether the rows of a bucket spread over `n`, each taking `per_row` thousandths of
-    /// a write a second while the store throttles them, together take at least a quarter
-    /// more than its one row took alone while throttled (`alone` writes a second: what the
-    /// client that spread it learned, carried by the rows). Then spreading raised what the
-    /// bucket gets, and more rows may raise it more: a bucket's rows hash onto the table's
-    /// partitions independently, and on a table of a few partitions some hold several of
-    /// them and one may hold none; more rows cover them better. Else the rows share one
-    /// limit (a partition, the table) and more rows would only cost: the bucket is not
-    /// spread further, however throttled (measured, not assumed).
-    pub(crate) fn spread_gained(n: u16, per_row: u64, alone: u32) -> bool {
-        n > 1
-            && per_row.saturating_mul(u64::from(n)).saturating_mul(4)
-                >= u64::from(alone).saturating_mul(5_000)
-    }
-
     /// Whether a row taking `per_row` thousandths of a write a second is at its ceiling of
     /// `ceiling` writes a second: 80% of it or more (a throttled row's measure is capped
     /// there, and falls a little short of it by the measure's own edges).
@@ -190,11 +178,6 @@ mod tests {
         assert_eq!(s.target(1, 45_000, 50, true, 0), Some(8));
         assert_eq!(s.target(1, 39_000, 50, true, 0), Some(4));
         assert_eq!(s.target(1, 45_000, 50, false, 0), Some(4));
-        // What spreading bought: 8 rows at 8 writes a second each (64) against one row's 50
-        // alone is a quarter more (62.5); 7.5 each (60) is not.
-        assert!(Sharding::spread_gained(8, 8_000, 50));
-        assert!(!Sharding::spread_gained(8, 7_500, 50));
-        assert!(!Sharding::spread_gained(1, 90_000, 50));
         // Capped by the configured most.
         assert_eq!(
             Sharding { max_shards: 4, ..s }.target(1, 240_000, 50, false, 0),

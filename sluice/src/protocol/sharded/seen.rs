@@ -211,32 +211,25 @@ pub(super) fn throttles_since(
 /// since the last one, is hot for them, and whether a spread is proven worth it at all.
 ///
 /// A bucket's only row is hot when throttled at 40% of its ceiling (`limit`) or more. A
-/// spread bucket's rows are hot, throttled twice or more, only if the last spread raised
-/// what the bucket takes together by a quarter or more: as this client measured it before
-/// and after, or else against what its lone row took, as the rows carry it (`alone`; see
-/// [`Sharding::spread_gained`]). Rows measured against a ceiling `learned` from
-/// throttles, which they may share (a partition, the table), are spread again only on
-/// that proof, never on one row's share of it.
+/// spread bucket's rows are hot, throttled twice or more at 40% of it or more, only if the
+/// last spread raised what the bucket takes together by a quarter or more, as this client
+/// measured it before and after ([`Heat::gained`](crate::shared::heat::Heat::gained)): a
+/// client that did not see the count before has no proof and does not spread them. Rows
+/// measured against a ceiling `learned` from throttles, which they may share (a
+/// partition, the table), are spread again only on that proof, never on one row's share
+/// of it.
 pub(super) fn spread_bought(
     core: &Core,
     base: &Dimension,
     (n, measure): (u16, &Measure),
-    (alone, learned, limit): (Option<u32>, bool, u32),
+    (learned, limit): (bool, u32),
     throttles: u32,
 ) -> (bool, bool) {
     let per_row = measure.per_row;
     let total = per_row.saturating_mul(u64::from(n));
-    let gained = measure
-        .whole
-        .then(|| core.heat.gained(base, n, total))
-        .flatten();
-    let alone = alone.map(|alone| Sharding::spread_gained(n, per_row, alone));
-    let bought = gained.or(alone).unwrap_or(false);
+    let bought = measure.whole && core.heat.gained(base, n, total) == Some(true);
     let hot = throttles > 0
-        && if n > 1 {
-            throttles >= 2 && bought
-        } else {
-            Sharding::throttled_hot(per_row, limit)
-        };
+        && Sharding::throttled_hot(per_row, limit)
+        && (n == 1 || (throttles >= 2 && bought));
     (hot, n == 1 || !learned || bought)
 }

@@ -1,12 +1,21 @@
 //! What a spread bought, as one client measured it: the bucket's total before and after
-//! its rows' count changed.
+//! its rows' count changed, each averaged over several measures.
+
+/// Measures at a count averaged (at most) for a gain: one row's one-second measure times
+/// the rows is noisy (a row of eight on one partition takes a handful of writes a second).
+const SPAN: u64 = 8;
+/// Measures at the new count before a spread is judged: a quarter more is read from an
+/// average, not from one lucky second.
+const JUDGED_AFTER: u64 = 4;
 
 /// A bucket's total write rate (thousandths of a write a second, over all its rows) at
-/// the count this client last measured it at, and at the count before, if it saw one.
+/// the count this client last measured it at, a moving average of its last measures, and
+/// the same at the count before, if it saw one.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Gain {
     count: u16,
-    total: u64,
+    mean: u64,
+    samples: u64,
     before: Option<(u16, u64)>,
 }
 
@@ -15,22 +24,34 @@ impl Gain {
     pub(crate) fn new(count: u16, total: u64) -> Gain {
         Gain {
             count,
-            total,
+            mean: total,
+            samples: 1,
             before: None,
         }
     }
 
     /// A measure of `total` at `count` rows; whether the bucket's rows together take at
-    /// least a quarter more than they did at the fewer rows this client measured before
-    /// the last spread (`None`: it measured none).
+    /// least a quarter more, averaged over at least [`JUDGED_AFTER`] measures, than they
+    /// did on average at the fewer rows this client measured before the last spread
+    /// (`None`: it measured none, or too few since).
     pub(crate) fn note(&mut self, count: u16, total: u64) -> Option<bool> {
         if count != self.count {
-            self.before = Some((self.count, self.total));
+            self.before = Some((self.count, self.mean));
             self.count = count;
+            self.samples = 0;
+            self.mean = 0;
         }
-        self.total = total;
+        self.samples = self.samples.saturating_add(1);
+        // The mean of the first measures, then a moving average over the last few.
+        let weight = self.samples.min(SPAN);
+        self.mean = if total >= self.mean {
+            self.mean + (total - self.mean) / weight
+        } else {
+            self.mean - (self.mean - total) / weight
+        };
         let (_, then) = self.before.filter(|(fewer, _)| *fewer < count)?;
-        Some(total.saturating_mul(4) >= then.saturating_mul(5))
+        (self.samples >= JUDGED_AFTER)
+            .then(|| self.mean.saturating_mul(4) >= then.saturating_mul(5))
     }
 }
 
@@ -39,17 +60,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_spread_gained_when_the_rows_take_a_quarter_more_than_before() {
+    fn a_spread_gained_when_the_rows_take_a_quarter_more_on_average_than_before() {
         let mut g = Gain::new(1, 50_000);
         assert_eq!(g.note(1, 50_000), None);
-        // Spread to 8: 70 a second against 50 is more than a quarter more.
+        // Spread to 8: judged after four measures, on their average.
+        assert_eq!(g.note(8, 90_000), None);
+        assert_eq!(g.note(8, 70_000), None);
+        assert_eq!(g.note(8, 50_000), None);
         assert_eq!(g.note(8, 70_000), Some(true));
-        // Still 8 rows, less now: measured against the count before, not the last measure.
-        assert_eq!(g.note(8, 55_000), Some(false));
-        // Spread again to 32: against what 8 rows took last.
-        assert_eq!(g.note(32, 60_000), Some(false));
-        assert_eq!(g.note(32, 69_000), Some(true));
+        // One lucky second does not make a gain of a spread that bought nothing.
+        let mut g = Gain::new(8, 50_000);
+        for _ in 0..8 {
+            assert_ne!(g.note(8, 50_000), Some(true));
+        }
+        assert_eq!(g.note(32, 100_000), None);
+        for _ in 0..8 {
+            g.note(32, 45_000);
+        }
+        assert_eq!(g.note(32, 45_000), Some(false));
+        // A second at twice the rate moves the average by an eighth of it.
+        assert_eq!(g.note(32, 100_000), Some(false));
+        // Sustained, it is a gain.
+        for _ in 0..8 {
+            g.note(32, 80_000);
+        }
+        assert_eq!(g.note(32, 80_000), Some(true));
         // Gathered back to fewer rows: no spread to judge.
         assert_eq!(g.note(16, 60_000), None);
+    }
+
+    #[test]
+    fn the_count_before_is_its_recent_average_not_its_first_measures() {
+        // A lone row warming up from 10 to 50 a second: the spread is judged against the
+        // 50 it reached, not the ramp.
+        let mut g = Gain::new(1, 10_000);
+        for _ in 0..20 {
+            g.note(1, 50_000);
+        }
+        for _ in 0..3 {
+            g.note(8, 55_000);
+        }
+        assert_eq!(g.note(8, 55_000), Some(false));
     }
 }
