@@ -5,6 +5,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::number::Decimal;
+use crate::size::item_size;
 
 /// One item: a table and the text of its key (`<partition>[/<sort>]`, numbers in canonical
 /// form). Ordered, so that locks on several items are always taken in the same order.
@@ -23,6 +24,13 @@ impl ItemId {
         &self.table
     }
 
+    /// Whether this is an item of `table` or an entry of one of its indexes.
+    pub(crate) fn of_table(&self, table: &str) -> bool {
+        self.table
+            .strip_prefix(table)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with("/index/"))
+    }
+
     /// The text of the item's partition key value.
     pub(crate) fn partition_key(&self) -> &str {
         &self.key[..self.partition_len]
@@ -35,11 +43,22 @@ impl fmt::Display for ItemId {
     }
 }
 
-/// A table's key attributes.
+/// A table's key attributes, and the partition key of each of its global secondary
+/// indexes (an index places its entries by that key alone, as a table places its items).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KeySchema {
     partition: String,
     sort: Option<String>,
+    indexes: Vec<(String, String)>,
+}
+
+/// What the proxy knows of an item for billing its writes: its size in bytes (0: no item)
+/// and the index entries it has, one per global secondary index whose partition key it
+/// carries (named as items of the index: `{table}/index/{index}` and the key's value).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) size: u64,
+    pub(crate) index: Vec<ItemId>,
 }
 
 impl KeySchema {
@@ -55,10 +74,52 @@ impl KeySchema {
                 _ => {}
             }
         }
+        let indexes = table
+            .get("GlobalSecondaryIndexes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|index| {
+                let name = index.get("IndexName")?.as_str()?;
+                let hash = index
+                    .get("KeySchema")?
+                    .as_array()?
+                    .iter()
+                    .find(|e| e.get("KeyType").and_then(Value::as_str) == Some("HASH"))?;
+                Some((
+                    name.to_owned(),
+                    hash.get("AttributeName")?.as_str()?.to_owned(),
+                ))
+            })
+            .collect();
         Some(KeySchema {
             partition: partition?,
             sort,
+            indexes,
         })
+    }
+
+    /// What `item` of `table` (its whole attributes; none: no item) is for billing.
+    pub(crate) fn shape(&self, table: &str, item: &Map<String, Value>) -> Shape {
+        if item.is_empty() {
+            return Shape::default();
+        }
+        let index = self
+            .indexes
+            .iter()
+            .filter_map(|(name, attribute)| {
+                let key = key_text(item.get(attribute)?)?;
+                Some(ItemId {
+                    table: format!("{table}/index/{name}"),
+                    partition_len: key.len(),
+                    key,
+                })
+            })
+            .collect();
+        Shape {
+            size: item_size(item),
+            index,
+        }
     }
 
     /// The item in `table` whose key attributes `attributes` holds (a `Key`, or a whole

@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::bucket::{Bucket, Rate};
-use crate::item::ItemId;
+use crate::item::{ItemId, Shape};
 use crate::partition::{Isolation, Layout, Unit};
 use crate::stats::{ItemStats, Stats};
 use crate::table::{TableBudget, TableModel};
+use crate::units::write_units;
 
 /// The per-partition (or per-item) ceilings in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,6 +291,44 @@ impl Ledger {
         });
     }
 
+    /// Bills the index writes of a write that changed an item from `before` to `after`:
+    /// an entry the item leaves is deleted, one it gains is put, one it keeps is
+    /// rewritten (every attribute is projected), each billed by the item's size to its
+    /// index key's partition, as DynamoDB bills a global secondary index's writes. Not
+    /// counted as writes (no request made them).
+    pub(crate) fn bill_index(&mut self, before: &Shape, after: &Shape) {
+        for id in &before.index {
+            let after_size = if after.index.contains(id) {
+                after.size
+            } else {
+                0
+            };
+            let units = write_units(before.size, after_size);
+            self.bill_write(id, units, Outcome::NotWritten, &[before.size, after_size]);
+        }
+        for id in after.index.iter().filter(|id| !before.index.contains(id)) {
+            let units = write_units(0, after.size);
+            self.bill_write(id, units, Outcome::NotWritten, &[after.size]);
+        }
+    }
+
+    /// Why the index writes a write from `before` to `after` would make may not start
+    /// now: an index key's partition has nothing left (DynamoDB throttles the table's
+    /// write when an index cannot take it). Counted as throttles of the index entries.
+    pub(crate) fn index_throttles(
+        &mut self,
+        before: &Shape,
+        after: &Shape,
+        now: Instant,
+    ) -> Vec<Throttle> {
+        let mut ids: Vec<&ItemId> = before.index.iter().chain(&after.index).collect();
+        ids.sort();
+        ids.dedup();
+        ids.into_iter()
+            .filter_map(|id| self.throttle(id, Direction::Write, now))
+            .collect()
+    }
+
     /// Bills `half_units` of reading `id`, an item of `size` bytes.
     pub(crate) fn bill_read(&mut self, id: &ItemId, half_units: u64, size: u64) {
         self.take(id, Direction::Read, half_units, Instant::now());
@@ -339,11 +378,15 @@ impl Ledger {
 
     /// `table` was created or deleted: its partitions, budgets and warmth start over.
     pub(crate) fn forget_table(&mut self, table: &str) {
+        let of_table = |t: &str| {
+            t.strip_prefix(table)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("/index/"))
+        };
         self.units.retain(|unit, _| match unit {
-            Unit::Item(id) => id.table() != table,
-            Unit::Partition { table: t, .. } => t != table,
+            Unit::Item(id) => !id.of_table(table),
+            Unit::Partition { table: t, .. } => !of_table(t),
         });
-        self.tables.retain(|(t, _), _| t != table);
+        self.tables.retain(|(t, _), _| !of_table(t));
         self.warmth.remove(table);
         self.isolation.forget_table(table);
     }

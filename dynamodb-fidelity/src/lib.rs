@@ -56,6 +56,19 @@
 //!   document what a table beyond twice its previous peak is told (an assumption). The
 //!   table's state starts over when it is created or deleted through the proxy, or on a
 //!   reset.
+//! - **Global secondary indexes.** A write that gives an item an index entry, changes
+//!   one or removes one (the index's partition key among its attributes before or after,
+//!   as the table's `DescribeTable` lists its indexes) is billed to the index too: a put
+//!   or a delete of the entry, or both when the key changes, or a rewrite of an entry it
+//!   keeps (every attribute is taken as projected), by the item's size, as DynamoDB bills
+//!   it. Each index key value is a unit of its own (or, with partitions, hashes onto the
+//!   index's own N), named `<table>/index/<index>/<value>` in the counters (units billed
+//!   and throttles; the writes are counted on the table's item). A write whose index
+//!   entry (before or after, as far as known before it is sent) has no capacity left is
+//!   throttled with `IndexWriteKeyRangeThroughputExceeded` on the index's ARN; a batch
+//!   returns such entries unprocessed and a transaction is throttled whole. An index is
+//!   not warmed with its table. A transaction's index writes are billed once each (AWS
+//!   does not say).
 //! - **Transactions.** A TransactWriteItems holds its items from when the proxy takes it
 //!   until the upstream answers plus [`transaction_hold`](Config::transaction_hold). A
 //!   single write (or a BatchWriteItem) touching a held item gets
@@ -102,7 +115,7 @@
 //! Scan that returns nothing costs one 4 KB read; a throttle of the table's own ceiling is
 //! answered with the same exception as a partition's. It bills only the items a Query or
 //! Scan returns (real DynamoDB bills every item evaluated, whatever the filter or
-//! projection), and no index writes.
+//! projection).
 
 #![forbid(unsafe_code)]
 

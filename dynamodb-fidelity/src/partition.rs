@@ -139,8 +139,8 @@ impl Isolation {
 
     /// Forgets every item of `table` (deleted or created again).
     pub(crate) fn forget_table(&mut self, table: &str) {
-        self.heat.retain(|id, _| id.table() != table);
-        self.isolated.retain(|id, _| id.table() != table);
+        self.heat.retain(|id, _| !id.of_table(table));
+        self.isolated.retain(|id, _| !id.of_table(table));
     }
 
     /// Forgets everything.

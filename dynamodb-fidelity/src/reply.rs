@@ -68,8 +68,14 @@ pub(crate) fn throttled(
                 Limit::KeyRange => "KeyRangeThroughputExceeded",
                 Limit::Table => "AccountLimitExceeded",
             };
+            // An index's entries are named `{table}/index/{index}`, as its ARN ends.
+            let scope = if t.table.contains("/index/") {
+                "Index"
+            } else {
+                "Table"
+            };
             json!({
-                "reason": format!("Table{operation}{limit}"),
+                "reason": format!("{scope}{operation}{limit}"),
                 "resource": format!("arn:aws:dynamodb:{region}:000000000000:table/{}", t.table),
             })
         })

@@ -152,14 +152,14 @@ impl Upstream {
         self.send(request, Bytes::from(body.to_string())).await
     }
 
-    /// The size of an item now, read strongly consistent (0 if it does not exist).
-    /// `None` if the read failed: the caller bills what it knows.
-    pub(crate) async fn item_size(
+    /// The item of `table` at `key` as it is now, read strongly consistent and unbilled
+    /// (an empty map: no item); `None` if the read failed.
+    pub(crate) async fn read_item(
         &self,
         caller: &Caller,
         table: &str,
         key: &Map<String, Value>,
-    ) -> Option<u64> {
+    ) -> Option<Map<String, Value>> {
         let body = json!({"TableName": table, "Key": key, "ConsistentRead": true});
         let answer = self.call(caller, "GetItem", &body).await.ok()?;
         if !answer.is_success() {
@@ -170,8 +170,20 @@ impl Upstream {
         Some(
             json.get("Item")
                 .and_then(Value::as_object)
-                .map_or(0, item_size),
+                .cloned()
+                .unwrap_or_default(),
         )
+    }
+
+    /// The size of the item of `table` at `key` now (0: no item); `None` if the read
+    /// failed.
+    pub(crate) async fn item_size(
+        &self,
+        caller: &Caller,
+        table: &str,
+        key: &Map<String, Value>,
+    ) -> Option<u64> {
+        Some(item_size(&self.read_item(caller, table, key).await?))
     }
 
     async fn send(

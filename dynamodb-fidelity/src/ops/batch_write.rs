@@ -1,9 +1,11 @@
 //! BatchWriteItem: each put or delete billed as its own write. Entries whose item has no
 //! write capacity left come back in `UnprocessedItems`, as the real service returns them
-//! (a throttle only if none is left to write); a transaction holding any item refuses the
-//! whole call with `TransactionConflictException`.
+//! (a throttle only if none is left to write), and so do entries whose index writes an
+//! index key cannot take; a transaction holding any item refuses the whole call with
+//! `TransactionConflictException`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -13,12 +15,11 @@ use hyper::Response;
 use serde_json::{Map, Value};
 
 use super::call::Call;
-use super::single_write::size_now;
-use crate::item::ItemId;
+use super::single_write::{shape_now, throttled};
+use crate::item::{ItemId, KeySchema, Shape};
 use crate::ledger::{Direction, Outcome};
 use crate::proxy::Proxy;
 use crate::reply;
-use crate::size::item_size;
 use crate::units::write_units;
 
 /// One put or delete of the batch.
@@ -29,8 +30,9 @@ struct Entry {
     request: Value,
     id: ItemId,
     key: Map<String, Value>,
-    /// The item's size once written (0 for a delete).
-    after: u64,
+    schema: Arc<KeySchema>,
+    /// The item once written (none for a delete).
+    after: Shape,
 }
 
 pub(super) async fn answer(proxy: &Proxy, call: &Call, json: &Value) -> Response<Full<Bytes>> {
@@ -49,19 +51,23 @@ pub(super) async fn answer(proxy: &Proxy, call: &Call, json: &Value) -> Response
         Err(refusal) => return *refusal,
     };
     let mut locked = proxy.locks.lock_all(&ids).await;
-    locked.forget_sizes();
+    locked.forget_shapes();
     let admitted = match admit(proxy, call, &entries, &admitted) {
         Ok(admitted) => admitted,
         Err(refusal) => return *refusal,
     };
     let befores = join_all(entries.iter().zip(&admitted).map(|(e, &go)| async move {
         if go {
-            size_now(proxy, call, &e.table, &e.key).await
+            shape_now(proxy, call, &e.schema, &e.table, &e.key).await
         } else {
-            0
+            Shape::default()
         }
     }))
     .await;
+    let admitted = match admit_index(proxy, call, &entries, &befores, admitted) {
+        Ok(admitted) => admitted,
+        Err(refusal) => return *refusal,
+    };
 
     let throttled: Vec<&Entry> = entries
         .iter()
@@ -93,10 +99,11 @@ pub(super) async fn answer(proxy: &Proxy, call: &Call, json: &Value) -> Response
     let unprocessed = unprocessed_ids(proxy, call, out.get("UnprocessedItems")).await;
     {
         let mut ledger = proxy.ledger();
-        for ((entry, &go), &before) in entries.iter().zip(&admitted).zip(&befores) {
+        for ((entry, &go), before) in entries.iter().zip(&admitted).zip(&befores) {
             if go && !unprocessed.contains(&entry.id) {
-                let units = write_units(before, entry.after);
-                ledger.bill_write(&entry.id, units, Outcome::Written, &[before, entry.after]);
+                let (b, a) = (before.size, entry.after.size);
+                ledger.bill_write(&entry.id, write_units(b, a), Outcome::Written, &[b, a]);
+                ledger.bill_index(before, &entry.after);
             }
         }
     }
@@ -133,15 +140,17 @@ async fn entries(proxy: &Proxy, call: &Call, json: &Value) -> Option<Vec<Entry>>
         for request in requests.as_array()? {
             let (named, after) = if let Some(put) = request.get("PutRequest") {
                 let item = put.get("Item")?.as_object()?;
-                (item, item_size(item))
+                (item, schema.shape(table, item))
             } else {
-                (request.get("DeleteRequest")?.get("Key")?.as_object()?, 0)
+                let key = request.get("DeleteRequest")?.get("Key")?.as_object()?;
+                (key, Shape::default())
             };
             entries.push(Entry {
                 table: table.clone(),
                 request: request.clone(),
                 id: schema.item_id(table, named)?,
                 key: schema.key_of(named),
+                schema: schema.clone(),
                 after,
             });
         }
@@ -190,6 +199,39 @@ fn admit(
         call.caller().region(),
         &throttles,
     )))
+}
+
+/// Which of the `admitted` entries their index keys can take now (the others come back
+/// unprocessed), each item as it is (`befores`); a throttle answer if none.
+fn admit_index(
+    proxy: &Proxy,
+    call: &Call,
+    entries: &[Entry],
+    befores: &[Shape],
+    admitted: Vec<bool>,
+) -> Result<Vec<bool>, Box<Response<Full<Bytes>>>> {
+    let mut ledger = proxy.ledger();
+    let now = Instant::now();
+    let mut throttles = Vec::new();
+    let admitted: Vec<bool> = entries
+        .iter()
+        .zip(befores)
+        .zip(admitted)
+        .map(|((entry, before), go)| {
+            if !go {
+                return false;
+            }
+            let refused = ledger.index_throttles(before, &entry.after, now);
+            let go = refused.is_empty();
+            throttles.extend(refused);
+            go
+        })
+        .collect();
+    drop(ledger);
+    if admitted.iter().any(|&go| go) {
+        return Ok(admitted);
+    }
+    Err(Box::new(throttled(proxy, call, &throttles)))
 }
 
 /// `RequestItems` of `entries`, by table.

@@ -1,6 +1,7 @@
 //! PutItem, UpdateItem and DeleteItem: refused at once if a transaction holds the item or
-//! its write capacity is spent; otherwise serialized with the item's other writes, sized
-//! before (as the proxy's last write of it left it, or read) and after, and billed.
+//! its write capacity (or that of an index key it has or gets) is spent; otherwise
+//! serialized with the item's other writes, sized before (as the proxy's last write of it
+//! left it, or read) and after, and billed, its index writes with it.
 
 use std::time::Instant;
 
@@ -10,11 +11,10 @@ use hyper::Response;
 use serde_json::{Map, Value};
 
 use super::call::Call;
-use crate::item::ItemId;
-use crate::ledger::{Direction, Outcome};
+use crate::item::{ItemId, KeySchema, Shape};
+use crate::ledger::{Direction, Outcome, Throttle};
 use crate::proxy::Proxy;
 use crate::reply;
-use crate::size::item_size;
 use crate::units::{failed_condition_units, write_units};
 
 /// Which single-item write.
@@ -53,8 +53,8 @@ pub(super) async fn answer(
     };
     // What the item will be if the write goes through, where the request says it.
     let after_known = match kind {
-        WriteKind::Put => Some(item_size(named)),
-        WriteKind::Delete => Some(0),
+        WriteKind::Put => Some(schema.shape(table, named)),
+        WriteKind::Delete => Some(Shape::default()),
         WriteKind::Update => None,
     };
     let key = schema.key_of(named);
@@ -75,15 +75,26 @@ pub(super) async fn answer(
         return refusal;
     }
     let scope = call.caller().scope().to_owned();
-    let before = match locked.size(&id, &scope) {
-        Some(size) => Some(size),
-        None => size_read(proxy, call, table, &key).await,
+    let before = match locked.shape(&id, &scope) {
+        Some(shape) => Some(shape),
+        None => shape_read(proxy, call, &schema, table, &key).await,
     };
+    // The index entries it has and will have, as far as known now: an index that cannot
+    // take their writes throttles the write.
+    let index_throttles = proxy.ledger().index_throttles(
+        before.as_ref().unwrap_or(&Shape::default()),
+        after_known.as_ref().unwrap_or(&Shape::default()),
+        Instant::now(),
+    );
+    if !index_throttles.is_empty() {
+        locked.set_shape(&id, &scope, before);
+        return throttled(proxy, call, &index_throttles);
+    }
     let answer = match call.send(proxy, None).await {
         Ok(answer) => answer,
         Err(response) => {
-            // The write may have been applied: the item's size is not known any more.
-            locked.set_size(&id, &scope, None);
+            // The write may have been applied: the item is not known any more.
+            locked.set_shape(&id, &scope, None);
             return response;
         }
     };
@@ -94,32 +105,35 @@ pub(super) async fn answer(
             .and_then(|json| {
                 json.get("Attributes")
                     .and_then(Value::as_object)
-                    .map(item_size)
+                    .map(|item| schema.shape(table, item))
             });
         let after = match after_known.or(returned) {
-            Some(size) => Some(size),
-            None => size_read(proxy, call, table, &key).await,
+            Some(shape) => Some(shape),
+            None => shape_read(proxy, call, &schema, table, &key).await,
         };
-        // A size that could not be read is billed as 0 (what is known), not remembered.
-        locked.set_size(&id, &scope, after);
-        let (before, after) = (before.unwrap_or(0), after.unwrap_or(0));
-        proxy.ledger().bill_write(
+        // A shape that could not be read is billed as no item (what is known), not
+        // remembered.
+        locked.set_shape(&id, &scope, after.clone());
+        let (before, after) = (before.unwrap_or_default(), after.unwrap_or_default());
+        let mut ledger = proxy.ledger();
+        ledger.bill_write(
             &id,
-            write_units(before, after),
+            write_units(before.size, after.size),
             Outcome::Written,
-            &[before, after],
+            &[before.size, after.size],
         );
+        ledger.bill_index(&before, &after);
     } else if answer.error_name().as_deref() == Some("ConditionalCheckFailedException") {
-        locked.set_size(&id, &scope, before);
-        let before = before.unwrap_or(0);
+        let size = before.as_ref().map_or(0, |b| b.size);
+        locked.set_shape(&id, &scope, before);
         proxy.ledger().bill_write(
             &id,
-            failed_condition_units(before),
+            failed_condition_units(size),
             Outcome::ConditionFailed,
-            &[before],
+            &[size],
         );
     } else {
-        locked.set_size(&id, &scope, None);
+        locked.set_shape(&id, &scope, None);
     }
     answer.into_response()
 }
@@ -132,14 +146,50 @@ pub(super) fn refuse(proxy: &Proxy, call: &Call, id: &ItemId) -> Option<Response
         return Some(reply::transaction_conflict());
     }
     if let Some(throttle) = ledger.throttle(id, Direction::Write, Instant::now()) {
-        return Some(reply::throttled(
-            proxy.throttle_as,
-            Direction::Write,
-            call.caller().region(),
-            &[throttle],
-        ));
+        drop(ledger);
+        return Some(throttled(proxy, call, &[throttle]));
     }
     None
+}
+
+/// A write throttled for `throttles`.
+pub(super) fn throttled(
+    proxy: &Proxy,
+    call: &Call,
+    throttles: &[Throttle],
+) -> Response<Full<Bytes>> {
+    reply::throttled(
+        proxy.throttle_as,
+        Direction::Write,
+        call.caller().region(),
+        throttles,
+    )
+}
+
+/// The item's shape now, read by the proxy (unbilled); no item if the read failed, so
+/// that the bill is what is known.
+pub(super) async fn shape_now(
+    proxy: &Proxy,
+    call: &Call,
+    schema: &KeySchema,
+    table: &str,
+    key: &Map<String, Value>,
+) -> Shape {
+    shape_read(proxy, call, schema, table, key)
+        .await
+        .unwrap_or_default()
+}
+
+/// The item's shape now, read by the proxy (unbilled); `None` if the read failed.
+async fn shape_read(
+    proxy: &Proxy,
+    call: &Call,
+    schema: &KeySchema,
+    table: &str,
+    key: &Map<String, Value>,
+) -> Option<Shape> {
+    let item = proxy.upstream.read_item(call.caller(), table, key).await?;
+    Some(schema.shape(table, &item))
 }
 
 /// The item's size now, read by the proxy (unbilled); 0 if the read failed, so that the
@@ -150,15 +200,9 @@ pub(super) async fn size_now(
     table: &str,
     key: &Map<String, Value>,
 ) -> u64 {
-    size_read(proxy, call, table, key).await.unwrap_or(0)
-}
-
-/// The item's size now, read by the proxy (unbilled); `None` if the read failed.
-async fn size_read(
-    proxy: &Proxy,
-    call: &Call,
-    table: &str,
-    key: &Map<String, Value>,
-) -> Option<u64> {
-    proxy.upstream.item_size(call.caller(), table, key).await
+    proxy
+        .upstream
+        .item_size(call.caller(), table, key)
+        .await
+        .unwrap_or(0)
 }

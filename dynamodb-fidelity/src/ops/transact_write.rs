@@ -1,8 +1,11 @@
 //! TransactWriteItems: its items are held from the moment the proxy takes it until the
 //! upstream has answered and the configured hold has passed. An item held by another
 //! transaction cancels it (`TransactionConflict`); an item without write capacity throttles
-//! it whole. Each item is billed twice (prepare and commit).
+//! it whole, and so does an index key that cannot take an item's index writes. Each item
+//! is billed twice (prepare and commit); its index writes once each (what DynamoDB bills
+//! for a transaction's index writes is not documented).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -12,18 +15,17 @@ use hyper::Response;
 use serde_json::{Map, Value};
 
 use super::call::Call;
-use super::single_write::size_now;
-use crate::item::ItemId;
+use super::single_write::{shape_now, throttled};
+use crate::item::{ItemId, KeySchema, Shape};
 use crate::ledger::{Direction, Ledger, Outcome, TxnId};
 use crate::proxy::Proxy;
 use crate::reply;
-use crate::size::item_size;
 use crate::units::{failed_condition_units, write_units};
 
 /// What a transaction does to one item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Action {
-    Put { after: u64 },
+    Put { after: Shape },
     Update,
     Delete,
     ConditionCheck,
@@ -34,6 +36,7 @@ struct Entry {
     table: String,
     id: ItemId,
     key: Map<String, Value>,
+    schema: Arc<KeySchema>,
     action: Action,
 }
 
@@ -81,45 +84,67 @@ pub(super) async fn answer(proxy: &Proxy, call: &Call, json: &Value) -> Response
     };
     // Single writes in flight finish first; new ones are refused while the items are held.
     let mut locked = proxy.locks.lock_all(&ids).await;
-    locked.forget_sizes();
+    locked.forget_shapes();
     if let Some(refusal) = throttle(proxy, call, &mut proxy.ledger(), &ids) {
         return refusal;
     }
     let befores = join_all(
         entries
             .iter()
-            .map(|e| size_now(proxy, call, &e.table, &e.key)),
+            .map(|e| shape_now(proxy, call, &e.schema, &e.table, &e.key)),
     )
     .await;
+    let index_throttles: Vec<_> = {
+        let mut ledger = proxy.ledger();
+        let now = Instant::now();
+        entries
+            .iter()
+            .zip(&befores)
+            .flat_map(|(e, before)| match &e.action {
+                Action::Put { after } => ledger.index_throttles(before, after, now),
+                Action::Delete | Action::Update => {
+                    ledger.index_throttles(before, &Shape::default(), now)
+                }
+                Action::ConditionCheck => Vec::new(),
+            })
+            .collect()
+    };
+    if !index_throttles.is_empty() {
+        return throttled(proxy, call, &index_throttles);
+    }
     let answer = match call.send(proxy, None).await {
         Ok(answer) => answer,
         Err(response) => return response,
     };
     if answer.is_success() {
-        let afters = join_all(entries.iter().zip(&befores).map(|(e, &before)| async move {
-            match e.action {
-                Action::Put { after } => after,
-                Action::Delete => 0,
-                Action::ConditionCheck => before,
-                Action::Update => size_now(proxy, call, &e.table, &e.key).await,
+        let afters = join_all(entries.iter().zip(&befores).map(|(e, before)| async move {
+            match &e.action {
+                Action::Put { after } => after.clone(),
+                Action::Delete => Shape::default(),
+                Action::ConditionCheck => before.clone(),
+                Action::Update => shape_now(proxy, call, &e.schema, &e.table, &e.key).await,
             }
         }))
         .await;
         let mut ledger = proxy.ledger();
-        for ((entry, &before), &after) in entries.iter().zip(&befores).zip(&afters) {
+        for ((entry, before), after) in entries.iter().zip(&befores).zip(&afters) {
             let outcome = match entry.action {
                 Action::ConditionCheck => Outcome::NotWritten,
                 _ => Outcome::Written,
             };
-            let units = 2 * write_units(before, after);
-            ledger.bill_write(&entry.id, units, outcome, &[before, after]);
+            let units = 2 * write_units(before.size, after.size);
+            ledger.bill_write(&entry.id, units, outcome, &[before.size, after.size]);
+            if outcome == Outcome::Written {
+                ledger.bill_index(before, after);
+            }
         }
     } else if answer.error_name().as_deref() == Some("TransactionCanceledException") {
         // Whether and how a cancelled transaction is billed is not documented: billed here
         // as a failed condition of each item, twice (prepare and commit).
         let codes = cancellation_codes(&answer.json());
         let mut ledger = proxy.ledger();
-        for (i, (entry, &before)) in entries.iter().zip(&befores).enumerate() {
+        for (i, (entry, before)) in entries.iter().zip(&befores).enumerate() {
+            let before = before.size;
             let outcome = match codes.get(i).map(String::as_str) {
                 Some("ConditionalCheckFailed") => Outcome::ConditionFailed,
                 _ => Outcome::NotWritten,
@@ -172,7 +197,7 @@ async fn entries(proxy: &Proxy, call: &Call, json: &Value) -> Option<Vec<Entry>>
                 (
                     item,
                     Action::Put {
-                        after: item_size(item),
+                        after: Shape::default(),
                     },
                 )
             }
@@ -185,10 +210,17 @@ async fn entries(proxy: &Proxy, call: &Call, json: &Value) -> Option<Vec<Entry>>
             .schemas
             .get(&proxy.upstream, call.caller(), table)
             .await?;
+        let action = match action {
+            Action::Put { .. } => Action::Put {
+                after: schema.shape(table, named),
+            },
+            other => other,
+        };
         entries.push(Entry {
             table: table.to_owned(),
             id: schema.item_id(table, named)?,
             key: schema.key_of(named),
+            schema,
             action,
         });
     }

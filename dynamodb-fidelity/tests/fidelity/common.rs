@@ -15,14 +15,18 @@ use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
+    KeyType, Projection, ProjectionType, ScalarAttributeType,
 };
 use dynamodb_fidelity::{Config, Fidelity, Running};
 use futures::FutureExt as _;
 
 /// The partition key of every test table.
 pub(crate) const KEY: &str = "vendor_dimension";
+/// Every test table's sparse global secondary index, on [`GROUP`] (all attributes
+/// projected): an item without `group` has no entry in it.
+pub(crate) const INDEX: &str = "by-group";
+pub(crate) const GROUP: &str = "group";
 
 /// The longest a test may take, table set-up and clean-up aside.
 const TEST_TIME: Duration = Duration::from_secs(60);
@@ -92,6 +96,22 @@ pub(crate) struct Harness {
     pub(crate) client: Client,
     /// The test's table (partition key [`KEY`], a string).
     pub(crate) table: String,
+}
+
+fn attribute(name: &str) -> AttributeDefinition {
+    AttributeDefinition::builder()
+        .attribute_name(name)
+        .attribute_type(ScalarAttributeType::S)
+        .build()
+        .unwrap()
+}
+
+fn hash_key(name: &str) -> KeySchemaElement {
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(KeyType::Hash)
+        .build()
+        .unwrap()
 }
 
 impl Harness {
@@ -180,17 +200,18 @@ async fn create_table(client: &Client, table: &str) {
     client
         .create_table()
         .table_name(table)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(KEY)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(KEY)
-                .key_type(KeyType::Hash)
+        .attribute_definitions(attribute(KEY))
+        .attribute_definitions(attribute(GROUP))
+        .key_schema(hash_key(KEY))
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(INDEX)
+                .key_schema(hash_key(GROUP))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::All)
+                        .build(),
+                )
                 .build()
                 .unwrap(),
         )

@@ -4,6 +4,7 @@
 mod billing;
 mod binary;
 mod common;
+mod indexes;
 mod overhead;
 mod partitions;
 mod stats;
