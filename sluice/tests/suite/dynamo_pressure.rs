@@ -224,3 +224,70 @@ async fn a_throttle_of_the_whole_table_is_back_pressure_and_spreads_no_bucket() 
     assert!(rows > 1, "a hot row's throttles did not spread the bucket");
     proxy.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_concurrent_dimension_spreads_its_slot_leases_over_four_index_keys() {
+    let Some(endpoint) = dynamo::endpoint() else {
+        return;
+    };
+    // The proxy bills each index key value's writes as DynamoDB bills a global secondary
+    // index's: a slot's lease row is a put and a delete under its index key.
+    let store = dynamo::fresh_store().await.expect("a fresh table");
+    let proxy = Fidelity::start(FidelityConfig {
+        upstream: endpoint,
+        transaction_hold: Duration::from_millis(5),
+        ..FidelityConfig::default()
+    })
+    .await
+    .expect("start dynamodb-fidelity");
+    let table = store.table();
+    let dim = "slots#concurrent";
+    let first = client(&proxy, table, "slots-0".into());
+    first.put_bucket(dim, Bucket::concurrent(64)).await.unwrap();
+    let granted = Arc::new(AtomicU64::new(0));
+    let callers = (0..8)
+        .map(|i| {
+            let sluice = client(&proxy, table, format!("slots-{i}"));
+            let granted = granted.clone();
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let lease = sluice
+                        .acquire_within(dim, Duration::from_secs(10))
+                        .await
+                        .unwrap_or_else(|e| panic!("within its deadline, a caller got {e}"));
+                    granted.fetch_add(1, Ordering::Relaxed);
+                    lease.release().await.expect("a release is never an error");
+                }
+            })
+        })
+        .collect::<Vec<_>>();
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let granted = granted.load(Ordering::Relaxed);
+    let stats = proxy.stats();
+    let index = format!("{table}/index/{}", sluice::store::SLOTS_INDEX);
+    let keys: Vec<u64> = [
+        dim.to_owned(),
+        format!("{dim} 1"),
+        format!("{dim} 2"),
+        format!("{dim} 3"),
+    ]
+    .iter()
+    .map(|key| stats.item(&index, key).map_or(0, |s| s.write_units))
+    .collect();
+    // Every slot's lease row went under one of the four keys, and each took its share.
+    assert_eq!(
+        keys.iter().sum::<u64>(),
+        2 * granted,
+        "index writes by key: {keys:?}"
+    );
+    assert!(
+        keys.iter().all(|&units| units >= granted / 8),
+        "index writes by key: {keys:?}"
+    );
+    // No slot lost on the way.
+    let row = first.bucket(dim).await.unwrap().expect("the bucket");
+    assert_eq!(row.tokens, Tokens::new(64));
+    proxy.shutdown().await;
+}

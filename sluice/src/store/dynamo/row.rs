@@ -20,9 +20,11 @@
 //! Lease row: `vendor_dimension` S (`lease#{dimension}#{unique}`), `dimension` S, `cost` N,
 //! `created_at` N, `ttl` N (whole unix seconds, for DynamoDB's TTL), `caller` S, and the
 //! extra `expires_at` N (unix seconds, millisecond fraction) that keeps the exact expiry;
-//! a lease holding slots of a `concurrent` bucket also carries `slot_dimension` S (its
-//! dimension), the key of the sparse index [`SLOTS_INDEX`] that finds a dimension's slot
-//! leases by expiry.
+//! a lease holding slots of a `concurrent` bucket also carries `slot_dimension` S, the key
+//! of the sparse index [`SLOTS_INDEX`] that finds a dimension's slot leases by expiry: its
+//! dimension, or its dimension, a space and 1 to 3 ([`slot_key`]: one of [`SLOT_KEYS`]
+//! index keys, picked by the lease's key, so that one index key's ceiling does not cap
+//! the dimension's slots).
 //! sluice sets `ttl` [`TTL_GRACE_SECS`] after `expires_at`: DynamoDB's TTL sweeper must not
 //! delete an expired lease before the reconciler has given its cost back. Seed leases
 //! without `expires_at` expire at their `ttl`.
@@ -94,6 +96,34 @@ pub(crate) const SLOT_DIMENSION: &str = "slot_dimension";
 /// The sparse global secondary index over slot leases: partition key `slot_dimension`,
 /// sort key `expires_at`.
 pub const SLOTS_INDEX: &str = "sluice-slots";
+/// How many index keys a dimension's slot leases are spread over. Each slot costs its
+/// index key a put and a delete: one key takes 500 slots a second (a partition's 1,000
+/// write units), what one bucket row takes; four keep the index well clear of the row.
+pub(crate) const SLOT_KEYS: u64 = 4;
+
+/// The index key of the `k`-th of a dimension's [`SLOT_KEYS`]: the dimension itself for
+/// the first (as every slot lease had it before they were spread), else the dimension, a
+/// space (which no dimension holds) and `k`.
+pub(crate) fn slot_index_key(dimension: &str, k: u64) -> String {
+    if k == 0 {
+        dimension.to_owned()
+    } else {
+        format!("{dimension} {k}")
+    }
+}
+
+/// The index key of a slot lease: one of its dimension's [`SLOT_KEYS`], by a hash of the
+/// lease row's key (the same for every write of the row).
+pub(crate) fn slot_key(lease: &LeaseRecord) -> String {
+    let hash = lease
+        .key
+        .as_str()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    slot_index_key(lease.dimension.as_str(), hash % SLOT_KEYS)
+}
 
 /// How long after a lease expires its `ttl` lets DynamoDB delete it: well beyond the
 /// reconciler's 5-minute schedule, so an expired lease is reconciled, not swept.
@@ -166,9 +196,14 @@ pub(crate) fn lease_item(lease: &LeaseRecord) -> Item {
         (CALLER.to_owned(), s(lease.caller.as_str())),
     ]);
     if lease.slot {
-        item.insert(SLOT_DIMENSION.to_owned(), s(lease.dimension.as_str()));
+        item.insert(SLOT_DIMENSION.to_owned(), s(slot_key(lease)));
     }
     item
+}
+
+/// Whether `value` is one of `dimension`'s slot index keys.
+fn is_slot_key(value: &str, dimension: &str) -> bool {
+    (0..SLOT_KEYS).any(|k| slot_index_key(dimension, k) == value)
 }
 
 struct Reader<'a> {
@@ -389,7 +424,7 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
     };
     let slot = match item.get(SLOT_DIMENSION) {
         None => false,
-        Some(AttributeValue::S(d)) if d == dimension.as_str() => true,
+        Some(AttributeValue::S(d)) if is_slot_key(d, dimension.as_str()) => true,
         Some(other) => {
             return Err(r.corrupt(format!(
                 "`{SLOT_DIMENSION}` must be the string `{dimension}`, found {other:?}"

@@ -96,12 +96,13 @@ impl Store for DynamoStore {
     }
 
     // A query of the sparse index [`row::SLOTS_INDEX`]: one page of at most `limit` slot
-    // lease rows of `dimension`, earliest expiry first, whatever else the table holds. The
-    // index is eventually consistent (a lease row written or deleted a moment ago may be
-    // missing or still listed): callers use the answer as a hint and condition every
-    // write on the rows themselves. A table without the index (created by another tool)
-    // answers no lease row, with a warning saying how to add it, and is asked again a
-    // minute later.
+    // lease rows of `dimension`, earliest expiry first, whatever else the table holds: the
+    // first `limit` of each of the dimension's index keys ([`row::SLOT_KEYS`], asked at
+    // once), merged. The index is eventually consistent (a lease row written or deleted a
+    // moment ago may be missing or still listed): callers use the answer as a hint and
+    // condition every write on the rows themselves. A table without the index (created by
+    // another tool) answers no lease row, with a warning saying how to add it, and is
+    // asked again a minute later.
     async fn slot_leases(
         &self,
         dimension: &Dimension,
@@ -110,20 +111,28 @@ impl Store for DynamoStore {
         if self.slots_index_missing() {
             return Ok(Vec::new());
         }
-        let query = self
-            .client
-            .query()
-            .table_name(self.table.as_ref())
-            .index_name(row::SLOTS_INDEX)
-            .key_condition_expression("#d = :d")
-            .expression_attribute_names("#d", row::SLOT_DIMENSION)
-            .expression_attribute_values(":d", row::s(dimension.as_str()))
-            .scan_index_forward(true)
-            .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
-            .return_consumed_capacity(TOTAL)
-            .send();
-        let out = match self.billed(Units::Read, query).await {
-            Ok(out) => out,
+        let limit = limit.clamp(1, 1_000);
+        let query = |k| {
+            let query = self
+                .client
+                .query()
+                .table_name(self.table.as_ref())
+                .index_name(row::SLOTS_INDEX)
+                .key_condition_expression("#d = :d")
+                .expression_attribute_names("#d", row::SLOT_DIMENSION)
+                .expression_attribute_values(
+                    ":d",
+                    row::s(row::slot_index_key(dimension.as_str(), k)),
+                )
+                .scan_index_forward(true)
+                .limit(i32::try_from(limit).unwrap_or(1_000))
+                .return_consumed_capacity(TOTAL)
+                .send();
+            self.billed(Units::Read, query)
+        };
+        let pages = futures::future::try_join_all((0..row::SLOT_KEYS).map(query)).await;
+        let pages = match pages {
+            Ok(pages) => pages,
             Err(e) => {
                 use aws_sdk_dynamodb::error::ProvideErrorMetadata as _;
                 // A query of an index still being built fails on DynamoDB Local with an
@@ -139,14 +148,16 @@ impl Store for DynamoStore {
                 return Err(self.err(e));
             }
         };
-        let mut leases = Vec::with_capacity(out.items().len());
-        for item in out.items() {
+        let mut leases = Vec::with_capacity(limit);
+        for item in pages.iter().flat_map(|out| out.items()) {
             match row::lease_record(item) {
                 Ok(lease) if lease.dimension == *dimension => leases.push(lease),
                 Ok(_) => {}
                 Err(e) => tracing::debug!(error = %e, "a slot lease row sluice cannot read"),
             }
         }
+        leases.sort_by_key(|l| l.expires_at);
+        leases.truncate(limit);
         Ok(leases)
     }
 

@@ -450,14 +450,38 @@ fn lease_rows_round_trip_and_seed_leases_without_expires_at_use_ttl() {
     assert_eq!(item[TTL], n((1_709_550_161 + TTL_GRACE_SECS).to_string()));
     assert_eq!(lease_record(&item).unwrap(), lease);
     assert!(!item.contains_key(SLOT_DIMENSION));
-    // A slot lease carries its dimension as the key of the slots index.
+    // A slot lease carries one of its dimension's index keys, picked by its own key: the
+    // same for every write of the row, and every one of the keys taken by some leases.
     let slot = LeaseRecord {
         slot: true,
         ..lease.clone()
     };
     let slot_item = lease_item(&slot);
-    assert_eq!(slot_item[SLOT_DIMENSION], s("openai#rpm"));
+    assert_eq!(slot_item[SLOT_DIMENSION], s(slot_key(&slot)));
     assert_eq!(lease_record(&slot_item).unwrap(), slot);
+    let keys: std::collections::BTreeSet<String> = (0..64)
+        .map(|i| {
+            let slot = LeaseRecord {
+                key: LeaseKey::new(&slot.dimension, &format!("{i:08x}")),
+                ..slot.clone()
+            };
+            let item = lease_item(&slot);
+            assert_eq!(lease_record(&item).unwrap(), slot);
+            match &item[SLOT_DIMENSION] {
+                AttributeValue::S(key) => key.clone(),
+                other => panic!("{other:?}"),
+            }
+        })
+        .collect();
+    let all: std::collections::BTreeSet<String> = (0..SLOT_KEYS)
+        .map(|k| slot_index_key("openai#rpm", k))
+        .collect();
+    assert_eq!(keys, all);
+    assert!(all.contains("openai#rpm") && all.contains("openai#rpm 3"));
+    // Another dimension's key (or none of the four) is a corrupt row.
+    let mut foreign = slot_item.clone();
+    foreign.insert(SLOT_DIMENSION.to_owned(), s("openai#rpm 4"));
+    assert!(lease_record(&foreign).is_err());
     let mut negative = item.clone();
     negative.insert(COST.to_owned(), n("-1"));
     assert!(
