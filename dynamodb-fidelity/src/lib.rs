@@ -69,6 +69,15 @@
 //!   returns such entries unprocessed and a transaction is throttled whole. An index is
 //!   not warmed with its table. A transaction's index writes are billed once each (AWS
 //!   does not say).
+//! - **Scans and queries** are billed for every item they evaluate, before a filter and at
+//!   full size whatever the projection (or a `Select` of the count), as DynamoDB bills
+//!   them: the proxy reads what a narrowed request evaluated with the same request
+//!   unnarrowed (same start, same `Limit`), unbilled.
+//! - **Time to live.** DynamoDB deletes an expired item "typically within two days": the
+//!   proxy answers `UpdateTimeToLive` and `DescribeTimeToLive` itself and never passes
+//!   them on, so an expired item stays (read, scanned, billed) for the whole run. Turning
+//!   TTL on while it is on, or changing it within an hour of the last change, is a
+//!   `ValidationException`, as in DynamoDB.
 //! - **Transactions.** A TransactWriteItems holds its items from when the proxy takes it
 //!   until the upstream answers plus [`transaction_hold`](Config::transaction_hold). A
 //!   single write (or a BatchWriteItem) touching a held item gets
@@ -113,9 +122,7 @@
 //! transaction costs each item twice its size before, as a failed condition would; a
 //! transaction's condition check is billed like a write of the item as it is; a Query or
 //! Scan that returns nothing costs one 4 KB read; a throttle of the table's own ceiling is
-//! answered with the same exception as a partition's. It bills only the items a Query or
-//! Scan returns (real DynamoDB bills every item evaluated, whatever the filter or
-//! projection).
+//! answered with the same exception as a partition's.
 
 #![forbid(unsafe_code)]
 

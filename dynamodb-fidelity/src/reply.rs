@@ -92,6 +92,11 @@ pub(crate) fn throttled(
     }
 }
 
+/// A request refused as invalid, saying why.
+pub(crate) fn validation(message: &str) -> Response<Full<Bytes>> {
+    error("ValidationException", json!({"message": message}))
+}
+
 /// A single write refused: a transaction holds its item.
 pub(crate) fn transaction_conflict() -> Response<Full<Bytes>> {
     error(

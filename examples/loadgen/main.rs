@@ -34,6 +34,7 @@
 //! ./scripts/loadgen.sh                        # starts DynamoDB Local and the proxy, runs everything
 //! ./scripts/loadgen.sh --only fanout          # the fan-out tables alone
 //! ./scripts/loadgen.sh --only slot-wait       # 1,000 callers waiting on a short concurrent bucket
+//! ./scripts/loadgen.sh --only slot-index      # a busy concurrent(64) bucket, index keys throttled
 //! ./scripts/loadgen.sh --only keys            # 100,000 keys of one template, Zipf-like
 //! ./scripts/loadgen.sh --shapes 4x8 --seconds 10
 //! ```
@@ -93,11 +94,11 @@ pub(crate) struct Args {
     #[arg(long, default_value = "1x16,4x8", value_delimiter = ',')]
     pub(crate) limit_shapes: Vec<String>,
     /// What to run: `throughput`, `limit`, `fanout`, `fleet`, `sharding`, `slot-wait`,
-    /// `keys`, comma-separated (all by default); `fleet-wait` runs only the fleet's tables
+    /// `slot-index`, `keys`, comma-separated (all by default); `fleet-wait` runs only the fleet's tables
     /// at the limit, `fleet-proxy` only those behind the proxy.
     #[arg(
         long,
-        default_value = "throughput,limit,fanout,fleet,sharding,slot-wait,keys",
+        default_value = "throughput,limit,fanout,fleet,sharding,slot-wait,slot-index,keys",
         value_delimiter = ','
     )]
     pub(crate) only: Vec<String>,
@@ -179,6 +180,7 @@ mod fleet;
 mod keys;
 mod report;
 mod sharding;
+mod slotindex;
 mod slotwait;
 mod worker;
 
@@ -287,6 +289,11 @@ async fn main() {
     {
         let target = fanrun::real_ceilings(proxy).await;
         keys::table(&args, &target, &sluice).await;
+    }
+    if runs("slot-index")
+        && let Some(proxy) = &args.fidelity
+    {
+        slotindex::table(&args, &sluice, proxy).await;
     }
     if runs("sharding")
         && let Some(proxy) = &args.fidelity

@@ -10,6 +10,9 @@ mod single_write;
 mod table;
 mod transact_get;
 mod transact_write;
+mod ttl;
+
+pub(crate) use ttl::Ttls;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -21,6 +24,7 @@ use crate::proxy::Proxy;
 use call::Call;
 use single_write::WriteKind;
 use table::TableOp;
+use ttl::TtlOp;
 
 /// The answer to one request on DynamoDB's API.
 pub(crate) async fn answer(proxy: &Proxy, parts: Parts, body: Bytes) -> Response<Full<Bytes>> {
@@ -42,6 +46,8 @@ pub(crate) async fn answer(proxy: &Proxy, parts: Parts, body: Bytes) -> Response
         Some("CreateTable") => table::answer(proxy, &call, json, TableOp::Create).await,
         Some("UpdateTable") => table::answer(proxy, &call, json, TableOp::Update).await,
         Some("DeleteTable") => table::answer(proxy, &call, json, TableOp::Delete).await,
+        Some("UpdateTimeToLive") => ttl::answer(proxy, &call, &json, TtlOp::Update).await,
+        Some("DescribeTimeToLive") => ttl::answer(proxy, &call, &json, TtlOp::Describe).await,
         _ => call.pass(proxy).await,
     }
 }

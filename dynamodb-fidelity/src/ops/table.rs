@@ -72,6 +72,7 @@ pub(super) async fn answer(
         // that exists fails, and leaves it as it was).
         if forgets {
             proxy.ledger().forget_table(&table);
+            proxy.ttls.forget(&table);
         }
         if let Some((write, read)) = warmth {
             proxy.ledger().warm(&table, write, read);

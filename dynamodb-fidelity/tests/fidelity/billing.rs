@@ -335,6 +335,50 @@ async fn a_scan_bills_its_total_size_rounded_up_once_and_shares_it_among_the_ite
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_scan_bills_every_item_it_evaluated_at_full_size() {
+    with_proxy(Config::default(), |h| async move {
+        // Twenty items of 2 KB, one of which the filter keeps.
+        for i in 0..20 {
+            h.put_sized(&format!("row#{i:02}"), 2_048).await;
+        }
+        h.proxy.reset();
+        let filtered = h
+            .client
+            .scan()
+            .table_name(&h.table)
+            .filter_expression("#k = :k")
+            .projection_expression("#k")
+            .expression_attribute_names("#k", KEY)
+            .expression_attribute_values(":k", AttributeValue::S("row#07".to_owned()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!((filtered.count(), filtered.scanned_count()), (1, 20));
+        // 40 KB evaluated, eventually consistent: 10 units (10 halves), not the half unit
+        // the one small item returned would cost.
+        assert_eq!(h.proxy.stats().totals().read_half_units, 10);
+        let shares: u64 = (0..20)
+            .map(|i| h.item(&format!("row#{i:02}")).read_half_units)
+            .sum();
+        assert_eq!(shares, 10);
+        // A count reads as much; a limit counts evaluated items.
+        h.proxy.reset();
+        let counted = h
+            .client
+            .scan()
+            .table_name(&h.table)
+            .select(aws_sdk_dynamodb::types::Select::Count)
+            .limit(4)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(counted.count(), 4);
+        assert_eq!(h.proxy.stats().totals().read_half_units, 2);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_is_sized_before_by_what_the_last_write_through_the_proxy_left() {
     with_proxy(Config::default(), |h| async move {
         let direct = crate::common::client(&crate::common::endpoint().unwrap());

@@ -10,3 +10,4 @@ mod partitions;
 mod stats;
 mod throttling;
 mod transactions;
+mod ttl;
