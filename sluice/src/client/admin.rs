@@ -69,22 +69,27 @@ impl Sluice {
     }
 
     pub(super) async fn wholes(&self) -> Result<Vec<BucketState>, Error> {
+        Ok(self.wholes_of(self.core.store.list_buckets().await?))
+    }
+
+    /// The buckets `rows` (every row listed) make, each as one row (see [`as_one`]).
+    pub(super) fn wholes_of(&self, rows: Vec<BucketState>) -> Vec<BucketState> {
         let mut buckets: std::collections::BTreeMap<String, Vec<BucketState>> =
             std::collections::BTreeMap::new();
-        for row in self.core.store.list_buckets().await? {
+        for row in rows {
             buckets
                 .entry(row.dimension.base().as_str().to_owned())
                 .or_default()
                 .push(row);
         }
         let now = self.now();
-        Ok(buckets
+        buckets
             .into_values()
             .map(|mut rows| {
                 rows.sort_by_key(|r| r.dimension.shard_index());
                 as_one(rows, now)
             })
-            .collect())
+            .collect()
     }
 
     async fn snapshots_of_all(&self) -> Result<Vec<Snapshot>, Error> {
@@ -391,8 +396,8 @@ impl Sluice {
     /// ```
     pub async fn reconcile(&self) -> Result<ReconcileReport, Error> {
         role::within(Role::Reconciler, async {
-            let mut report = reconcile::reconcile(&self.core).await?;
-            self.apply_schedules(&mut report).await;
+            let (mut report, rows) = reconcile::reconcile(&self.core).await?;
+            self.apply_schedules(&mut report, rows).await;
             Ok(report)
         })
         .await

@@ -8,19 +8,16 @@ use super::Sluice;
 use super::admin::{as_one, redefined};
 
 impl Sluice {
-    /// Applies every bucket's scheduled limits that fell due, into `report`.
-    pub(super) async fn apply_schedules(&self, report: &mut ReconcileReport) {
-        let buckets = match self.wholes().await {
-            Ok(buckets) => buckets,
-            Err(error) => {
-                report.errors.push(ReconcileError {
-                    subject: "bucket schedules".to_owned(),
-                    error,
-                });
-                return;
-            }
-        };
-        for row in buckets
+    /// Applies every bucket's scheduled limits that fell due, into `report`, from `rows`
+    /// (every bucket row, as the pass listed them: a change is conditioned on the row as
+    /// read, and made again from a fresh read if it changed since).
+    pub(super) async fn apply_schedules(
+        &self,
+        report: &mut ReconcileReport,
+        rows: Vec<BucketState>,
+    ) {
+        for row in self
+            .wholes_of(rows)
             .into_iter()
             .filter(|b| b.bucket.schedule().is_some())
         {

@@ -100,46 +100,80 @@ impl fmt::Display for ReconcileError {
     }
 }
 
-/// One reconcile pass (see [`Sluice::reconcile`](crate::Sluice::reconcile)).
-pub(crate) async fn reconcile(core: &Core) -> Result<ReconcileReport, Error> {
+/// One reconcile pass (see [`Sluice::reconcile`](crate::Sluice::reconcile)), and the
+/// bucket rows it listed (for the schedules).
+///
+/// It reads the table twice, whatever it finds: one listing of the bucket rows and one of
+/// the lease rows (on DynamoDB each a scan, billed for every row of the table). What it
+/// reads besides is in proportion to what it acts on: the `concurrent` buckets again when
+/// it gave leases back, and a second look at the leases only where a bucket seems not to
+/// match them.
+pub(crate) async fn reconcile(core: &Core) -> Result<(ReconcileReport, Vec<BucketState>), Error> {
     let started = std::time::Instant::now();
     let mut report = ReconcileReport::default();
     let now = core.now();
+    let buckets = core.store.list_buckets().await?;
+    let scan = core.store.scan_leases(&LeaseFilter::default()).await?;
+    let slots: HashSet<Dimension> = buckets
+        .iter()
+        .filter(|b| b.bucket.limit_type() == LimitType::Concurrent)
+        .map(|b| b.dimension.clone())
+        .collect();
     // Every expired lease; those within the clock-skew margin (a cool-down lease has
     // none) are left alone: their holder's clock may still show them live.
-    let expired: Vec<LeaseRecord> = core
-        .store
-        .list_leases(&LeaseFilter {
-            dimension: None,
-            expired_before: Some(now.saturating_add(Duration::from_millis(1))),
-        })
-        .await?
-        .into_iter()
-        .filter(|l| {
-            core.config
-                .lease_reclaimable_at(l.expires_at, true, &l.caller)
-                <= now
-        })
-        .collect();
+    let expired_before = now.saturating_add(Duration::from_millis(1));
+    let (expired, mut live): (Vec<LeaseRecord>, Vec<LeaseRecord>) =
+        scan.leases.into_iter().partition(|l| {
+            l.expires_at < expired_before
+                && core
+                    .config
+                    .lease_reclaimable_at(l.expires_at, true, &l.caller)
+                    <= now
+        });
     report.leases_seen = expired.len();
-    if !expired.is_empty() {
-        let slots = slot_dimensions(core).await?;
-        for lease in expired {
-            let slot = slots.contains(&lease.dimension);
-            if core
-                .config
-                .lease_reclaimable_at(lease.expires_at, slot, &lease.caller)
-                > now
-            {
-                report.leases_in_grace += 1;
-                continue;
-            }
-            restore_expired(core, lease, &mut report).await;
+    let mut unsure: Vec<Option<Dimension>> = scan
+        .unreadable
+        .iter()
+        .map(|key| LeaseKey::parse(key).and_then(|k| k.dimension()))
+        .collect();
+    let mut gave_back = false;
+    for lease in expired {
+        let slot = slots.contains(&lease.dimension);
+        if core
+            .config
+            .lease_reclaimable_at(lease.expires_at, slot, &lease.caller)
+            > now
+        {
+            report.leases_in_grace += 1;
+            live.push(lease);
+            continue;
+        }
+        let dimension = lease.dimension.clone();
+        match restore_expired(core, lease, &mut report).await {
+            Some(true) => gave_back |= slot,
+            Some(false) => {}
+            // Whether it is gone is not known: its bucket is not healed this pass.
+            None => unsure.push(Some(dimension)),
         }
     }
-    // Listed after the leases above were given back: what the healing compares.
-    let buckets = core.store.list_buckets().await?;
-    heal_concurrent(core, &buckets, &mut report).await?;
+    // What the healing compares: the `concurrent` buckets as they are after the leases
+    // given back, against the leases that were live.
+    let concurrent: Vec<BucketState> = if gave_back {
+        let dimensions: Vec<Dimension> = slots.iter().cloned().collect();
+        core.store
+            .read_buckets(&dimensions)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect()
+    } else {
+        buckets
+            .iter()
+            .filter(|b| slots.contains(&b.dimension))
+            .cloned()
+            .collect()
+    };
+    heal_concurrent(core, &concurrent, (held(live), unsure), &mut report).await?;
     idle::remove_idle_keys(core, &buckets, now, &mut report).await;
     crate::metrics::reconciled(
         crate::metrics::Reconciled {
@@ -156,56 +190,45 @@ pub(crate) async fn reconcile(core: &Core) -> Result<ReconcileReport, Error> {
     } else {
         tracing::info!(%report, "reconcile pass");
     }
-    Ok(report)
+    Ok((report, buckets))
 }
 
-/// The dimensions of the `concurrent` buckets: their expired leases are slots, given back
-/// after the clock-skew margin alone. A lease whose bucket is gone waits the grace too.
-async fn slot_dimensions(core: &Core) -> Result<HashSet<Dimension>, Error> {
-    Ok(concurrent_buckets(core)
-        .await?
-        .into_iter()
-        .map(|b| b.dimension)
-        .collect())
-}
-
-/// The rows of the `concurrent` buckets, from one listing of every bucket.
-async fn concurrent_buckets(core: &Core) -> Result<Vec<BucketState>, Error> {
-    Ok(core
-        .store
-        .list_buckets()
-        .await?
-        .into_iter()
-        .filter(|b| b.bucket.limit_type() == LimitType::Concurrent)
-        .collect())
-}
-
-async fn restore_expired(core: &Core, lease: LeaseRecord, report: &mut ReconcileReport) {
+/// Ends `lease`, giving its cost back: `Some(true)` if this pass did, `Some(false)` if
+/// someone else had, `None` if that is not known (an error, in `report`).
+async fn restore_expired(
+    core: &Core,
+    lease: LeaseRecord,
+    report: &mut ReconcileReport,
+) -> Option<bool> {
     let (key, cost, caller) = (lease.key.clone(), lease.cost, lease.caller.clone());
     match reclaim(core, vec![lease]).await {
-        Ok(0) => report.leases_skipped += 1,
+        Ok(0) => {
+            report.leases_skipped += 1;
+            Some(false)
+        }
         Ok(_) => {
             tracing::debug!(lease = %key, %cost, %caller, "restored an expired lease");
             report.leases_restored += 1;
             report.tokens_restored += cost;
+            Some(true)
         }
-        Err(error) => report.errors.push(ReconcileError {
-            subject: key.to_string(),
-            error,
-        }),
+        Err(error) => {
+            report.errors.push(ReconcileError {
+                subject: key.to_string(),
+                error,
+            });
+            None
+        }
     }
 }
 
 /// The live lease rows of each dimension, as one scan found them: key and cost, sorted.
 type Held = HashMap<Dimension, Vec<(LeaseKey, Tokens)>>;
 
-/// What a scan of every lease row says: the rows of each dimension, and the dimensions
-/// with a row of unknown content (`None`: a row whose key does not even say which
-/// dimension: it could be any).
-async fn scan_held(core: &Core) -> Result<(Held, Vec<Option<Dimension>>), Error> {
-    let scan = core.store.scan_leases(&LeaseFilter::default()).await?;
+/// The lease rows of each dimension among `leases`.
+fn held(leases: Vec<LeaseRecord>) -> Held {
     let mut held: Held = HashMap::new();
-    for lease in scan.leases {
+    for lease in leases {
         held.entry(lease.dimension)
             .or_default()
             .push((lease.key, lease.cost));
@@ -213,12 +236,13 @@ async fn scan_held(core: &Core) -> Result<(Held, Vec<Option<Dimension>>), Error>
     for rows in held.values_mut() {
         rows.sort();
     }
-    let unknown = scan
-        .unreadable
-        .iter()
-        .map(|key| LeaseKey::parse(key).and_then(|k| k.dimension()))
-        .collect();
-    Ok((held, unknown))
+    held
+}
+
+/// The lease rows of each dimension, as a scan of every lease row finds them now.
+async fn scan_held(core: &Core) -> Result<Held, Error> {
+    let scan = core.store.scan_leases(&LeaseFilter::default()).await?;
+    Ok(held(scan.leases))
 }
 
 /// What `row`'s tokens should be by the lease rows `held`, when they are not that.
@@ -231,16 +255,19 @@ fn mismatch(row: &BucketState, held: &Held) -> Option<Tokens> {
     (row.tokens != expected).then_some(expected)
 }
 
-/// Sets each `concurrent` bucket whose tokens do not match its live lease rows to match
-/// them, once the mismatch has stayed unchanged for [`Config::heal_settle`]: the bucket
-/// row's version and the dimension's lease rows the same at both looks (a slot's acquire
-/// and release write the two one after the other, so a mismatch seen once may be a
-/// write in flight). The write is conditioned on that version.
+/// Sets each `concurrent` bucket (of `buckets`) whose tokens do not match its live lease
+/// rows (`held`) to match them, once the mismatch has stayed unchanged for
+/// [`Config::heal_settle`]: the bucket row's version and the dimension's lease rows the
+/// same at both looks (a slot's acquire and release write the two one after the other,
+/// so a mismatch seen once may be a write in flight). The write is conditioned on that
+/// version. A bucket with a lease row of unknown content (`unknown`: `None`, any bucket)
+/// is never raised.
 ///
 /// [`Config::heal_settle`]: crate::Config::heal_settle
 async fn heal_concurrent(
     core: &Core,
     buckets: &[BucketState],
+    (held, unknown): (Held, Vec<Option<Dimension>>),
     report: &mut ReconcileReport,
 ) -> Result<(), Error> {
     let buckets: Vec<BucketState> = buckets
@@ -251,7 +278,6 @@ async fn heal_concurrent(
     if buckets.is_empty() {
         return Ok(());
     }
-    let (held, unknown) = scan_held(core).await?;
     let mut suspects = Vec::new();
     for row in buckets {
         report.buckets_checked += 1;
@@ -280,7 +306,7 @@ async fn heal_concurrent(
     tokio::time::sleep(core.config.heal_settle).await;
     let dimensions: Vec<Dimension> = suspects.iter().map(|r| r.dimension.clone()).collect();
     let again = core.store.read_buckets(&dimensions).await?;
-    let (held_again, _) = scan_held(core).await?;
+    let held_again = scan_held(core).await?;
     for (row, now) in suspects.into_iter().zip(again) {
         let settled = now.as_ref().is_some_and(|now| now.version == row.version)
             && held.get(&row.dimension) == held_again.get(&row.dimension);

@@ -291,3 +291,79 @@ async fn a_busy_concurrent_dimension_spreads_its_slot_leases_over_four_index_key
     assert_eq!(row.tokens, Tokens::new(64));
     proxy.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_pass_reads_the_table_twice_whatever_it_finds() {
+    use sluice::clock::{ManualClock, UnixMillis};
+    let Some(endpoint) = dynamo::endpoint() else {
+        return;
+    };
+    // The proxy bills a scan for every row it evaluates, as DynamoDB does.
+    let store = dynamo::fresh_store().await.expect("a fresh table");
+    let proxy = Fidelity::start(FidelityConfig {
+        upstream: endpoint,
+        ..FidelityConfig::default()
+    })
+    .await
+    .expect("start dynamodb-fidelity");
+    let through = DynamoStore::new(dynamo::client(&proxy.endpoint()), store.table());
+    let clock = ManualClock::new(UnixMillis::from_secs(dynamo::future_secs()));
+    let sluice = Sluice::builder()
+        .store(through.clone())
+        .clock(clock.clone())
+        .caller("reconciler")
+        .build()
+        .unwrap();
+    // 300 other buckets, and a `concurrent` bucket whose holder crashed with a slot.
+    for i in 0..300 {
+        sluice
+            .put_bucket(
+                &format!("filler{i}#rpm"),
+                Bucket::requests(RefillRate::per_second(1)),
+            )
+            .await
+            .unwrap();
+    }
+    let dim = "crashed#concurrent";
+    sluice.put_bucket(dim, Bucket::concurrent(4)).await.unwrap();
+    let lease = sluice
+        .acquire(sluice::Acquire::new(dim).ttl(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    // The holder is gone: its lease is never released.
+    std::mem::forget(lease);
+    clock.advance(Duration::from_secs(120));
+    // One strongly consistent read of the whole table: what one scan of it costs.
+    proxy.reset();
+    let mut start = None;
+    loop {
+        let page = through
+            .client()
+            .scan()
+            .table_name(through.table())
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .unwrap();
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            break;
+        }
+    }
+    let one_scan = proxy.stats().totals().read_half_units;
+    proxy.reset();
+    let report = sluice.reconcile().await.unwrap();
+    assert_eq!(report.leases_restored, 1, "{report}");
+    assert_eq!(
+        sluice.bucket(dim).await.unwrap().unwrap().tokens,
+        Tokens::new(4)
+    );
+    let pass = proxy.stats().totals().read_half_units;
+    // Two reads of the table (its buckets, its leases) and the concurrent bucket again.
+    assert!(
+        pass <= 2 * one_scan + 4,
+        "a pass read {pass} half units, one scan of the table {one_scan}"
+    );
+    proxy.shutdown().await;
+}
