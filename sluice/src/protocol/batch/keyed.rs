@@ -37,7 +37,7 @@ impl Write<'_> {
                 )))
             }
             Ok(None) => Ok(None),
-            Err(e) if e.is_back_pressure() => Err(self.throttled().await),
+            Err(e) if e.is_back_pressure() => Err(self.throttled(&e).await),
             Err(e) => {
                 self.fail_store(&e);
                 Err(Next::Done)
@@ -99,7 +99,7 @@ impl Write<'_> {
                 let refused = std::mem::take(&mut self.acquires);
                 self.refuse_confirmed(template_row, refused, now).await
             }
-            Err(e) if e.is_back_pressure() => self.throttled().await,
+            Err(e) if e.is_back_pressure() => self.throttled(&e).await,
             Err(e) => {
                 self.fail_store(&e);
                 Next::Done

@@ -249,7 +249,7 @@ impl Write<'_> {
             }
             Err(e) if e.is_back_pressure() => {
                 self.count_throttle(&e);
-                Err(self.throttled().await)
+                Err(self.throttled(&e).await)
             }
             Err(e) => {
                 self.fail_store(&e);
@@ -270,7 +270,7 @@ impl Write<'_> {
             }
             Err(e) if e.is_back_pressure() => {
                 self.count_throttle(&e);
-                self.throttled().await
+                self.throttled(&e).await
             }
             Err(e) => {
                 self.fail_store(&e);
@@ -375,7 +375,7 @@ impl Write<'_> {
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 self.acquires = jobs_of(plan.granted, plan.refused);
-                self.throttled().await
+                self.throttled(&e).await
             }
             Err(ChangeError::Store(e)) => {
                 // The row may or may not have changed: read it next time.

@@ -57,14 +57,19 @@ impl Write<'_> {
     /// A throttled write: back-pressure. Acquires hear a RetryIn of a jittered wait (a
     /// waiting caller waits it out, within its deadline, and asks again); releases wait it
     /// out here and are sent again.
-    pub(super) async fn throttled(&mut self) -> Next {
+    pub(super) async fn throttled(&mut self, e: &StoreError) -> Next {
         self.throttled += 1;
         let streak = self.lane.throttled.fetch_add(1, Ordering::Relaxed) + 1;
-        let wait = throttle_wait(streak, self.spreads());
+        // A limit the whole table shares: no other row of the bucket would do better, and
+        // spreading it cannot help, so it is waited out at the longer bound.
+        let table_wide = matches!(e, StoreError::TableThrottled { .. });
+        let wait = throttle_wait(streak, !table_wide && self.spreads());
         self.lane.pushed_back.fetch_add(1, Ordering::Relaxed);
-        self.lane
-            .pushed_at
-            .store(self.core.now().as_millis(), Ordering::Relaxed);
+        if !table_wide {
+            self.lane
+                .pushed_at
+                .store(self.core.now().as_millis(), Ordering::Relaxed);
+        }
         let refusal = RetryIn::pressed(wait, self.core.now());
         answer_each(
             std::mem::take(&mut self.acquires),
@@ -75,7 +80,7 @@ impl Write<'_> {
             return Next::Done;
         }
         if self.throttled > MAX_THROTTLED {
-            self.fail_store(&StoreError::Throttled { source: None });
+            self.fail_store(e);
             return Next::Done;
         }
         tokio::time::sleep(wait).await;
