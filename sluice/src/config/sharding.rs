@@ -14,9 +14,10 @@ use super::ConfigError;
 /// times when throttled, eight rows for a lone row throttled at 80% or more), for each to
 /// take about 40% of it (with no ceiling told, one learned from the store's throttles
 /// spreads only a throttled row, and not a bucket refilling within twice that ceiling).
-/// A bucket already spread and throttled is spread further only if the client measured
-/// its last spread raising what the bucket takes over all its rows by a quarter or more
-/// (rows that share a partition or the table gain nothing from more rows); when each row
+/// A bucket already spread and throttled twice or more within a measure is spread
+/// further, whatever its rows' rates, only if the client measured its last spread raising
+/// what the bucket takes over all its rows by a quarter or more, on average (rows that
+/// share a partition or the table gain nothing from more rows); when each row
 /// takes less than
 /// 10% of it for [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it
 /// gathers the bucket into half as many rows, one halving at a time. Every client may do
@@ -63,6 +64,9 @@ impl Sharding {
     /// every row.
     pub const COOL_WINDOWS: u32 = 30;
 
+    /// The rows a lone row throttled at its ceiling is spread over at once.
+    pub(crate) const FIRST_SPREAD: u16 = 8;
+
     /// Measurements in a row that must each find a bucket's rows hot before it is spread
     /// over more: one measure of a row that takes few writes is noisy. One measure is
     /// enough for a bucket's only row, throttled meanwhile at 80% of the ceiling.
@@ -100,7 +104,7 @@ impl Sharding {
             // more: eight rows, the most that each take over a tenth of it (none measures
             // cool and gathers back), and room for twice the ceiling at a quarter per row.
             let step = match (throttled, n == 1 && Self::at_ceiling(per_row, limit)) {
-                (true, true) => 8,
+                (true, true) => Self::FIRST_SPREAD,
                 (true, false) => 4,
                 (false, _) => 2,
             };

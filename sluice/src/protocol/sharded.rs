@@ -167,7 +167,7 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     let gather_short = short && n > 1 && gathers_short(n, refill_per_ks, cost, limit);
     let cool_now = Sharding::cool(per_row, limit) || gather_short;
     let cool = core.heat.cool(base, n, cool_now);
-    let judged = (learned, limit);
+    let judged = (write_ceiling, learned, limit);
     let (hot, proven) = spread_bought(core, base, (n, &measure), judged, throttles);
     let target = (gather_short && cool >= Sharding::COOL_WINDOWS)
         .then(|| (n / 2).max(1))

@@ -171,14 +171,24 @@ impl Heat {
 
     /// Notes that `base`'s bucket, over `shards` rows, takes `total` thousandths of a write
     /// a second over all of them; whether that is a quarter more than at the fewer rows
-    /// this client measured before they were spread (`None`: it measured none).
-    pub(crate) fn gained(&self, base: &Dimension, shards: u16, total: u64) -> Option<bool> {
+    /// this client measured before they were spread (`None`: not known yet). A client
+    /// that first measures the bucket already spread judges against the lone row's take
+    /// the rows carry (`carried`, thousandths), if any.
+    pub(crate) fn gained(
+        &self,
+        base: &Dimension,
+        shards: u16,
+        total: u64,
+        carried: Option<u64>,
+    ) -> Option<bool> {
         let mut gains = lock(&self.gains);
         match gains.get_mut(base) {
             Some(gain) => gain.note(shards, total),
             None => {
-                gains.insert(base.clone(), Gain::new(shards, total));
-                None
+                let gain = Gain::new(shards, total, carried);
+                let gained = gain.judged();
+                gains.insert(base.clone(), gain);
+                gained
             }
         }
     }

@@ -211,10 +211,13 @@ pub(super) fn throttles_since(
 /// since the last one, is hot for them, and whether a spread is proven worth it at all.
 ///
 /// A bucket's only row is hot when throttled at 40% of its ceiling (`limit`) or more. A
-/// spread bucket's rows are hot, throttled twice or more at 40% of it or more, only if the
+/// spread bucket's rows are hot, throttled twice or more (whatever their rate: the ceiling
+/// they share, a partition's, is not one row's), only if the
 /// last spread raised what the bucket takes together by a quarter or more, as this client
-/// measured it before and after ([`Heat::gained`](crate::shared::heat::Heat::gained)): a
-/// client that did not see the count before has no proof and does not spread them. Rows
+/// measured it before and after ([`Heat::gained`](crate::shared::heat::Heat::gained)),
+/// averaged over several measures; a client that first saw the bucket spread over at most
+/// [`Sharding::FIRST_SPREAD`] rows judges against the lone row's take the rows carry
+/// (`alone`), and one that first saw it over more has no proof and does not spread it. Rows
 /// measured against a ceiling `learned` from throttles, which they may share (a
 /// partition, the table), are spread again only on that proof, never on one row's share
 /// of it.
@@ -222,14 +225,19 @@ pub(super) fn spread_bought(
     core: &Core,
     base: &Dimension,
     (n, measure): (u16, &Measure),
-    (learned, limit): (bool, u32),
+    (alone, learned, limit): (Option<u32>, bool, u32),
     throttles: u32,
 ) -> (bool, bool) {
     let per_row = measure.per_row;
     let total = per_row.saturating_mul(u64::from(n));
-    let bought = measure.whole && core.heat.gained(base, n, total) == Some(true);
-    let hot = throttles > 0
-        && Sharding::throttled_hot(per_row, limit)
-        && (n == 1 || (throttles >= 2 && bought));
+    let carried = alone
+        .filter(|_| n <= Sharding::FIRST_SPREAD)
+        .map(|alone| u64::from(alone) * 1_000);
+    let bought = measure.whole && core.heat.gained(base, n, total, carried) == Some(true);
+    let hot = if n == 1 {
+        throttles > 0 && Sharding::throttled_hot(per_row, limit)
+    } else {
+        throttles >= 2 && bought
+    };
     (hot, n == 1 || !learned || bought)
 }

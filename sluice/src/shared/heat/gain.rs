@@ -1,5 +1,6 @@
-//! What a spread bought, as one client measured it: the bucket's total before and after
-//! its rows' count changed, each averaged over several measures.
+//! What a spread bought, as one client measured it: the bucket's total after its rows'
+//! count changed, averaged over several measures, against the most it took on average
+//! before.
 
 /// Measures at a count averaged (at most) for a gain: one row's one-second measure times
 /// the rows is noisy (a row of eight on one partition takes a handful of writes a second).
@@ -9,37 +10,43 @@ const SPAN: u64 = 8;
 const JUDGED_AFTER: u64 = 4;
 
 /// A bucket's total write rate (thousandths of a write a second, over all its rows) at
-/// the count this client last measured it at, a moving average of its last measures, and
-/// the same at the count before, if it saw one.
+/// the count this client last measured it at: a moving average of its last measures and
+/// the highest that average reached; and that highest at the count before, if it saw one.
+/// The highest, not the last: a throttled lone row's seconds dip when its writers back
+/// off, and a spread measured against a dip would seem to buy what it did not.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Gain {
     count: u16,
     mean: u64,
+    peak: u64,
     samples: u64,
     before: Option<(u16, u64)>,
 }
 
 impl Gain {
-    /// A first measure: `total` at `count` rows.
-    pub(crate) fn new(count: u16, total: u64) -> Gain {
+    /// A first measure: `total` at `count` rows; with `carried`, what the bucket's lone
+    /// row took before it was spread (as its rows carry it), judged against.
+    pub(crate) fn new(count: u16, total: u64, carried: Option<u64>) -> Gain {
         Gain {
             count,
             mean: total,
+            peak: total,
             samples: 1,
-            before: None,
+            before: carried.filter(|_| count > 1).map(|then| (1, then)),
         }
     }
 
     /// A measure of `total` at `count` rows; whether the bucket's rows together take at
-    /// least a quarter more, averaged over at least [`JUDGED_AFTER`] measures, than they
-    /// did on average at the fewer rows this client measured before the last spread
-    /// (`None`: it measured none, or too few since).
+    /// least a quarter more, averaged over at least [`JUDGED_AFTER`] measures, than the
+    /// most they took on average at the fewer rows this client measured before the last
+    /// spread (`None`: it measured none, or too few since).
     pub(crate) fn note(&mut self, count: u16, total: u64) -> Option<bool> {
         if count != self.count {
-            self.before = Some((self.count, self.mean));
+            self.before = Some((self.count, self.peak));
             self.count = count;
             self.samples = 0;
             self.mean = 0;
+            self.peak = 0;
         }
         self.samples = self.samples.saturating_add(1);
         // The mean of the first measures, then a moving average over the last few.
@@ -49,7 +56,13 @@ impl Gain {
         } else {
             self.mean - (self.mean - total) / weight
         };
-        let (_, then) = self.before.filter(|(fewer, _)| *fewer < count)?;
+        self.peak = self.peak.max(self.mean);
+        self.judged()
+    }
+
+    /// Whether the rows take a quarter more on average than before, once judged.
+    pub(crate) fn judged(&self) -> Option<bool> {
+        let (_, then) = self.before.filter(|(fewer, _)| *fewer < self.count)?;
         (self.samples >= JUDGED_AFTER)
             .then(|| self.mean.saturating_mul(4) >= then.saturating_mul(5))
     }
@@ -61,7 +74,7 @@ mod tests {
 
     #[test]
     fn a_spread_gained_when_the_rows_take_a_quarter_more_on_average_than_before() {
-        let mut g = Gain::new(1, 50_000);
+        let mut g = Gain::new(1, 50_000, None);
         assert_eq!(g.note(1, 50_000), None);
         // Spread to 8: judged after four measures, on their average.
         assert_eq!(g.note(8, 90_000), None);
@@ -69,7 +82,7 @@ mod tests {
         assert_eq!(g.note(8, 50_000), None);
         assert_eq!(g.note(8, 70_000), Some(true));
         // One lucky second does not make a gain of a spread that bought nothing.
-        let mut g = Gain::new(8, 50_000);
+        let mut g = Gain::new(8, 50_000, None);
         for _ in 0..8 {
             assert_ne!(g.note(8, 50_000), Some(true));
         }
@@ -90,10 +103,37 @@ mod tests {
     }
 
     #[test]
-    fn the_count_before_is_its_recent_average_not_its_first_measures() {
+    fn a_client_that_joins_after_the_first_spread_judges_against_the_lone_row_carried() {
+        // Eight rows taking 80 a second against the lone row's 50: a gain, once averaged.
+        let mut g = Gain::new(8, 80_000, Some(50_000));
+        assert_eq!(g.judged(), None);
+        for _ in 0..2 {
+            assert_eq!(g.note(8, 80_000), None);
+        }
+        assert_eq!(g.note(8, 80_000), Some(true));
+        // Sixty is not a quarter more.
+        let mut g = Gain::new(8, 60_000, Some(50_000));
+        for _ in 0..3 {
+            g.note(8, 60_000);
+        }
+        assert_eq!(g.judged(), Some(false));
+        // A lone row has nothing before it.
+        assert_eq!(Gain::new(1, 60_000, Some(50_000)).judged(), None);
+    }
+
+    #[test]
+    fn the_count_before_is_the_most_its_average_reached() {
+        // A throttled lone row at 60 a second, then a dip to 23 as its writers back off:
+        // eight rows taking 50 on one partition bought nothing.
+        let mut g = Gain::new(1, 60_000, None);
+        g.note(1, 23_000);
+        for _ in 0..3 {
+            g.note(8, 50_000);
+        }
+        assert_eq!(g.note(8, 50_000), Some(false));
         // A lone row warming up from 10 to 50 a second: the spread is judged against the
         // 50 it reached, not the ramp.
-        let mut g = Gain::new(1, 10_000);
+        let mut g = Gain::new(1, 10_000, None);
         for _ in 0..20 {
             g.note(1, 50_000);
         }
