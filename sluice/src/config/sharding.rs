@@ -16,10 +16,10 @@ use super::ConfigError;
 /// spreads only a throttled row, and not a bucket refilling within twice that ceiling).
 /// A bucket already spread and throttled twice or more within a measure is spread
 /// further, whatever its rows' rates, only if the client measured its last spread raising
-/// what the bucket takes over all its rows by a quarter or more, on average (rows that
-/// share a partition or the table gain nothing from more rows); when each row
-/// takes less than
-/// 10% of it for [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it
+/// what the bucket takes over all its rows by a quarter or more, on average (leaving out
+/// the two measures right after the spread, whose dip leaves the partitions burst capacity
+/// to spend; rows that share a partition or the table gain nothing from more rows); when
+/// each row takes less than 10% of it for [`COOL_WINDOWS`](Sharding::COOL_WINDOWS) measurements in a row, it
 /// gathers the bucket into half as many rows, one halving at a time. Every client may do
 /// it; one conditional transaction decides, and the others see the new count on their
 /// next write.

@@ -182,15 +182,23 @@ impl Heat {
         carried: Option<u64>,
     ) -> Option<bool> {
         let mut gains = lock(&self.gains);
-        match gains.get_mut(base) {
-            Some(gain) => gain.note(shards, total),
+        let gain = match gains.get_mut(base) {
+            Some(gain) => {
+                gain.note(shards, total);
+                *gain
+            }
             None => {
                 let gain = Gain::new(shards, total, carried);
-                let gained = gain.judged();
                 gains.insert(base.clone(), gain);
-                gained
+                gain
             }
+        };
+        drop(gains);
+        let gained = gain.judged();
+        if gained == Some(true) {
+            tracing::debug!(dimension = %base, ?gain, "a spread measured as raising the bucket's take");
         }
+        gained
     }
 
     /// Whether this client is resharding any bucket now.
