@@ -131,3 +131,37 @@ async fn only_a_lone_row_that_is_not_short_is_spread_for_its_throttles() {
     let shard = base.shard(1);
     assert!(!super::super::may_spread(core, &core.lane(&shard), &shard));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_spread_the_store_keeps_throttling_is_sent_again_soon_up_to_its_bound() {
+    use crate::protocol::reshard::{SPREAD_THROTTLED, reshard_from};
+    let base: crate::dimension::Dimension = "hot#rpm".parse().unwrap();
+    // Throttled as many times as it is sent again: it lands on the last, within a second
+    // of tokio's time (a pause of 20 to 40 ms before each).
+    let (store, _clock, sluice) = spreading(SPREAD_THROTTLED).await;
+    let started = tokio::time::Instant::now();
+    let rows = reshard_from(sluice.core(), &base, Some(1), 8)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 8);
+    assert_eq!(
+        store.hooks.sent.lock().unwrap().len(),
+        SPREAD_THROTTLED as usize + 1
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    // Once more and it is given up, the store's throttle answered.
+    let (store, _clock, sluice) = spreading(SPREAD_THROTTLED + 1).await;
+    match reshard_from(sluice.core(), &base, Some(1), 8).await {
+        Err(Error::Store(StoreError::Throttled { .. })) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.hooks.sent.lock().unwrap().len(),
+        SPREAD_THROTTLED as usize + 1
+    );
+    assert_eq!(sluice.bucket("hot#rpm").await.unwrap().unwrap().shards, 1);
+}
