@@ -158,21 +158,7 @@ pub(crate) async fn reconcile(core: &Core) -> Result<(ReconcileReport, Vec<Bucke
     }
     // What the healing compares: the `concurrent` buckets as they are after the leases
     // given back, against the leases that were live.
-    let concurrent: Vec<BucketState> = if gave_back {
-        let dimensions: Vec<Dimension> = slots.iter().cloned().collect();
-        core.store
-            .read_buckets(&dimensions)
-            .await?
-            .into_iter()
-            .flatten()
-            .collect()
-    } else {
-        buckets
-            .iter()
-            .filter(|b| slots.contains(&b.dimension))
-            .cloned()
-            .collect()
-    };
+    let concurrent = concurrent_now(core, &buckets, &slots, gave_back).await?;
     heal_concurrent(core, &concurrent, (held(live), unsure), &mut report).await?;
     idle::remove_idle_keys(core, &buckets, now, &mut report).await;
     crate::metrics::reconciled(
@@ -191,6 +177,31 @@ pub(crate) async fn reconcile(core: &Core) -> Result<(ReconcileReport, Vec<Bucke
         tracing::info!(%report, "reconcile pass");
     }
     Ok((report, buckets))
+}
+
+/// The `concurrent` buckets (`slots`) as they stand: read again when this pass `gave_back`
+/// leases of them, else as listed in `buckets`.
+async fn concurrent_now(
+    core: &Core,
+    buckets: &[BucketState],
+    slots: &HashSet<Dimension>,
+    gave_back: bool,
+) -> Result<Vec<BucketState>, Error> {
+    if !gave_back {
+        return Ok(buckets
+            .iter()
+            .filter(|b| slots.contains(&b.dimension))
+            .cloned()
+            .collect());
+    }
+    let dimensions: Vec<Dimension> = slots.iter().cloned().collect();
+    Ok(core
+        .store
+        .read_buckets(&dimensions)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect())
 }
 
 /// Ends `lease`, giving its cost back: `Some(true)` if this pass did, `Some(false)` if

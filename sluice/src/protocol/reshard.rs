@@ -31,10 +31,44 @@ pub(crate) const SPREAD_THROTTLED: u32 = 16;
 /// the attempts fall at different moments of the partitions' refill.
 const SPREAD_PAUSE: Duration = Duration::from_millis(40);
 
-/// Sleeps a random half to all of [`SPREAD_PAUSE`].
-async fn spread_pause() {
-    let jitter = rand::random_range(0..=SPREAD_PAUSE.as_millis() as u64);
-    tokio::time::sleep(SPREAD_PAUSE / 2 + Duration::from_millis(jitter / 2)).await;
+/// The throttles a reshard met so far.
+#[derive(Debug, Default)]
+struct Throttled(u32);
+
+impl Throttled {
+    /// After throttle `e`: a pause of a random half to all of [`SPREAD_PAUSE`] before a
+    /// spread (`spreading`) is read and sent again, within [`SPREAD_THROTTLED`]; else `e`.
+    async fn again(&mut self, e: StoreError, spreading: bool) -> Result<(), Error> {
+        if !spreading || self.0 >= SPREAD_THROTTLED {
+            return Err(e.into());
+        }
+        self.0 += 1;
+        let jitter = rand::random_range(0..=SPREAD_PAUSE.as_millis() as u64);
+        tokio::time::sleep(SPREAD_PAUSE / 2 + Duration::from_millis(jitter / 2)).await;
+        Ok(())
+    }
+}
+
+/// What this client learns of a reshard that landed, from the rows it read and the rows
+/// it wrote (`next`, given the write ids they keep).
+fn learn_resharded(
+    core: &Core,
+    rows: &[BucketState],
+    next: &mut [BucketState],
+    moves: &[Option<crate::bucket::Commute>],
+    now: crate::clock::UnixMillis,
+) {
+    for (k, row) in next.iter_mut().enumerate() {
+        // A moved row keeps the write id it had (a move is a commuting change).
+        if let (Some(Some(_)), Some(old)) = (moves.get(k), rows.get(k)) {
+            row.write_id = old.write_id;
+            row.recent_writes = old.recent_writes.clone();
+        }
+        core.lanes.learn_written(row.clone(), now);
+    }
+    for gone in rows.iter().skip(next.len()) {
+        core.lanes.forget(&gone.dimension);
+    }
 }
 
 /// A key's row that is not there (never written, or removed when idle), as its bucket is:
@@ -121,17 +155,14 @@ pub(crate) async fn reshard_from(
     to: u16,
 ) -> Result<Vec<BucketState>, Error> {
     let mut budget = Budget::new(core.config.max_retries);
-    let mut throttled = 0;
+    let mut throttled = Throttled::default();
     let spreading = from.is_some_and(|from| to > from);
     loop {
         let rows = match rows_of(core, base).await {
             Ok(rows) => rows,
             // The rows' reads, throttled on their busy partitions too.
-            Err(Error::Store(StoreError::Throttled { .. }))
-                if spreading && throttled < SPREAD_THROTTLED =>
-            {
-                throttled += 1;
-                spread_pause().await;
+            Err(Error::Store(e @ StoreError::Throttled { .. })) => {
+                throttled.again(e, spreading).await?;
                 continue;
             }
             Err(e) => return Err(e),
@@ -148,9 +179,8 @@ pub(crate) async fn reshard_from(
         if usize::from(to) == now_at || from.is_some_and(|f| usize::from(f) != now_at) {
             return Ok(rows);
         }
-        // As of this client's clock; a row refilled later (a fill stamped ahead, or a
-        // writer's clock ahead) counts what it holds, and the new rows refill nothing
-        // until its timestamp (see `shards::reshard`).
+        // As of this client's clock; a row refilled later (a fill stamped ahead) counts what
+        // it holds, and the new rows refill nothing until then (see `shards::reshard`).
         let now = core.now();
         let mut next = crate::bucket::shards::reshard(&rows, to, now)?;
         // The ceiling this client learned from the store's throttles goes on every row,
@@ -176,28 +206,14 @@ pub(crate) async fn reshard_from(
             // sent again soon, up to `SPREAD_THROTTLED` times (given up, the rows stay
             // throttled until a client decides again to spread them).
             Err(e @ StoreError::Throttled { .. }) if hot => {
-                throttled += 1;
-                if throttled > SPREAD_THROTTLED {
-                    return Err(e.into());
-                }
-                spread_pause().await;
+                throttled.again(e, true).await?;
                 continue;
             }
             Err(e) => return Err(e.into()),
         };
         if applied {
             tracing::info!(dimension = %base, from = rows.len(), to, "bucket resharded");
-            for (k, row) in next.iter_mut().enumerate() {
-                // A moved row keeps the write id it had (a move is a commuting change).
-                if let (Some(Some(_)), Some(old)) = (moves.get(k), rows.get(k)) {
-                    row.write_id = old.write_id;
-                    row.recent_writes = old.recent_writes.clone();
-                }
-                core.lanes.learn_written(row.clone(), now);
-            }
-            for gone in rows.iter().skip(next.len()) {
-                core.lanes.forget(&gone.dimension);
-            }
+            learn_resharded(core, &rows, &mut next, &moves, now);
             return Ok(next);
         }
         // A client's own gather that lost its race is not asked again: the rows it would

@@ -202,9 +202,6 @@ fn decide(core: &Core, base: &Dimension, lane: &Lane, n: u16) -> Option<(u16, u6
     let sure = lone || heated >= Sharding::HOT_WINDOWS;
     let drawn = drawn(&measure, heated, lone);
     let spread = founded && proven && sure && !short && !refill_bound && drawn;
-    if n > 1 && measure.whole {
-        tracing::debug!(dimension = %base, n, per_row, throttles, hot, proven, heated, spreads, founded, drawn, "a spread bucket's row measured");
-    }
     let to = target.filter(|_| !spreads || spread)?;
     Some((to, per_row, throttled))
 }

@@ -169,38 +169,6 @@ impl Heat {
         in_a_row(&self.hot, base, shards, hot)
     }
 
-    /// Notes that `base`'s bucket, over `shards` rows, takes `total` thousandths of a write
-    /// a second over all of them; whether that is a quarter more than at the fewer rows
-    /// this client measured before they were spread (`None`: not known yet). A client
-    /// that first measures the bucket already spread judges against the lone row's take
-    /// the rows carry (`carried`, thousandths), if any.
-    pub(crate) fn gained(
-        &self,
-        base: &Dimension,
-        shards: u16,
-        total: u64,
-        carried: Option<u64>,
-    ) -> Option<bool> {
-        let mut gains = lock(&self.gains);
-        let gain = match gains.get_mut(base) {
-            Some(gain) => {
-                gain.note(shards, total);
-                *gain
-            }
-            None => {
-                let gain = Gain::new(shards, total, carried);
-                gains.insert(base.clone(), gain);
-                gain
-            }
-        };
-        drop(gains);
-        let gained = gain.judged();
-        if gained == Some(true) {
-            tracing::debug!(dimension = %base, ?gain, "a spread measured as raising the bucket's take");
-        }
-        gained
-    }
-
     /// Whether this client is resharding any bucket now.
     #[cfg(test)]
     pub(crate) fn resharding(&self) -> bool {

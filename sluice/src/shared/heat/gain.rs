@@ -85,6 +85,43 @@ impl Gain {
     }
 }
 
+use crate::dimension::Dimension;
+use crate::shared::lanes::lock;
+
+impl super::Heat {
+    /// Notes that `base`'s bucket, over `shards` rows, takes `total` thousandths of a write
+    /// a second over all of them; whether that is a quarter more than at the fewer rows
+    /// this client measured before they were spread (`None`: not known yet). A client
+    /// that first measures the bucket already spread judges against the lone row's take
+    /// the rows carry (`carried`, thousandths), if any.
+    pub(crate) fn gained(
+        &self,
+        base: &Dimension,
+        shards: u16,
+        total: u64,
+        carried: Option<u64>,
+    ) -> Option<bool> {
+        let mut gains = lock(&self.gains);
+        let gain = match gains.get_mut(base) {
+            Some(gain) => {
+                gain.note(shards, total);
+                *gain
+            }
+            None => {
+                let gain = Gain::new(shards, total, carried);
+                gains.insert(base.clone(), gain);
+                gain
+            }
+        };
+        drop(gains);
+        let gained = gain.judged();
+        if gained == Some(true) {
+            tracing::debug!(dimension = %base, ?gain, "a spread measured as raising the bucket's take");
+        }
+        gained
+    }
+}
+
 /// Measures left out at `count` rows: none for a lone row (a fleet may spread it within
 /// its first two seconds, and what it took then is what the spread is judged against).
 fn settling_at(count: u16) -> u64 {

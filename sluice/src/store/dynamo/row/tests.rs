@@ -484,12 +484,8 @@ fn lease_rows_round_trip_and_seed_leases_without_expires_at_use_ttl() {
     assert!(lease_record(&foreign).is_err());
     let mut negative = item.clone();
     negative.insert(COST.to_owned(), n("-1"));
-    assert!(
-        lease_record(&negative)
-            .unwrap_err()
-            .to_string()
-            .contains("`cost`")
-    );
+    let refused = lease_record(&negative).unwrap_err().to_string();
+    assert!(refused.contains("`cost`"), "{refused}");
     let mut seed = item.clone();
     seed.remove(EXPIRES_AT);
     seed.insert(TTL.to_owned(), n("1709550160"));
