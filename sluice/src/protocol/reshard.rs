@@ -156,6 +156,7 @@ pub(crate) async fn reshard_from(
 ) -> Result<Vec<BucketState>, Error> {
     let mut budget = Budget::new(core.config.max_retries);
     let mut throttled = Throttled::default();
+    // A client's own spread (past the check below, the rows are the `from` it decided on).
     let spreading = from.is_some_and(|from| to > from);
     loop {
         let rows = match rows_of(core, base).await {
@@ -195,8 +196,7 @@ pub(crate) async fn reshard_from(
         // client decided on is of a row it measured hot: a full one is moved as after a lost
         // race from the first attempt (its exact move fails on the next grant's refill,
         // costing the spread a round of reads and a cancelled transaction).
-        let hot = from.is_some() && usize::from(to) > now_at;
-        let raced = hot || budget.lost() > 0;
+        let raced = spreading || budget.lost() > 0;
         let moves = crate::bucket::shards::moves(&rows, &next, now, raced);
         let applied = match core.store.respread_buckets(&rows, &next, &moves).await {
             Ok(applied) => applied,
@@ -205,7 +205,7 @@ pub(crate) async fn reshard_from(
             // partition it writes has room, which on busy rows is rare, so it is read and
             // sent again soon, up to `SPREAD_THROTTLED` times (given up, the rows stay
             // throttled until a client decides again to spread them).
-            Err(e @ StoreError::Throttled { .. }) if hot => {
+            Err(e @ StoreError::Throttled { .. }) if spreading => {
                 throttled.again(e, true).await?;
                 continue;
             }

@@ -212,14 +212,13 @@ pub(super) fn throttles_since(
 ///
 /// A bucket's only row is hot when throttled at 40% of its ceiling (`limit`) or more. A
 /// spread bucket's rows are hot, throttled twice or more (whatever their rate: the ceiling
-/// they share, a partition's, is not one row's), only if the
-/// last spread raised what the bucket takes together by a quarter or more, as this client
-/// measured it before and after ([`Heat::gained`](crate::shared::heat::Heat::gained)),
-/// averaged over several measures (not the two right after it); a client that first saw
-/// the bucket spread over at most
-/// [`Sharding::FIRST_SPREAD`] rows judges against the lone row's take the rows carry
-/// (`alone`), and one that first saw it over more has no proof and does not spread it. Rows
-/// measured against a ceiling `learned` from throttles, which they may share (a
+/// they share, a partition's, is not one row's), only if the last spread raised what the
+/// bucket takes together by a quarter or more, as this client measured it before and
+/// after ([`Heat::gained`](crate::shared::heat::Heat::gained)), averaged over several
+/// measures (not the two right after it); a client that first saw the bucket spread over
+/// at most [`Sharding::FIRST_SPREAD`] rows judges against the lone row's take the rows
+/// carry (`alone`), and one that first saw it over more has no proof and does not spread
+/// it. Rows measured against a ceiling `learned` from throttles, which they may share (a
 /// partition, the table), are spread again only on that proof, never on one row's share
 /// of it.
 pub(super) fn spread_bought(

@@ -2,6 +2,9 @@
 //! count changed, averaged over several measures, against the most it took on average
 //! before.
 
+use crate::dimension::Dimension;
+use crate::shared::lanes::lock;
+
 /// Measures at a count averaged (at most) for a gain: one row's one-second measure times
 /// the rows is noisy (a row of eight on one partition takes a handful of writes a second).
 const SPAN: u64 = 8;
@@ -84,9 +87,6 @@ impl Gain {
             .then(|| self.mean.saturating_mul(4) >= then.saturating_mul(5))
     }
 }
-
-use crate::dimension::Dimension;
-use crate::shared::lanes::lock;
 
 impl super::Heat {
     /// Notes that `base`'s bucket, over `shards` rows, takes `total` thousandths of a write

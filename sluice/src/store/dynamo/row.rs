@@ -201,9 +201,15 @@ pub(crate) fn lease_item(lease: &LeaseRecord) -> Item {
     item
 }
 
-/// Whether `value` is one of `dimension`'s slot index keys.
+/// Whether `value` is one of `dimension`'s slot index keys (read without building them:
+/// every slot lease a look or a scan lists is checked).
 fn is_slot_key(value: &str, dimension: &str) -> bool {
-    (0..SLOT_KEYS).any(|k| slot_index_key(dimension, k) == value)
+    const _: () = assert!(SLOT_KEYS <= 10, "one digit names a slot key");
+    match value.strip_prefix(dimension).map(str::as_bytes) {
+        Some([]) => true,
+        Some([b' ', k]) => (b'1'..b'0' + SLOT_KEYS as u8).contains(k),
+        _ => false,
+    }
 }
 
 struct Reader<'a> {
@@ -427,7 +433,9 @@ pub(crate) fn lease_record(item: &Item) -> Result<LeaseRecord, StoreError> {
         Some(AttributeValue::S(d)) if is_slot_key(d, dimension.as_str()) => true,
         Some(other) => {
             return Err(r.corrupt(format!(
-                "`{SLOT_DIMENSION}` must be the string `{dimension}`, found {other:?}"
+                "`{SLOT_DIMENSION}` must be `{dimension}` or `{dimension}` followed by a space \
+                 and 1 to {}, found {other:?}",
+                SLOT_KEYS - 1
             )));
         }
     };
